@@ -1,0 +1,23 @@
+/* testutil.h - small helpers shared by the Check suites. */
+#ifndef QI_TESTUTIL_H
+#define QI_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Cache root: $QINFER_CACHE or ~/.cache/qinfer. */
+const char *qi_test_cache_dir(void);
+/* Path of a cached model/corpus file by its manifest file name (e.g.
+ * "models/SmolLM2-135M-Instruct.Q4_1.gguf") if it exists, else NULL. The
+ * returned string is static (overwritten by the next call). */
+const char *qi_test_cached(const char *relpath);
+/* Read a whole file (NUL-terminated, length in *len). NULL on error. Caller
+ * frees with free(). */
+char *qi_test_read_file(const char *path, size_t *len);
+/* Decode a hex string into bytes; returns malloc'ed buffer, length in *len. */
+unsigned char *qi_test_unhex(const char *hex, size_t *len);
+/* Deterministic RNG for test data (xorshift64*). */
+uint64_t qi_test_rand(uint64_t *state);
+float qi_test_randf(uint64_t *state); /* uniform in [-1, 1) */
+
+#endif
