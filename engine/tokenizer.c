@@ -1,0 +1,827 @@
+/* tokenizer.c - loading a byte-level BPE ("gpt2") vocabulary from GGUF
+ * metadata, and token -> text.
+ *
+ * The loader reproduces what llama.cpp's llama_vocab::impl::load decides for
+ * a gpt2 vocabulary, because every decision shows in the tokens: token texts
+ * read as C strings (cut at a NUL; an empty one becomes "[EMPTY_<id>]"), the
+ * last id winning for duplicate texts, merge ranks (the first of duplicate
+ * pairs wins), default BOS/EOS ids, end-of-generation tokens found by text
+ * (which also turns them into control tokens), control tokens named
+ * "unused", the few per-model attribute fixes, and the special-token list
+ * sorted longest first. Where llama.cpp's choice depends on hash-map order
+ * (several candidate texts for one role), we take the lowest id.
+ *
+ * Stricter than llama.cpp, on purpose: both halves of every merge must be
+ * tokens (llama.cpp would keep a merge of unknown strings that can still fire
+ * on single characters missing from the vocabulary; we reject such files so
+ * merges can be keyed by token ids), and a merge without a space is an error.
+ *
+ * Tables: token text -> id and (left id, right id) -> (rank, merged id) are
+ * open-addressing hash tables; the vocabulary slot holds 32 bits of the hash
+ * so that most non-matching probes never touch token text. Every token's piece
+ * (its bytes, byte-level decoded) is made once here, as llama.cpp caches them.
+ * Tokenising itself is in tokenize.c, pre-tokenisation in pretok.c.
+ */
+#include "tokenizer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unicode_int.h"
+
+/* ---- Hashing ----------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    h ^= h >> 33; /* FNV's low bits mix poorly: finish as murmur3 does */
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+static uint64_t hash_pair(int32_t a, int32_t b) {
+    uint64_t x = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    x ^= x >> 33; /* murmur3 finaliser */
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static size_t table_size(size_t n) {
+    size_t s = 16;
+    while (s < 2 * n) s <<= 1;
+    return s;
+}
+
+#define VOCAB_EMPTY UINT64_MAX
+
+/* The slot's upper half holds the hash's upper bits, so most probes that do
+ * not match are rejected without touching the token text. */
+int32_t qi_tok_vocab_find(const qi_tokenizer *t, const char *s, size_t n) {
+    uint64_t h = hash_bytes(s, n), tag = h >> 32;
+    for (size_t i = h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+        uint64_t e = t->vocab_tab[i];
+        if (e == VOCAB_EMPTY) return -1;
+        if ((e >> 32) != tag) continue;
+        int32_t id = (int32_t)(uint32_t)e;
+        size_t len;
+        const char *p = qi_tok_text(t, id, &len);
+        if (len == n && memcmp(p, s, n) == 0) return id;
+    }
+}
+
+/* Later ids replace earlier ones with the same text. */
+static void vocab_insert(qi_tokenizer *t, int32_t id) {
+    size_t n;
+    const char *s = qi_tok_text(t, id, &n);
+    uint64_t h = hash_bytes(s, n), tag = h >> 32;
+    for (size_t i = h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+        uint64_t e = t->vocab_tab[i];
+        if (e != VOCAB_EMPTY) {
+            if ((e >> 32) != tag) continue;
+            size_t len;
+            const char *p = qi_tok_text(t, (int32_t)(uint32_t)e, &len);
+            if (len != n || memcmp(p, s, n) != 0) continue;
+        }
+        t->vocab_tab[i] = (tag << 32) | (uint32_t)id;
+        return;
+    }
+}
+
+const qi_tok_merge *qi_tok_merge_find(const qi_tokenizer *t, int32_t a, int32_t b) {
+    for (size_t i = hash_pair(a, b) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        const qi_tok_merge *m = &t->merge_tab[i];
+        if (m->rank < 0) return NULL;
+        if (m->left == a && m->right == b) return m;
+    }
+}
+
+bool qi_tok_find_bytes(const char *hay, size_t n, const char *needle, size_t m, size_t *at) {
+    if (m == 0 || m > n) return false;
+    const char *end = hay + n - m + 1, *p = hay;
+    while (p < end && (p = memchr(p, needle[0], (size_t)(end - p))) != NULL) {
+        if (memcmp(p, needle, m) == 0) {
+            *at = (size_t)(p - hay);
+            return true;
+        }
+        p++;
+    }
+    return false;
+}
+
+/* ---- Loading ---------------------------------------------------------------- */
+
+static void byte_tables(qi_tokenizer *t) {
+    /* GPT-2's printable bytes stand for themselves; the others, in byte
+     * order, for U+0100 upwards. */
+    int next = 256;
+    for (int i = 0; i < 0x144; i++) t->char_dec[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        uint32_t cp = self ? (uint32_t)b : (uint32_t)next++;
+        unsigned char u[4];
+        t->byte_enc_len[b] = (uint8_t)qi_utf8_encode(cp, u);
+        memcpy(t->byte_enc[b], u, t->byte_enc_len[b]);
+        t->char_dec[cp] = (int16_t)b;
+    }
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        t->byte_tok[b] = qi_tok_vocab_find(t, (const char *)t->byte_enc[b], t->byte_enc_len[b]);
+        t->single_tok[b] = qi_tok_vocab_find(t, &c, 1);
+    }
+}
+
+static qi_status read_tokens(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
+    qi_gguf_arr toks;
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, "tokenizer.ggml.tokens");
+    if (!kv) return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.tokens: missing");
+    if (!qi_gguf_kv_arr(kv, &toks) || toks.type != QI_GGUF_STRING)
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.tokens: not an array of strings");
+    if (toks.n == 0) return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.tokens: empty");
+    if (toks.n > INT32_MAX / 2)
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens is too many",
+                      (unsigned long long)toks.n);
+    int32_t n = (int32_t)toks.n;
+    t->n_vocab = n;
+
+    /* Texts are cut at a NUL (llama.cpp reads them as C strings); an empty
+     * one becomes "[EMPTY_<id>]". Two passes: sizes, then copies. */
+    t->text_off = qi_malloc(((size_t)n + 1) * sizeof *t->text_off);
+    if (!t->text_off) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        total = 0;
+        for (int32_t i = 0; i < n; i++) {
+            qi_str s;
+            if (!qi_gguf_arr_str(&toks, (uint64_t)i, &s))
+                return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.tokens[%d]: unreadable", i);
+            const char *nul = memchr(s.ptr, 0, (size_t)s.len);
+            size_t len = nul ? (size_t)(nul - s.ptr) : (size_t)s.len;
+            char empty[32];
+            const char *src = s.ptr;
+            if (len == 0) {
+                len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", (int)i);
+                src = empty;
+            }
+            if (pass == 1) {
+                memcpy(t->text + total, src, len);
+                t->text_off[i] = total;
+            }
+            total += len;
+        }
+        if (pass == 0) {
+            t->text = qi_malloc(total);
+            if (!t->text) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+        }
+    }
+    t->text_off[n] = total;
+
+    t->vocab_mask = table_size((size_t)n) - 1;
+    t->vocab_tab = qi_malloc((t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    if (!t->vocab_tab) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    memset(t->vocab_tab, 0xFF, (t->vocab_mask + 1) * sizeof *t->vocab_tab);
+    for (int32_t i = 0; i < n; i++) vocab_insert(t, i);
+
+    /* Token types (optional; all normal without them). */
+    t->attr = qi_malloc((size_t)n * sizeof *t->attr);
+    if (!t->attr) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    kv = qi_gguf_kv_find(g, "tokenizer.ggml.token_type");
+    qi_gguf_arr types;
+    if (kv) {
+        if (!qi_gguf_kv_arr(kv, &types) || types.type == QI_GGUF_STRING ||
+            types.type == QI_GGUF_ARRAY || types.type == QI_GGUF_F32 ||
+            types.type == QI_GGUF_F64)
+            return QI_ERR(err, QI_ERR_FORMAT,
+                          "tokenizer.ggml.token_type: not an array of integers");
+        if (types.n < (uint64_t)n)
+            return QI_ERR(err, QI_ERR_FORMAT,
+                          "tokenizer.ggml.token_type: %llu entries for %d tokens",
+                          (unsigned long long)types.n, (int)n);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int64_t ty = 1;
+        if (kv && !qi_gguf_arr_i64(&types, (uint64_t)i, &ty))
+            return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.token_type[%d]: unreadable", i);
+        static const uint16_t map[] = {0, QI_TOK_NORMAL, QI_TOK_UNKNOWN, QI_TOK_CONTROL,
+                                       QI_TOK_USER_DEFINED, QI_TOK_UNUSED, QI_TOK_BYTE};
+        t->attr[i] = (ty >= 0 && ty <= 6) ? map[ty] : 0;
+    }
+    return QI_OK;
+}
+
+static qi_status read_merges(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
+    qi_gguf_arr merges;
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, "tokenizer.ggml.merges");
+    if (!kv) return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.merges: missing");
+    if (!qi_gguf_kv_arr(kv, &merges) || merges.type != QI_GGUF_STRING)
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.merges: not an array of strings");
+    if (merges.n > INT32_MAX / 2)
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.merges: too many entries");
+    t->merge_mask = table_size((size_t)merges.n) - 1;
+    t->merge_tab = qi_malloc((t->merge_mask + 1) * sizeof *t->merge_tab);
+    if (!t->merge_tab) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i <= t->merge_mask; i++) t->merge_tab[i].rank = -1;
+
+    char *cat = NULL; /* "left" + "right", to find the merged token */
+    size_t cat_cap = 0;
+    for (uint64_t r = 0; r < merges.n; r++) {
+        qi_str s;
+        if (!qi_gguf_arr_str(&merges, r, &s)) {
+            qi_free(cat);
+            return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.merges[%llu]: unreadable",
+                          (unsigned long long)r);
+        }
+        const char *nul = memchr(s.ptr, 0, (size_t)s.len);
+        size_t len = nul ? (size_t)(nul - s.ptr) : (size_t)s.len;
+        /* "left right", split at the first space after the first byte. */
+        const char *sp = len > 1 ? memchr(s.ptr + 1, ' ', len - 1) : NULL;
+        int32_t a = -1, b = -1;
+        size_t la = 0, lb = 0;
+        if (sp) {
+            la = (size_t)(sp - s.ptr);
+            lb = len - la - 1;
+            a = qi_tok_vocab_find(t, s.ptr, la);
+            b = qi_tok_vocab_find(t, sp + 1, lb);
+        }
+        if (a < 0 || b < 0) {
+            qi_free(cat);
+            int shown = len > 64 ? 64 : (int)len;
+            if (!sp)
+                return QI_ERR(err, QI_ERR_FORMAT,
+                              "tokenizer.ggml.merges[%llu] '%.*s': not two space-separated tokens",
+                              (unsigned long long)r, shown, s.ptr);
+            const char *bad = a < 0 ? s.ptr : sp + 1;
+            size_t nbad = a < 0 ? la : lb;
+            return QI_ERR(err, QI_ERR_FORMAT,
+                          "tokenizer.ggml.merges[%llu] '%.*s': '%.*s' is not a token",
+                          (unsigned long long)r, shown, s.ptr, (int)(nbad > 64 ? 64 : nbad), bad);
+        }
+        if (la + lb > cat_cap) {
+            cat_cap = 2 * (la + lb) + 64;
+            qi_free(cat);
+            cat = qi_malloc(cat_cap);
+            if (!cat) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+        }
+        memcpy(cat, s.ptr, la);
+        memcpy(cat + la, sp + 1, lb);
+        int32_t res = qi_tok_vocab_find(t, cat, la + lb);
+        /* The first occurrence of a pair keeps its rank (llama.cpp's emplace). */
+        for (size_t i = hash_pair(a, b) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+            qi_tok_merge *m = &t->merge_tab[i];
+            if (m->rank < 0) {
+                *m = (qi_tok_merge){.rank = (int32_t)r, .left = a, .right = b, .result = res};
+                break;
+            }
+            if (m->left == a && m->right == b) break;
+        }
+    }
+    qi_free(cat);
+    return QI_OK;
+}
+
+/* An integer metadata value as a token id: out-of-range values are ignored
+ * (llama.cpp warns and keeps the default), other types are an error. */
+static qi_status read_id(const qi_tokenizer *t, const qi_gguf *g, const char *key, int32_t *id,
+                         qi_err *err) {
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, key);
+    if (!kv) return QI_OK;
+    int64_t v;
+    qi_gguf_vtype ty = qi_gguf_kv_type(kv);
+    if (ty == QI_GGUF_BOOL || ty == QI_GGUF_F32 || ty == QI_GGUF_F64 || !qi_gguf_kv_i64(kv, &v)) {
+        uint64_t u;
+        if (ty != QI_GGUF_U64 || !qi_gguf_kv_u64(kv, &u))
+            return QI_ERR(err, QI_ERR_FORMAT, "%s: expected an integer, got %s", key,
+                          qi_gguf_vtype_name(ty));
+        return QI_OK; /* a u64 beyond int64: out of range */
+    }
+    if (v >= 0 && v < t->n_vocab) *id = (int32_t)v;
+    return QI_OK;
+}
+
+static qi_status read_bool(const qi_gguf *g, const char *key, bool *out, qi_err *err) {
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, key);
+    if (!kv) return QI_OK;
+    if (qi_gguf_kv_type(kv) != QI_GGUF_BOOL || !qi_gguf_kv_bool(kv, out))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: expected a bool, got %s", key,
+                      qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
+    return QI_OK;
+}
+
+static int32_t find_cstr(const qi_tokenizer *t, const char *s) {
+    return qi_tok_vocab_find(t, s, strlen(s));
+}
+
+static bool text_is(const qi_tokenizer *t, int32_t id, const char *s) {
+    size_t n, m = strlen(s);
+    const char *p = qi_tok_text(t, id, &n);
+    return n == m && memcmp(p, s, n) == 0;
+}
+
+static void eog_set(qi_tokenizer *t, int32_t id, bool on) {
+    if (id < 0 || id >= t->n_vocab) return;
+    if (on) t->eog[id >> 6] |= 1ull << (id & 63);
+    else t->eog[id >> 6] &= ~(1ull << (id & 63));
+}
+
+/* Lowest id among the tokens with one of these texts (llama.cpp takes the
+ * first in its hash map's order; with one candidate, as usual, the same). */
+static int32_t first_of(const qi_tokenizer *t, const char *const *texts) {
+    int32_t best = -1;
+    for (; *texts; texts++) {
+        int32_t id = find_cstr(t, *texts);
+        if (id >= 0 && (best < 0 || id < best)) best = id;
+    }
+    return best;
+}
+
+static bool contains_any(const char *s, size_t n, const char *const *subs) {
+    for (; *subs; subs++) {
+        size_t at;
+        if (qi_tok_find_bytes(s, n, *subs, strlen(*subs), &at)) return true;
+    }
+    return false;
+}
+
+/* Special ids, end-of-generation set and the attribute fixes llama.cpp makes
+ * from token texts (llama_vocab::impl::load, in its order). */
+static qi_status special_tokens(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
+    static const char *const eot_texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+        "<end_of_utterance>", NULL};
+    static const char *const eom_texts[] = {"<|eom_id|>", NULL};
+    static const char *const fim_pre_texts[] = {
+        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+        "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>", "\xE2\x96\x81<PRE>",
+        "<|code_prefix|>", "<|prefix|>", NULL};
+    static const char *const fim_suf_texts[] = {
+        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+        "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>", "\xE2\x96\x81<SUF>",
+        "<|code_suffix|>", "<|suffix|>", NULL};
+    static const char *const fim_mid_texts[] = {
+        "<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+        "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>", "\xE2\x96\x81<MID>",
+        "<|code_middle|>", "<|middle|>", NULL};
+    static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                                "[PAD]", NULL};
+    static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                                "<REPO>", "<reponame>", NULL};
+    static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
+    static const char *const eog_texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+        "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+        "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+        "<turn|>", "<|tool_response>",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[", NULL};
+    static const char *const user_defined_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                     "<|constrain|>", NULL};
+
+    int32_t n = t->n_vocab;
+    /* gpt2 defaults: BOS = EOS = 11 (disabled if out of range); some
+     * pre-tokenizers have no BOS, some add it by default. */
+    int32_t eos = 11 < n ? 11 : -1, bos = (t->pre.flags & QI_PRETOK_NO_BOS) ? -1 : eos;
+    int32_t eot = -1, eom = -1;
+    t->add_bos = (t->pre.flags & QI_PRETOK_ADD_BOS) != 0;
+    int32_t fim[6] = {-1, -1, -1, -1, -1, -1}; /* pre, suf, mid, pad, rep, sep */
+    struct {
+        const char *key;
+        int32_t *id;
+    } keys[] = {
+        {"tokenizer.ggml.bos_token_id", &bos},
+        {"tokenizer.ggml.eos_token_id", &eos},
+        {"tokenizer.ggml.eot_token_id", &eot},
+        {"tokenizer.ggml.eom_token_id", &eom},
+        {"tokenizer.ggml.fim_pre_token_id", &fim[0]},
+        {"tokenizer.ggml.fim_suf_token_id", &fim[1]},
+        {"tokenizer.ggml.fim_mid_token_id", &fim[2]},
+        {"tokenizer.ggml.fim_pad_token_id", &fim[3]},
+        {"tokenizer.ggml.fim_rep_token_id", &fim[4]},
+        {"tokenizer.ggml.fim_sep_token_id", &fim[5]},
+        {"tokenizer.ggml.prefix_token_id", &fim[0]}, /* deprecated spellings */
+        {"tokenizer.ggml.suffix_token_id", &fim[1]},
+        {"tokenizer.ggml.middle_token_id", &fim[2]},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        qi_status st = read_id(t, g, keys[i].key, keys[i].id, err);
+        if (st) return st;
+    }
+    /* Keys that must have the right type even though we do not use them. */
+    static const char *const other_ids[] = {"tokenizer.ggml.unknown_token_id",
+                                            "tokenizer.ggml.seperator_token_id",
+                                            "tokenizer.ggml.padding_token_id",
+                                            "tokenizer.ggml.mask_token_id", NULL};
+    for (const char *const *k = other_ids; *k; k++) {
+        int32_t dummy = -1;
+        qi_status st = read_id(t, g, *k, &dummy, err);
+        if (st) return st;
+    }
+    qi_status st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
+    if (!st) st = read_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
+    if (st) return st;
+
+    /* Find unset ids by text; such tokens become control tokens. */
+    struct {
+        int32_t *id;
+        const char *const *texts;
+    } by_text[] = {
+        {&eot, eot_texts},        {&eom, eom_texts},         {&fim[0], fim_pre_texts},
+        {&fim[1], fim_suf_texts}, {&fim[2], fim_mid_texts},  {&fim[3], fim_pad_texts},
+        {&fim[4], fim_rep_texts}, {&fim[5], fim_sep_texts},
+    };
+    for (size_t i = 0; i < sizeof by_text / sizeof by_text[0]; i++) {
+        if (*by_text[i].id >= 0) continue;
+        int32_t id = first_of(t, by_text[i].texts);
+        if (id >= 0) {
+            *by_text[i].id = id;
+            t->attr[id] |= QI_TOK_CONTROL;
+        }
+    }
+
+    /* Control tokens named "...unused..." are unused. */
+    static const char *const unused[] = {"unused", NULL};
+    for (int32_t id = 0; id < n; id++) {
+        size_t len;
+        const char *s = qi_tok_text(t, id, &len);
+        if ((t->attr[id] & QI_TOK_CONTROL) && contains_any(s, len, unused))
+            t->attr[id] |= QI_TOK_UNUSED;
+    }
+
+    t->eog = qi_calloc(((size_t)n + 63) / 64, sizeof *t->eog);
+    if (!t->eog) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    eog_set(t, fim[3], true);
+    eog_set(t, fim[4], true);
+    eog_set(t, fim[5], true);
+    for (const char *const *s = eog_texts; *s; s++) {
+        int32_t id = find_cstr(t, *s);
+        if (id >= 0) {
+            eog_set(t, id, true);
+            t->attr[id] |= QI_TOK_CONTROL;
+        }
+    }
+    for (const char *const *s = user_defined_texts; *s; s++) {
+        int32_t id = find_cstr(t, *s);
+        if (id >= 0) t->attr[id] = QI_TOK_USER_DEFINED;
+    }
+    eog_set(t, eos, true);
+    eog_set(t, eot, true);
+    eog_set(t, eom, true);
+
+    /* "<|end|>" is no EOG next to "<|return|>" + "<|call|>" (or "<|calls|>" +
+     * "<|flush|>"); "</s>" is no EOG next to "<|tool_response>" or
+     * "<|plamo:eos|>". The last such id in the set is the one affected. */
+    bool has_return = false, has_call = false, has_flush = false, has_marker = false;
+    int32_t end_id = -1, s_id = -1;
+    for (int32_t id = 0; id < n; id++) {
+        if (!qi_tokenizer_is_eog(t, id)) continue;
+        if (text_is(t, id, "<|return|>")) has_return = true;
+        else if (text_is(t, id, "<|call|>") || text_is(t, id, "<|calls|>")) has_call = true;
+        else if (text_is(t, id, "<|flush|>")) has_flush = true;
+        else if (text_is(t, id, "<|end|>")) end_id = id;
+        if (text_is(t, id, "<|tool_response>") || text_is(t, id, "<|plamo:eos|>"))
+            has_marker = true;
+        else if (text_is(t, id, "</s>")) s_id = id;
+    }
+    if (end_id >= 0 && has_call && (has_return || has_flush)) {
+        eog_set(t, end_id, false);
+        t->attr[end_id] = QI_TOK_USER_DEFINED;
+    }
+    if (has_marker && s_id >= 0) {
+        eog_set(t, s_id, false);
+        t->attr[s_id] = QI_TOK_NORMAL;
+    }
+    t->bos = bos;
+    t->eos = eos;
+    return QI_OK;
+}
+
+static int cmp_u64(const void *pa, const void *pb) {
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* The list qi_tokenize cuts text with, plus llama.cpp's per-model strip
+ * flags (by general.name / tokenizer.ggml.pre / general.architecture). */
+static qi_status special_list(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
+    const uint16_t is_special = QI_TOK_CONTROL | QI_TOK_USER_DEFINED | QI_TOK_UNKNOWN;
+    int32_t n = t->n_vocab, k = 0;
+    for (int32_t id = 0; id < n; id++) k += (t->attr[id] & is_special) != 0;
+    /* Sort keys: longest text first, then lowest id (llama.cpp's std::sort
+     * leaves ties unordered; this fixes an order). */
+    uint64_t *key = qi_malloc((size_t)(k ? k : 1) * sizeof *key);
+    t->special = qi_malloc((size_t)(k ? k : 1) * sizeof *t->special);
+    if (!key || !t->special) {
+        qi_free(key);
+        return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    k = 0;
+    for (int32_t id = 0; id < n; id++) {
+        if (!(t->attr[id] & is_special)) continue;
+        size_t len;
+        qi_tok_text(t, id, &len);
+        uint64_t rank = len < UINT32_MAX ? UINT32_MAX - (uint32_t)len : 0;
+        key[k++] = (rank << 32) | (uint32_t)id;
+    }
+    qsort(key, (size_t)k, sizeof *key, cmp_u64);
+    for (int32_t i = 0; i < k; i++) t->special[i] = (int32_t)(uint32_t)key[i];
+    t->n_special = k;
+    qi_free(key);
+
+    qi_str name = {"", 0}, pre = {"", 0}, arch = {"", 0};
+    qi_gguf_get_str(g, "general.name", &name);
+    qi_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    qi_gguf_get_str(g, "general.architecture", &arch);
+    char lname[256];
+    size_t nl = name.len < sizeof lname ? (size_t)name.len : sizeof lname;
+    for (size_t i = 0; i < nl; i++) {
+        char c = name.ptr[i];
+        lname[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+    }
+    static const char *const jina[] = {"jina-v2-de", "jina-v2-es", "jina-v2-code", NULL};
+    static const char *const jina_arch[] = {"nomic-bert-moe", "jina-bert-v3", NULL};
+    static const char *const phi3[] = {"phi-3", "phi3", NULL};
+    static const char *const mbert[] = {"modern-bert", NULL};
+    if (contains_any(pre.ptr, (size_t)pre.len, jina) ||
+        contains_any(arch.ptr, (size_t)arch.len, jina_arch)) {
+        int32_t id = find_cstr(t, "<mask>");
+        if (id >= 0) t->attr[id] |= QI_TOK_LSTRIP;
+    } else if (contains_any(lname, nl, phi3)) {
+        for (int32_t i = 0; i < k; i++) t->attr[t->special[i]] |= QI_TOK_RSTRIP;
+        int32_t id = find_cstr(t, "</s>");
+        if (id >= 0) t->attr[id] |= QI_TOK_RSTRIP;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>", NULL};
+        for (const char *const *s = keep; *s; s++)
+            if ((id = find_cstr(t, *s)) >= 0) t->attr[id] &= (uint16_t)~QI_TOK_RSTRIP;
+    } else if (contains_any(lname, nl, mbert)) {
+        int32_t id = find_cstr(t, "[MASK]");
+        if (id >= 0) t->attr[id] |= QI_TOK_LSTRIP;
+    }
+    return QI_OK;
+}
+
+/* Append to a growable byte buffer, counting past what fits. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} bytebuf;
+
+static bool bb_reserve(bytebuf *b, size_t n) {
+    if (b->oom) return false;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        char *nb = qi_realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = true;
+            return false;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    return true;
+}
+
+static void bb_put(bytebuf *b, const void *p, size_t n) {
+    if (!bb_reserve(b, n)) return;
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+}
+
+/* A normal token's bytes: each code point of its text is a GPT-2 byte-level
+ * character; anything else comes out as llama.cpp writes it,
+ * "[UNK_BYTE_0x<utf-8 hex><token text>]". */
+static void decode_text(const qi_tokenizer *t, const char *s, size_t n, bytebuf *b) {
+    for (size_t i = 0; i < n;) {
+        size_t used;
+        uint32_t cp = qi_utf8_decode_lax((const unsigned char *)s + i, n - i, &used);
+        i += used;
+        if (cp < 0x144 && t->char_dec[cp] >= 0) {
+            char c = (char)t->char_dec[cp];
+            bb_put(b, &c, 1);
+            continue;
+        }
+        unsigned char u[4];
+        size_t k = qi_utf8_encode(cp, u);
+        char hex[16];
+        bb_put(b, "[UNK_BYTE_0x", 12);
+        for (size_t j = 0; j < k; j++) {
+            snprintf(hex, sizeof hex, "%02x", u[j]);
+            bb_put(b, hex, 2);
+        }
+        bb_put(b, s, n);
+        bb_put(b, "]", 1);
+    }
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static qi_status build_pieces(qi_tokenizer *t, qi_err *err) {
+    int32_t n = t->n_vocab;
+    bytebuf b = {0};
+    t->piece_off = qi_malloc(((size_t)n + 1) * sizeof *t->piece_off);
+    /* Pieces of normal tokens are never longer than their text. */
+    if (!t->piece_off || !bb_reserve(&b, t->text_off[n] + 64))
+        return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    t->max_piece = 0;
+    for (int32_t id = 0; id < n; id++) {
+        size_t len, start = b.len;
+        const char *s = qi_tok_text(t, id, &len);
+        uint16_t a = t->attr[id];
+        t->piece_off[id] = b.len;
+        if (a & (QI_TOK_UNKNOWN | QI_TOK_CONTROL | QI_TOK_USER_DEFINED)) {
+            bb_put(&b, s, len);
+        } else if (a & QI_TOK_NORMAL) {
+            /* Fast path: every code point is a byte-level character, so the
+             * piece is at most as long as the text. */
+            bool plain = true;
+            size_t k = 0;
+            if (bb_reserve(&b, len)) {
+                for (size_t i = 0; i < len && plain;) {
+                    size_t used;
+                    uint32_t cp = qi_utf8_decode_lax((const unsigned char *)s + i, len - i, &used);
+                    i += used;
+                    if (cp < 0x144 && t->char_dec[cp] >= 0)
+                        b.buf[b.len + k++] = (char)t->char_dec[cp];
+                    else
+                        plain = false;
+                }
+            }
+            if (plain) b.len += k;
+            else decode_text(t, s, len, &b);
+        } else if (a & QI_TOK_BYTE) {
+            /* "<0xAB>": the two characters after "<0x", read as hex. */
+            int v = 0;
+            for (size_t i = 3; i < 5 && i < len && hexval(s[i]) >= 0; i++)
+                v = v * 16 + hexval(s[i]);
+            char c = (char)v;
+            bb_put(&b, &c, 1);
+        }
+        if (b.len - start > t->max_piece) t->max_piece = b.len - start;
+    }
+    t->piece_off[n] = b.len;
+    if (b.oom) {
+        qi_free(b.buf);
+        return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    t->piece = b.buf ? b.buf : qi_malloc(1);
+    if (!t->piece) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    return QI_OK;
+}
+
+qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err) {
+    if (!out) return QI_ERR(err, QI_ERR_INVALID, "qi_tokenizer_create: out is NULL");
+    *out = NULL;
+    if (!g) return QI_ERR(err, QI_ERR_INVALID, "qi_tokenizer_create: g is NULL");
+    qi_str model;
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, "tokenizer.ggml.model");
+    if (!kv) return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.model: missing");
+    if (!qi_gguf_kv_str(kv, &model))
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.model: expected a string, got %s",
+                      qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
+    if (!qi_str_eq(model, "gpt2"))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                      "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE) is supported",
+                      (int)(model.len > 64 ? 64 : model.len), model.ptr);
+
+    qi_tokenizer *t = qi_calloc(1, sizeof *t);
+    if (!t) return QI_ERR(err, QI_ERR_NOMEM, "tokenizer: out of memory");
+    qi_str pre = {"", 0};
+    kv = qi_gguf_kv_find(g, "tokenizer.ggml.pre");
+    if (kv && !qi_gguf_kv_str(kv, &pre)) {
+        qi_free(t);
+        return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.pre: expected a string, got %s",
+                      qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
+    }
+    qi_status st = qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
+    if (!st) st = read_tokens(t, g, err);
+    if (!st) {
+        byte_tables(t);
+        st = read_merges(t, g, err);
+    }
+    if (!st) st = special_tokens(t, g, err);
+    if (!st) st = special_list(t, g, err);
+    if (!st) st = build_pieces(t, err);
+    if (st) {
+        qi_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return QI_OK;
+}
+
+void qi_tokenizer_free(qi_tokenizer *t) {
+    if (!t) return;
+    qi_pretok_fini(&t->pre);
+    qi_free(t->text);
+    qi_free(t->text_off);
+    qi_free(t->attr);
+    qi_free(t->vocab_tab);
+    qi_free(t->merge_tab);
+    qi_free(t->piece);
+    qi_free(t->piece_off);
+    qi_free(t->special);
+    qi_free(t->eog);
+    qi_free(t);
+}
+
+int32_t qi_tokenizer_n_vocab(const qi_tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t qi_tokenizer_bos(const qi_tokenizer *t) { return t ? t->bos : -1; }
+int32_t qi_tokenizer_eos(const qi_tokenizer *t) { return t ? t->eos : -1; }
+bool qi_tokenizer_add_bos(const qi_tokenizer *t) { return t && t->add_bos; }
+bool qi_tokenizer_add_eos(const qi_tokenizer *t) { return t && t->add_eos; }
+const char *qi_tokenizer_pre_name(const qi_tokenizer *t) { return t ? t->pre.name : ""; }
+size_t qi_tokenizer_max_piece(const qi_tokenizer *t) { return t ? t->max_piece : 0; }
+
+bool qi_tokenizer_is_eog(const qi_tokenizer *t, int32_t id) {
+    if (!t || !t->eog || id < 0 || id >= t->n_vocab) return false;
+    return (t->eog[id >> 6] >> (id & 63)) & 1;
+}
+
+int32_t qi_token_find(const qi_tokenizer *t, const char *text) {
+    if (!t || !text) return -1;
+    return find_cstr(t, text);
+}
+
+const char *qi_token_text(const qi_tokenizer *t, int32_t id, size_t *len) {
+    if (!t || id < 0 || id >= t->n_vocab) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    size_t n;
+    const char *s = qi_tok_text(t, id, &n);
+    if (len) *len = n;
+    return s;
+}
+
+/* ---- Detokenising ------------------------------------------------------------ */
+
+size_t qi_token_to_piece(const qi_tokenizer *t, int32_t id, bool special, char *buf, size_t cap) {
+    if (!t || id < 0 || id >= t->n_vocab) return 0;
+    if (!special && (t->attr[id] & (QI_TOK_UNKNOWN | QI_TOK_CONTROL))) return 0;
+    size_t n = t->piece_off[id + 1] - t->piece_off[id];
+    if (buf && cap) memcpy(buf, t->piece + t->piece_off[id], n < cap ? n : cap);
+    return n;
+}
+
+void qi_detok_init(qi_detok *d) {
+    if (d) memset(d, 0, sizeof *d);
+}
+
+static void out_put(char *out, size_t cap, size_t *n, const unsigned char *p, size_t k) {
+    for (size_t i = 0; i < k; i++, (*n)++)
+        if (*n < cap) out[*n] = (char)p[i];
+}
+
+size_t qi_detok_push(const qi_tokenizer *t, qi_detok *d, int32_t id, bool special, char *out,
+                     size_t cap) {
+    if (!t || !d || id < 0 || id >= t->n_vocab) return 0;
+    if (!out) cap = 0;
+    if (!special && (t->attr[id] & (QI_TOK_UNKNOWN | QI_TOK_CONTROL))) return 0;
+    const unsigned char *p = (const unsigned char *)t->piece + t->piece_off[id];
+    size_t np = t->piece_off[id + 1] - t->piece_off[id], n = 0;
+    for (size_t i = 0; i < np;) {
+        unsigned char b = p[i];
+        if (d->n_pending == 0) {
+            int sl = qi_utf8_seq_len(b);
+            if (sl <= 1) {
+                out_put(out, cap, &n, &b, 1); /* ASCII, or a byte no character starts with */
+            } else {
+                d->pending[0] = b;
+                d->n_pending = 1;
+            }
+            i++;
+            continue;
+        }
+        if (!qi_utf8_cont_ok(d->pending[0], d->n_pending, b)) {
+            /* The held bytes can never complete: out as they are; b is
+             * looked at afresh. */
+            out_put(out, cap, &n, d->pending, (size_t)d->n_pending);
+            d->n_pending = 0;
+            continue;
+        }
+        d->pending[d->n_pending++] = b;
+        i++;
+        if (d->n_pending == qi_utf8_seq_len(d->pending[0])) {
+            out_put(out, cap, &n, d->pending, (size_t)d->n_pending);
+            d->n_pending = 0;
+        }
+    }
+    return n < cap ? n : cap;
+}
+
+size_t qi_detok_flush(qi_detok *d, char *out, size_t cap) {
+    if (!d) return 0;
+    size_t n = 0;
+    if (!out) cap = 0;
+    out_put(out, cap, &n, d->pending, (size_t)d->n_pending);
+    d->n_pending = 0;
+    return n < cap ? n : cap;
+}
