@@ -3,7 +3,7 @@
  * A "block" is the unit a quantised row is cut into: blck elements stored in
  * size bytes. Plain types have blck = 1. Only types listed here are accepted
  * by the GGUF reader; whether the engine can compute with a type is a separate
- * question answered by qi_type_traits()->can_dot (filled in by quant.c).
+ * question answered by qi_type_can_dot() (quant.h).
  */
 #ifndef QINFER_TYPES_H
 #define QINFER_TYPES_H

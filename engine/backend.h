@@ -1,0 +1,69 @@
+/* backend.h - the ops a forward pass is made of, behind an interface.
+ *
+ * A backend is a table of op functions plus its own context (thread pool,
+ * device handles). The forward pass in forward.c only calls through this
+ * table, so a CUDA backend, or a split plan that sends attention to one
+ * backend and the MLP to another, slots in without touching the model code.
+ * The CPU backend is the reference every other backend is tested against.
+ *
+ * Buffers are host float arrays for the CPU backend. Shapes use the fixed
+ * vocabulary: T tokens in this step, H heads, Hkv KV heads, D head dim.
+ */
+#ifndef QI_BACKEND_H
+#define QI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qinfer/model.h"
+#include "qinfer/status.h"
+
+typedef struct qi_backend qi_backend;
+
+/* One attention call: T new queries of one sequence at positions
+ * pos0..pos0+T-1 attending causally over the cache rows 0..pos0+t. */
+typedef struct {
+    int T, H, Hkv, D;
+    int pos0;
+    float scale;        /* usually 1/sqrt(D) */
+    const float *q;     /* [T][H*D] */
+    const uint16_t *k;  /* fp16 cache [n_pos][Hkv*D] */
+    const uint16_t *v;  /* fp16 cache [n_pos][Hkv*D] */
+    float *out;         /* [T][H*D] */
+} qi_attn_args;
+
+typedef struct {
+    uint32_t version; /* QI_BACKEND_VERSION */
+    const char *name;
+    /* y[T][w->n_rows] = x[T][w->n_cols] . W^T, activations quantised per
+     * row to the weight type's dot partner first (as llama.cpp does). */
+    void (*matmul)(qi_backend *b, const qi_weight *w, const float *x, int T, float *y);
+    /* y[T][n] = x / rms(x) * w  (y may alias x) */
+    void (*rmsnorm)(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y);
+    /* In place on x[T][n_heads*D], token t at position pos0+t. */
+    void (*rope)(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
+                 float base, float freq_scale, int mode);
+    void (*attention)(qi_backend *b, const qi_attn_args *a);
+    /* gate[T*n] = silu(gate) * up */
+    void (*swiglu)(qi_backend *b, float *gate, const float *up, long n);
+    /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
+    void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
+    /* Size scratch for activations of up to scratch_bytes (quantised rows)
+     * and attention over up to max_pos positions; called before any op, so
+     * nothing allocates inside a step. */
+    qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_pos, qi_err *err);
+    void (*free)(qi_backend *b);
+} qi_backend_i;
+
+#define QI_BACKEND_VERSION 1u
+
+struct qi_backend {
+    const qi_backend_i *iface;
+    void *ctx;
+};
+
+/* The CPU reference backend with n_threads workers. */
+qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err);
+void qi_backend_free(qi_backend *b); /* NULL is a no-op */
+
+#endif

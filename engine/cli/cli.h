@@ -1,0 +1,53 @@
+/* cli.h - shared pieces of the qinfer subcommands: strict flag parsing and
+ * one-line error reporting. Every value is checked in full (no trailing
+ * garbage, range-checked); a bad flag is exit code 2, a runtime failure 1. */
+#ifndef QI_CLI_H
+#define QI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qinfer/status.h"
+
+#define QI_EXIT_RUNTIME 1
+#define QI_EXIT_USAGE 2
+
+typedef struct {
+    const char *cmd; /* "generate" */
+    int argc;
+    char **argv;
+    int i;           /* next argv index */
+    const char *flag; /* current flag */
+    bool failed;
+} qi_args;
+
+void qi_args_init(qi_args *a, const char *cmd, int argc, char **argv);
+/* Next flag, or NULL at the end. Positional arguments are returned too
+ * (they do not start with '-'). */
+const char *qi_args_next(qi_args *a);
+bool qi_args_is(const qi_args *a, const char *short_name, const char *long_name);
+/* The current flag's value (the next argv element); reports a missing value. */
+const char *qi_args_str(qi_args *a);
+bool qi_args_int(qi_args *a, long lo, long hi, int *out);
+bool qi_args_u64(qi_args *a, uint64_t *out);
+bool qi_args_float(qi_args *a, double lo, double hi, float *out);
+/* Report an unknown flag or unexpected positional argument. */
+void qi_args_unknown(qi_args *a);
+
+/* "qinfer CMD: message" on stderr. */
+void qi_cli_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Report a failed status (message from err) and return the exit code. */
+int qi_cli_fail(const char *cmd, const qi_err *err);
+
+double qi_now_s(void);
+
+int qi_cmd_generate(int argc, char **argv);
+int qi_cmd_ppl(int argc, char **argv);
+int qi_cmd_inspect(int argc, char **argv);
+int qi_cmd_tokenize(int argc, char **argv);
+
+#endif

@@ -1,0 +1,149 @@
+/* cmd_generate.c - `qinfer generate`: prompt in, tokens streamed out.
+ *
+ * Output is streamed through the UTF-8-safe detokeniser, so a character split
+ * across tokens appears once complete. Timing goes to stderr so stdout holds
+ * only the generated text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qinfer/cache.h"
+#include "qinfer/chat.h"
+#include "qinfer/model.h"
+#include "qinfer/sampler.h"
+#include "threadpool.h"
+
+static void help(void) {
+    printf(
+        "usage: qinfer generate [-m MODEL] -p PROMPT [options]\n\n"
+        "Generate text from PROMPT with the model, streaming tokens to stdout.\n\n"
+        "  -m, --model MODEL     GGUF path or cached short name (default smollm2-135m)\n"
+        "  -p, --prompt TEXT     the prompt (required)\n"
+        "  -n, --n-predict N     tokens to generate (default 128; stops early at end-of-generation)\n"
+        "  -c, --ctx N           context size in tokens (default 2048, at most the model's)\n"
+        "  -t, --threads N       worker threads (default: physical cores)\n"
+        "      --chat            wrap the prompt in the model's chat template\n"
+        "      --system TEXT     system message (with --chat; default: the template's own, if any)\n"
+        "      --seed S          RNG seed (default 42); same seed, same text\n"
+        "      --temp T          temperature (default 0.8; 0 = greedy)\n"
+        "      --top-k N         (default 40; 0 = off)\n"
+        "      --top-p P         (default 0.95; 1 = off)\n"
+        "      --min-p P         (default 0.05; 0 = off)\n"
+        "      --repeat-penalty R  (default 1.0 = off)\n"
+        "      --repeat-last-n N   tokens the penalty looks back over (default 64)\n"
+        "      --ignore-eos      keep generating past end-of-generation tokens\n"
+        "      --ids             print token ids instead of text\n"
+        "  -h, --help            this help\n");
+}
+
+int qi_cmd_generate(int argc, char **argv) {
+    const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
+    int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
+    bool chat = false, ignore_eos = false, print_ids = false;
+    qi_sampler_params sp = qi_sampler_defaults();
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-p", "--prompt")) prompt = qi_args_str(&a);
+        else if (qi_args_is(&a, "-n", "--n-predict")) qi_args_int(&a, 0, 1 << 20, &n_predict);
+        else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 1, 1 << 20, &n_ctx);
+        else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
+        else if (qi_args_is(&a, NULL, "--chat")) chat = true;
+        else if (qi_args_is(&a, NULL, "--system")) system = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--seed")) qi_args_u64(&a, &sp.seed);
+        else if (qi_args_is(&a, NULL, "--temp")) qi_args_float(&a, 0, 100, &sp.temp);
+        else if (qi_args_is(&a, NULL, "--top-k")) qi_args_int(&a, 0, 1 << 30, &sp.top_k);
+        else if (qi_args_is(&a, NULL, "--top-p")) qi_args_float(&a, 1e-6, 1, &sp.top_p);
+        else if (qi_args_is(&a, NULL, "--min-p")) qi_args_float(&a, 0, 1, &sp.min_p);
+        else if (qi_args_is(&a, NULL, "--repeat-penalty")) qi_args_float(&a, 1e-3, 100, &sp.repeat_penalty);
+        else if (qi_args_is(&a, NULL, "--repeat-last-n")) qi_args_int(&a, 0, 1 << 20, &sp.repeat_last_n);
+        else if (qi_args_is(&a, NULL, "--ignore-eos")) ignore_eos = true;
+        else if (qi_args_is(&a, NULL, "--ids")) print_ids = true;
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    if (!prompt) {
+        qi_cli_error(cmd, "no prompt given: use -p TEXT (see qinfer generate --help)");
+        return QI_EXIT_USAGE;
+    }
+    if (system && !chat) {
+        qi_cli_error(cmd, "--system needs --chat");
+        return QI_EXIT_USAGE;
+    }
+
+    qi_err err = {0};
+    char path[1024];
+    qi_model *m = NULL;
+    qi_ctx *ctx = NULL;
+    qi_sampler *smp = NULL;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = 0;
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_model_load(path, &m, &err)) goto fail;
+    if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
+    if (chat) {
+        qi_chat_template ct;
+        if (qi_chat_detect(m->chat_template, &ct, &err) || qi_chat_format(&ct, system, prompt, &text, &err))
+            goto fail;
+    }
+    const char *in = text ? text : prompt;
+    if (qi_tokenize(m->tok, in, strlen(in), true, chat, &ids, &n_ids, &err)) goto fail;
+    if (n_ids == 0) {
+        QI_ERR(&err, QI_ERR_INVALID, "the prompt tokenises to nothing");
+        goto fail;
+    }
+    if ((long)n_ids >= n_ctx) {
+        QI_ERR(&err, QI_ERR_INVALID, "the prompt is %zu tokens, which does not fit the context of %d (use -c)",
+               n_ids, n_ctx);
+        goto fail;
+    }
+    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err) || qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
+        goto fail;
+    for (size_t i = 0; i < n_ids; i++) qi_sampler_accept(smp, ids[i]);
+
+    double t0 = qi_now_s();
+    if (qi_ctx_eval(ctx, ids, (int)n_ids, false, &err)) goto fail;
+    double t1 = qi_now_s();
+    qi_detok dt;
+    qi_detok_init(&dt);
+    char buf[256];
+    int n_gen = 0;
+    for (; n_gen < n_predict && qi_ctx_n_past(ctx) < n_ctx; n_gen++) {
+        int32_t tok = qi_sampler_sample(smp, qi_ctx_logits(ctx, -1));
+        qi_sampler_accept(smp, tok);
+        if (!ignore_eos && qi_tokenizer_is_eog(m->tok, tok)) break;
+        if (print_ids) {
+            printf("%s%d", n_gen ? " " : "", tok);
+        } else {
+            size_t nb = qi_detok_push(m->tok, &dt, tok, false, buf, sizeof buf);
+            fwrite(buf, 1, nb < sizeof buf ? nb : sizeof buf, stdout);
+        }
+        fflush(stdout);
+        if (n_gen + 1 < n_predict && qi_ctx_n_past(ctx) < n_ctx && qi_ctx_eval(ctx, &tok, 1, false, &err))
+            goto fail;
+    }
+    if (!print_ids) {
+        size_t nb = qi_detok_flush(&dt, buf, sizeof buf);
+        fwrite(buf, 1, nb < sizeof buf ? nb : sizeof buf, stdout);
+    }
+    printf("\n");
+    fflush(stdout);
+    double t2 = qi_now_s();
+    fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads\n",
+            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads);
+    goto done;
+fail:
+    rc = qi_cli_fail(cmd, &err);
+done:
+    qi_free(ids);
+    qi_free(text);
+    qi_sampler_free(smp);
+    qi_ctx_free(ctx);
+    qi_model_free(m);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* cmd_ppl.c - `qinfer ppl`: perplexity as llama-perplexity computes it.
+ *
+ * The whole text is tokenised once (with BOS if the model adds one), cut into
+ * non-overlapping chunks of n_ctx tokens (at most n_tokens / n_ctx of them);
+ * each chunk starts a fresh context with its first token replaced by BOS
+ * (when the model adds BOS) and only the second half is scored: the logits at
+ * positions n_ctx/2 .. n_ctx-2 predict the next token. PPL = exp(mean NLL);
+ * the +/- is ppl * sqrt(var(NLL) / (count - 1)), as llama-perplexity prints.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qinfer/cache.h"
+#include "qinfer/eval.h"
+#include "qinfer/model.h"
+#include "threadpool.h"
+
+static void help(void) {
+    printf(
+        "usage: qinfer ppl [-m MODEL] -f FILE [--ctx N] [--chunks N] [-t N]\n\n"
+        "Perplexity of a text file, computed as llama-perplexity does: non-overlapping\n"
+        "chunks of N tokens, each scored on its second half.\n\n"
+        "  -m, --model MODEL   GGUF path or cached short name (default smollm2-135m)\n"
+        "  -f, --file FILE     text file, or a cached corpus short name (e.g. devil)\n"
+        "  -c, --ctx N         tokens per chunk (default 512)\n"
+        "      --chunks N      score only the first N chunks (default: all)\n"
+        "  -t, --threads N     worker threads (default: physical cores)\n"
+        "  -h, --help          this help\n");
+}
+
+typedef struct {
+    double t0;
+} progress_state;
+
+static void progress(void *ud, int done, int total, double ppl) {
+    progress_state *ps = ud;
+    double el = qi_now_s() - ps->t0;
+    fprintf(stderr, "[%d/%d] ppl %.4f  %.1f s/chunk, ETA %.0f s\n", done, total, ppl, el / done,
+            el / done * (total - done));
+}
+
+int qi_cmd_ppl(int argc, char **argv) {
+    const char *cmd = "ppl", *model_arg = "smollm2-135m", *file_arg = NULL;
+    int n_ctx = 512, max_chunks = -1, n_threads = qi_n_physical_cores();
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-f", "--file")) file_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 8, 1 << 20, &n_ctx);
+        else if (qi_args_is(&a, NULL, "--chunks")) qi_args_int(&a, 1, 1 << 30, &max_chunks);
+        else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    if (!file_arg) {
+        qi_cli_error(cmd, "no text given: use -f FILE (see qinfer ppl --help)");
+        return QI_EXIT_USAGE;
+    }
+    qi_err err = {0};
+    char mpath[1024], fpath[1024];
+    qi_model *m = NULL;
+    qi_ctx *ctx = NULL;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = 0;
+    if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
+        qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err) || qi_model_load(mpath, &m, &err))
+        goto fail;
+    if (n_ctx > m->hp.n_ctx_train) {
+        QI_ERR(&err, QI_ERR_INVALID, "--ctx %d exceeds the model's training context %d", n_ctx, m->hp.n_ctx_train);
+        goto fail;
+    }
+    FILE *f = fopen(fpath, "rb");
+    if (!f) {
+        QI_ERR(&err, QI_ERR_IO, "%s: cannot open", fpath);
+        goto fail;
+    }
+    size_t cap = 1 << 16, len = 0, got;
+    text = qi_malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            char *p = qi_realloc(text, cap * 2);
+            if (!p) { qi_free(text); text = NULL; break; }
+            text = p;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!text) {
+        QI_ERR(&err, QI_ERR_NOMEM, "out of memory reading %s", fpath);
+        goto fail;
+    }
+    if (qi_tokenize(m->tok, text, len, true, false, &ids, &n_ids, &err)) goto fail;
+    if (n_ids < 2 * (size_t)n_ctx) {
+        QI_ERR(&err, QI_ERR_INVALID, "%s is %zu tokens; perplexity at --ctx %d needs at least %d", fpath, n_ids,
+               n_ctx, 2 * n_ctx);
+        goto fail;
+    }
+    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
+    int n_chunk = (int)(n_ids / (size_t)n_ctx);
+    if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
+    fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
+            n_threads);
+    progress_state ps = {qi_now_s()};
+    qi_ppl_result r;
+    if (qi_perplexity(m, ctx, ids, n_ids, n_ctx, max_chunks, progress, &ps, &r, &err)) goto fail;
+    printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
+    printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+    goto done;
+fail:
+    rc = qi_cli_fail(cmd, &err);
+done:
+    qi_free(ids);
+    qi_free(text);
+    qi_ctx_free(ctx);
+    qi_model_free(m);
+    return rc;
+}

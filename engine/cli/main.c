@@ -1,0 +1,48 @@
+/* main.c - the qinfer program: dispatch to subcommands. Only this layer turns
+ * a qi_status into an exit code. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} k_cmds[] = {
+    {"generate", qi_cmd_generate, "generate text from a prompt, streaming tokens"},
+    {"ppl", qi_cmd_ppl, "perplexity of a text file, as llama-perplexity computes it"},
+    {"inspect", qi_cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"tokenize", qi_cmd_tokenize, "print the token ids (and pieces) of a text"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: qinfer COMMAND [options]   (qinfer COMMAND --help for each)\n\n"
+            "qinfer %s - a research harness for GPU-CPU collaborative LLM inference.\n\ncommands:\n",
+            QI_VERSION);
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].summary);
+    fprintf(f,
+            "\nModels: -m takes a GGUF path or the short name of a fetched model\n"
+            "(models/fetch.sh --list); the cache is $QINFER_CACHE or ~/.cache/qinfer.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return QI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("qinfer %s\n", QI_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        if (strcmp(argv[1], k_cmds[i].name) == 0) return k_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "qinfer: unknown command '%s' (see qinfer --help)\n", argv[1]);
+    return QI_EXIT_USAGE;
+}

@@ -1,0 +1,58 @@
+/* eval.c - perplexity, following llama-perplexity's definition exactly (see
+ * eval.h) so the two figures are comparable digit for digit. */
+#include "qinfer/eval.h"
+
+#include <math.h>
+
+double qi_log_prob(const float *logits, int V, int tok) {
+    float mx = logits[0];
+    for (int i = 1; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += expf(logits[i] - mx);
+    return logits[tok] - mx - log(sum);
+}
+
+qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t n_ids, int n_ctx,
+                        int max_chunks, qi_ppl_progress cb, void *ud, qi_ppl_result *out, qi_err *err) {
+    if (n_ctx < 4) return QI_ERR(err, QI_ERR_INVALID, "perplexity context %d is too small", n_ctx);
+    if (n_ids < 2 * (size_t)n_ctx)
+        return QI_ERR(err, QI_ERR_INVALID, "the text is %zu tokens; perplexity at context %d needs at least %d",
+                      n_ids, n_ctx, 2 * n_ctx);
+    if (qi_ctx_n_ctx(c) < n_ctx)
+        return QI_ERR(err, QI_ERR_INVALID, "evaluation context holds %d positions, need %d", qi_ctx_n_ctx(c), n_ctx);
+    int n_chunk = (int)(n_ids / (size_t)n_ctx);
+    if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
+    const int V = m->hp.n_vocab, first = n_ctx / 2;
+    const bool add_bos = qi_tokenizer_add_bos(m->tok);
+    int32_t *buf = qi_malloc(sizeof *buf * (size_t)n_ctx);
+    if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    double nll = 0, nll2 = 0;
+    long count = 0;
+    for (int k = 0; k < n_chunk; k++) {
+        const int32_t *chunk = ids + (size_t)k * n_ctx;
+        for (int i = 0; i < n_ctx; i++) buf[i] = chunk[i];
+        if (add_bos) buf[0] = qi_tokenizer_bos(m->tok);
+        qi_ctx_reset(c);
+        qi_status st = qi_ctx_eval(c, buf, n_ctx, true, err);
+        if (st) {
+            qi_free(buf);
+            return st;
+        }
+        for (int j = first; j < n_ctx - 1; j++) {
+            double lp = qi_log_prob(qi_ctx_logits(c, j), V, chunk[j + 1]);
+            nll -= lp;
+            nll2 += lp * lp;
+            count++;
+        }
+        if (cb) cb(ud, k + 1, n_chunk, exp(nll / count));
+    }
+    qi_free(buf);
+    double mean = nll / count, var = nll2 / count - mean * mean;
+    out->nll = mean;
+    out->ppl = exp(mean);
+    out->ppl_err = var > 0 ? sqrt(var / (count - 1)) * out->ppl : 0;
+    out->count = count;
+    out->n_chunks = n_chunk;
+    return QI_OK;
+}

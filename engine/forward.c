@@ -1,0 +1,194 @@
+/* forward.c - the llama forward pass for one sequence, over a backend.
+ *
+ * Per layer: x += Wo . attn(rope(Wq . n), rope(Wk . n), Wv . n) with
+ * n = rmsnorm(x); then x += Wdown . (silu(Wgate . m) * (Wup . m)) with
+ * m = rmsnorm(x). K and V of every position are kept in an fp16 cache
+ * [L][n_ctx][Hkv*D], as llama.cpp's default cache does, so attention reads the
+ * same rounded values.
+ *
+ * A prompt is evaluated in chunks of at most QI_MAX_CHUNK tokens so that
+ * scratch stays bounded whatever the prompt length; chunking does not change
+ * results (each token attends to the same cache rows either way).
+ * All scratch is sized in qi_ctx_create: nothing allocates during eval.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "qinfer/model.h"
+#include "qinfer/quant.h"
+
+#define QI_MAX_CHUNK 512
+
+struct qi_ctx {
+    const qi_model *m;
+    qi_backend *be;
+    int n_ctx, n_past;
+    uint16_t *k_cache, *v_cache; /* [L][n_ctx][Hkv*D] fp16 */
+    /* scratch, [QI_MAX_CHUNK] rows each */
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    float *logits; /* [cap_logits][V] */
+    int cap_logits, n_logits;
+};
+
+static size_t max_qrow_bytes(const qi_model *m) {
+    uint64_t best = 0;
+    qi_type_row_bytes(qi_vec_dot_type(m->output.type), (uint64_t)m->output.n_cols, &best);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const qi_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            uint64_t rb = 0;
+            qi_type_row_bytes(qi_vec_dot_type(lw[i]->type), (uint64_t)lw[i]->n_cols, &rb);
+            if (rb > best) best = rb;
+        }
+    }
+    return (size_t)best;
+}
+
+qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err) {
+    *out = NULL;
+    const qi_hparams *hp = &m->hp;
+    if (n_ctx < 1 || n_ctx > (1 << 20))
+        return QI_ERR(err, QI_ERR_INVALID, "context size %d out of range 1..%d", n_ctx, 1 << 20);
+    qi_ctx *c = qi_calloc(1, sizeof *c);
+    if (!c) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->n_ctx = n_ctx;
+    qi_status st = qi_backend_cpu_create(n_threads, &c->be, err);
+    if (st) {
+        qi_free(c);
+        return st;
+    }
+    const size_t kv = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t q = (size_t)hp->n_head * hp->head_dim;
+    const size_t R = QI_MAX_CHUNK;
+    c->k_cache = qi_malloc(sizeof(uint16_t) * (size_t)hp->n_layer * n_ctx * kv);
+    c->v_cache = qi_malloc(sizeof(uint16_t) * (size_t)hp->n_layer * n_ctx * kv);
+    c->x = qi_malloc(sizeof(float) * R * hp->n_embd);
+    c->xn = qi_malloc(sizeof(float) * R * ((size_t)hp->n_embd > q ? (size_t)hp->n_embd : q));
+    c->q = qi_malloc(sizeof(float) * R * q);
+    c->k = qi_malloc(sizeof(float) * R * kv);
+    c->v = qi_malloc(sizeof(float) * R * kv);
+    c->att = qi_malloc(sizeof(float) * R * q);
+    c->gate = qi_malloc(sizeof(float) * R * hp->n_ff);
+    c->up = qi_malloc(sizeof(float) * R * hp->n_ff);
+    c->cap_logits = 1;
+    c->logits = qi_malloc(sizeof(float) * hp->n_vocab);
+    if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att ||
+        !c->gate || !c->up || !c->logits) {
+        qi_ctx_free(c);
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory allocating a %d-token context", n_ctx);
+    }
+    if ((st = c->be->iface->reserve(c->be, max_qrow_bytes(m) * R, n_ctx, err))) {
+        qi_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return QI_OK;
+}
+
+void qi_ctx_free(qi_ctx *c) {
+    if (!c) return;
+    qi_backend_free(c->be);
+    qi_free(c->k_cache);
+    qi_free(c->v_cache);
+    qi_free(c->x);
+    qi_free(c->xn);
+    qi_free(c->q);
+    qi_free(c->k);
+    qi_free(c->v);
+    qi_free(c->att);
+    qi_free(c->gate);
+    qi_free(c->up);
+    qi_free(c->logits);
+    qi_free(c);
+}
+
+int qi_ctx_n_ctx(const qi_ctx *c) { return c->n_ctx; }
+int qi_ctx_n_past(const qi_ctx *c) { return c->n_past; }
+void qi_ctx_reset(qi_ctx *c) {
+    c->n_past = 0;
+    c->n_logits = 0;
+}
+
+/* One chunk of T <= QI_MAX_CHUNK tokens at positions n_past..; logits_out
+ * NULL skips the output head (an inner chunk of a long prompt). */
+static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_out, bool all) {
+    const qi_model *m = c->m;
+    const qi_hparams *hp = &m->hp;
+    const qi_backend_i *be = c->be->iface;
+    qi_backend *b = c->be;
+    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const long kvw = (long)Hkv * D;
+    const int pos0 = c->n_past;
+
+    be->get_rows(b, &m->tok_embd, tokens, T, c->x);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        be->rmsnorm(b, c->x, ly->attn_norm.data, T, E, hp->rms_eps, c->xn);
+        be->matmul(b, &ly->wq, c->xn, T, c->q);
+        be->matmul(b, &ly->wk, c->xn, T, c->k);
+        be->matmul(b, &ly->wv, c->xn, T, c->v);
+        be->rope(b, c->q, T, H, D, hp->n_rot, pos0, hp->rope_base, hp->rope_freq_scale, hp->rope_mode);
+        be->rope(b, c->k, T, Hkv, D, hp->n_rot, pos0, hp->rope_base, hp->rope_freq_scale, hp->rope_mode);
+        uint16_t *kc = c->k_cache + (size_t)l * c->n_ctx * kvw;
+        uint16_t *vc = c->v_cache + (size_t)l * c->n_ctx * kvw;
+        for (long i = 0; i < (long)T * kvw; i++) {
+            kc[pos0 * kvw + i] = qi_f32_to_fp16(c->k[i]);
+            vc[pos0 * kvw + i] = qi_f32_to_fp16(c->v[i]);
+        }
+        qi_attn_args a = {.T = T, .H = H, .Hkv = Hkv, .D = D, .pos0 = pos0,
+                          .scale = 1.0f / sqrtf((float)D), .q = c->q, .k = kc, .v = vc, .out = c->att};
+        be->attention(b, &a);
+        be->matmul(b, &ly->wo, c->att, T, c->xn);
+        for (long i = 0; i < (long)T * E; i++) c->x[i] += c->xn[i];
+
+        be->rmsnorm(b, c->x, ly->ffn_norm.data, T, E, hp->rms_eps, c->xn);
+        be->matmul(b, &ly->w_gate, c->xn, T, c->gate);
+        be->matmul(b, &ly->w_up, c->xn, T, c->up);
+        be->swiglu(b, c->gate, c->up, (long)T * hp->n_ff);
+        be->matmul(b, &ly->w_down, c->gate, T, c->xn);
+        for (long i = 0; i < (long)T * E; i++) c->x[i] += c->xn[i];
+    }
+    c->n_past += T;
+    if (!logits_out) return;
+    /* Output head: all rows, or only the last. */
+    const float *xs = all ? c->x : c->x + (long)(T - 1) * E;
+    int n_out = all ? T : 1;
+    be->rmsnorm(b, xs, m->out_norm.data, n_out, E, hp->rms_eps, c->xn);
+    be->matmul(b, &m->output, c->xn, n_out, logits_out);
+}
+
+qi_status qi_ctx_eval(qi_ctx *c, const int32_t *tokens, int n, bool logits_all, qi_err *err) {
+    const int V = c->m->hp.n_vocab;
+    if (n < 1) return QI_ERR(err, QI_ERR_INVALID, "nothing to evaluate");
+    if (n > c->n_ctx - c->n_past)
+        return QI_ERR(err, QI_ERR_INVALID, "context full: %d tokens already, %d more, context size %d",
+                      c->n_past, n, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return QI_ERR(err, QI_ERR_INVALID, "token id %d out of range 0..%d", tokens[i], V - 1);
+    int need = logits_all ? n : 1;
+    if (need > c->cap_logits) {
+        float *p = qi_realloc(c->logits, sizeof(float) * (size_t)need * V);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for %d rows of logits", need);
+        c->logits = p;
+        c->cap_logits = need;
+    }
+    for (int i = 0; i < n; i += QI_MAX_CHUNK) {
+        int T = n - i < QI_MAX_CHUNK ? n - i : QI_MAX_CHUNK;
+        if (logits_all)
+            eval_chunk(c, tokens + i, T, c->logits + (size_t)i * V, true);
+        else
+            eval_chunk(c, tokens + i, T, i + T == n ? c->logits : NULL, false);
+    }
+    c->n_logits = need;
+    return QI_OK;
+}
+
+const float *qi_ctx_logits(const qi_ctx *c, int i) {
+    if (i < 0) i = c->n_logits - 1;
+    if (i < 0 || i >= c->n_logits) return NULL;
+    return c->logits + (size_t)i * c->m->hp.n_vocab;
+}

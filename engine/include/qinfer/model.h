@@ -1,0 +1,100 @@
+/* model.h - a loaded model (hyper-parameters, weight views, tokenizer) and
+ * the single-sequence evaluation context.
+ *
+ * Everything about a model is read from its GGUF metadata; nothing is
+ * hard-coded per model. Weights stay in the read-only mapping of the file and
+ * are viewed in place.
+ */
+#ifndef QINFER_MODEL_H
+#define QINFER_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qinfer/gguf.h"
+#include "qinfer/status.h"
+#include "qinfer/tokenizer.h"
+
+typedef enum { QI_ARCH_LLAMA = 0 } qi_arch;
+
+typedef enum {
+    QI_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
+    QI_ROPE_NEOX = 1, /* rotate halves (x[i], x[i + n_rot/2]) */
+} qi_rope_mode;
+
+typedef struct {
+    qi_arch arch;
+    char arch_name[32];
+    int n_vocab;
+    int n_embd;    /* model width */
+    int n_layer;   /* L */
+    int n_head;    /* H: query heads */
+    int n_head_kv; /* Hkv */
+    int head_dim;  /* D */
+    int n_ff;      /* FFN hidden width */
+    int n_ctx_train;
+    int n_rot;         /* rotated dims per head */
+    float rope_base;   /* theta base */
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    qi_rope_mode rope_mode;
+    float rms_eps;
+    bool tied_output; /* output projection is the token embedding */
+} qi_hparams;
+
+/* A 2-D weight view: n_rows rows of n_cols elements of `type`, contiguous. */
+typedef struct {
+    uint32_t type;
+    int64_t n_cols; /* ne[0] */
+    int64_t n_rows; /* ne[1] */
+    uint64_t row_bytes;
+    const void *data;
+} qi_weight;
+
+typedef struct {
+    qi_weight attn_norm;          /* [n_embd] f32 */
+    qi_weight wq, wk, wv, wo;     /* wq: [n_embd -> H*D], wk/wv: [n_embd -> Hkv*D], wo: [H*D -> n_embd] */
+    qi_weight ffn_norm;           /* [n_embd] */
+    qi_weight w_gate, w_up;       /* [n_embd -> n_ff] */
+    qi_weight w_down;             /* [n_ff -> n_embd] */
+} qi_layer;
+
+typedef struct qi_model {
+    qi_gguf *gguf;
+    qi_hparams hp;
+    qi_tokenizer *tok;
+    qi_weight tok_embd; /* [n_embd x n_vocab] */
+    qi_weight out_norm; /* [n_embd] */
+    qi_weight output;   /* [n_embd -> n_vocab]; == tok_embd when tied */
+    qi_layer *layers;   /* [n_layer] */
+    char *chat_template; /* NULL if the file has none */
+    uint64_t n_params;
+    uint64_t weight_bytes;
+} qi_model;
+
+/* Load a model from a GGUF file. Messages name the file and the problem
+ * (missing tensor, wrong shape, unsupported architecture or tensor type). */
+qi_status qi_model_load(const char *path, qi_model **out, qi_err *err);
+/* Same over an already-open GGUF; takes ownership of g (closed by
+ * qi_model_free, or on failure). */
+qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err);
+void qi_model_free(qi_model *m);
+
+/* ---- Evaluation context: one sequence, a KV cache, scratch --------------- */
+
+typedef struct qi_ctx qi_ctx;
+
+/* n_ctx: maximum positions; n_threads >= 1. */
+qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err);
+void qi_ctx_free(qi_ctx *c);
+int qi_ctx_n_ctx(const qi_ctx *c);
+int qi_ctx_n_past(const qi_ctx *c);
+void qi_ctx_reset(qi_ctx *c); /* forget the sequence */
+
+/* Run n tokens at positions n_past..n_past+n-1 (a prompt chunk or one decode
+ * step). With logits_all, logits for every token are kept (for perplexity);
+ * otherwise only the last token's. Fails if the context would overflow. */
+qi_status qi_ctx_eval(qi_ctx *c, const int32_t *tokens, int n, bool logits_all, qi_err *err);
+/* Logits of the i-th token of the last eval (i = -1: the last one). [n_vocab] */
+const float *qi_ctx_logits(const qi_ctx *c, int i);
+
+#endif

@@ -1,0 +1,253 @@
+/* model.c - build a qi_model from GGUF metadata and tensors.
+ *
+ * Hyper-parameters come from "<arch>.*" keys; weights are views into the
+ * mapping, each checked for existence, shape and a type the kernels can dot.
+ * Anything missing or inconsistent is a QI_ERR_FORMAT naming the file and the
+ * key or tensor, so a bad or foreign file never reaches the forward pass.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qinfer/model.h"
+#include "qinfer/quant.h"
+
+static qi_status get_int(const qi_gguf *g, const char *arch, const char *suffix, bool required,
+                         int def, int *out, qi_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, key);
+    if (!kv) {
+        if (required) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing metadata key %s", qi_gguf_path(g), key);
+        *out = def;
+        return QI_OK;
+    }
+    if (!qi_gguf_kv_i64(kv, &v) || v < 0 || v > (1 << 30))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: metadata %s is not a sane non-negative integer",
+                      qi_gguf_path(g), key);
+    *out = (int)v;
+    return QI_OK;
+}
+
+static qi_status get_float(const qi_gguf *g, const char *arch, const char *suffix, float def,
+                           float *out, qi_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, key);
+    double v;
+    if (!kv) {
+        *out = def;
+        return QI_OK;
+    }
+    if (!qi_gguf_kv_f64(kv, &v) || !isfinite(v))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: metadata %s is not a finite number", qi_gguf_path(g), key);
+    *out = (float)v;
+    return QI_OK;
+}
+
+/* Find a tensor and check it is [n_cols, n_rows] (n_rows 0: 1-D of n_cols). */
+static qi_status get_weight(const qi_gguf *g, const char *name, int64_t n_cols, int64_t n_rows,
+                            bool optional, qi_weight *w, qi_err *err) {
+    const qi_gguf_tensor *t = qi_gguf_tensor_find(g, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (optional) return QI_OK;
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor %s", qi_gguf_path(g), name);
+    }
+    int64_t want_rows = n_rows ? n_rows : 1;
+    if ((int64_t)t->ne[0] != n_cols || (int64_t)t->ne[1] != want_rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return QI_ERR(err, QI_ERR_FORMAT,
+                      "%s: tensor %s has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]",
+                      qi_gguf_path(g), name, (unsigned long long)t->ne[0],
+                      (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                      (unsigned long long)t->ne[3], (long long)n_cols, (long long)want_rows);
+    if (n_rows == 0 && t->type != QI_TYPE_F32)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: norm tensor %s has type %s, expected f32",
+                      qi_gguf_path(g), name, qi_type_get(t->type)->name);
+    if (n_rows != 0 && !qi_type_can_dot(t->type))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which the engine cannot compute with",
+                      qi_gguf_path(g), name, qi_type_get(t->type)->name);
+    w->type = t->type;
+    w->n_cols = n_cols;
+    w->n_rows = want_rows;
+    w->row_bytes = t->n_bytes / (uint64_t)want_rows;
+    w->data = t->data;
+    return QI_OK;
+}
+
+static qi_status load_llama(qi_model *m, qi_err *err) {
+    qi_gguf *g = m->gguf;
+    qi_hparams *hp = &m->hp;
+    const char *a = hp->arch_name;
+    qi_status st;
+    if ((st = get_int(g, a, "embedding_length", true, 0, &hp->n_embd, err)) ||
+        (st = get_int(g, a, "block_count", true, 0, &hp->n_layer, err)) ||
+        (st = get_int(g, a, "feed_forward_length", true, 0, &hp->n_ff, err)) ||
+        (st = get_int(g, a, "attention.head_count", true, 0, &hp->n_head, err)) ||
+        (st = get_int(g, a, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
+        (st = get_int(g, a, "context_length", false, 2048, &hp->n_ctx_train, err)) ||
+        (st = get_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (st = get_float(g, a, "rope.freq_base", 10000.0f, &hp->rope_base, err)))
+        return st;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
+        hp->n_ff <= 0 || hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
+        return QI_ERR(err, QI_ERR_FORMAT,
+                      "%s: inconsistent hyper-parameters (n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d)",
+                      qi_gguf_path(g), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    if ((st = get_int(g, a, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim, err)) ||
+        (st = get_int(g, a, "rope.dimension_count", false, hp->head_dim, &hp->n_rot, err)))
+        return st;
+    if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: bad head size %d / rotary dims %d", qi_gguf_path(g),
+                      hp->head_dim, hp->n_rot);
+    int vlen;
+    if ((st = get_int(g, a, "attention.value_length", false, hp->head_dim, &vlen, err))) return st;
+    if (vlen != hp->head_dim)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: value head size %d differs from key head size %d",
+                      qi_gguf_path(g), vlen, hp->head_dim);
+    if (hp->rope_base <= 0) return QI_ERR(err, QI_ERR_FORMAT, "%s: rope.freq_base must be positive", qi_gguf_path(g));
+    if (hp->rms_eps <= 0 || hp->rms_eps > 1)
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range", qi_gguf_path(g), hp->rms_eps);
+
+    /* RoPE scaling: none or linear (freq_scale = 1/factor). */
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_mode = QI_ROPE_NORM;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    qi_str stype;
+    if (qi_gguf_get_str(g, key, &stype) && !qi_str_eq(stype, "none")) {
+        if (!qi_str_eq(stype, "linear"))
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported (none, linear)",
+                          qi_gguf_path(g), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr);
+        float factor;
+        if ((st = get_float(g, a, "rope.scaling.factor", 1.0f, &factor, err))) return st;
+        if (factor <= 0) return QI_ERR(err, QI_ERR_FORMAT, "%s: rope.scaling.factor must be positive", qi_gguf_path(g));
+        hp->rope_freq_scale = 1.0f / factor;
+    } else {
+        float factor = 0;
+        if ((st = get_float(g, a, "rope.scale_linear", 0.0f, &factor, err))) return st;
+        if (factor > 0) hp->rope_freq_scale = 1.0f / factor;
+    }
+    if (qi_gguf_tensor_find(g, "rope_freqs.weight"))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: per-frequency RoPE factors (rope_freqs.weight) are not supported yet",
+                      qi_gguf_path(g));
+
+    /* Vocabulary size from the embedding matrix. */
+    const qi_gguf_tensor *te = qi_gguf_tensor_find(g, "token_embd.weight");
+    if (!te) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor token_embd.weight", qi_gguf_path(g));
+    if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: token_embd.weight has an implausible vocabulary of %llu rows",
+                      qi_gguf_path(g), (unsigned long long)te->ne[1]);
+    hp->n_vocab = (int)te->ne[1];
+
+    const int E = hp->n_embd, Dq = hp->n_head * hp->head_dim, Dkv = hp->n_head_kv * hp->head_dim;
+    if ((st = get_weight(g, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd, err)) ||
+        (st = get_weight(g, "output_norm.weight", E, 0, false, &m->out_norm, err)) ||
+        (st = get_weight(g, "output.weight", E, hp->n_vocab, true, &m->output, err)))
+        return st;
+    hp->tied_output = m->output.data == NULL;
+    if (hp->tied_output) m->output = m->tok_embd;
+
+    m->layers = qi_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        qi_layer *ly = &m->layers[l];
+        struct {
+            const char *name;
+            qi_weight *w;
+            int64_t cols, rows;
+        } spec[] = {
+            {"attn_norm", &ly->attn_norm, E, 0},     {"attn_q", &ly->wq, E, Dq},
+            {"attn_k", &ly->wk, E, Dkv},             {"attn_v", &ly->wv, E, Dkv},
+            {"attn_output", &ly->wo, Dq, E},         {"ffn_norm", &ly->ffn_norm, E, 0},
+            {"ffn_gate", &ly->w_gate, E, hp->n_ff},  {"ffn_up", &ly->w_up, E, hp->n_ff},
+            {"ffn_down", &ly->w_down, hp->n_ff, E},
+        };
+        for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, spec[i].name);
+            if ((st = get_weight(g, name, spec[i].cols, spec[i].rows, false, spec[i].w, err))) return st;
+        }
+    }
+    return QI_OK;
+}
+
+static void count_params(qi_model *m) {
+    qi_gguf *g = m->gguf;
+    for (uint64_t i = 0; i < qi_gguf_n_tensors(g); i++) {
+        const qi_gguf_tensor *t = qi_gguf_tensor_at(g, i);
+        m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->weight_bytes += t->n_bytes;
+    }
+}
+
+qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err) {
+    *out = NULL;
+    qi_model *m = qi_calloc(1, sizeof *m);
+    if (!m) {
+        qi_gguf_close(g);
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    }
+    m->gguf = g;
+    qi_status st = QI_OK;
+    qi_str arch;
+    if (!qi_gguf_get_str(g, "general.architecture", &arch)) {
+        st = QI_ERR(err, QI_ERR_FORMAT, "%s: missing metadata key general.architecture", qi_gguf_path(g));
+        goto fail;
+    }
+    if (arch.len >= sizeof m->hp.arch_name) arch.len = sizeof m->hp.arch_name - 1;
+    memcpy(m->hp.arch_name, arch.ptr, arch.len);
+    m->hp.arch_name[arch.len] = 0;
+    if (strcmp(m->hp.arch_name, "llama") == 0) {
+        m->hp.arch = QI_ARCH_LLAMA;
+        st = load_llama(m, err);
+    } else {
+        st = QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama)",
+                    qi_gguf_path(g), m->hp.arch_name);
+    }
+    if (st) goto fail;
+
+    if ((st = qi_tokenizer_create(g, &m->tok, err))) {
+        qi_err_prefix(err, "%s", qi_gguf_path(g));
+        goto fail;
+    }
+    if (qi_tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
+        st = QI_ERR(err, QI_ERR_FORMAT, "%s: tokenizer has %d tokens but the embedding has %d rows",
+                    qi_gguf_path(g), qi_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    qi_str tmpl;
+    if (qi_gguf_get_str(g, "tokenizer.chat_template", &tmpl)) {
+        m->chat_template = qi_malloc(tmpl.len + 1);
+        if (!m->chat_template) {
+            st = QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(m->chat_template, tmpl.ptr, tmpl.len);
+        m->chat_template[tmpl.len] = 0;
+    }
+    count_params(m);
+    *out = m;
+    return QI_OK;
+fail:
+    qi_model_free(m);
+    return st;
+}
+
+qi_status qi_model_load(const char *path, qi_model **out, qi_err *err) {
+    qi_gguf *g;
+    *out = NULL;
+    qi_status st = qi_gguf_open(path, &g, err);
+    if (st) return st;
+    return qi_model_from_gguf(g, out, err);
+}
+
+void qi_model_free(qi_model *m) {
+    if (!m) return;
+    qi_tokenizer_free(m->tok);
+    qi_free(m->layers);
+    qi_free(m->chat_template);
+    qi_gguf_close(m->gguf);
+    qi_free(m);
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Set up qinfer on a fresh Debian 12 machine: install the Debian packages it
+# needs, build it, and fetch the default model and the evaluation corpus into
+# the cache ($QINFER_CACHE, default ~/.cache/qinfer).
+#
+#   scripts/setup.sh            everything
+#   scripts/setup.sh --no-fetch install and build only
+#   scripts/setup.sh --help
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fetch=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-fetch) fetch=0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+pkgs=(build-essential cmake pkg-config libopenblas-dev libsqlite3-dev liblua5.4-dev lua5.4
+      check libpcre2-dev gnuplot-nox python3-pip python3-venv unzip ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup.sh: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+
+if ((fetch)); then
+  models/fetch.sh smollm2-135m devil
+fi
+echo "setup.sh: done; the program is build/qinfer"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# End-to-end checks of the qinfer program: --help everywhere, one-line errors
+# with a non-zero exit for bad input, and real runs on the cached default
+# model. Usage: test_cli.sh PATH/TO/qinfer
+set -uo pipefail
+Q=${1:?usage: test_cli.sh PATH/TO/qinfer}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+
+ok()   { passes=$((passes + 1)); }
+bad()  { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_fail CODE PATTERN CMD...: exits with CODE, stderr one line matching PATTERN
+expect_fail() {
+  local code=$1 pat=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
+  if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
+  grep -q -- "$pat" "$tmp/err" || { bad "$* -> stderr lacks '$pat': $(cat "$tmp/err")"; return; }
+  ok
+}
+expect_ok() {
+  "$@" >"$tmp/out" 2>"$tmp/err" || { bad "$* -> exit $? ($(head -c 300 "$tmp/err"))"; return 1; }
+  ok
+}
+
+# --help on every command, exit 0, mentions usage
+for c in "" generate ppl inspect tokenize; do
+  expect_ok $Q $c --help && { grep -q usage "$tmp/out" || bad "qinfer $c --help prints no usage"; }
+done
+expect_fail 2 "unknown command" $Q frobnicate
+expect_fail 2 "unknown option '--bogus'" $Q generate --bogus -p hi
+expect_fail 2 "needs a value" $Q generate -p
+expect_fail 2 "not an integer" $Q generate -p hi -n 12x
+expect_fail 2 "not an integer" $Q generate -p hi -t 0
+expect_fail 2 "not a number" $Q generate -p hi --temp nan
+expect_fail 2 "no prompt" $Q generate
+expect_fail 2 "no such file" $Q generate -m /nonexistent/model.gguf -p hi
+expect_fail 2 "no text given" $Q ppl
+expect_fail 2 "no model given" $Q inspect
+expect_fail 2 "unexpected argument" $Q inspect a b
+printf 'GGUF\003\000\000\000garbage' >"$tmp/bad.gguf"
+expect_fail 1 "bad.gguf" $Q inspect "$tmp/bad.gguf"
+: >"$tmp/empty.gguf"
+expect_fail 1 "empty.gguf" $Q generate -m "$tmp/empty.gguf" -p hi
+expect_fail 2 "not a known model name" $Q generate -m not-a-model -p hi
+
+cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
+if [[ ! -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+  echo "$passes passed, $fails failed (model checks skipped: smollm2-135m not cached; run models/fetch.sh smollm2-135m)"
+  [[ $fails -eq 0 ]] && exit 77 || exit 1
+fi
+
+M="-m smollm2-135m -t 2"
+expect_ok $Q inspect smollm2-135m && { grep -q "general.architecture" "$tmp/out" && grep -q "blk.0.attn_q.weight" "$tmp/out" || bad "inspect output incomplete"; }
+expect_ok $Q generate $M -p "The capital of France is" -n 8 --temp 0 && cp "$tmp/out" "$tmp/g1"
+grep -qi "paris" "$tmp/g1" || bad "greedy continuation does not mention Paris: $(cat "$tmp/g1")"
+expect_ok $Q generate $M -p "Once upon a time" -n 12 --seed 7 && cp "$tmp/out" "$tmp/s1"
+expect_ok $Q generate $M -p "Once upon a time" -n 12 --seed 7 && cp "$tmp/out" "$tmp/s2"
+cmp -s "$tmp/s1" "$tmp/s2" || bad "same seed gave different text"
+expect_ok $Q generate $M --chat -p "What is 2+2?" -n 16 --temp 0
+expect_fail 2 "does not fit the context" $Q generate $M -c 8 -p "one two three four five six seven eight nine ten eleven"
+expect_fail 2 "needs at least" $Q ppl $M -f "$tmp/bad.gguf" -c 512
+expect_ok $Q tokenize -m smollm2-135m -p "Hello world" && { [[ $(cat "$tmp/out") =~ ^[0-9\ ]+$ ]] || bad "tokenize output: $(cat "$tmp/out")"; }
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]

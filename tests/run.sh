@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite: a Release build with every test (unit, goldens
+# against llama.cpp, CLI, GGUF fuzzing), then an AddressSanitizer + UBSan
+# build running the unit tests and 10,000 fuzzed GGUF files, with the
+# model-level golden tests cut to a few cases (QI_TEST_QUICK=1) to stay fast.
+#
+#   tests/run.sh            both builds
+#   tests/run.sh --fast     Release build only
+# Needs the Debian packages of scripts/setup.sh; model-level tests need
+# models/fetch.sh smollm2-135m devil (they skip, loudly, without them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fast=0
+[[ ${1:-} == --fast ]] && fast=1
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+
+echo "== Release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+if ((fast == 0)); then
+  echo "== AddressSanitizer + UBSan build and tests"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQI_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j"$jobs"
+  (cd build-asan && QI_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
+fi
+echo "== all tests passed"
