@@ -22,7 +22,7 @@ cmake --build build -j"$jobs"
 
 if ((fast == 0)); then
   echo "== AddressSanitizer + UBSan build and tests"
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQI_SANITIZE=ON >/dev/null
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON >/dev/null
   cmake --build build-asan -j"$jobs"
   (cd build-asan && QI_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")

@@ -97,6 +97,8 @@ int qi_cmd_ppl(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory reading %s", fpath);
         goto fail;
     }
+    /* llama-perplexity drops one trailing newline before tokenising */
+    if (len > 0 && text[len - 1] == '\n') len--;
     if (qi_tokenize(m->tok, text, len, true, false, &ids, &n_ids, &err)) goto fail;
     if (n_ids < 2 * (size_t)n_ctx) {
         QI_ERR(&err, QI_ERR_INVALID, "%s is %zu tokens; perplexity at --ctx %d needs at least %d", fpath, n_ids,

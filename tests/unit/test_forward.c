@@ -389,9 +389,5 @@ int main(void) {
     tcase_add_test(tc, forward_q4_1);
     tcase_add_test(tc, loader_errors);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qi_test_run_suite(su);
 }

@@ -11,6 +11,7 @@
 #include "qinfer/chat.h"
 #include "sha256.h"
 #include "threadpool.h"
+#include "testutil.h"
 
 static void hash_str(const char *s, char hex[65]) {
     qi_sha256 h;
@@ -174,9 +175,5 @@ int main(void) {
     tcase_add_test(tc, pool_covers_every_index_once);
     tcase_add_test(tc, first_error_wins);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qi_test_run_suite(su);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "qinfer/sampler.h"
+#include "testutil.h"
 
 static qi_sampler *make(qi_sampler_params p, int V) {
     qi_sampler *s = NULL;
@@ -165,9 +166,5 @@ int main(void) {
     tcase_add_test(tc, repetition_penalty);
     tcase_add_test(tc, bad_parameters_rejected);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qi_test_run_suite(su);
 }

@@ -1,6 +1,8 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 
+#include <check.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,4 +71,12 @@ uint64_t qi_test_rand(uint64_t *s) {
 
 float qi_test_randf(uint64_t *s) {
     return (float)((qi_test_rand(s) >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+int qi_test_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }

@@ -20,4 +20,9 @@ unsigned char *qi_test_unhex(const char *hex, size_t *len);
 uint64_t qi_test_rand(uint64_t *state);
 float qi_test_randf(uint64_t *state); /* uniform in [-1, 1) */
 
+/* Run a Check suite (fork mode unless CK_FORK=no) and return the process
+ * exit code: 0 when every test passed, 1 otherwise. Takes ownership. */
+struct Suite;
+int qi_test_run_suite(struct Suite *s);
+
 #endif
