@@ -1,31 +1,48 @@
-/* backend_cpu.c - the CPU backend: every op in plain C over the reference
- * kernels of quant.c, parallelised over a persistent thread pool.
+/* backend_cpu.c - the CPU backend: every op over the kernels of kernels.h,
+ * parallelised over a persistent thread pool.
  *
- * The arithmetic follows llama.cpp's CPU path: activations are quantised per
- * row to the weight type's dot partner (Q8_0 / Q8_1 / Q8_K / F16) exactly as
- * llama.cpp does at run time (quant_act.c) before the integer dot; RMSNorm sums in
- * double; RoPE angles advance by repeated multiplication in float; the KV
- * cache is fp16 and queries are rounded to fp16 before QK. Where we differ
- * (softmax order inside attention) the tests against the goldens bound it.
+ * The arithmetic is llama.cpp's x86 CPU path, operation for operation, so
+ * that logits agree bit for bit rather than approximately (SmolLM2's huge
+ * activations turn any 1e-6 difference into a flipped activation quant):
+ * activations are quantised per row to the weight type's dot partner exactly
+ * as llama.cpp does at run time (quant_act.c); the dots use llama.cpp's x86
+ * lanes and FMAs (kernels_ref.c says which; for q4_K/q6_K the order also
+ * depends on whether the matmul has 8 tokens or more, as llama.cpp switches
+ * to its tiled kernel there), falling back to quant.c's generic order for
+ * weight types without an x86-order kernel (q5_K, F16/BF16/F32 weights);
+ * RMSNorm sums in double; RoPE angles advance by
+ * repeated multiplication in float and the rotation is fused as GCC fused
+ * ggml's; attention is the non-flash path: fp16 K/V cache, queries and
+ * softmax weights rounded to fp16, F16 dots in the order of ggml_vec_dot_f16
+ * for one-token steps and of llamafile's tinyBLAS for batches, softmax with
+ * ggml's vectorised exp.
  *
- * Work split: matmuls by output rows (each weight row read once per step for
- * all T tokens), attention by (token, head) pairs.
+ * Work split: matmuls by output rows (each weight row read once per block of
+ * MM_TOKEN_BLOCK tokens, whose quantised activations stay in L1), attention
+ * by (token, head) pairs, SwiGLU by 16-element-aligned ranges.
  */
 #include <math.h>
 #include <string.h>
 
 #include "backend.h"
+#include "kernels.h"
 #include "qinfer/quant.h"
 #include "quant_act.h"
 #include "threadpool.h"
 
 typedef struct {
     qi_pool *pool;
+    const qi_kernels *k;
     void *scratch; /* quantised activations */
     size_t scratch_bytes;
-    float *att; /* per-thread score rows */
+    float *att;     /* per-thread score rows, [n_threads][att_len] */
+    uint16_t *w16;  /* per-thread fp16 softmax weights, same shape */
     int att_len;
 } cpu_ctx;
+
+/* Tokens per pass over the weights: 32 Q8_1 rows of 2048 elements are 72 KiB,
+ * about what stays cached next to the weight row. */
+#define MM_TOKEN_BLOCK 32
 
 static cpu_ctx *C(qi_backend *b) { return (cpu_ctx *)b->ctx; }
 
@@ -39,6 +56,7 @@ typedef struct {
     uint32_t dot_type;
     uint64_t qrow_bytes;
     void *xq;
+    qi_k_gemm_fn gemm; /* NULL: quant.c's generic-order reference */
 } mm_job;
 
 static void mm_quantize(void *arg, int ith, int nth) {
@@ -55,17 +73,29 @@ static void mm_rows(void *arg, int ith, int nth) {
     const qi_weight *w = j->w;
     long lo, hi;
     qi_split(w->n_rows, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++) {
-        const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
-        for (int t = 0; t < j->T; t++)
-            j->y[(long)t * w->n_rows + r] =
-                qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + t * j->qrow_bytes);
+    if (!j->gemm) {
+        for (long r = lo; r < hi; r++) {
+            const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
+            for (int t = 0; t < j->T; t++)
+                j->y[(long)t * w->n_rows + r] =
+                    qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + t * j->qrow_bytes);
+        }
+        return;
+    }
+    if (lo >= hi) return;
+    for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
+        const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
+        j->gemm(w->n_cols, (const char *)w->data + (uint64_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo),
+                (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes, nt,
+                j->y + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
     }
 }
 
 static void cpu_matmul(qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
     cpu_ctx *c = C(b);
-    mm_job j = {.w = w, .x = x, .T = T, .y = y, .dot_type = qi_vec_dot_type(w->type)};
+    mm_job j = {.w = w, .x = x, .T = T, .y = y, .dot_type = qi_vec_dot_type(w->type),
+                .gemm = T >= QI_K_WIDE_MIN && c->k->gemm_wide[w->type] ? c->k->gemm_wide[w->type]
+                                                                        : c->k->gemm[w->type]};
     uint64_t rb = 0;
     qi_type_row_bytes(j.dot_type, (uint64_t)w->n_cols, &rb);
     j.qrow_bytes = rb;
@@ -89,32 +119,64 @@ static void cpu_rmsnorm(qi_backend *b, const float *x, const float *w, int T, in
     }
 }
 
+/* ggml's rotation, with the fusion GCC gave it (checked against the library
+ * for NORMAL and NEOX and head sizes 2..256): x0*cos - x1*sin becomes
+ * fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos becomes fma(x0, sin, x1*cos),
+ * except that in NORMAL mode (adjacent pairs) the vector loop covers whole
+ * groups of four pairs and the last n_pairs % 4 pairs are computed unfused. */
 static void cpu_rope(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
                      float base, float freq_scale, int mode) {
+    QI_ASSERT(n_rot <= 1024 && n_rot % 2 == 0);
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const int neox = mode == QI_ROPE_NEOX, n_pairs = n_rot / 2;
+    const int n_fused = neox ? n_pairs : n_pairs / 4 * 4;
+    float cs[512], sn[512];
     for (int t = 0; t < T; t++) {
+        float theta = (float)(pos0 + t);
+        for (int i = 0; i < n_pairs; i++) {
+            const float th = theta * freq_scale;
+            cs[i] = cosf(th);
+            sn[i] = sinf(th);
+            theta *= theta_scale;
+        }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((long)t * n_heads + h) * D;
-            float theta = (float)(pos0 + t);
-            for (int i = 0; i < n_rot; i += 2) {
-                float th = theta * freq_scale;
-                float cs = cosf(th), sn = sinf(th);
-                int a = mode == QI_ROPE_NEOX ? i / 2 : i;
-                int bb = mode == QI_ROPE_NEOX ? i / 2 + n_rot / 2 : i + 1;
-                float x0 = v[a], x1 = v[bb];
-                v[a] = x0 * cs - x1 * sn;
-                v[bb] = x0 * sn + x1 * cs;
-                theta *= theta_scale;
+            for (int i = 0; i < n_pairs; i++) {
+                const int a = neox ? i : 2 * i, bb = neox ? i + n_pairs : 2 * i + 1;
+                const float x0 = v[a], x1 = v[bb];
+                if (i < n_fused) {
+                    v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[bb] = fmaf(x0, sn[i], x1 * cs[i]);
+                } else {
+                    v[a] = x0 * cs[i] - x1 * sn[i];
+                    v[bb] = x0 * sn[i] + x1 * cs[i];
+                }
             }
         }
     }
 }
 
+typedef struct {
+    const qi_kernels *k;
+    float *gate;
+    const float *up;
+    long n;
+} swiglu_job;
+
+static void swiglu_work(void *arg, int ith, int nth) {
+    swiglu_job *j = arg;
+    long lo, hi;
+    /* split in 16-element units so every thread's range starts where one of
+     * ggml's 16-lane chunks does */
+    qi_split((j->n + 15) / 16, ith, nth, &lo, &hi);
+    lo *= 16;
+    hi = hi * 16 < j->n ? hi * 16 : j->n;
+    if (lo < hi) j->k->swiglu(hi - lo, j->gate + lo, j->up + lo);
+}
+
 static void cpu_swiglu(qi_backend *b, float *gate, const float *up, long n) {
-    for (long i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    swiglu_job j = {C(b)->k, gate, up, n};
+    qi_pool_run(C(b)->pool, swiglu_work, &j);
 }
 
 static void cpu_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out) {
@@ -133,37 +195,26 @@ typedef struct {
 static void att_work(void *arg, int ith, int nth) {
     att_job *j = arg;
     const qi_attn_args *a = j->a;
+    const qi_kernels *K = j->c->k;
     const int D = a->D, kv_stride = a->Hkv * D, group = a->H / a->Hkv;
+    /* llama.cpp multiplies one token's F16 operands with ggml_vec_dot_f16
+     * and a batch's with tinyBLAS: different orders, same as theirs */
+    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
     float *s = j->c->att + (long)ith * j->c->att_len;
-    float q16[1024];
+    uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
+    uint16_t q16[1024];
     long lo, hi;
     qi_split((long)a->T * a->H, ith, nth, &lo, &hi);
     for (long th = lo; th < hi; th++) {
         int t = (int)(th / a->H), h = (int)(th % a->H), hk = h / group;
         int n_pos = a->pos0 + t + 1;
         const float *q = a->q + ((long)t * a->H + h) * D;
-        for (int d = 0; d < D; d++) q16[d] = qi_fp16_to_f32(qi_f32_to_fp16(q[d]));
-        float mx = -INFINITY;
-        for (int p = 0; p < n_pos; p++) {
-            const uint16_t *k = a->k + (long)p * kv_stride + (long)hk * D;
-            float dot = 0.0f;
-            for (int d = 0; d < D; d++) dot += q16[d] * qi_fp16_to_f32(k[d]);
-            s[p] = dot * a->scale;
-            if (s[p] > mx) mx = s[p];
-        }
-        double sum = 0.0;
-        for (int p = 0; p < n_pos; p++) {
-            s[p] = expf(s[p] - mx);
-            sum += s[p];
-        }
-        float inv = (float)(1.0 / sum);
-        float *o = a->out + ((long)t * a->H + h) * D;
-        memset(o, 0, sizeof(float) * (size_t)D);
-        for (int p = 0; p < n_pos; p++) {
-            const uint16_t *v = a->v + (long)p * kv_stride + (long)hk * D;
-            float w = qi_fp16_to_f32(qi_f32_to_fp16(s[p] * inv));
-            for (int d = 0; d < D; d++) o[d] += w * qi_fp16_to_f32(v[d]);
-        }
+        for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+        K->attn_scores(ord, D, q16, a->k + (long)hk * D, (size_t)kv_stride, n_pos, s);
+        for (int p = 0; p < n_pos; p++) s[p] *= a->scale;
+        K->softmax_f16(n_pos, s, w16);
+        K->attn_values(ord, D, w16, a->v + (long)hk * D, (size_t)kv_stride, n_pos,
+                       a->out + ((long)t * a->H + h) * D);
     }
 }
 
@@ -180,6 +231,7 @@ static void cpu_free(qi_backend *b) {
         qi_pool_free(c->pool);
         qi_free(c->scratch);
         qi_free(c->att);
+        qi_free(c->w16);
         qi_free(c);
     }
     qi_free(b);
@@ -211,6 +263,7 @@ qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err) {
     }
     b->iface = &k_cpu_iface;
     b->ctx = c;
+    c->k = qi_kernels_get();
     qi_status st = qi_pool_create(n_threads, &c->pool, err);
     if (st) {
         cpu_free(b);
@@ -229,9 +282,12 @@ static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, q
         c->scratch_bytes = scratch_bytes;
     }
     if (max_pos > c->att_len) {
-        float *p = qi_realloc(c->att, sizeof(float) * (size_t)max_pos * (size_t)qi_pool_size(c->pool));
-        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving attention scratch");
-        c->att = p;
+        const size_t n = (size_t)max_pos * (size_t)qi_pool_size(c->pool);
+        float *p = qi_realloc(c->att, sizeof(float) * n);
+        if (p) c->att = p;
+        uint16_t *p16 = p ? qi_realloc(c->w16, sizeof(uint16_t) * n) : NULL;
+        if (p16) c->w16 = p16;
+        if (!p || !p16) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving attention scratch");
         c->att_len = max_pos;
     }
     return QI_OK;

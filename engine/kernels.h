@@ -1,0 +1,118 @@
+/* kernels.h - the CPU backend's inner loops, in llama.cpp's x86 order.
+ *
+ * Each op has a plain-C reference qi_k_<op>_ref (kernels_ref.c) whose
+ * floating-point operations are, by definition, those llama.cpp's CPU
+ * backend performs on an x86-64 AVX-512 build: the same lanes, the same fused
+ * multiply-adds, the same reduction trees, the same exp approximation. The
+ * SIMD variants (kernels_avx2.c, kernels_avx512.c) keep that lane structure
+ * and are bit-identical to the reference; tests/unit/test_kernels.c holds
+ * them to it. A table of function pointers is chosen once from CPUID.
+ *
+ * Formats are those of qinfer/quant.h. fp16 values are raw uint16_t bits.
+ */
+#ifndef QI_KERNELS_H
+#define QI_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qinfer/types.h"
+
+/* Which of llama.cpp's two F16 matmul paths an attention dot follows.
+ * VEC:  ggml_vec_dot_f16, taken when the batch has one token (T == 1).
+ * GEMM: llamafile's tinyBLAS, taken for T >= 2 (when its shape checks pass;
+ *       the kernels fall back to VEC exactly where tinyBLAS declines). */
+typedef enum { QI_K_ORD_VEC = 0, QI_K_ORD_GEMM = 1 } qi_k_order;
+
+/* y[t * y_stride + r] = w_r . a_t for r < n_w, t < n_a: a block of a matmul.
+ * Weight row w_r = w + r * w_stride bytes holds n elements (a multiple of
+ * the type's block size: 32, or 256 for the K types);
+ * activation row a_t = a + t * a_stride bytes is in the weight type's dot
+ * partner (qi_vec_dot_type) with quants in [-127, 127], as
+ * qi_quantize_act_row makes them. Every dot is computed in the order of the
+ * type's qi_k_dot_*_ref, independently of n_w, n_a and the strides. */
+typedef void (*qi_k_gemm_fn)(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                             size_t a_stride, int n_a, float *y, size_t y_stride);
+
+/* llama.cpp's tiled K-quant matmul takes matmuls of this many tokens or more. */
+#define QI_K_WIDE_MIN 8
+
+typedef struct qi_kernels {
+    const char *name; /* "ref", "avx2", "avx512" */
+    /* Indexed by weight type; NULL where no x86-order kernel exists (the
+     * backend then uses quant.c's qi_vec_dot_ref, ggml's generic order). */
+    qi_k_gemm_fn gemm[QI_TYPE_COUNT];
+    /* The order llama.cpp uses when a matmul has QI_K_WIDE_MIN tokens or
+     * more (its tiled K-quant matmul); NULL where that is gemm's order. The
+     * choice is by the whole matmul's token count, not a block's. */
+    qi_k_gemm_fn gemm_wide[QI_TYPE_COUNT];
+    /* s[p] = q16 . k_p for p < n_pos, k_p = k + p * k_stride (elements);
+     * D elements each. */
+    void (*attn_scores)(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
+                        size_t k_stride, int n_pos, float *s);
+    /* w16[p] = fp16(softmax(s)[p]) for p < n; s[n] is clobbered. */
+    void (*softmax_f16)(int n, float *s, uint16_t *w16);
+    /* out[d] = sum_p w16[p] * v[p * v_stride + d] for d < D, p < n_pos. */
+    void (*attn_values)(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+                        size_t v_stride, int n_pos, float *out);
+    /* g[i] = silu(g[i]) * u[i] for i < n, n a row length (see the ref). */
+    void (*swiglu)(int64_t n, float *g, const float *u);
+    /* x[n] (n % 32 == 0) to Q8_0 (with_sum 0) or Q8_1 (with_sum 1) blocks
+     * at dst, as llama.cpp's x86 quantize_row_q8_0/q8_1 (see quant_act.c). */
+    void (*quantize_q8)(const float *x, void *dst, int64_t n, int with_sum);
+} qi_kernels;
+
+/* The kernel table to use: the widest variant the CPU supports; the
+ * reference when QI_FORCE_REF=1 is in the environment; the one named by
+ * QI_KERNELS=ref|avx2|avx512 when set and available. Chosen on the first
+ * call (thread-safe); never NULL. */
+const qi_kernels *qi_kernels_get(void);
+
+/* Individual tables, for tests and benchmarks. The SIMD ones are NULL when
+ * the CPU (or the compiler target) lacks the instructions. Entries a
+ * variant does not accelerate point at a narrower variant's or the
+ * reference's; every entry of every table is bit-identical to the
+ * reference's. */
+const qi_kernels *qi_kernels_ref(void);
+const qi_kernels *qi_kernels_avx2(void);   /* AVX2 + FMA + F16C */
+const qi_kernels *qi_kernels_avx512(void); /* + AVX-512 F/BW/VL/VNNI */
+
+/* ---- the references (kernels_ref.c) -------------------------------------- */
+
+/* One weight row . one activation row, n elements, llama.cpp's x86 order. */
+float qi_k_dot_q4_0_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q4_1_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q5_0_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q5_1_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q8_0_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q4_K_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q6_K_ref(int64_t n, const void *w, const void *a);
+/* The same dots in the order of llama.cpp's tiled matmul (gemm_wide). */
+float qi_k_dot_q4_K_tiled_ref(int64_t n, const void *w, const void *a);
+float qi_k_dot_q6_K_tiled_ref(int64_t n, const void *w, const void *a);
+
+/* ggml_vec_dot_f16 (VEC) or tinyBLAS (GEMM) order over n elements; GEMM
+ * needs n % 16 == 0. */
+float qi_k_dot_f16_ref(qi_k_order ord, int64_t n, const uint16_t *x, const uint16_t *y);
+
+/* The table entries' references (see qi_kernels for the contracts). */
+void qi_k_attn_scores_ref(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
+                          size_t k_stride, int n_pos, float *s);
+void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16);
+void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+                          size_t v_stride, int n_pos, float *out);
+void qi_k_swiglu_ref(int64_t n, float *g, const float *u);
+
+/* llama.cpp's x86 activation quantiser for Q8_0 (with_sum 0) / Q8_1 (1). */
+void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum);
+
+/* One lane of ggml_v_expf (the AVX-512 version): exp(x) within 3 ulp for
+ * normal results (2.14 the worst seen), 0 below about -104, +inf above 88.7. */
+float qi_k_expf_ref(float x);
+
+/* The horizontal sums of the x86 code: hsum_float_8 (8 lanes) and
+ * _mm512_reduce_add_ps (16 lanes), as trees of float additions. */
+float qi_k_hsum8_ref(const float a[8]);
+float qi_k_hsum16_ref(const float a[16]);
+
+#endif

@@ -1,0 +1,760 @@
+/* test_kernels.c - Check suite for the CPU kernels (engine/kernels*.c).
+ *
+ * Evidence, strongest first:
+ *   - the references against llama.cpp itself: the "dot" cases of
+ *     tests/golden/quant/quant_golden.txt carry ggml's SIMD vec_dot result
+ *     from the x86 build the engine is matched to (line "s"); the x86-order
+ *     references must reproduce it bit for bit (q4_0, q4_1, q5_0, q5_1,
+ *     q8_0, q4_K, q6_K, and f16 in the VEC order); and embedded outputs of
+ *     ggml_mul_mat on q4_K/q6_K weights pin both K-quant orders (vec_dot
+ *     below 8 tokens, the tiled kernel from 8);
+ *   - every SIMD variant against the reference: bit-identical (tolerance 0,
+ *     the design), over random data of every size class (one block, odd
+ *     block counts, rows of thousands and past the batched paths' limit,
+ *     1..11 weight rows x 1..20 tokens, head dims that the fast paths do
+ *     and do not cover, positions around 16 and 64, softmax and exp inputs
+ *     that underflow and overflow, quantiser rows with exact ties), with
+ *     guard values between strided outputs that must stay untouched;
+ *   - the exp approximation against libm within 3 ulp (the worst seen is
+ *     2.14), plus its special values;
+ *   - planted faults: ggml's generic order (quant.c) and a non-fused block
+ *     accumulation both disagree with the references on these inputs, so
+ *     the bit-identity checks are able to fail;
+ *   - dispatch: the chosen table is sane, and QI_FORCE_REF=1 yields the
+ *     reference.
+ * Each test reports the first mismatching index.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels.h"
+#include "qinfer/quant.h"
+#include "quant_act.h"
+#include "testutil.h"
+
+#ifndef QI_SOURCE_DIR
+#error "QI_SOURCE_DIR must name the source root"
+#endif
+#define GOLDEN_PATH QI_SOURCE_DIR "/tests/golden/quant/quant_golden.txt"
+
+static const uint32_t k_dot_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q5_0, QI_TYPE_Q5_1,
+                                       QI_TYPE_Q8_0, QI_TYPE_Q4_K, QI_TYPE_Q6_K};
+#define N_DOT_TYPES (int)(sizeof k_dot_types / sizeof k_dot_types[0])
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Same value, or both NaN. */
+static int same_float(float a, float b) { return f32_bits(a) == f32_bits(b) || (isnan(a) && isnan(b)); }
+
+static long first_diff(const float *a, const float *b, long n) {
+    for (long i = 0; i < n; i++)
+        if (!same_float(a[i], b[i])) return i;
+    return -1;
+}
+
+/* The SIMD tables this CPU offers (possibly none). */
+static int simd_tables(const qi_kernels *out[2]) {
+    int n = 0;
+    if (qi_kernels_avx2()) out[n++] = qi_kernels_avx2();
+    if (qi_kernels_avx512()) out[n++] = qi_kernels_avx512();
+    return n;
+}
+
+static float randn(uint64_t *s) {
+    float u1 = (qi_test_randf(s) + 1.0f) * 0.5f, u2 = qi_test_randf(s);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
+}
+
+/* A float row with the features of real activations: Gaussian, some rows
+ * with a few huge outliers (SmolLM2 has ~2e4), some all-zero blocks. */
+static void fill_row(uint64_t *s, float *x, int64_t n, int kind) {
+    for (int64_t i = 0; i < n; i++) x[i] = randn(s) * (kind == 2 ? 30.0f : 1.0f);
+    if (kind == 1)
+        for (int k = 0; k < 3; k++) x[qi_test_rand(s) % (uint64_t)n] = 2.2e4f * qi_test_randf(s);
+    if (kind == 3 && n >= 64)
+        for (int i = 32; i < 64; i++) x[i] = 0.0f;
+}
+
+/* ---- goldens from llama.cpp ------------------------------------------------------ */
+
+typedef struct {
+    uint32_t type;
+    int64_t n;
+    unsigned char *w, *a;
+    size_t w_len, a_len;
+    float s; /* ggml's SIMD vec_dot */
+    int has_s;
+} golden_dot;
+
+static golden_dot g_dots[64];
+static int g_n_dots;
+static char g_load_err[256];
+
+static uint32_t type_by_name(const char *name) {
+    for (uint32_t t = 0; t < QI_TYPE_COUNT; t++) {
+        const qi_type_info *ti = qi_type_get(t);
+        if (ti && ti->name && !strcasecmp(ti->name, name)) return t;
+    }
+    return QI_TYPE_COUNT;
+}
+
+static int load_golden_dots(void) {
+    size_t len;
+    char *text = qi_test_read_file(GOLDEN_PATH, &len);
+    if (!text) {
+        snprintf(g_load_err, sizeof g_load_err, "cannot read %s", GOLDEN_PATH);
+        return 0;
+    }
+    golden_dot *cur = NULL;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char tname[16];
+        long long n;
+        if (!strncmp(line, "dot ", 4)) {
+            if (g_n_dots == 64 || sscanf(line + 4, "%15s %lld", tname, &n) != 2) goto bad;
+            cur = &g_dots[g_n_dots++];
+            memset(cur, 0, sizeof *cur);
+            cur->type = type_by_name(tname);
+            cur->n = n;
+            if (cur->type == QI_TYPE_COUNT) goto bad;
+        } else if (!strncmp(line, "quant ", 6) || !strncmp(line, "dequant ", 8) ||
+                   !strncmp(line, "stress ", 7) || !strncmp(line, "checksum ", 9)) {
+            cur = NULL;
+        } else if (cur && !strncmp(line, "w ", 2)) {
+            if (!(cur->w = qi_test_unhex(line + 2, &cur->w_len))) goto bad;
+        } else if (cur && !strncmp(line, "a ", 2)) {
+            if (!(cur->a = qi_test_unhex(line + 2, &cur->a_len))) goto bad;
+        } else if (cur && !strncmp(line, "s ", 2)) {
+            char *end;
+            cur->s = strtof(line + 2, &end); /* %.9g: round-trips a float */
+            if (end == line + 2) goto bad;
+            cur->has_s = 1;
+        }
+    }
+    free(text);
+    return 1;
+bad:
+    snprintf(g_load_err, sizeof g_load_err, "malformed dot case in %s", GOLDEN_PATH);
+    free(text);
+    return 0;
+}
+
+static const golden_dot *find_dot(uint32_t type, int which) {
+    for (int i = 0; i < g_n_dots; i++)
+        if (g_dots[i].type == type && g_dots[i].has_s && g_dots[i].w && g_dots[i].a && which-- == 0)
+            return &g_dots[i];
+    return NULL;
+}
+
+static void require_goldens(void) {
+    ck_assert_msg(g_n_dots > 0, "goldens not loaded: %s", g_load_err);
+}
+
+START_TEST(test_golden_block_dots) {
+    require_goldens();
+    const uint32_t t = k_dot_types[_i];
+    const qi_kernels *tabs[3] = {qi_kernels_ref()};
+    const int n_tabs = 1 + simd_tables(tabs + 1);
+    int seen = 0;
+    for (int which = 0;; which++) {
+        const golden_dot *g = find_dot(t, which);
+        if (!g) break;
+        seen++;
+        ck_assert_uint_eq(g->w_len, qi_row_bytes(t, g->n));
+        ck_assert_uint_eq(g->a_len, qi_row_bytes(qi_vec_dot_type(t), g->n));
+        for (int k = 0; k < n_tabs; k++) {
+            float got = NAN;
+            tabs[k]->gemm[t](g->n, g->w, 0, 1, g->a, 0, 1, &got, 1);
+            ck_assert_msg(same_float(got, g->s), "%s %s n=%lld: %.9g, llama.cpp %.9g",
+                          tabs[k]->name, qi_type_get(t)->name, (long long)g->n, got, g->s);
+        }
+    }
+    ck_assert_msg(seen >= 2, "expected two golden dot cases for %s", qi_type_get(t)->name);
+}
+END_TEST
+
+START_TEST(test_golden_f16_dot) {
+    require_goldens();
+    int seen = 0;
+    for (int which = 0;; which++) {
+        const golden_dot *g = find_dot(QI_TYPE_F16, which);
+        if (!g) break;
+        seen++;
+        const float got = qi_k_dot_f16_ref(QI_K_ORD_VEC, g->n, (const uint16_t *)g->w,
+                                           (const uint16_t *)g->a);
+        ck_assert_msg(same_float(got, g->s), "f16 n=%lld: %.9g, llama.cpp %.9g", (long long)g->n, got, g->s);
+    }
+    ck_assert_int_ge(seen, 2);
+}
+END_TEST
+
+/* llama.cpp's matmul of q4_K/q6_K weights, as ggml_mul_mat computed it in
+ * the vendored build (a harness linked against its libggml-cpu): 2 weight
+ * rows of 768, against 9 tokens (its tiled kernel) and 3 tokens (vec_dot),
+ * on the inputs golden_k_inputs() makes. Output [token][row], float bits. */
+static const uint32_t k_golden_q4_K_9[18] = {
+    0xc03a69b3, 0x420b04dd, 0x41458362, 0x4286dd8a, 0x408b31e7, 0xc0bfbb4e,
+    0x407e3610, 0x40d7d616, 0x3ff9ecac, 0xc19ed0e4, 0xc149f995, 0x4057707a,
+    0xc1099339, 0xc2053ddb, 0xc215cfca, 0xc279dfe5, 0x400a563a, 0x413b39d5};
+static const uint32_t k_golden_q4_K_3[6] = {0xc03a69bc, 0x420b04dc, 0x4145836c,
+                                            0x4286dd8a, 0x408b31f0, 0xc0bfbb53};
+static const uint32_t k_golden_q6_K_9[18] = {
+    0x42e01722, 0xc2b3b835, 0xc235fc5a, 0x4265d0b1, 0x42556282, 0x42058086,
+    0xc106f1ca, 0x42325861, 0xc10af201, 0x41a2f9b7, 0xc18bd57f, 0x41891499,
+    0x41bfcb98, 0xc1c6d05f, 0xc109b7ed, 0x42299607, 0x41950391, 0xc187885b};
+static const uint32_t k_golden_q6_K_3[6] = {0x42e01720, 0xc2b3b835, 0xc235fc5c,
+                                            0x4265d0b0, 0x42556282, 0x42058086};
+
+/* 2 rows of 768 weights of `type` and n_tok activation rows in Q8_K, from
+ * the uniform generator only (no libm), so the bytes are the harness's. */
+static void golden_k_inputs(uint32_t type, int n_tok, void *w, void *a) {
+    uint64_t s = 4242 + type;
+    float x[768];
+    for (int m = 0; m < 2; m++) {
+        for (int k = 0; k < 768; k++) x[k] = qi_test_randf(&s) * (k % 97 == 0 ? 5.0f : 1.0f);
+        qi_quantize_row_ref(type, x, (char *)w + (size_t)m * qi_row_bytes(type, 768), 768);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        for (int k = 0; k < 768; k++) x[k] = qi_test_randf(&s) * ((t * 768 + k) % 331 == 0 ? 50.0f : 1.0f);
+        qi_quantize_act_row(QI_TYPE_Q8_K, x, (char *)a + (size_t)t * qi_row_bytes(QI_TYPE_Q8_K, 768), 768);
+    }
+}
+
+START_TEST(test_golden_k_matmul) {
+    const qi_kernels *tabs[3] = {qi_kernels_ref()};
+    const int n_tabs = 1 + simd_tables(tabs + 1);
+    static const uint32_t types[2] = {QI_TYPE_Q4_K, QI_TYPE_Q6_K};
+    const uint32_t *gold[2][2] = {{k_golden_q4_K_3, k_golden_q4_K_9}, {k_golden_q6_K_3, k_golden_q6_K_9}};
+    for (int ti = 0; ti < 2; ti++)
+        for (int wide = 0; wide < 2; wide++) {
+            const uint32_t t = types[ti];
+            const int n_tok = wide ? 9 : 3;
+            const size_t wb = qi_row_bytes(t, 768), ab = qi_row_bytes(QI_TYPE_Q8_K, 768);
+            char *w = malloc(2 * wb), *a = malloc((size_t)n_tok * ab);
+            golden_k_inputs(t, n_tok, w, a);
+            for (int k = 0; k < n_tabs; k++) {
+                float y[18];
+                qi_k_gemm_fn g = wide ? tabs[k]->gemm_wide[t] : tabs[k]->gemm[t];
+                g(768, w, wb, 2, a, ab, n_tok, y, 2);
+                for (int i = 0; i < 2 * n_tok; i++)
+                    ck_assert_msg(f32_bits(y[i]) == gold[ti][wide][i], "%s %s, %d tokens: token %d row %d: %.9g (%08x), llama.cpp %08x",
+                                  tabs[k]->name, qi_type_get(t)->name, n_tok, i / 2, i % 2, y[i], f32_bits(y[i]), gold[ti][wide][i]);
+            }
+            free(w);
+            free(a);
+        }
+}
+END_TEST
+
+/* Planted fault: ggml's generic order (what quant.c computes) is not
+ * llama.cpp's x86 result on these cases, so the golden test can fail. */
+START_TEST(test_planted_generic_order) {
+    require_goldens();
+    int differs = 0;
+    for (int i = 0; i < N_DOT_TYPES; i++)
+        for (int which = 0;; which++) {
+            const golden_dot *g = find_dot(k_dot_types[i], which);
+            if (!g) break;
+            differs += !same_float(qi_vec_dot_ref(g->type, g->n, g->w, g->a), g->s);
+        }
+    ck_assert_msg(differs > 0, "generic order matched every golden: the goldens cannot tell orders apart");
+}
+END_TEST
+
+/* ---- block dots: variants against the reference ----------------------------------- */
+
+/* A weight row of `type`: quantised Gaussian data, or (raw) random block
+ * bytes with finite fp16 scales, which reach every nibble pattern. */
+static void make_weights(uint64_t *s, uint32_t type, int64_t n, void *w, int raw) {
+    const size_t bytes = qi_row_bytes(type, n);
+    if (!raw) {
+        float *x = malloc(sizeof(float) * (size_t)n);
+        fill_row(s, x, n, (int)(qi_test_rand(s) % 3));
+        qi_quantize_row_ref(type, x, w, n);
+        free(x);
+        return;
+    }
+    unsigned char *p = w;
+    for (size_t i = 0; i < bytes; i++) p[i] = (unsigned char)qi_test_rand(s);
+    /* finite fp16 scales: d first (q6_K: last), then the offset of the
+     * formats that have one (m, dmin) */
+    const size_t bs = qi_type_get(type)->size;
+    for (size_t b = 0; b < bytes; b += bs) {
+        uint16_t d = qi_f32_to_fp16(qi_test_randf(s) * 0.02f), m = qi_f32_to_fp16(qi_test_randf(s) * 0.1f);
+        memcpy(p + b + (type == QI_TYPE_Q6_K ? bs - 2 : 0), &d, 2);
+        if (type == QI_TYPE_Q4_1 || type == QI_TYPE_Q5_1 || type == QI_TYPE_Q4_K) memcpy(p + b + 2, &m, 2);
+    }
+}
+
+/* Matmul blocks of every shape class: 1..11 weight rows (the four-row
+ * path and its remainder), 1..20 tokens (groups of eight, four, one),
+ * one block to 257 blocks (past the batched paths' limit). Outputs are
+ * strided with guard slots that must survive. */
+START_TEST(test_gemm_variants) {
+    const uint32_t t = k_dot_types[_i];
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    static const int64_t sizes[] = {32, 64, 96, 160, 576, 1536, 8224};
+    static const int64_t sizes_k[] = {256, 512, 768, 2048, 256 * 65};
+    const int is_k = qi_type_get(t)->blck == 256;
+    const int64_t *sz = is_k ? sizes_k : sizes;
+    const int n_sz = is_k ? 5 : 7;
+    uint64_t rng = 0x9e3779b97f4a7c15ull + t;
+    const uint32_t at = qi_vec_dot_type(t);
+    for (int si = 0; si < n_sz; si++) {
+        const int64_t n = sz[si];
+        const size_t wb = qi_row_bytes(t, n), ab = qi_row_bytes(at, n);
+        for (int rep = 0; rep < 8; rep++) {
+            const int n_w = 1 + (int)(qi_test_rand(&rng) % 11);
+            const int n_a = rep == 0 ? 1 : rep == 1 ? 8 : 1 + (int)(qi_test_rand(&rng) % 20);
+            const size_t ys = (size_t)n_w + 2; /* two guard slots per token */
+            char *w = malloc(wb * (size_t)n_w), *a = malloc(ab * (size_t)n_a);
+            float *x = malloc(sizeof(float) * (size_t)n);
+            float *ref = malloc(sizeof(float) * ys * (size_t)n_a), *got = malloc(sizeof(float) * ys * (size_t)n_a);
+            for (int r = 0; r < n_w; r++) make_weights(&rng, t, n, w + (size_t)r * wb, (rep + r) & 1);
+            for (int j = 0; j < n_a; j++) {
+                fill_row(&rng, x, n, (int)(qi_test_rand(&rng) % 4));
+                qi_quantize_act_row(at, x, a + (size_t)j * ab, n);
+            }
+            for (int wide = 0; wide < 2; wide++) {
+                qi_k_gemm_fn rf = wide ? qi_kernels_ref()->gemm_wide[t] : qi_kernels_ref()->gemm[t];
+                if (!rf) continue;
+                for (size_t i = 0; i < ys * (size_t)n_a; i++) ref[i] = -12345.0f;
+                rf(n, w, wb, n_w, a, ab, n_a, ref, ys);
+                for (int j = 0; j < n_a; j++)
+                    for (int r = n_w; r < n_w + 2; r++)
+                        ck_assert_msg(ref[(size_t)j * ys + r] == -12345.0f, "guard %d,%d overwritten", j, r);
+                for (int k = 0; k < n_simd; k++) {
+                    qi_k_gemm_fn sf = wide ? simd[k]->gemm_wide[t] : simd[k]->gemm[t];
+                    ck_assert_msg(sf != NULL, "%s lacks %s", simd[k]->name, qi_type_get(t)->name);
+                    for (size_t i = 0; i < ys * (size_t)n_a; i++) got[i] = -12345.0f;
+                    sf(n, w, wb, n_w, a, ab, n_a, got, ys);
+                    const long d = first_diff(ref, got, (long)(ys * (size_t)n_a));
+                    ck_assert_msg(d < 0, "%s %s%s n=%lld %dx%d: token %ld row %ld: ref %.9g, got %.9g",
+                                  simd[k]->name, qi_type_get(t)->name, wide ? " (wide)" : "", (long long)n, n_w,
+                                  n_a, d / (long)ys, d % (long)ys, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+                }
+            }
+            free(w);
+            free(a);
+            free(x);
+            free(ref);
+            free(got);
+        }
+    }
+}
+END_TEST
+
+/* The reference matmul block is the single-row reference dot, pair by pair. */
+START_TEST(test_gemm_ref_is_dot_ref) {
+    static float (*const dots[])(int64_t, const void *, const void *) = {
+        qi_k_dot_q4_0_ref, qi_k_dot_q4_1_ref, qi_k_dot_q5_0_ref, qi_k_dot_q5_1_ref,
+        qi_k_dot_q8_0_ref, qi_k_dot_q4_K_ref, qi_k_dot_q6_K_ref};
+    static float (*const wide_dots[])(int64_t, const void *, const void *) = {
+        NULL, NULL, NULL, NULL, NULL, qi_k_dot_q4_K_tiled_ref, qi_k_dot_q6_K_tiled_ref};
+    uint64_t rng = 5;
+    for (int i = 0; i < N_DOT_TYPES; i++) {
+        const uint32_t t = k_dot_types[i], at = qi_vec_dot_type(t);
+        const int64_t n = qi_type_get(t)->blck == 256 ? 512 : 96;
+        const size_t wb = qi_row_bytes(t, n), ab = qi_row_bytes(at, n);
+        char *w = malloc(3 * wb), *a = malloc(2 * ab);
+        float x[512], y[2 * 3];
+        for (int r = 0; r < 3; r++) make_weights(&rng, t, n, w + r * wb, r & 1);
+        for (int j = 0; j < 2; j++) {
+            fill_row(&rng, x, n, j);
+            qi_quantize_act_row(at, x, a + j * ab, n);
+        }
+        for (int wide = 0; wide < 2; wide++) {
+            qi_k_gemm_fn g = wide ? qi_kernels_ref()->gemm_wide[t] : qi_kernels_ref()->gemm[t];
+            float (*dot)(int64_t, const void *, const void *) = wide ? wide_dots[i] : dots[i];
+            ck_assert_msg((g == NULL) == (dot == NULL), "table and reference disagree for %s", qi_type_get(t)->name);
+            if (!g) continue;
+            g(n, w, wb, 3, a, ab, 2, y, 3);
+            for (int j = 0; j < 2; j++)
+                for (int r = 0; r < 3; r++) ck_assert(same_float(y[j * 3 + r], dot(n, w + r * wb, a + j * ab)));
+        }
+        free(w);
+        free(a);
+    }
+}
+END_TEST
+
+/* The x86 order is not ggml's generic order, and the fused multiply-add
+ * per block matters: on random rows both variations change some results.
+ * (The offset term's fusion cannot matter: m and s are fp16, so m*s is
+ * exact in float.) */
+START_TEST(test_planted_order_sensitivity) {
+    uint64_t rng = 77;
+    const int64_t n = 1536;
+    const size_t wb = qi_row_bytes(QI_TYPE_Q4_1, n), ab = qi_row_bytes(QI_TYPE_Q8_1, n);
+    void *w = malloc(wb), *a = malloc(ab);
+    float *x = malloc(sizeof(float) * n);
+    int generic_differs = 0, unfused_differs = 0;
+    for (int rep = 0; rep < 50; rep++) {
+        make_weights(&rng, QI_TYPE_Q4_1, n, w, 0);
+        fill_row(&rng, x, n, 2);
+        qi_quantize_act_row(QI_TYPE_Q8_1, x, a, n);
+        const float ref = qi_k_dot_q4_1_ref(n, w, a);
+        generic_differs += !same_float(ref, qi_vec_dot_ref(QI_TYPE_Q4_1, n, w, a));
+        /* the reference with acc += d * lane rounded twice */
+        const qi_block_q4_1 *xb = w;
+        const qi_block_q8_1 *yb = a;
+        float acc[8] = {0}, summs = 0.0f;
+        for (int64_t b = 0; b < n / 32; b++) {
+            summs = fmaf(qi_fp16_to_f32(xb[b].m), qi_fp16_to_f32(yb[b].s), summs);
+            const float d = qi_fp16_to_f32(xb[b].d) * qi_fp16_to_f32(yb[b].d);
+            for (int j = 0; j < 8; j++) {
+                int lane = 0;
+                for (int k = 4 * j; k < 4 * j + 4; k++) {
+                    const int q = k < 16 ? xb[b].qs[k] & 15 : xb[b].qs[k - 16] >> 4;
+                    lane += q * yb[b].qs[k];
+                }
+                acc[j] += d * (float)lane;
+            }
+        }
+        unfused_differs += !same_float(ref, qi_k_hsum8_ref(acc) + summs);
+    }
+    ck_assert_msg(generic_differs > 0, "generic order never differed");
+    ck_assert_msg(unfused_differs > 0, "unfused block accumulation never differed");
+    free(w);
+    free(a);
+    free(x);
+}
+END_TEST
+
+/* ---- attention kernels ------------------------------------------------------------------- */
+
+static void fill_f16(uint64_t *s, uint16_t *h, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) h[i] = qi_f32_to_fp16(randn(s) * scale);
+}
+
+static const int k_dims[] = {8, 16, 24, 32, 48, 64, 80, 96, 128, 256};
+static const int k_npos[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 130, 300};
+#define N_DIMS (int)(sizeof k_dims / sizeof k_dims[0])
+#define N_NPOS (int)(sizeof k_npos / sizeof k_npos[0])
+
+START_TEST(test_attn_scores_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 1234 + (uint64_t)_i;
+    const int D = k_dims[_i];
+    const size_t stride = (size_t)D * 3 + 8; /* three KV heads plus slack */
+    uint16_t *k = malloc(sizeof(uint16_t) * stride * 300), q16[256];
+    float ref[300], got[300];
+    for (int ni = 0; ni < N_NPOS; ni++)
+        for (int ord = 0; ord < 2; ord++) {
+            const int n_pos = k_npos[ni];
+            fill_f16(&rng, k, stride * (size_t)n_pos, 3.0f);
+            fill_f16(&rng, q16, (size_t)D, 3.0f);
+            qi_k_attn_scores_ref((qi_k_order)ord, D, q16, k + D, stride, n_pos, ref);
+            for (int v = 0; v < n_simd; v++) {
+                simd[v]->attn_scores((qi_k_order)ord, D, q16, k + D, stride, n_pos, got);
+                const long d = first_diff(ref, got, n_pos);
+                ck_assert_msg(d < 0, "%s D=%d n_pos=%d ord=%d: position %ld: %.9g vs %.9g", simd[v]->name,
+                              D, n_pos, ord, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+            }
+            /* GEMM really is another order whenever tinyBLAS accepts D */
+            if (ord == QI_K_ORD_GEMM && D >= 32 && D % 16 == 0 && n_pos >= 64) {
+                float vec[300];
+                qi_k_attn_scores_ref(QI_K_ORD_VEC, D, q16, k + D, stride, n_pos, vec);
+                ck_assert_msg(first_diff(ref, vec, n_pos) >= 0, "VEC and GEMM agree everywhere at D=%d", D);
+            }
+        }
+    free(k);
+}
+END_TEST
+
+START_TEST(test_attn_values_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 999 + (uint64_t)_i;
+    const int D = k_dims[_i];
+    const size_t stride = (size_t)D * 3 + 8;
+    uint16_t *v = malloc(sizeof(uint16_t) * stride * 300), w16[300];
+    float ref[256], got[256];
+    for (int ni = 0; ni < N_NPOS; ni++)
+        for (int ord = 0; ord < 2; ord++) {
+            const int n_pos = k_npos[ni];
+            fill_f16(&rng, v, stride * (size_t)n_pos, 2.0f);
+            for (int p = 0; p < n_pos; p++)
+                w16[p] = qi_f32_to_fp16(fabsf(randn(&rng)) / (float)n_pos * (p % 7 == 3 ? 0.0f : 1.0f));
+            qi_k_attn_values_ref((qi_k_order)ord, D, w16, v + 2 * D, stride, n_pos, ref);
+            for (int k = 0; k < n_simd; k++) {
+                simd[k]->attn_values((qi_k_order)ord, D, w16, v + 2 * D, stride, n_pos, got);
+                const long d = first_diff(ref, got, D);
+                ck_assert_msg(d < 0, "%s D=%d n_pos=%d ord=%d: dim %ld: %.9g vs %.9g", simd[k]->name, D,
+                              n_pos, ord, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+            }
+        }
+    free(v);
+}
+END_TEST
+
+START_TEST(test_softmax_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 4242;
+    float *s = malloc(sizeof(float) * 700), *s2 = malloc(sizeof(float) * 700);
+    uint16_t *ref = malloc(2 * 700), *got = malloc(2 * 700);
+    for (int n = 1; n <= 700; n += (n < 70 ? 1 : 37)) {
+        /* spreads from gentle to 200: exp underflows to subnormals and to 0 */
+        const float spread = (float)(n % 5) * 50.0f + 1.0f;
+        for (int i = 0; i < n; i++) s[i] = randn(&rng) * spread;
+        memcpy(s2, s, sizeof(float) * (size_t)n);
+        qi_k_softmax_f16_ref(n, s2, ref);
+        for (int k = 0; k < n_simd; k++) {
+            memcpy(s2, s, sizeof(float) * (size_t)n);
+            simd[k]->softmax_f16(n, s2, got);
+            for (int i = 0; i < n; i++)
+                ck_assert_msg(ref[i] == got[i], "%s n=%d i=%d: %04x vs %04x", simd[k]->name, n, i, ref[i], got[i]);
+        }
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += qi_fp16_to_f32(ref[i]);
+        ck_assert_msg(fabs(sum - 1.0) < 2e-3 * (1.0 + n / 64.0), "n=%d: weights sum to %g", n, sum);
+    }
+    free(s);
+    free(s2);
+    free(ref);
+    free(got);
+}
+END_TEST
+
+START_TEST(test_swiglu_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 31337;
+    static const int64_t sizes[] = {1, 7, 15, 16, 17, 33, 1536, 3077};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+        float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            /* every exp range: ordinary, overflow of exp(-x), underflow */
+            const int kind = (int)(i % 4);
+            g[i] = kind == 0 ? randn(&rng) * 4.0f : kind == 1 ? qi_test_randf(&rng) * 250.0f : randn(&rng) * 30.0f;
+            u[i] = randn(&rng);
+        }
+        memcpy(ref, g, sizeof(float) * (size_t)n);
+        qi_k_swiglu_ref(n, ref, u);
+        for (int k = 0; k < n_simd; k++) {
+            memcpy(got, g, sizeof(float) * (size_t)n);
+            simd[k]->swiglu(n, got, u);
+            const long d = first_diff(ref, got, n);
+            ck_assert_msg(d < 0, "%s n=%lld i=%ld: x=%.9g: %.9g vs %.9g", simd[k]->name, (long long)n, d,
+                          d >= 0 ? g[d] : 0.0f, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+        }
+        free(g);
+        free(u);
+        free(ref);
+        free(got);
+    }
+}
+END_TEST
+
+/* A sweep of exp inputs through the SIMD exp, via SwiGLU with u = 1. */
+START_TEST(test_exp_sweep_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    const int64_t n = 64000;
+    float *x = malloc(sizeof(float) * n), *one = malloc(sizeof(float) * n);
+    float *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = -200.0f + 400.0f * (float)i / (float)n; /* exp(-x) over [-200, 200] */
+        one[i] = 1.0f;
+    }
+    memcpy(ref, x, sizeof(float) * n);
+    qi_k_swiglu_ref(n, ref, one);
+    for (int k = 0; k < n_simd; k++) {
+        memcpy(got, x, sizeof(float) * n);
+        simd[k]->swiglu(n, got, one);
+        const long d = first_diff(ref, got, n);
+        ck_assert_msg(d < 0, "%s x=%.9g: %.9g vs %.9g", simd[k]->name, d >= 0 ? x[d] : 0.0f,
+                      d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+    }
+    free(x);
+    free(one);
+    free(ref);
+    free(got);
+}
+END_TEST
+
+/* ggml_v_expf against libm: within 3 ulp where the result is normal (the
+ * AVX-512 variant adds its constant 1 with a rounding that ggml's other
+ * variants avoid; 2.14 ulp is the worst seen on this sweep), exact
+ * special values, underflow to 0 and overflow to infinity at the edges. */
+START_TEST(test_expf_accuracy) {
+    double worst = 0.0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+        const float e = qi_k_expf_ref(x);
+        const double want = exp((double)x);
+        const double ulp = ldexp(1.0, ilogb(want) - 23);
+        const double err = fabs((double)e - want) / ulp;
+        if (err > worst) worst = err;
+        ck_assert_msg(err <= 3.0, "exp(%.9g) = %.9g, %.2f ulp off", x, e, err);
+    }
+    ck_assert_msg(worst > 0.0, "suspiciously exact");
+    ck_assert(qi_k_expf_ref(0.0f) == 1.0f);
+    ck_assert(qi_k_expf_ref(-INFINITY) == 0.0f);
+    ck_assert(qi_k_expf_ref(INFINITY) == INFINITY);
+    ck_assert(isnan(qi_k_expf_ref(NAN)));
+    ck_assert(qi_k_expf_ref(-150.0f) == 0.0f);
+    ck_assert(qi_k_expf_ref(100.0f) == INFINITY);
+    /* the subnormal range is rounded once, like vscalefps */
+    const float sub = qi_k_expf_ref(-100.0f);
+    ck_assert_msg(sub > 0.0f && sub < 1.2e-38f && fabs(sub - exp(-100.0)) <= ldexp(1.0, -149),
+                  "exp(-100) = %g", sub);
+}
+END_TEST
+
+START_TEST(test_hsum_trees) {
+    /* 2^24 + 1 + 1 ...: the tree decides which ones survive rounding */
+    float a[16];
+    for (int i = 0; i < 16; i++) a[i] = 1.0f;
+    a[0] = 16777216.0f;
+    /* hsum8: a0 + a4 ties to even and drops its 1; the other pairs are 2
+     * each and survive: 2^24 + 6 (a left-to-right sum would give 2^24) */
+    ck_assert(qi_k_hsum8_ref(a) == 16777216.0f + 6.0f);
+    /* hsum16: t0 = a0 + a8 loses 1, the rest pair up exactly */
+    ck_assert(qi_k_hsum16_ref(a) == 16777216.0f + 14.0f);
+}
+END_TEST
+
+/* ---- activation quantisation -------------------------------------------------------- */
+
+START_TEST(test_quantize_q8_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 2718;
+    static const int64_t sizes[] = {32, 64, 96, 576, 2048};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int with_sum = 0; with_sum < 2; with_sum++)
+            for (int rep = 0; rep < 8; rep++) {
+                const int64_t n = sizes[si];
+                const size_t bytes = qi_row_bytes(with_sum ? QI_TYPE_Q8_1 : QI_TYPE_Q8_0, n);
+                float *x = malloc(sizeof(float) * (size_t)n);
+                unsigned char *ref = malloc(bytes), *got = malloc(bytes);
+                fill_row(&rng, x, n, rep % 4);
+                if (rep == 5) /* halves after scaling: amax 127 makes the inverse 1 */
+                    for (int64_t i = 0; i < n; i++) x[i] = i % 32 == 0 ? 127.0f : (float)(i % 7) - 3.5f;
+                qi_k_quantize_q8_ref(x, ref, n, with_sum);
+                for (int k = 0; k < n_simd; k++) {
+                    memset(got, 0xa5, bytes);
+                    simd[k]->quantize_q8(x, got, n, with_sum);
+                    for (size_t i = 0; i < bytes; i++)
+                        ck_assert_msg(ref[i] == got[i], "%s n=%lld sum=%d rep %d: byte %zu: %02x vs %02x",
+                                      simd[k]->name, (long long)n, with_sum, rep, i, ref[i], got[i]);
+                }
+                free(x);
+                free(ref);
+                free(got);
+            }
+}
+END_TEST
+
+/* The run-time quantiser rounds halves to even, where the format's
+ * reference (quant.c) rounds them away from zero: the test above is fed
+ * ties, and here is proof that the two conventions really differ on them. */
+START_TEST(test_quantize_q8_ties) {
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)(i % 7) - 3.5f;
+    x[0] = 127.0f;
+    qi_block_q8_0 rt, fmt;
+    qi_k_quantize_q8_ref(x, &rt, 32, 0);
+    qi_quantize_row_ref(QI_TYPE_Q8_0, x, &fmt, 32);
+    /* element 1 is -2.5: even -> -2, away from zero -> -3 */
+    ck_assert_int_eq(rt.qs[1], -2);
+    ck_assert_int_eq(fmt.qs[1], -3);
+    ck_assert_int_eq(rt.qs[4], 0); /* 0.5 -> 0 */
+}
+END_TEST
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+START_TEST(test_dispatch_sane) {
+    const qi_kernels *k = qi_kernels_get();
+    ck_assert_ptr_nonnull(k);
+    ck_assert(!strcmp(k->name, "ref") || !strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"));
+    ck_assert_ptr_nonnull(k->attn_scores);
+    ck_assert_ptr_nonnull(k->attn_values);
+    ck_assert_ptr_nonnull(k->softmax_f16);
+    ck_assert_ptr_nonnull(k->swiglu);
+    ck_assert_ptr_nonnull(k->quantize_q8);
+    for (int i = 0; i < N_DOT_TYPES; i++) ck_assert_ptr_nonnull(k->gemm[k_dot_types[i]]);
+    const char *f = getenv("QI_FORCE_REF");
+    if (!(f && *f && strcmp(f, "0"))) {
+        if (qi_kernels_avx512()) ck_assert_str_eq(k->name, "avx512");
+        else if (qi_kernels_avx2()) ck_assert_str_eq(k->name, "avx2");
+        else ck_assert_str_eq(k->name, "ref");
+    }
+    ck_assert_ptr_eq(qi_kernels_get(), k); /* chosen once */
+    /* only types with an x86-order kernel are in the tables */
+    for (uint32_t t = 0; t < QI_TYPE_COUNT; t++) {
+        int listed = 0;
+        for (int i = 0; i < N_DOT_TYPES; i++) listed |= k_dot_types[i] == t;
+        if (!listed) ck_assert_ptr_null(qi_kernels_ref()->gemm[t]);
+    }
+}
+END_TEST
+
+/* Runs in its own forked process (the choice is made once per process). */
+START_TEST(test_force_ref) {
+    const char *fork = getenv("CK_FORK");
+    if (fork && !strcmp(fork, "no")) return; /* the choice was made by an earlier test */
+    setenv("QI_FORCE_REF", "1", 1);
+    ck_assert_str_eq(qi_kernels_get()->name, "ref");
+}
+END_TEST
+
+static Suite *kernels_suite(void) {
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("golden");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_golden_block_dots, 0, N_DOT_TYPES);
+    tcase_add_test(tc, test_golden_f16_dot);
+    tcase_add_test(tc, test_golden_k_matmul);
+    tcase_add_test(tc, test_planted_generic_order);
+    tcase_add_test(tc, test_planted_order_sensitivity);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("variants");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_gemm_variants, 0, N_DOT_TYPES);
+    tcase_add_test(tc, test_gemm_ref_is_dot_ref);
+    tcase_add_loop_test(tc, test_attn_scores_variants, 0, N_DIMS);
+    tcase_add_loop_test(tc, test_attn_values_variants, 0, N_DIMS);
+    tcase_add_test(tc, test_softmax_variants);
+    tcase_add_test(tc, test_swiglu_variants);
+    tcase_add_test(tc, test_exp_sweep_variants);
+    tcase_add_test(tc, test_quantize_q8_variants);
+    tcase_add_test(tc, test_quantize_q8_ties);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("numerics");
+    tcase_add_test(tc, test_expf_accuracy);
+    tcase_add_test(tc, test_hsum_trees);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("dispatch");
+    tcase_add_test(tc, test_dispatch_sane);
+    tcase_add_test(tc, test_force_ref);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    /* loaded once here; forked test processes inherit the parsed cases */
+    if (!load_golden_dots()) fprintf(stderr, "test_kernels: %s\n", g_load_err);
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
