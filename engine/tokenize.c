@@ -252,6 +252,7 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
         return QI_ERR(err, QI_ERR_INVALID, "qi_tokenize: the model asks for EOS but has none");
 
     work w = {.t = t};
+    qi_tok_spm_work spm = {0};
     qi_vec frags = {0};
     size_t n_frags = 0;
     qi_status st = QI_OK;
@@ -264,6 +265,10 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
     for (size_t f = 0; f < n_frags && !st; f++) {
         const fragment *fr = &((const fragment *)frags.p)[f];
         if (fr->tok >= 0) st = emit(&w, fr->tok) ? QI_OK : OOM(err);
+        else if (t->spm) /* SentencePiece: tokenizer_spm.c */
+            st = qi_tok_spm_text(t, &spm, text + fr->off, fr->len,
+                                 f == 0 || ((const fragment *)frags.p)[f - 1].tok >= 0, &w.out,
+                                 &w.n_out, err);
         else st = tokenize_text(&w, (const unsigned char *)text + fr->off, fr->len, err);
     }
     if (!st && add_special && t->add_eos && !emit(&w, t->eos)) st = OOM(err);
@@ -280,5 +285,6 @@ done:
     qi_free(w.sym.p);
     qi_free(w.heap.p);
     qi_pretok_work_fini(&w.pre);
+    qi_tok_spm_work_fini(&spm);
     return st;
 }

@@ -385,6 +385,7 @@ static qi_status special_tokens(qi_tokenizer *t, const qi_gguf *g, qi_err *err) 
     int32_t eos = 11 < n ? 11 : -1, bos = (t->pre.flags & QI_PRETOK_NO_BOS) ? -1 : eos;
     int32_t eot = -1, eom = -1;
     t->add_bos = (t->pre.flags & QI_PRETOK_ADD_BOS) != 0;
+    if (t->spm) qi_tok_spm_defaults(t, &bos, &eos);
     int32_t fim[6] = {-1, -1, -1, -1, -1, -1}; /* pre, suf, mid, pad, rep, sep */
     struct {
         const char *key;
@@ -686,9 +687,11 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
     if (!qi_gguf_kv_str(kv, &model))
         return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.model: expected a string, got %s",
                       qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
-    if (!qi_str_eq(model, "gpt2"))
+    bool spm = qi_str_eq(model, "llama"); /* SentencePiece: tokenizer_spm.c */
+    if (!spm && !qi_str_eq(model, "gpt2"))
         return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                      "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE) is supported",
+                      "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE) and 'llama' "
+                      "(SentencePiece) are supported",
                       (int)(model.len > 64 ? 64 : model.len), model.ptr);
 
     qi_tokenizer *t = qi_calloc(1, sizeof *t);
@@ -700,15 +703,16 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
         return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.pre: expected a string, got %s",
                       qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
     }
-    qi_status st = qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
+    qi_status st = spm ? qi_tok_spm_init(t, g, err)
+                       : qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
     if (!st) st = read_tokens(t, g, err);
     if (!st) {
         byte_tables(t);
-        st = read_merges(t, g, err);
+        st = spm ? qi_tok_spm_scores(t, g, err) : read_merges(t, g, err);
     }
     if (!st) st = special_tokens(t, g, err);
     if (!st) st = special_list(t, g, err);
-    if (!st) st = build_pieces(t, err);
+    if (!st) st = spm ? qi_tok_spm_pieces(t, err) : build_pieces(t, err);
     if (st) {
         qi_tokenizer_free(t);
         return st;
@@ -729,6 +733,7 @@ void qi_tokenizer_free(qi_tokenizer *t) {
     qi_free(t->piece_off);
     qi_free(t->special);
     qi_free(t->eog);
+    qi_free(t->score);
     qi_free(t);
 }
 

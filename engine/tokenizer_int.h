@@ -1,5 +1,6 @@
 /* tokenizer_int.h - the tokenizer's insides, shared by tokenizer.c (loading,
- * pieces, detokenising) and tokenize.c (text -> ids). Private. */
+ * pieces, detokenising), tokenize.c (text -> ids) and tokenizer_spm.c (what
+ * differs for SentencePiece "llama" vocabularies). Private. */
 #ifndef QINFER_TOKENIZER_INT_H
 #define QINFER_TOKENIZER_INT_H
 
@@ -52,6 +53,12 @@ struct qi_tokenizer {
     int16_t char_dec[0x144]; /* inverse: code point -> byte, -1 if none */
     int32_t byte_tok[256];   /* token of each byte's byte-level character, or -1 */
     int32_t single_tok[256]; /* token whose text is that one byte, or -1 */
+
+    /* SentencePiece ("llama") vocabularies only (tokenizer_spm.c). */
+    bool spm;
+    bool add_space_prefix;      /* tokenizer.ggml.add_space_prefix, default true */
+    float *score;               /* [n_vocab] tokenizer.ggml.scores */
+    int32_t byte_fallback[256]; /* token "<0xXX>", else the one-byte token, else -1 */
 };
 
 static inline const char *qi_tok_text(const qi_tokenizer *t, int32_t id, size_t *len) {
@@ -65,5 +72,56 @@ int32_t qi_tok_vocab_find(const qi_tokenizer *t, const char *s, size_t n);
 const qi_tok_merge *qi_tok_merge_find(const qi_tokenizer *t, int32_t a, int32_t b);
 /* First occurrence of needle[0..m) (m >= 1) in hay[0..n). */
 bool qi_tok_find_bytes(const char *hay, size_t n, const char *needle, size_t m, size_t *at);
+
+/* ---- SentencePiece vocabularies (tokenizer_spm.c) ------------------------------
+ * qi_tokenizer_create dispatches on tokenizer.ggml.model == "llama": these
+ * replace the pre-tokenizer set-up, the merges, the gpt2 special-id defaults and
+ * the byte-level pieces; token texts and types, special ids, EOG and the
+ * special-token list are loaded by the shared code. */
+
+/* Mark t as SentencePiece, name its pre-tokenizer "default" (llama.cpp ignores
+ * tokenizer.ggml.pre for these) and read tokenizer.ggml.add_space_prefix.
+ * QI_ERR_FORMAT if that key is not a bool. */
+qi_status qi_tok_spm_init(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+/* After the tokens are read: tokenizer.ggml.scores (f32 or i32 array, at least
+ * n_vocab entries, no NaN) and the byte-fallback table. QI_ERR_UNSUPPORTED
+ * without scores (valid GGUF, but every merge would tie), QI_ERR_FORMAT for a
+ * mistyped, short or NaN array, QI_ERR_NOMEM. */
+qi_status qi_tok_spm_scores(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+/* llama.cpp's SPM defaults, before metadata overrides them: BOS 1, EOS 2 (each
+ * only if in range), add BOS, no EOS. */
+void qi_tok_spm_defaults(qi_tokenizer *t, int32_t *bos, int32_t *eos);
+/* Every token's piece: control/unknown/user-defined tokens their text, normal
+ * tokens their text with U+2581 turned into spaces, byte tokens their byte,
+ * others nothing. QI_ERR_NOMEM. */
+qi_status qi_tok_spm_pieces(qi_tokenizer *t, qi_err *err);
+
+/* Scratch for qi_tok_spm_text; zero-initialise, release with _fini. */
+typedef struct {
+    qi_vec text; /* char: the escaped fragment */
+    qi_vec sym;  /* symbols */
+    qi_vec heap; /* candidate pairs */
+} qi_tok_spm_work;
+void qi_tok_spm_work_fini(qi_tok_spm_work *w);
+/* Tokenise one raw fragment s[0..len) (len >= 1; no special tokens in it) and
+ * append the ids to out (int32_t, *n_out of them so far). after_special: the
+ * fragment starts the text or follows a special token, so a space is put in
+ * front when the vocabulary asks for it. QI_ERR_UNSUPPORTED when a character
+ * that is no token has a byte without a byte token (llama.cpp aborts there),
+ * QI_ERR_NOMEM. */
+qi_status qi_tok_spm_text(const qi_tokenizer *t, qi_tok_spm_work *w, const char *s, size_t len,
+                          bool after_special, qi_vec *out, size_t *n_out, qi_err *err);
+
+/* A whole sequence as llama_detokenize gives it for a SentencePiece vocabulary:
+ * remove_special drops a leading BOS (when the model adds one) and a trailing
+ * EOS (likewise); unparse_special is qi_token_to_piece's `special`; with
+ * add_space_prefix the first remaining token loses one leading space unless a
+ * BOS was dropped. (For gpt2 vocabularies it is the pieces concatenated,
+ * without llama.cpp's clean_spaces pass.) Writes at most cap bytes to out (may
+ * be NULL if cap is 0) and returns the full length. Streaming (qi_detok_push)
+ * never strips: it gives what llama_token_to_piece gives, as llama.cpp's
+ * programs print generated text. */
+size_t qi_tok_spm_detokenize(const qi_tokenizer *t, const int32_t *ids, size_t n,
+                             bool remove_special, bool unparse_special, char *out, size_t cap);
 
 #endif

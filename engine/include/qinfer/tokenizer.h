@@ -1,4 +1,6 @@
-/* tokenizer.h - byte-level BPE tokenizer ("gpt2" vocabularies in GGUF).
+/* tokenizer.h - the tokenizers of GGUF vocabularies: byte-level BPE
+ * ("gpt2", SmolLM2 and other GPT-2-style models) and SentencePiece ("llama",
+ * Gemma and other SPM models; tokenizer_spm.c).
  *
  * Built from a model's tokenizer.ggml.* metadata and meant to give, token for
  * token, what llama.cpp gives for the same model: same pre-tokenizer splits,
@@ -21,7 +23,10 @@
 
 typedef struct qi_tokenizer qi_tokenizer;
 
-/* Build from metadata: tokenizer.ggml.model must be "gpt2"; tokenizer.ggml.pre
+/* Build from metadata: tokenizer.ggml.model "gpt2" or "llama" (SentencePiece:
+ * score-ordered merges, byte fallback, U+2581 for spaces, add_space_prefix;
+ * a character with neither a token nor a byte token is QI_ERR_FORMAT at
+ * tokenisation time). For "gpt2", tokenizer.ggml.pre
  * names the pre-tokenizer, one of the llama.cpp names whose regexes are
  * "smollm" (digits apart, then GPT-2's; also starcoder, refact, command-r,
  * ...), "gpt-2" (also phi-2, olmo, mpt, ...), "llama3" (also llama-bpe,
