@@ -26,10 +26,12 @@ expect_ok() {
 }
 
 # --help on every command, exit 0, mentions usage
-for c in "" generate ppl inspect tokenize; do
+for c in "" generate ppl inspect tokenize sysinfo; do
   expect_ok $Q $c --help && { grep -q usage "$tmp/out" || bad "qinfer $c --help prints no usage"; }
 done
 expect_fail 2 "unknown command" $Q frobnicate
+expect_ok $Q sysinfo && { grep -q "^cpu:" "$tmp/out" && grep -q "^gpu:" "$tmp/out" || bad "sysinfo output: $(cat "$tmp/out")"; }
+expect_fail 2 "unknown option" $Q sysinfo --gpu
 expect_fail 2 "unknown option '--bogus'" $Q generate --bogus -p hi
 expect_fail 2 "needs a value" $Q generate -p
 expect_fail 2 "not an integer" $Q generate -p hi -n 12x
