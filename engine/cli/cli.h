@@ -49,6 +49,7 @@ int qi_cmd_generate(int argc, char **argv);
 int qi_cmd_ppl(int argc, char **argv);
 int qi_cmd_inspect(int argc, char **argv);
 int qi_cmd_tokenize(int argc, char **argv);
+int qi_cmd_bench(int argc, char **argv);
 int qi_cmd_sysinfo(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const struct {
     {"ppl", qi_cmd_ppl, "perplexity of a text file, as llama-perplexity computes it"},
     {"inspect", qi_cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", qi_cmd_tokenize, "print the token ids (and pieces) of a text"},
+    {"bench", qi_cmd_bench, "prompt and decode throughput, as llama-bench measures them"},
     {"sysinfo", qi_cmd_sysinfo, "print the CPU, memory and GPU figures are labelled with"},
 };
 

@@ -1,0 +1,827 @@
+/* cmd_bench.c - `qinfer bench`: prompt-processing and decode throughput, as
+ * llama-bench measures them, plus where decode stands against memory
+ * bandwidth.
+ *
+ * Tests follow llama-bench so the two tables can be read side by side:
+ *   pp<N>  one qi_ctx_eval of N random token ids on an emptied context (BOS
+ *          first when the model adds one), logits for the last token only;
+ *   tg<N>  N single-token evals with logits, after one untimed warm-up token
+ *          on an emptied context (llama-bench times its first token too; one
+ *          position of difference is noise).
+ * Each repetition gives tokens / seconds; the table shows the mean and the
+ * sample standard deviation of those rates, as llama-bench does. --warmup N
+ * runs each test N times untimed first (page-in of the mapped weights, cold
+ * caches, the pool's first wake-up).
+ *
+ * Decode of a small batch streams every weight once per token, so its ceiling
+ * is bytes of weights per token / memory bandwidth. The bandwidth is measured
+ * here, not looked up: a STREAM-like read of a buffer several times the
+ * last-level cache, with the benchmark's thread count, best of several passes;
+ * integer sums, because the build forbids reassociating float sums and an
+ * unvectorised float loop would measure the adder, not memory.
+ * It runs in a forked child before the thread pool exists, so its buffer
+ * never counts in this process's peak RSS (getrusage of the process itself;
+ * the child is a separate process and is waited for before the tests). The
+ * same child fills the hardware label (qi_sysinfo, shared with every other
+ * figure the harness records): in a CUDA build that query starts the CUDA
+ * runtime, whose threads and memory would otherwise stay in the benchmarked
+ * process and blur the comparison with a CPU-only llama-bench.
+ *
+ * Results are collected and printed at the end (md, csv or json), since peak
+ * RSS is known only then; progress goes to stderr meanwhile. --db appends the
+ * rows, each repetition's rate included, to a SQLite table; SQLite is
+ * optional at build time (QI_HAVE_SQLITE), and without it --db is refused
+ * before anything runs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kernels.h"
+#include "qinfer/cache.h"
+#include "qinfer/model.h"
+#include "qinfer/sysinfo.h"
+#include "sha256.h"
+#include "threadpool.h"
+
+#ifdef QI_HAVE_SQLITE
+#include <sqlite3.h>
+#endif
+
+#define BENCH_MAX_TESTS 2
+#define PROBE_PASSES 5
+
+typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
+
+static void help(void) {
+    printf(
+        "usage: qinfer bench [-m MODEL] [-p N] [-n N] [-t N] [-r N] [options]\n\n"
+        "Measure prompt processing (pp<N>) and decode (tg<N>) throughput as llama-bench\n"
+        "does, the machine's memory read bandwidth, the bytes of weights read per\n"
+        "decoded token and decode's share of that bandwidth roofline.\n\n"
+        "  -m, --model MODEL     GGUF path or cached short name (default smollm2-135m)\n"
+        "  -p, --n-prompt N      prompt tokens for the pp test (default 512; 0 = no pp test)\n"
+        "  -n, --n-gen N         decoded tokens for the tg test (default 128; 0 = no tg test)\n"
+        "  -t, --threads N       worker threads (default: physical cores)\n"
+        "  -r, --repetitions N   timed runs of each test (default 5)\n"
+        "      --warmup N        untimed runs of each test first (default 1)\n"
+        "  -o, --output FMT      md (default), csv or json, to stdout\n"
+        "      --db FILE         also append the rows to table 'bench' of a SQLite file%s\n"
+        "      --probe-mib N     bandwidth probe buffer in MiB (default: 4x the last-level\n"
+        "                        cache, at least 512; 0 = skip the probe)\n"
+        "  -h, --help            this help\n\n"
+        "t/s is the mean +- sample standard deviation over the repetitions. Progress\n"
+        "goes to stderr. Peak RSS is this process's getrusage maximum (the bandwidth\n"
+        "probe runs in a child process and is not included).\n",
+#ifdef QI_HAVE_SQLITE
+        ""
+#else
+        "\n                        (unavailable: this qinfer was built without SQLite)"
+#endif
+    );
+}
+
+/* ---- the machine ------------------------------------------------------------ */
+
+/* The last-level cache: the largest cache level cpu0 lists; 0 if unknown. */
+static uint64_t llc_bytes(void) {
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char p[128], buf[64];
+        int level = 0;
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(p, "r");
+        if (!f) break;
+        if (fscanf(f, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(p, "r"))) continue;
+        if (fgets(buf, sizeof buf, f) && level >= best_level) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            if (*end == 'K') v <<= 10;
+            else if (*end == 'M') v <<= 20;
+            else if (*end == 'G') v <<= 30;
+            if (v) {
+                best_level = level;
+                best = v;
+            }
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+static uint64_t mem_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    uint64_t kib = 0;
+    if (!f) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
+}
+
+/* ---- the bandwidth probe ----------------------------------------------------- */
+
+typedef struct {
+    uint64_t *p;
+    size_t n; /* words */
+    uint64_t sum;
+    bool write;
+} probe_slice;
+
+static void *probe_worker(void *arg) {
+    probe_slice *s = arg;
+    if (s->write) {
+        for (size_t i = 0; i < s->n; i++) s->p[i] = i * 0x9e3779b97f4a7c15ull;
+        return NULL;
+    }
+    /* Eight independent sums so the loop is load-bound, not add-bound. */
+    const uint64_t *p = s->p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    size_t n8 = s->n & ~(size_t)7;
+    for (size_t i = 0; i < n8; i += 8) {
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
+        a4 += p[i + 4];
+        a5 += p[i + 5];
+        a6 += p[i + 6];
+        a7 += p[i + 7];
+    }
+    for (size_t i = n8; i < s->n; i++) a0 += p[i];
+    s->sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    return NULL;
+}
+
+/* One pass over the buffer on n_threads threads; seconds, or -1. */
+static double probe_pass(uint64_t *buf, size_t n_words, int n_threads, bool write, uint64_t *sink) {
+    pthread_t tid[1024];
+    probe_slice sl[1024];
+    double t0 = qi_now_s();
+    int started = 0;
+    for (int i = 0; i < n_threads; i++) {
+        long lo, hi;
+        qi_split((long)n_words, i, n_threads, &lo, &hi);
+        sl[i] = (probe_slice){.p = buf + lo, .n = (size_t)(hi - lo), .write = write};
+        if (pthread_create(&tid[i], NULL, probe_worker, &sl[i]) != 0) break;
+        started++;
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        *sink += sl[i].sum;
+    }
+    return started == n_threads ? qi_now_s() - t0 : -1;
+}
+
+/* Child side: best read rate in GB/s over PROBE_PASSES passes, or -1. */
+static double probe_child(uint64_t bytes, int n_threads) {
+    size_t n_words = (size_t)(bytes / sizeof(uint64_t));
+    uint64_t *buf = mmap(NULL, n_words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return -1;
+    uint64_t sink = 0;
+    double best = -1;
+    /* First touch by the same threads that read, then timed read passes. */
+    if (probe_pass(buf, n_words, n_threads, true, &sink) >= 0) {
+        for (int k = 0; k < PROBE_PASSES; k++) {
+            double t = probe_pass(buf, n_words, n_threads, false, &sink);
+            if (t <= 0) {
+                best = -1;
+                break;
+            }
+            double gbs = (double)(n_words * sizeof(uint64_t)) / t / 1e9;
+            if (gbs > best) best = gbs;
+        }
+    }
+    munmap(buf, n_words * sizeof(uint64_t));
+    volatile uint64_t keep = sink; /* the sums must be computed */
+    (void)keep;
+    return best;
+}
+
+/* What the child reports. */
+typedef struct {
+    qi_sysinfo si;
+    double bw_gbs; /* -1: not measured or failed */
+} machine_report;
+
+/* The hardware label and, when probe_bytes > 0, the read bandwidth, from a
+ * forked child. Never fails: a failed probe is reported as not measured, and
+ * without a child the label is taken here. */
+static void machine_probe(uint64_t probe_bytes, int n_threads, machine_report *out) {
+    memset(out, 0, sizeof *out);
+    out->bw_gbs = -1;
+    int fd[2];
+    pid_t pid = -1;
+    if (pipe(fd) == 0) {
+        fflush(NULL);
+        if ((pid = fork()) < 0) {
+            close(fd[0]);
+            close(fd[1]);
+        }
+    }
+    if (pid == 0) {
+        machine_report r;
+        close(fd[0]);
+        qi_sysinfo_get(&r.si);
+        r.bw_gbs = probe_bytes ? probe_child(probe_bytes, n_threads) : -1;
+        ssize_t w = write(fd[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    if (pid < 0) {
+        qi_sysinfo_get(&out->si);
+        return;
+    }
+    close(fd[1]);
+    size_t got = 0;
+    while (got < sizeof *out) {
+        ssize_t r = read(fd[0], (char *)out + got, sizeof *out - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (got != sizeof *out) {
+        memset(out, 0, sizeof *out);
+        out->bw_gbs = -1;
+        qi_sysinfo_get(&out->si); /* the child died: label from here */
+    }
+}
+
+/* ---- the model ------------------------------------------------------------------ */
+
+/* llama.cpp's names for general.file_type (enum llama_ftype). */
+static const char *ftype_name(int64_t ft) {
+    static const struct {
+        int id;
+        const char *name;
+    } k[] = {{0, "all F32"}, {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+             {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+             {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+             {18, "Q6_K"},   {32, "BF16"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].id == ft) return k[i].name;
+    return NULL;
+}
+
+/* "llama 135M Q4_1": architecture, size label, file type (what is known). */
+static void model_desc(const qi_model *m, char *out, size_t cap) {
+    qi_str label;
+    int64_t ft;
+    size_t n = (size_t)snprintf(out, cap, "%s", m->hp.arch_name);
+    if (n < cap && qi_gguf_get_str(m->gguf, "general.size_label", &label) && label.len)
+        n += (size_t)snprintf(out + n, cap - n, " %.*s", (int)(label.len < 32 ? label.len : 32), label.ptr);
+    if (n < cap && qi_gguf_get_i64(m->gguf, "general.file_type", &ft)) {
+        const char *name = ftype_name(ft);
+        if (name) snprintf(out + n, cap - n, " %s", name);
+        else snprintf(out + n, cap - n, " ftype %lld", (long long)ft);
+    }
+}
+
+static uint64_t weight_bytes(const qi_weight *w) { return (uint64_t)w->n_rows * w->row_bytes; }
+
+/* Bytes of weights one decoded token reads: every layer's matrices and norms,
+ * the final norm, the whole output head and one embedding row. */
+static uint64_t bytes_per_token(const qi_model *m) {
+    uint64_t b = m->tok_embd.row_bytes + weight_bytes(&m->out_norm) + weight_bytes(&m->output);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const qi_weight *w[] = {&ly->attn_norm, &ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                                &ly->ffn_norm, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += weight_bytes(w[i]);
+    }
+    return b;
+}
+
+/* ---- the tests -------------------------------------------------------------------- */
+
+typedef struct {
+    char name[24]; /* "pp512" */
+    int n_prompt, n_gen;
+    int n_reps;
+    double *ts; /* [n_reps] tokens/s */
+    double mean, sd;
+} bench_test;
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+
+static int32_t random_token(int n_vocab) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return (int32_t)((g_rng * 0x2545f4914f6cdd1dull >> 33) % (uint64_t)n_vocab);
+}
+
+static int32_t first_token(const qi_model *m) {
+    int32_t bos = qi_tokenizer_bos(m->tok);
+    return qi_tokenizer_add_bos(m->tok) && bos >= 0 ? bos : random_token(m->hp.n_vocab);
+}
+
+/* One run of a test on an emptied context; *secs is the timed part. */
+static qi_status run_once(qi_ctx *ctx, const qi_model *m, const bench_test *t, int32_t *toks, double *secs,
+                          qi_err *err) {
+    const int V = m->hp.n_vocab;
+    qi_ctx_reset(ctx);
+    qi_status st;
+    if (t->n_prompt > 0) {
+        toks[0] = first_token(m);
+        for (int i = 1; i < t->n_prompt; i++) toks[i] = random_token(V);
+        double t0 = qi_now_s();
+        st = qi_ctx_eval(ctx, toks, t->n_prompt, false, err);
+        *secs = qi_now_s() - t0;
+        return st;
+    }
+    int32_t tok = first_token(m);
+    if ((st = qi_ctx_eval(ctx, &tok, 1, false, err))) return st; /* the warm-up token */
+    double t0 = qi_now_s();
+    for (int i = 0; i < t->n_gen; i++) {
+        tok = random_token(V);
+        if ((st = qi_ctx_eval(ctx, &tok, 1, false, err))) return st;
+    }
+    *secs = qi_now_s() - t0;
+    return QI_OK;
+}
+
+static qi_status run_test(qi_ctx *ctx, const qi_model *m, bench_test *t, int n_warmup, int32_t *toks,
+                          qi_err *err) {
+    const char *cmd = "bench";
+    int n_tok = t->n_prompt > 0 ? t->n_prompt : t->n_gen;
+    double secs;
+    for (int i = 0; i < n_warmup; i++) {
+        fprintf(stderr, "qinfer %s: %s warm-up %d/%d\n", cmd, t->name, i + 1, n_warmup);
+        qi_status st = run_once(ctx, m, t, toks, &secs, err);
+        if (st) return st;
+    }
+    double sum = 0;
+    for (int i = 0; i < t->n_reps; i++) {
+        qi_status st = run_once(ctx, m, t, toks, &secs, err);
+        if (st) return st;
+        t->ts[i] = secs > 0 ? n_tok / secs : INFINITY;
+        sum += t->ts[i];
+        fprintf(stderr, "qinfer %s: %s run %d/%d: %.2f t/s (%.3f s)\n", cmd, t->name, i + 1, t->n_reps,
+                t->ts[i], secs);
+    }
+    t->mean = sum / t->n_reps;
+    double ss = 0;
+    for (int i = 0; i < t->n_reps; i++) ss += (t->ts[i] - t->mean) * (t->ts[i] - t->mean);
+    t->sd = t->n_reps > 1 ? sqrt(ss / (t->n_reps - 1)) : 0;
+    return QI_OK;
+}
+
+/* ---- output ---------------------------------------------------------------------- */
+
+/* Everything a row says besides its test. */
+typedef struct {
+    qi_sysinfo hw;
+    uint64_t llc_bytes;  /* 0 if unknown */
+    char gpu[256];       /* the GPU name, or "none" */
+    char desc[96];       /* "llama 135M Q4_1" */
+    char name[128];      /* general.name, or "" */
+    const char *path;
+    char sha256[65];     /* "" unless computed */
+    uint64_t model_size, n_params, bytes_tok;
+    const char *kernels; /* "avx512" */
+    char backend[48];    /* "CPU (avx512)" */
+    int n_threads, n_layer;
+    double bw_gbs;       /* -1: not measured */
+    uint64_t probe_bytes;
+    long peak_rss;       /* bytes */
+    char timestamp[32];
+} bench_info;
+
+/* Decode's share of the bandwidth roofline for a tg test; NAN otherwise. */
+static double roofline_share(const bench_info *bi, const bench_test *t) {
+    if (t->n_gen == 0 || bi->bw_gbs <= 0) return NAN;
+    return (double)bi->bytes_tok * t->mean / (bi->bw_gbs * 1e9);
+}
+
+static void fmt_size(uint64_t b, char *out, size_t cap) {
+    if (b < (1ull << 30)) snprintf(out, cap, "%.2f MiB", b / 1048576.0);
+    else snprintf(out, cap, "%.2f GiB", b / 1073741824.0);
+}
+
+static void fmt_params(uint64_t n, char *out, size_t cap) {
+    if (n < 1000000000ull) snprintf(out, cap, "%.2f M", n / 1e6);
+    else snprintf(out, cap, "%.2f B", n / 1e9);
+}
+
+static void print_md(const bench_info *bi, const bench_test *tests, int n_tests) {
+    char size[32], params[32];
+    fmt_size(bi->model_size, size, sizeof size);
+    fmt_params(bi->n_params, params, sizeof params);
+    printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
+    if (bi->llc_bytes) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
+    printf("; GPU %s", bi->gpu);
+    printf("\n\n| %-30s | %10s | %10s | %-12s | %7s | %13s | %20s |\n", "model", "size", "params", "backend",
+           "threads", "test", "t/s");
+    printf("| ------------------------------ | ---------: | ---------: | ------------ | ------: | ------------: "
+           "| -------------------: |\n");
+    for (int i = 0; i < n_tests; i++) {
+        char ts[48];
+        snprintf(ts, sizeof ts, "%.2f ± %.2f", tests[i].mean, tests[i].sd);
+        /* "±" is two bytes but one column: pad by one more. */
+        printf("| %-30s | %10s | %10s | %-12s | %7d | %13s | %21s |\n", bi->desc, size, params, bi->backend,
+               bi->n_threads, tests[i].name, ts);
+    }
+    printf("\n");
+    if (bi->bw_gbs > 0)
+        printf("memory read bandwidth: %.1f GB/s (%s; STREAM-like read of %.0f MiB, %d thread%s, best of %d)\n",
+               bi->bw_gbs, bi->hw.cpu_model, bi->probe_bytes / 1048576.0, bi->n_threads, bi->n_threads == 1 ? "" : "s",
+               PROBE_PASSES);
+    else
+        printf("memory read bandwidth: not measured\n");
+    printf("weights read per decoded token: %.2f MiB (%.1f MB: %d layers' matrices and norms, the output head, "
+           "one embedding row)\n",
+           bi->bytes_tok / 1048576.0, bi->bytes_tok / 1e6, bi->n_layer);
+    for (int i = 0; i < n_tests; i++) {
+        double r = roofline_share(bi, &tests[i]);
+        if (isnan(r)) continue;
+        printf("%s: %.2f t/s x %.1f MB = %.2f GB/s = %.1f%% of the measured read bandwidth (%s, %d thread%s)\n",
+               tests[i].name, tests[i].mean, bi->bytes_tok / 1e6, bi->bytes_tok * tests[i].mean / 1e9, 100 * r,
+               bi->hw.cpu_model, bi->n_threads, bi->n_threads == 1 ? "" : "s");
+    }
+    if (bi->llc_bytes && bi->bytes_tok < bi->llc_bytes)
+        printf("note: the weights read per token (%.0f MiB) fit in the last-level cache (%.0f MiB), so decode can "
+               "run above the DRAM roofline\n",
+               bi->bytes_tok / 1048576.0, bi->llc_bytes / 1048576.0);
+    printf("peak RSS: %.2f MiB\n", bi->peak_rss / 1048576.0);
+}
+
+static void csv_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static const char *k_fields[] = {"qinfer_version", "timestamp", "cpu", "n_cores", "n_logical", "gpu", "model_type",
+                                 "model_name", "model_filename", "model_sha256", "model_size", "model_n_params",
+                                 "backend", "n_threads", "test", "n_prompt", "n_gen", "n_reps", "avg_ts",
+                                 "stddev_ts", "samples_ts", "mem_bw_gbs", "weight_bytes_per_token",
+                                 "roofline_share", "peak_rss_bytes"};
+#define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+
+/* Field f of a row: a string (quoted) or a number (not). */
+static void print_field(out_format fmt, size_t f, const bench_info *bi, const bench_test *t) {
+    void (*str)(const char *) = fmt == OUT_CSV ? csv_str : json_str;
+    double r;
+    switch (f) {
+    case 0: str(QI_VERSION); break;
+    case 1: str(bi->timestamp); break;
+    case 2: str(bi->hw.cpu_model); break;
+    case 3: printf("%d", bi->hw.n_cores); break;
+    case 4: printf("%d", bi->hw.n_threads); break;
+    case 5: str(bi->gpu); break;
+    case 6: str(bi->desc); break;
+    case 7: str(bi->name); break;
+    case 8: str(bi->path); break;
+    case 9: str(bi->sha256); break;
+    case 10: printf("%" PRIu64, bi->model_size); break;
+    case 11: printf("%" PRIu64, bi->n_params); break;
+    case 12: str(bi->backend); break;
+    case 13: printf("%d", bi->n_threads); break;
+    case 14: str(t->name); break;
+    case 15: printf("%d", t->n_prompt); break;
+    case 16: printf("%d", t->n_gen); break;
+    case 17: printf("%d", t->n_reps); break;
+    case 18: printf("%.6f", t->mean); break;
+    case 19: printf("%.6f", t->sd); break;
+    case 20:
+        /* CSV: one quoted field, values separated by ';'. */
+        putchar(fmt == OUT_CSV ? '"' : '[');
+        for (int i = 0; i < t->n_reps; i++) printf("%s%.6f", i ? (fmt == OUT_CSV ? ";" : ", ") : "", t->ts[i]);
+        putchar(fmt == OUT_CSV ? '"' : ']');
+        break;
+    case 21:
+        if (bi->bw_gbs > 0) printf("%.3f", bi->bw_gbs);
+        else printf(fmt == OUT_CSV ? "" : "null");
+        break;
+    case 22: printf("%" PRIu64, bi->bytes_tok); break;
+    case 23:
+        r = roofline_share(bi, t);
+        if (!isnan(r)) printf("%.6f", r);
+        else printf(fmt == OUT_CSV ? "" : "null");
+        break;
+    case 24: printf("%ld", bi->peak_rss); break;
+    }
+}
+
+static void print_rows(out_format fmt, const bench_info *bi, const bench_test *tests, int n_tests) {
+    if (fmt == OUT_CSV) {
+        for (size_t f = 0; f < N_FIELDS; f++) printf("%s%s", f ? "," : "", k_fields[f]);
+        printf("\n");
+        for (int i = 0; i < n_tests; i++) {
+            for (size_t f = 0; f < N_FIELDS; f++) {
+                if (f) putchar(',');
+                print_field(fmt, f, bi, &tests[i]);
+            }
+            printf("\n");
+        }
+        return;
+    }
+    printf("[\n");
+    for (int i = 0; i < n_tests; i++) {
+        printf("  {\n");
+        for (size_t f = 0; f < N_FIELDS; f++) {
+            printf("    \"%s\": ", k_fields[f]);
+            print_field(fmt, f, bi, &tests[i]);
+            printf("%s\n", f + 1 < N_FIELDS ? "," : "");
+        }
+        printf("  }%s\n", i + 1 < n_tests ? "," : "");
+    }
+    printf("]\n");
+}
+
+/* ---- SQLite --------------------------------------------------------------------- */
+
+#ifdef QI_HAVE_SQLITE
+static const char k_schema[] =
+    "CREATE TABLE IF NOT EXISTS bench ("
+    " id INTEGER PRIMARY KEY,"
+    " timestamp TEXT NOT NULL,"      /* ISO 8601, UTC */
+    " qinfer_version TEXT NOT NULL,"
+    " cpu TEXT NOT NULL, n_cores INTEGER, n_logical INTEGER, gpu TEXT,"
+    " model_type TEXT, model_name TEXT, model_filename TEXT,"
+    " model_sha256 TEXT, model_size INTEGER, model_n_params INTEGER,"
+    " backend TEXT NOT NULL, n_threads INTEGER NOT NULL,"
+    " test TEXT NOT NULL, n_prompt INTEGER, n_gen INTEGER, n_reps INTEGER,"
+    " avg_ts REAL, stddev_ts REAL,"
+    " samples_ts TEXT,"              /* JSON array: each repetition's t/s */
+    " mem_bw_gbs REAL, weight_bytes_per_token INTEGER, roofline_share REAL,"
+    " peak_rss_bytes INTEGER)";
+
+static qi_status db_fail(sqlite3 *db, const char *file, qi_err *err) {
+    return QI_ERR(err, QI_ERR_DB, "%s: %s", file, db ? sqlite3_errmsg(db) : "cannot open");
+}
+
+/* Open (creating the table if needed) before the tests, so a bad path fails
+ * before minutes of benchmarking. */
+static qi_status db_open(const char *file, sqlite3 **out, qi_err *err) {
+    *out = NULL;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(db, 10000) != SQLITE_OK || sqlite3_exec(db, k_schema, NULL, NULL, NULL) != SQLITE_OK) {
+        qi_status st = db_fail(db, file, err);
+        sqlite3_close(db);
+        return st;
+    }
+    *out = db;
+    return QI_OK;
+}
+
+static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, const bench_test *tests,
+                           int n_tests, qi_err *err) {
+    static const char sql[] =
+        "INSERT INTO bench (timestamp, qinfer_version, cpu, n_cores, n_logical, gpu, model_type, model_name,"
+        " model_filename, model_sha256, model_size, model_n_params, backend, n_threads, test, n_prompt, n_gen,"
+        " n_reps, avg_ts, stddev_ts, samples_ts, mem_bw_gbs, weight_bytes_per_token, roofline_share,"
+        " peak_rss_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_fail(db, file, err);
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) goto fail;
+    for (int i = 0; i < n_tests; i++) {
+        const bench_test *t = &tests[i];
+        char samples[8192];
+        size_t n = (size_t)snprintf(samples, sizeof samples, "[");
+        for (int k = 0; k < t->n_reps && n < sizeof samples; k++)
+            n += (size_t)snprintf(samples + n, sizeof samples - n, "%s%.6f", k ? ", " : "", t->ts[k]);
+        if (n < sizeof samples) snprintf(samples + n, sizeof samples - n, "]");
+        double r = roofline_share(bi, t);
+        int c = 1;
+        sqlite3_reset(s);
+        sqlite3_bind_text(s, c++, bi->timestamp, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, QI_VERSION, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, bi->hw.cpu_model, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, c++, bi->hw.n_cores);
+        sqlite3_bind_int(s, c++, bi->hw.n_threads);
+        sqlite3_bind_text(s, c++, bi->gpu, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, bi->desc, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, bi->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, bi->path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, c++, bi->sha256, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->model_size);
+        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->n_params);
+        sqlite3_bind_text(s, c++, bi->backend, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, c++, bi->n_threads);
+        sqlite3_bind_text(s, c++, t->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, c++, t->n_prompt);
+        sqlite3_bind_int(s, c++, t->n_gen);
+        sqlite3_bind_int(s, c++, t->n_reps);
+        sqlite3_bind_double(s, c++, t->mean);
+        sqlite3_bind_double(s, c++, t->sd);
+        sqlite3_bind_text(s, c++, samples, -1, SQLITE_TRANSIENT);
+        if (bi->bw_gbs > 0) sqlite3_bind_double(s, c++, bi->bw_gbs);
+        else sqlite3_bind_null(s, c++);
+        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->bytes_tok);
+        if (!isnan(r)) sqlite3_bind_double(s, c++, r);
+        else sqlite3_bind_null(s, c++);
+        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->peak_rss);
+        if (sqlite3_step(s) != SQLITE_DONE) goto fail;
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    return QI_OK;
+fail:;
+    qi_status st = db_fail(db, file, err);
+    sqlite3_finalize(s);
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+#endif
+
+/* ---- the command ----------------------------------------------------------------- */
+
+int qi_cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
+    int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1;
+    int n_threads = qi_n_physical_cores();
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-p", "--n-prompt")) qi_args_int(&a, 0, 1 << 20, &n_prompt);
+        else if (qi_args_is(&a, "-n", "--n-gen")) qi_args_int(&a, 0, 1 << 20, &n_gen);
+        else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
+        else if (qi_args_is(&a, "-r", "--repetitions")) qi_args_int(&a, 0, 1000, &n_reps);
+        else if (qi_args_is(&a, NULL, "--warmup")) qi_args_int(&a, 0, 1000, &n_warmup);
+        else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--db")) db_file = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--probe-mib")) qi_args_int(&a, 0, 1 << 20, &probe_mib);
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    out_format fmt;
+    if (!strcmp(out_arg, "md")) fmt = OUT_MD;
+    else if (!strcmp(out_arg, "csv")) fmt = OUT_CSV;
+    else if (!strcmp(out_arg, "json")) fmt = OUT_JSON;
+    else {
+        qi_cli_error(cmd, "option -o: '%s' is not an output format (md, csv, json)", out_arg);
+        return QI_EXIT_USAGE;
+    }
+    if (n_reps < 1) {
+        qi_cli_error(cmd, "-r %d: at least one repetition is needed", n_reps);
+        return QI_EXIT_USAGE;
+    }
+    if (n_prompt == 0 && n_gen == 0) {
+        qi_cli_error(cmd, "nothing to run: -p and -n are both 0");
+        return QI_EXIT_USAGE;
+    }
+#ifndef QI_HAVE_SQLITE
+    if (db_file) {
+        qi_cli_error(cmd, "--db: this qinfer was built without SQLite (install libsqlite3-dev and rebuild)");
+        return QI_EXIT_USAGE;
+    }
+#endif
+
+    qi_err err = {0};
+    char path[1024];
+    qi_model *m = NULL;
+    qi_ctx *ctx = NULL;
+    int32_t *toks = NULL;
+    bench_test tests[BENCH_MAX_TESTS];
+    int n_tests = 0, rc = 0;
+    memset(tests, 0, sizeof tests);
+#ifdef QI_HAVE_SQLITE
+    sqlite3 *db = NULL;
+#endif
+    bench_info bi;
+    memset(&bi, 0, sizeof bi);
+    bi.bw_gbs = -1;
+    bi.n_threads = n_threads;
+
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_model_load(path, &m, &err)) goto fail;
+    /* The tg test's warm-up token takes a position too. */
+    long need = (long)n_prompt + n_gen + (n_gen > 0);
+    if (need > m->hp.n_ctx_train) {
+        QI_ERR(&err, QI_ERR_INVALID, "-p %d + -n %d (+1 warm-up token) = %ld tokens exceeds the model's context of %d",
+               n_prompt, n_gen, need, m->hp.n_ctx_train);
+        goto fail;
+    }
+#ifdef QI_HAVE_SQLITE
+    if (db_file && db_open(db_file, &db, &err)) goto fail;
+#endif
+
+    bi.llc_bytes = llc_bytes();
+    bi.path = path;
+    model_desc(m, bi.desc, sizeof bi.desc);
+    qi_str gname;
+    if (qi_gguf_get_str(m->gguf, "general.name", &gname))
+        snprintf(bi.name, sizeof bi.name, "%.*s", (int)(gname.len < 127 ? gname.len : 127), gname.ptr);
+    bi.model_size = m->weight_bytes;
+    bi.n_params = m->n_params;
+    bi.bytes_tok = bytes_per_token(m);
+    bi.n_layer = m->hp.n_layer;
+    bi.kernels = qi_kernels_get()->name;
+    snprintf(bi.backend, sizeof bi.backend, "CPU (%s)", bi.kernels);
+    if (fmt != OUT_MD || db_file) {
+        /* A short name was already verified against the manifest's hash. */
+        const qi_cache_entry *ce = strcmp(path, model_arg) ? qi_cache_find(model_arg, "model") : NULL;
+        if (ce) snprintf(bi.sha256, sizeof bi.sha256, "%s", ce->sha256);
+        else if (qi_sha256_file(path, bi.sha256, &err)) goto fail;
+    }
+
+    /* The probe forks, so it runs before the context's thread pool exists. */
+    if (probe_mib != 0) {
+        uint64_t bytes = probe_mib > 0 ? (uint64_t)probe_mib << 20 : 4 * bi.llc_bytes;
+        if (probe_mib < 0) {
+            if (bytes < (512ull << 20)) bytes = 512ull << 20;
+            uint64_t avail = mem_available_bytes();
+            if (avail && bytes > avail / 2) bytes = avail / 2;
+        }
+        bi.probe_bytes = bytes;
+        fprintf(stderr, "qinfer %s: measuring memory read bandwidth (%.0f MiB, %d thread%s, best of %d)\n", cmd,
+                bytes / 1048576.0, n_threads, n_threads == 1 ? "" : "s", PROBE_PASSES);
+    }
+    machine_report mr;
+    machine_probe(bi.probe_bytes, n_threads, &mr);
+    bi.hw = mr.si;
+    bi.bw_gbs = mr.bw_gbs;
+    if (bi.probe_bytes && bi.bw_gbs <= 0) fprintf(stderr, "qinfer %s: the bandwidth probe failed; reporting n/a\n", cmd);
+    snprintf(bi.gpu, sizeof bi.gpu, "%s", bi.hw.n_gpus > 0 ? bi.hw.gpu_name : "none");
+
+    int n_ctx = n_prompt > n_gen + 1 ? n_prompt : n_gen + 1;
+    toks = qi_malloc(sizeof *toks * (size_t)(n_prompt > 0 ? n_prompt : 1));
+    if (!toks) {
+        QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
+    if (n_prompt > 0) {
+        bench_test *t = &tests[n_tests++];
+        snprintf(t->name, sizeof t->name, "pp%d", n_prompt);
+        t->n_prompt = n_prompt;
+    }
+    if (n_gen > 0) {
+        bench_test *t = &tests[n_tests++];
+        snprintf(t->name, sizeof t->name, "tg%d", n_gen);
+        t->n_gen = n_gen;
+    }
+    for (int i = 0; i < n_tests; i++) {
+        tests[i].n_reps = n_reps;
+        if (!(tests[i].ts = qi_calloc((size_t)n_reps, sizeof(double)))) {
+            QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    for (int i = 0; i < n_tests; i++)
+        if (run_test(ctx, m, &tests[i], n_warmup, toks, &err)) goto fail;
+
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) bi.peak_rss = ru.ru_maxrss * 1024L; /* Linux: KiB */
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(bi.timestamp, sizeof bi.timestamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    if (fmt == OUT_MD) print_md(&bi, tests, n_tests);
+    else print_rows(fmt, &bi, tests, n_tests);
+    fflush(stdout);
+#ifdef QI_HAVE_SQLITE
+    if (db && db_insert(db, db_file, &bi, tests, n_tests, &err)) goto fail;
+    if (db) fprintf(stderr, "qinfer %s: %d rows appended to %s (table bench)\n", cmd, n_tests, db_file);
+#endif
+    goto done;
+fail:
+    rc = qi_cli_fail(cmd, &err);
+done:
+#ifdef QI_HAVE_SQLITE
+    sqlite3_close(db);
+#endif
+    for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts);
+    qi_free(toks);
+    qi_ctx_free(ctx);
+    qi_model_free(m);
+    return rc;
+}
