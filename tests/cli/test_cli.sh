@@ -4,26 +4,8 @@
 # model. Usage: test_cli.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_cli.sh PATH/TO/qinfer}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-
-ok()   { passes=$((passes + 1)); }
-bad()  { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_fail CODE PATTERN CMD...: exits with CODE, stderr one line matching PATTERN
-expect_fail() {
-  local code=$1 pat=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
-  if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
-  grep -q -- "$pat" "$tmp/err" || { bad "$* -> stderr lacks '$pat': $(cat "$tmp/err")"; return; }
-  ok
-}
-expect_ok() {
-  "$@" >"$tmp/out" 2>"$tmp/err" || { bad "$* -> exit $? ($(head -c 300 "$tmp/err"))"; return 1; }
-  ok
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # --help on every command, exit 0, mentions usage
 for c in "" generate ppl inspect tokenize sysinfo; do

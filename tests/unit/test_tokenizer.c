@@ -657,111 +657,12 @@ static void real_teardown(void) {
     g_model = NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-typedef struct {
-    unsigned char *in;
-    size_t len;
-    int add, parse;
-    int32_t *ids;
-    size_t n;
-} golden_line;
-
-/* Parse the golden file; returns the number of lines (caller frees). */
-static size_t read_golden(golden_line **out) {
-    size_t flen;
-    char *text = qi_test_read_file(GOLDEN, &flen);
-    ck_assert_msg(text != NULL, "cannot read %s", GOLDEN);
-    size_t cap = 1024, n = 0;
-    golden_line *v = calloc(cap, sizeof *v);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        if (line[0] == '#' || line[0] == 0) continue;
-        char *f[4] = {line, NULL, NULL, NULL};
-        for (int k = 1; k < 4; k++) {
-            f[k] = strchr(f[k - 1], '\t');
-            ck_assert_msg(f[k] != NULL, "golden line %zu: expected 4 columns", n + 1);
-            *f[k]++ = 0;
-        }
-        if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
-        golden_line *g = &v[n++];
-        g->in = qi_test_unhex(f[0], &g->len);
-        ck_assert_ptr_nonnull(g->in);
-        g->add = atoi(f[1]);
-        g->parse = atoi(f[2]);
-        g->ids = malloc(sizeof(int32_t) * (strlen(f[3]) / 2 + 1));
-        g->n = 0;
-        for (char *p = f[3]; *p;) {
-            char *end;
-            long id = strtol(p, &end, 10);
-            ck_assert_msg(end != p, "golden line %zu: bad id list", n);
-            g->ids[g->n++] = (int32_t)id;
-            p = end;
-            while (*p == ' ') p++;
-        }
-    }
-    free(text);
-    *out = v;
-    return n;
-}
-
-static void free_golden(golden_line *v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        free(v[i].in);
-        free(v[i].ids);
-    }
-    free(v);
-}
-
-static void print_ids(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "  %s:", label);
-    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "\n");
-}
-
-/* Tokenise a golden line's input; whether the ids are the recorded ones. */
-static bool golden_matches(const golden_line *gl, int32_t **ids, size_t *k) {
-    qi_err e = {0};
-    ck_assert_msg(qi_tokenize(g_tok, (const char *)gl->in, gl->len, gl->add, gl->parse, ids, k,
-                              &e) == QI_OK,
-                  "tokenize: %s", e.msg);
-    return *k == gl->n && memcmp(*ids, gl->ids, *k * sizeof **ids) == 0;
-}
-
 START_TEST(t_golden) {
-    golden_line *gl;
-    size_t n = read_golden(&gl);
+    qi_tok_golden *gl;
+    size_t n = qi_tok_golden_read(GOLDEN, &gl);
     ck_assert_uint_ge(n, 300);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t *ids;
-        size_t k;
-        bool same = golden_matches(&gl[i], &ids, &k);
-        if (!same && bad++ < 5) {
-            fprintf(stderr, "golden mismatch (add_special=%d parse_special=%d), input hex: ",
-                    gl[i].add, gl[i].parse);
-            for (size_t j = 0; j < gl[i].len; j++) fprintf(stderr, "%02x", gl[i].in[j]);
-            fprintf(stderr, "\n");
-            print_ids("expected", gl[i].ids, gl[i].n);
-            print_ids("got     ", ids, k);
-        }
-        qi_free(ids);
-    }
-    fprintf(stderr, "tokenizer golden: %zu/%zu lines match llama.cpp\n", n - bad, n);
-    /* A planted fault must be caught: one recorded id changed. */
-    for (size_t i = 0; i < n; i++) {
-        if (gl[i].n == 0) continue;
-        gl[i].ids[gl[i].n / 2] ^= 1;
-        int32_t *ids;
-        size_t k;
-        ck_assert(!golden_matches(&gl[i], &ids, &k));
-        qi_free(ids);
-        break;
-    }
-    free_golden(gl, n);
+    size_t bad = qi_tok_golden_check(g_tok, gl, n, "tokenizer golden");
+    qi_tok_golden_free(gl, n);
     ck_assert_msg(bad == 0, "%zu golden lines differ from llama.cpp", bad);
 }
 END_TEST
@@ -817,15 +718,15 @@ static int check_round_trip(const unsigned char *s, size_t len) {
 
 START_TEST(t_round_trip) {
     /* Every valid-UTF-8 golden input. */
-    golden_line *gl;
-    size_t n = read_golden(&gl), checked = 0;
+    qi_tok_golden *gl;
+    size_t n = qi_tok_golden_read(GOLDEN, &gl), checked = 0;
     for (size_t i = 0; i < n; i++)
         if (valid_utf8(gl[i].in, gl[i].len)) {
             check_round_trip(gl[i].in, gl[i].len);
             checked++;
         }
     ck_assert_uint_ge(checked, 200);
-    free_golden(gl, n);
+    qi_tok_golden_free(gl, n);
 
     /* Random code points from many blocks. */
     static const uint32_t ranges[][2] = {
@@ -880,11 +781,11 @@ END_TEST
 
 START_TEST(t_speed) {
     /* Reported, not asserted tightly: shared machines vary. */
-    double t0 = now_s();
+    double t0 = qi_test_now();
     qi_tokenizer *t;
     qi_err e = {0};
     ck_assert_int_eq(qi_tokenizer_create(g_model, &t, &e), QI_OK);
-    double t1 = now_s();
+    double t1 = qi_test_now();
     size_t len = 0, cap = 1 << 20;
     char *text = malloc(cap);
     const char *para = "The quick brown fox, 1234 times: \"caf\xC3\xA9\" "
@@ -895,9 +796,9 @@ START_TEST(t_speed) {
     }
     int32_t *ids;
     size_t n;
-    double t2 = now_s();
+    double t2 = qi_test_now();
     ck_assert_int_eq(qi_tokenize(t, text, len, false, false, &ids, &n, &e), QI_OK);
-    double t3 = now_s();
+    double t3 = qi_test_now();
     fprintf(stderr, "tokenizer: build %.1f ms; tokenise %.1f MB/s, %.2f M tokens/s\n",
             (t1 - t0) * 1e3, len / (t3 - t2) / 1e6, n / (t3 - t2) / 1e6);
     ck_assert_msg(t1 - t0 < 1.0, "building the tokenizer took %.0f ms", (t1 - t0) * 1e3);

@@ -642,110 +642,12 @@ static void real_teardown(void) {
     g_model = NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-typedef struct {
-    unsigned char *in;
-    size_t len;
-    int add, parse;
-    int32_t *ids;
-    size_t n;
-} golden_line;
-
-static size_t read_golden(golden_line **out) {
-    size_t flen;
-    char *text = qi_test_read_file(GOLDEN, &flen);
-    ck_assert_msg(text != NULL, "cannot read %s", GOLDEN);
-    size_t cap = 1024, n = 0;
-    golden_line *v = calloc(cap, sizeof *v);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        if (line[0] == '#' || line[0] == 0) continue;
-        char *f[4] = {line, NULL, NULL, NULL};
-        for (int k = 1; k < 4; k++) {
-            f[k] = strchr(f[k - 1], '\t');
-            ck_assert_msg(f[k] != NULL, "golden line %zu: expected 4 columns", n + 1);
-            *f[k]++ = 0;
-        }
-        if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
-        golden_line *g = &v[n++];
-        g->in = qi_test_unhex(f[0], &g->len);
-        ck_assert_ptr_nonnull(g->in);
-        g->add = atoi(f[1]);
-        g->parse = atoi(f[2]);
-        g->ids = malloc(sizeof(int32_t) * (strlen(f[3]) / 2 + 1));
-        g->n = 0;
-        for (char *p = f[3]; *p;) {
-            char *end;
-            long id = strtol(p, &end, 10);
-            ck_assert_msg(end != p, "golden line %zu: bad id list", n);
-            g->ids[g->n++] = (int32_t)id;
-            p = end;
-            while (*p == ' ') p++;
-        }
-    }
-    free(text);
-    *out = v;
-    return n;
-}
-
-static void free_golden(golden_line *v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        free(v[i].in);
-        free(v[i].ids);
-    }
-    free(v);
-}
-
-static void print_ids(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "  %s:", label);
-    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "\n");
-}
-
-static bool golden_matches(const golden_line *gl, int32_t **ids, size_t *k) {
-    qi_err e = {0};
-    ck_assert_msg(qi_tokenize(g_tok, (const char *)gl->in, gl->len, gl->add, gl->parse, ids, k,
-                              &e) == QI_OK,
-                  "tokenize: %s", e.msg);
-    return *k == gl->n && memcmp(*ids, gl->ids, *k * sizeof **ids) == 0;
-}
-
 START_TEST(t_gemma_golden) {
-    golden_line *gl;
-    size_t n = read_golden(&gl);
+    qi_tok_golden *gl;
+    size_t n = qi_tok_golden_read(GOLDEN, &gl);
     ck_assert_uint_eq(n, 613);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t *ids;
-        size_t k;
-        bool same = golden_matches(&gl[i], &ids, &k);
-        if (!same && bad++ < 5) {
-            fprintf(stderr,
-                    "golden mismatch, line %zu (add_special=%d parse_special=%d), input hex: ",
-                    i + 1, gl[i].add, gl[i].parse);
-            for (size_t j = 0; j < gl[i].len; j++) fprintf(stderr, "%02x", gl[i].in[j]);
-            fprintf(stderr, "\n");
-            print_ids("expected", gl[i].ids, gl[i].n);
-            print_ids("got     ", ids, k);
-        }
-        qi_free(ids);
-    }
-    fprintf(stderr, "gemma3 tokenizer golden: %zu/%zu lines match llama.cpp\n", n - bad, n);
-    /* A planted fault must be caught: one recorded id changed. */
-    for (size_t i = 0; i < n; i++) {
-        if (gl[i].n < 2) continue;
-        gl[i].ids[gl[i].n - 1] ^= 1;
-        int32_t *ids;
-        size_t k;
-        ck_assert(!golden_matches(&gl[i], &ids, &k));
-        qi_free(ids);
-        break;
-    }
-    free_golden(gl, n);
+    size_t bad = qi_tok_golden_check(g_tok, gl, n, "gemma3 tokenizer golden");
+    qi_tok_golden_free(gl, n);
     ck_assert_msg(bad == 0, "%zu golden lines differ from llama.cpp", bad);
 }
 END_TEST
@@ -766,8 +668,8 @@ START_TEST(t_gemma_round_trip) {
     /* Byte fallback makes the inputs come back exactly (Gemma has no space
      * prefix), except a typed U+2581, which reads back as a space, and a
      * space swallowed by a broken character. */
-    golden_line *gl;
-    size_t n = read_golden(&gl), checked = 0, at;
+    qi_tok_golden *gl;
+    size_t n = qi_tok_golden_read(GOLDEN, &gl), checked = 0, at;
     for (size_t i = 0; i < n; i++) {
         if (qi_tok_find_bytes((const char *)gl[i].in, gl[i].len, M, 3, &at) ||
             swallows_space(gl[i].in, gl[i].len))
@@ -776,7 +678,7 @@ START_TEST(t_gemma_round_trip) {
         checked++;
     }
     ck_assert_uint_ge(checked, 600);
-    free_golden(gl, n);
+    qi_tok_golden_free(gl, n);
     /* Rare characters go out as byte tokens and stream back whole. */
     const char *s = "Hi \xF0\x9F\xA6\x99\xF0\x9F\xAB\xA0 \xF0\xA0\x80\x8B\xF0\xAF\xA0\x80 ok";
     ck_assert_int_ge(round_trip(g_tok, s, strlen(s), s, strlen(s)), 1);
@@ -853,11 +755,11 @@ END_TEST
 
 START_TEST(t_gemma_speed) {
     /* Reported; asserted only loosely (shared machines, sanitizer builds). */
-    double t0 = now_s();
+    double t0 = qi_test_now();
     qi_tokenizer *t;
     qi_err e = {0};
     ck_assert_int_eq(qi_tokenizer_create(g_model, &t, &e), QI_OK);
-    double t1 = now_s();
+    double t1 = qi_test_now();
     size_t len = 0, cap = 1 << 20;
     char *text = malloc(cap);
     const char *para = "The quick brown fox, 1234 times: \"caf\xC3\xA9\" "
@@ -868,15 +770,15 @@ START_TEST(t_gemma_speed) {
     }
     int32_t *ids;
     size_t n;
-    double t2 = now_s();
+    double t2 = qi_test_now();
     ck_assert_int_eq(qi_tokenize(t, text, len, false, false, &ids, &n, &e), QI_OK);
-    double t3 = now_s();
+    double t3 = qi_test_now();
     /* One 1 MB word of letters: the heap keeps this n log n. */
     memset(text, 'a', len);
     int32_t *ids2;
     size_t n2;
     ck_assert_int_eq(qi_tokenize(t, text, len, false, false, &ids2, &n2, &e), QI_OK);
-    double t4 = now_s();
+    double t4 = qi_test_now();
     fprintf(stderr,
             "gemma3 tokenizer: build %.1f ms; tokenise %.1f MB/s (%.2f M tokens/s); "
             "1 MB of 'a': %.0f ms, %zu tokens\n",

@@ -2,6 +2,9 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <time.h>
+
+#include "qinfer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,4 +82,102 @@ int qi_test_run_suite(Suite *s) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
+}
+
+double qi_test_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+size_t qi_tok_golden_read(const char *path, qi_tok_golden **out) {
+    size_t flen;
+    char *text = qi_test_read_file(path, &flen);
+    ck_assert_msg(text != NULL, "cannot read %s", path);
+    size_t cap = 1024, n = 0;
+    qi_tok_golden *v = calloc(cap, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#' || line[0] == 0) continue;
+        char *f[4] = {line, NULL, NULL, NULL};
+        for (int k = 1; k < 4; k++) {
+            f[k] = strchr(f[k - 1], '\t');
+            ck_assert_msg(f[k] != NULL, "%s line %zu: expected 4 columns", path, n + 1);
+            *f[k]++ = 0;
+        }
+        if (n == cap) {
+            v = realloc(v, (cap *= 2) * sizeof *v);
+            ck_assert_ptr_nonnull(v);
+        }
+        qi_tok_golden *g = &v[n++];
+        g->in = qi_test_unhex(f[0], &g->len);
+        ck_assert_ptr_nonnull(g->in);
+        g->add = atoi(f[1]);
+        g->parse = atoi(f[2]);
+        g->ids = malloc(sizeof(int32_t) * (strlen(f[3]) / 2 + 1));
+        g->n = 0;
+        for (char *p = f[3]; *p;) {
+            char *end;
+            long id = strtol(p, &end, 10);
+            ck_assert_msg(end != p, "%s line %zu: bad id list", path, n);
+            g->ids[g->n++] = (int32_t)id;
+            p = end;
+            while (*p == ' ') p++;
+        }
+    }
+    free(text);
+    *out = v;
+    return n;
+}
+
+void qi_tok_golden_free(qi_tok_golden *v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].in);
+        free(v[i].ids);
+    }
+    free(v);
+}
+
+static void print_ids(const char *label, const int32_t *ids, size_t n) {
+    fprintf(stderr, "  %s:", label);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Tokenise a golden line's input; whether the ids are the recorded ones. */
+static bool golden_matches(const qi_tokenizer *t, const qi_tok_golden *gl, int32_t **ids, size_t *k) {
+    qi_err e = {0};
+    ck_assert_msg(qi_tokenize(t, (const char *)gl->in, gl->len, gl->add, gl->parse, ids, k, &e) == QI_OK,
+                  "tokenize: %s", e.msg);
+    return *k == gl->n && memcmp(*ids, gl->ids, *k * sizeof **ids) == 0;
+}
+
+size_t qi_tok_golden_check(const qi_tokenizer *t, qi_tok_golden *v, size_t n, const char *label) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids;
+        size_t k;
+        if (!golden_matches(t, &v[i], &ids, &k) && bad++ < 5) {
+            fprintf(stderr, "golden mismatch, line %zu (add_special=%d parse_special=%d), input hex: ", i + 1,
+                    v[i].add, v[i].parse);
+            for (size_t j = 0; j < v[i].len; j++) fprintf(stderr, "%02x", v[i].in[j]);
+            fprintf(stderr, "\n");
+            print_ids("expected", v[i].ids, v[i].n);
+            print_ids("got     ", ids, k);
+        }
+        qi_free(ids);
+    }
+    fprintf(stderr, "%s: %zu/%zu lines match llama.cpp\n", label, n - bad, n);
+    /* A planted fault must be caught: one recorded id changed. */
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].n < 2) continue;
+        v[i].ids[v[i].n - 1] ^= 1;
+        int32_t *ids;
+        size_t k;
+        ck_assert(!golden_matches(t, &v[i], &ids, &k));
+        v[i].ids[v[i].n - 1] ^= 1;
+        qi_free(ids);
+        break;
+    }
+    return bad;
 }

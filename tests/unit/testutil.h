@@ -20,6 +20,29 @@ unsigned char *qi_test_unhex(const char *hex, size_t *len);
 uint64_t qi_test_rand(uint64_t *state);
 float qi_test_randf(uint64_t *state); /* uniform in [-1, 1) */
 
+/* Monotonic clock in seconds. */
+double qi_test_now(void);
+
+/* One line of a tokenisation golden file (tests/golden/<model>/tokenize.tsv):
+ * input bytes, add_special, parse_special, llama.cpp's ids. */
+typedef struct {
+    unsigned char *in;
+    size_t len;
+    int add, parse;
+    int32_t *ids;
+    size_t n;
+} qi_tok_golden;
+
+struct qi_tokenizer;
+/* Read a golden file (Check-asserts on malformed lines); returns the count. */
+size_t qi_tok_golden_read(const char *path, qi_tok_golden **out);
+void qi_tok_golden_free(qi_tok_golden *v, size_t n);
+/* Tokenise every line with t and compare: prints the first five mismatches
+ * (input hex, expected, got) and a "<label>: N/M lines match llama.cpp" line,
+ * and checks that a planted fault (one recorded id changed) is caught.
+ * Returns the number of mismatching lines. */
+size_t qi_tok_golden_check(const struct qi_tokenizer *t, qi_tok_golden *v, size_t n, const char *label);
+
 /* Run a Check suite (fork mode unless CK_FORK=no) and return the process
  * exit code: 0 when every test passed, 1 otherwise. Takes ownership. */
 struct Suite;
