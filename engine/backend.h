@@ -21,10 +21,17 @@
 typedef struct qi_backend qi_backend;
 
 /* One attention call: T new queries of one sequence at positions
- * pos0..pos0+T-1 attending causally over the cache rows 0..pos0+t. */
+ * pos0..pos0+T-1 attending causally over the cache rows 0..pos0+t (the
+ * last n_swa of them when n_swa > 0; the others are masked to -inf before
+ * the softmax, as llama.cpp masks them, so the summation lanes stay those of
+ * the full row). */
 typedef struct {
     int T, H, Hkv, D;
     int pos0;
+    int n_swa;          /* > 0: sliding window, query at p sees keys p-n_swa+1..p */
+    int n_cells;        /* > 0: the cache is a ring of n_cells rows, position p in row
+                           p % n_cells, and has wrapped; every query then scores all
+                           min(pos0 + T, n_cells) rows in row order, masking by position */
     float scale;        /* usually 1/sqrt(D) */
     const float *q;     /* [T][H*D] */
     const uint16_t *k;  /* fp16 cache [n_pos][Hkv*D] */
@@ -44,8 +51,11 @@ typedef struct {
     void (*rope)(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
                  float base, float freq_scale, int mode);
     void (*attention)(qi_backend *b, const qi_attn_args *a);
-    /* gate[T*n] = silu(gate) * up */
-    void (*swiglu)(qi_backend *b, float *gate, const float *up, long n);
+    /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
+     * llama.cpp's op restart at every row) */
+    void (*swiglu)(qi_backend *b, float *gate, const float *up, int T, int n);
+    /* gate[T][n] = gelu_tanh(gate) * up, with ggml's fp16 GELU table */
+    void (*geglu)(qi_backend *b, float *gate, const float *up, int T, int n);
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
     /* Size scratch for activations of up to scratch_bytes (quantised rows)
@@ -55,7 +65,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 1u
+#define QI_BACKEND_VERSION 2u
 
 struct qi_backend {
     const qi_backend_i *iface;

@@ -19,7 +19,9 @@
  *
  * Work split: matmuls by output rows (each weight row read once per block of
  * MM_TOKEN_BLOCK tokens, whose quantised activations stay in L1), attention
- * by (token, head) pairs, SwiGLU by 16-element-aligned ranges.
+ * by (token, head) pairs, SwiGLU / GeGLU by rows, or by 16-element-aligned
+ * ranges of each row when there are fewer rows than threads. A sliding
+ * window masks the older scores to -inf rather than shortening the row.
  */
 #include <math.h>
 #include <string.h>
@@ -157,26 +159,40 @@ static void cpu_rope(qi_backend *b, float *x, int T, int n_heads, int D, int n_r
 }
 
 typedef struct {
-    const qi_kernels *k;
+    void (*fn)(int64_t n, float *g, const float *u);
     float *gate;
     const float *up;
-    long n;
-} swiglu_job;
+    int T, n;
+} glu_job;
 
-static void swiglu_work(void *arg, int ith, int nth) {
-    swiglu_job *j = arg;
-    long lo, hi;
-    /* split in 16-element units so every thread's range starts where one of
-     * ggml's 16-lane chunks does */
-    qi_split((j->n + 15) / 16, ith, nth, &lo, &hi);
-    lo *= 16;
-    hi = hi * 16 < j->n ? hi * 16 : j->n;
-    if (lo < hi) j->k->swiglu(hi - lo, j->gate + lo, j->up + lo);
+static void glu_work(void *arg, int ith, int nth) {
+    glu_job *j = arg;
+    /* rows when there are enough to go round; otherwise split the row in
+     * 16-element units, so every range starts where one of ggml's 16-lane
+     * chunks does */
+    if (j->T >= nth) {
+        long lo, hi;
+        qi_split(j->T, ith, nth, &lo, &hi);
+        for (long t = lo; t < hi; t++) j->fn(j->n, j->gate + t * j->n, j->up + t * j->n);
+        return;
+    }
+    for (int t = 0; t < j->T; t++) {
+        long lo, hi;
+        qi_split((j->n + 15) / 16, ith, nth, &lo, &hi);
+        lo *= 16;
+        hi = hi * 16 < j->n ? hi * 16 : j->n;
+        if (lo < hi) j->fn(hi - lo, j->gate + (long)t * j->n + lo, j->up + (long)t * j->n + lo);
+    }
 }
 
-static void cpu_swiglu(qi_backend *b, float *gate, const float *up, long n) {
-    swiglu_job j = {C(b)->k, gate, up, n};
-    qi_pool_run(C(b)->pool, swiglu_work, &j);
+static void cpu_swiglu(qi_backend *b, float *gate, const float *up, int T, int n) {
+    glu_job j = {C(b)->k->swiglu, gate, up, T, n};
+    qi_pool_run(C(b)->pool, glu_work, &j);
+}
+
+static void cpu_geglu(qi_backend *b, float *gate, const float *up, int T, int n) {
+    glu_job j = {C(b)->k->geglu, gate, up, T, n};
+    qi_pool_run(C(b)->pool, glu_work, &j);
 }
 
 static void cpu_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out) {
@@ -207,11 +223,20 @@ static void att_work(void *arg, int ith, int nth) {
     qi_split((long)a->T * a->H, ith, nth, &lo, &hi);
     for (long th = lo; th < hi; th++) {
         int t = (int)(th / a->H), h = (int)(th % a->H), hk = h / group;
-        int n_pos = a->pos0 + t + 1;
+        const int qpos = a->pos0 + t, last = a->pos0 + a->T - 1;
+        int n_pos = a->n_cells > 0 ? (last + 1 < a->n_cells ? last + 1 : a->n_cells) : qpos + 1;
         const float *q = a->q + ((long)t * a->H + h) * D;
         for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
         K->attn_scores(ord, D, q16, a->k + (long)hk * D, (size_t)kv_stride, n_pos, s);
         for (int p = 0; p < n_pos; p++) s[p] *= a->scale;
+        if (a->n_cells > 0) {
+            for (int r = 0; r < n_pos; r++) {
+                const int p = r + a->n_cells * ((last - r) / a->n_cells); /* newest position in row r */
+                if (p > qpos || (a->n_swa > 0 && qpos - p >= a->n_swa)) s[r] = -INFINITY;
+            }
+        } else if (a->n_swa > 0) {
+            for (int p = 0; p < n_pos - a->n_swa; p++) s[p] = -INFINITY;
+        }
         K->softmax_f16(n_pos, s, w16);
         K->attn_values(ord, D, w16, a->v + (long)hk * D, (size_t)kv_stride, n_pos,
                        a->out + ((long)t * a->H + h) * D);
@@ -247,6 +272,7 @@ static const qi_backend_i k_cpu_iface = {
     .rope = cpu_rope,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,
     .reserve = cpu_reserve,
     .free = cpu_free,

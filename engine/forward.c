@@ -1,8 +1,19 @@
-/* forward.c - the llama forward pass for one sequence, over a backend.
+/* forward.c - the llama and gemma3 forward pass for one sequence, over a
+ * backend.
  *
  * Per layer: x += Wo . attn(rope(Wq . n), rope(Wk . n), Wv . n) with
  * n = rmsnorm(x); then x += Wdown . (silu(Wgate . m) * (Wup . m)) with
- * m = rmsnorm(x). K and V of every position are kept in an fp16 cache
+ * m = rmsnorm(x). Gemma3 adds, in llama.cpp's order: embeddings scaled by
+ * sqrt(n_embd); a per-head RMSNorm of q and k before RoPE; q scaled after
+ * RoPE (the softmax then unscaled); RMSNorms of the attention and FFN
+ * outputs before each residual add; GeGLU instead of SwiGLU; local layers
+ * with a sliding window and their own RoPE base. The window is a mask over
+ * the cache, as llama.cpp's. Its local layers' cache is a ring of
+ * n_swa + n_ubatch cells rounded up to 256 (1024 for Gemma 3 270M), position
+ * p landing in cell p % size when one sequence is decoded from position 0
+ * in ubatches of up to 512; once it has wrapped, attention runs over the
+ * cells in cell order, which decides the summation order, so the local
+ * layers here keep the same ring. K and V of every position are kept in an fp16 cache
  * [L][n_ctx][Hkv*D], as llama.cpp's default cache does, so attention reads the
  * same rounded values.
  *
@@ -24,6 +35,7 @@ struct qi_ctx {
     const qi_model *m;
     qi_backend *be;
     int n_ctx, n_past;
+    int swa_cells; /* rows of the sliding-window layers' ring (see eval_chunk); 0: none */
     uint16_t *k_cache, *v_cache; /* [L][n_ctx][Hkv*D] fp16 */
     /* scratch, [QI_MAX_CHUNK] rows each */
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
@@ -55,6 +67,11 @@ qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **ou
     if (!c) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
     c->m = m;
     c->n_ctx = n_ctx;
+    if (hp->n_swa > 0) {
+        /* llama.cpp's SWA cache: n_swa + n_ubatch cells rounded up to 256 */
+        long cells = ((long)hp->n_swa + QI_MAX_CHUNK + 255) / 256 * 256;
+        c->swa_cells = cells < n_ctx ? (int)cells : n_ctx;
+    }
     qi_status st = qi_backend_cpu_create(n_threads, &c->be, err);
     if (st) {
         qi_free(c);
@@ -112,8 +129,19 @@ void qi_ctx_reset(qi_ctx *c) {
     c->n_logits = 0;
 }
 
+/* Scale n floats in place (ggml_scale: one float multiply each). */
+static void scale_rows(float *x, long n, float s) {
+    for (long i = 0; i < n; i++) x[i] *= s;
+}
+
 /* One chunk of T <= QI_MAX_CHUNK tokens at positions n_past..; logits_out
- * NULL skips the output head (an inner chunk of a long prompt). */
+ * NULL skips the output head (an inner chunk of a long prompt).
+ *
+ * In the last layer, once attention has written its K/V and projected its
+ * output, only the rows whose logits are wanted go on (all of them, the last
+ * one, or none for an inner chunk), as llama.cpp selects its output rows
+ * there: the remaining matmuls then run with that many tokens, which decides
+ * the K-quant summation order (QI_K_WIDE_MIN). */
 static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_out, bool all) {
     const qi_model *m = c->m;
     const qi_hparams *hp = &m->hp;
@@ -124,40 +152,67 @@ static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_ou
     const int pos0 = c->n_past;
 
     be->get_rows(b, &m->tok_embd, tokens, T, c->x);
+    if (hp->embd_scale != 1.0f) scale_rows(c->x, (long)T * E, hp->embd_scale);
+    int R = T; /* rows still carried */
     for (int l = 0; l < hp->n_layer; l++) {
         const qi_layer *ly = &m->layers[l];
+        const bool swa = hp->n_swa > 0 && ly->swa;
+        const float base = swa ? hp->rope_base_swa : hp->rope_base;
         be->rmsnorm(b, c->x, ly->attn_norm.data, T, E, hp->rms_eps, c->xn);
         be->matmul(b, &ly->wq, c->xn, T, c->q);
         be->matmul(b, &ly->wk, c->xn, T, c->k);
         be->matmul(b, &ly->wv, c->xn, T, c->v);
-        be->rope(b, c->q, T, H, D, hp->n_rot, pos0, hp->rope_base, hp->rope_freq_scale, hp->rope_mode);
-        be->rope(b, c->k, T, Hkv, D, hp->n_rot, pos0, hp->rope_base, hp->rope_freq_scale, hp->rope_mode);
+        if (ly->q_norm.data) be->rmsnorm(b, c->q, ly->q_norm.data, T * H, D, hp->rms_eps, c->q);
+        if (ly->k_norm.data) be->rmsnorm(b, c->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, c->k);
+        be->rope(b, c->q, T, H, D, hp->n_rot, pos0, base, hp->rope_freq_scale, hp->rope_mode);
+        be->rope(b, c->k, T, Hkv, D, hp->n_rot, pos0, base, hp->rope_freq_scale, hp->rope_mode);
+        if (hp->q_scale > 0) scale_rows(c->q, (long)T * H * D, hp->q_scale);
         uint16_t *kc = c->k_cache + (size_t)l * c->n_ctx * kvw;
         uint16_t *vc = c->v_cache + (size_t)l * c->n_ctx * kvw;
-        for (long i = 0; i < (long)T * kvw; i++) {
-            kc[pos0 * kvw + i] = qi_f32_to_fp16(c->k[i]);
-            vc[pos0 * kvw + i] = qi_f32_to_fp16(c->v[i]);
+        const int ring = swa ? c->swa_cells : 0;
+        for (int t = 0; t < T; t++) {
+            const long row = ring ? (pos0 + t) % ring : pos0 + t;
+            for (long i = 0; i < kvw; i++) {
+                kc[row * kvw + i] = qi_f32_to_fp16(c->k[t * kvw + i]);
+                vc[row * kvw + i] = qi_f32_to_fp16(c->v[t * kvw + i]);
+            }
         }
-        qi_attn_args a = {.T = T, .H = H, .Hkv = Hkv, .D = D, .pos0 = pos0,
-                          .scale = 1.0f / sqrtf((float)D), .q = c->q, .k = kc, .v = vc, .out = c->att};
+        qi_attn_args a = {.T = T, .H = H, .Hkv = Hkv, .D = D, .pos0 = pos0, .n_swa = swa ? hp->n_swa : 0,
+                          .n_cells = ring && pos0 + T > ring ? ring : 0,
+                          .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
+                          .q = c->q, .k = kc, .v = vc, .out = c->att};
         be->attention(b, &a);
         be->matmul(b, &ly->wo, c->att, T, c->xn);
-        for (long i = 0; i < (long)T * E; i++) c->x[i] += c->xn[i];
+        if (l == hp->n_layer - 1 && !all) {
+            /* keep the last row only, or nothing for an inner chunk */
+            R = logits_out ? 1 : 0;
+            if (R == 0) break;
+            memmove(c->x, c->x + (long)(T - 1) * E, sizeof(float) * E);
+            memmove(c->xn, c->xn + (long)(T - 1) * E, sizeof(float) * E);
+        }
+        if (ly->attn_post_norm.data) be->rmsnorm(b, c->xn, ly->attn_post_norm.data, R, E, hp->rms_eps, c->xn);
+        for (long i = 0; i < (long)R * E; i++) c->x[i] += c->xn[i];
 
-        be->rmsnorm(b, c->x, ly->ffn_norm.data, T, E, hp->rms_eps, c->xn);
-        be->matmul(b, &ly->w_gate, c->xn, T, c->gate);
-        be->matmul(b, &ly->w_up, c->xn, T, c->up);
-        be->swiglu(b, c->gate, c->up, (long)T * hp->n_ff);
-        be->matmul(b, &ly->w_down, c->gate, T, c->xn);
-        for (long i = 0; i < (long)T * E; i++) c->x[i] += c->xn[i];
+        be->rmsnorm(b, c->x, ly->ffn_norm.data, R, E, hp->rms_eps, c->xn);
+        be->matmul(b, &ly->w_gate, c->xn, R, c->gate);
+        be->matmul(b, &ly->w_up, c->xn, R, c->up);
+        if (hp->ffn_act == QI_FFN_GEGLU_TANH)
+            be->geglu(b, c->gate, c->up, R, hp->n_ff);
+        else
+            be->swiglu(b, c->gate, c->up, R, hp->n_ff);
+        be->matmul(b, &ly->w_down, c->gate, R, c->xn);
+        if (ly->ffn_post_norm.data) be->rmsnorm(b, c->xn, ly->ffn_post_norm.data, R, E, hp->rms_eps, c->xn);
+        for (long i = 0; i < (long)R * E; i++) c->x[i] += c->xn[i];
     }
     c->n_past += T;
     if (!logits_out) return;
-    /* Output head: all rows, or only the last. */
-    const float *xs = all ? c->x : c->x + (long)(T - 1) * E;
-    int n_out = all ? T : 1;
-    be->rmsnorm(b, xs, m->out_norm.data, n_out, E, hp->rms_eps, c->xn);
-    be->matmul(b, &m->output, c->xn, n_out, logits_out);
+    /* Output head over the R rows kept: all of them, or the last one. */
+    be->rmsnorm(b, c->x, m->out_norm.data, R, E, hp->rms_eps, c->xn);
+    be->matmul(b, &m->output, c->xn, R, logits_out);
+    if (hp->logit_softcap > 0) {
+        const float cap = hp->logit_softcap, inv = 1.0f / cap;
+        for (long i = 0; i < (long)R * hp->n_vocab; i++) logits_out[i] = tanhf(logits_out[i] * inv) * cap;
+    }
 }
 
 qi_status qi_ctx_eval(qi_ctx *c, const int32_t *tokens, int n, bool logits_all, qi_err *err) {

@@ -57,6 +57,9 @@ typedef struct qi_kernels {
                         size_t v_stride, int n_pos, float *out);
     /* g[i] = silu(g[i]) * u[i] for i < n, n a row length (see the ref). */
     void (*swiglu)(int64_t n, float *g, const float *u);
+    /* g[i] = gelu_tanh(g[i]) * u[i] for i < n, through ggml's fp16 table
+     * (see the ref); element-wise, so any split of a row gives the same. */
+    void (*geglu)(int64_t n, float *g, const float *u);
     /* x[n] (n % 32 == 0) to Q8_0 (with_sum 0) or Q8_1 (with_sum 1) blocks
      * at dst, as llama.cpp's x86 quantize_row_q8_0/q8_1 (see quant_act.c). */
     void (*quantize_q8)(const float *x, void *dst, int64_t n, int with_sum);
@@ -102,6 +105,9 @@ void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16);
 void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
                           size_t v_stride, int n_pos, float *out);
 void qi_k_swiglu_ref(int64_t n, float *g, const float *u);
+void qi_k_geglu_ref(int64_t n, float *g, const float *u);
+/* ggml's GELU table: [65536] fp16 results indexed by fp16 input bits. */
+const uint16_t *qi_k_gelu_table(void);
 
 /* llama.cpp's x86 activation quantiser for Q8_0 (with_sum 0) / Q8_1 (1). */
 void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum);

@@ -519,6 +519,27 @@ T2 static void swiglu_avx2(int64_t n, float *g, const float *u) {
     for (int64_t i = nv; i < n; i++) g[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
 
+/* GeGLU: the fp16 conversion of 8 lanes at once (F16C rounds to nearest
+ * even, as qi_f32_to_fp16), then the table lookups and the multiply. */
+T2 static void geglu_avx2(int64_t n, float *g, const float *u) {
+    const uint16_t *tab = qi_k_gelu_table();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16_t h[8];
+        float r[8];
+        const __m256 x = _mm256_loadu_ps(g + i);
+        _mm_storeu_si128((__m128i *)h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        for (int l = 0; l < 8; l++) r[l] = qi_fp16_to_f32(tab[h[l]]);
+        __m256 y = _mm256_mul_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(u + i));
+        const __m256 lo = _mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LE_OQ);
+        const __m256 hi = _mm256_cmp_ps(x, _mm256_set1_ps(10.0f), _CMP_GE_OQ);
+        y = _mm256_blendv_ps(y, _mm256_mul_ps(x, _mm256_loadu_ps(u + i)), hi);
+        y = _mm256_andnot_ps(lo, y);
+        _mm256_storeu_ps(g + i, y);
+    }
+    if (i < n) qi_k_geglu_ref(n - i, g + i, u + i);
+}
+
 /* ---- activation quantisation ------------------------------------------------------------- */
 
 #define QI_RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -579,6 +600,7 @@ static const qi_kernels k_avx2 = {
     .softmax_f16 = softmax_f16_avx2,
     .attn_values = attn_values_avx2,
     .swiglu = swiglu_avx2,
+    .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,
 };
 

@@ -81,8 +81,17 @@
  * (x / (1 + expf(-x))) * g. The backend's op receives T*n_ff elements as
  * one row, which is the same thing whenever n_ff % 16 == 0 (SmolLM2-135M:
  * 1536; Gemma 3 270M: 2048).
+ *
+ * GeGLU (ggml_vec_geglu_f32 as built, GGML_GELU_FP16 defined): no SIMD and
+ * no tanh at run time. x <= -10 gives 0, x >= 10 gives x * g; otherwise
+ * gelu is looked up in a 65536-entry fp16 table indexed by fp16(x) and
+ * widened: table[h] = fp16(gelu_tanh(f32(h))), filled once by ggml_cpu_init
+ * with gelu_tanh(x) = 0.5f*x*(1.0f + tanhf(S*x*(1.0f + A*x*x))), where GCC
+ * fused the inner 1 + (A*x)*x into fmaf(A*x, x, 1) (checked entry by entry
+ * against the library's op). The product with g is one float multiply.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -459,6 +468,38 @@ void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum) {
     }
 }
 
+/* ---- GeGLU ------------------------------------------------------------------------------ */
+
+static uint16_t g_gelu_table[1 << 16];
+static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_fill(void) {
+    const float A = 0.044715f, S = 0.79788456080286535587989211986876f;
+    for (uint32_t h = 0; h < (1u << 16); h++) {
+        const float x = qi_fp16_to_f32((uint16_t)h);
+        const float inner = fmaf(A * x, x, 1.0f);
+        g_gelu_table[h] = qi_f32_to_fp16(0.5f * x * (1.0f + tanhf(S * x * inner)));
+    }
+}
+
+const uint16_t *qi_k_gelu_table(void) {
+    pthread_once(&g_gelu_once, gelu_table_fill);
+    return g_gelu_table;
+}
+
+void qi_k_geglu_ref(int64_t n, float *g, const float *u) {
+    const uint16_t *tab = qi_k_gelu_table();
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        if (x <= -10.0f)
+            g[i] = 0.0f;
+        else if (x >= 10.0f)
+            g[i] = x * u[i];
+        else
+            g[i] = qi_fp16_to_f32(tab[qi_f32_to_fp16(x)]) * u[i];
+    }
+}
+
 /* ---- the reference table ----------------------------------------------------------- */
 
 static const qi_kernels k_ref = {
@@ -480,6 +521,7 @@ static const qi_kernels k_ref = {
     .softmax_f16 = qi_k_softmax_f16_ref,
     .attn_values = qi_k_attn_values_ref,
     .swiglu = qi_k_swiglu_ref,
+    .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,
 };
 

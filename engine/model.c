@@ -4,6 +4,9 @@
  * mapping, each checked for existence, shape and a type the kernels can dot.
  * Anything missing or inconsistent is a QI_ERR_FORMAT naming the file and the
  * key or tensor, so a bad or foreign file never reaches the forward pass.
+ *
+ * Gemma norm weights are used as stored: the GGUF converter has already
+ * folded Gemma's (1 + w) into them, and llama.cpp multiplies by them as is.
  */
 #include <math.h>
 #include <stdio.h>
@@ -76,6 +79,37 @@ static qi_status get_weight(const qi_gguf *g, const char *name, int64_t n_cols, 
     return QI_OK;
 }
 
+/* gemma3's layer pattern: "attention.sliding_window_pattern" as a per-layer
+ * array of booleans (true: sliding), or as an integer N meaning that every
+ * N-th layer (il % N == N-1) is global and the rest local; llama.cpp's
+ * default for gemma3 is N = 6. */
+static qi_status load_swa_pattern(qi_model *m, qi_err *err) {
+    qi_gguf *g = m->gguf;
+    qi_hparams *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    const qi_gguf_kv *kv = qi_gguf_kv_find(g, key);
+    qi_gguf_arr arr;
+    int64_t n_pattern = 6;
+    if (kv && qi_gguf_kv_arr(kv, &arr)) {
+        for (int l = 0; l < hp->n_layer; l++) {
+            int64_t v;
+            if (!qi_gguf_arr_i64(&arr, (uint64_t)l, &v))
+                return QI_ERR(err, QI_ERR_FORMAT, "%s: %s has no integer or boolean entry for layer %d",
+                              qi_gguf_path(g), key, l);
+            m->layers[l].swa = v != 0;
+        }
+        return QI_OK;
+    }
+    if (kv && (!qi_gguf_kv_i64(kv, &n_pattern) || n_pattern < 0 || n_pattern > (1 << 20)))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: %s is not a layer count or per-layer array", qi_gguf_path(g), key);
+    for (int l = 0; l < hp->n_layer; l++)
+        m->layers[l].swa = n_pattern == 0 || l % n_pattern < n_pattern - 1;
+    return QI_OK;
+}
+
+/* llama and gemma3: the same decoder skeleton, gemma3 adding QK-norm, post-
+ * attention and post-FFN norms, GeGLU, scaled embeddings and local layers. */
 static qi_status load_llama(qi_model *m, qi_err *err) {
     qi_gguf *g = m->gguf;
     qi_hparams *hp = &m->hp;
@@ -111,8 +145,28 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
         return QI_ERR(err, QI_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range", qi_gguf_path(g), hp->rms_eps);
 
     /* RoPE scaling: none or linear (freq_scale = 1/factor). */
+    const bool gemma = hp->arch == QI_ARCH_GEMMA3;
     hp->rope_freq_scale = 1.0f;
-    hp->rope_mode = QI_ROPE_NORM;
+    hp->rope_mode = gemma ? QI_ROPE_NEOX : QI_ROPE_NORM;
+    hp->ffn_act = gemma ? QI_FFN_GEGLU_TANH : QI_FFN_SWIGLU;
+    hp->embd_scale = 1.0f;
+    if (gemma) {
+        /* As llama.cpp's gemma3 graph: embeddings times sqrtf((float)n_embd);
+         * queries times 1/sqrt(key_length) (1/sqrt(n_embd/n_head) for the
+         * 62-layer 27B, after gemma_pytorch's query_pre_attn_scalar), the
+         * softmax unscaled; local layers' RoPE base from rope.freq_base_swa,
+         * 10000 when absent; logit soft-capping when the key is there. */
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                        : 1.0f / sqrtf((float)hp->head_dim);
+        if ((st = get_int(g, a, "attention.sliding_window", false, 0, &hp->n_swa, err)) ||
+            (st = get_float(g, a, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa, err)) ||
+            (st = get_float(g, a, "final_logit_softcapping", 0.0f, &hp->logit_softcap, err)))
+            return st;
+        if (hp->rope_base_swa <= 0 || hp->logit_softcap < 0)
+            return QI_ERR(err, QI_ERR_FORMAT, "%s: bad rope.freq_base_swa %g or final_logit_softcapping %g",
+                          qi_gguf_path(g), hp->rope_base_swa, hp->logit_softcap);
+    }
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     qi_str stype;
@@ -169,7 +223,24 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, spec[i].name);
             if ((st = get_weight(g, name, spec[i].cols, spec[i].rows, false, spec[i].w, err))) return st;
         }
+        if (!gemma) continue;
+        struct {
+            const char *name;
+            qi_weight *w;
+            int64_t cols;
+        } norms[] = {
+            {"attn_q_norm", &ly->q_norm, hp->head_dim},
+            {"attn_k_norm", &ly->k_norm, hp->head_dim},
+            {"post_attention_norm", &ly->attn_post_norm, E},
+            {"post_ffw_norm", &ly->ffn_post_norm, E},
+        };
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, norms[i].name);
+            if ((st = get_weight(g, name, norms[i].cols, 0, false, norms[i].w, err))) return st;
+        }
     }
+    if (gemma && hp->n_swa > 0) return load_swa_pattern(m, err);
     return QI_OK;
 }
 
@@ -202,8 +273,11 @@ qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err) {
     if (strcmp(m->hp.arch_name, "llama") == 0) {
         m->hp.arch = QI_ARCH_LLAMA;
         st = load_llama(m, err);
+    } else if (strcmp(m->hp.arch_name, "gemma3") == 0) {
+        m->hp.arch = QI_ARCH_GEMMA3;
+        st = load_llama(m, err);
     } else {
-        st = QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama)",
+        st = QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, gemma3)",
                     qi_gguf_path(g), m->hp.arch_name);
     }
     if (st) goto fail;

@@ -47,8 +47,9 @@ VENV_PY = os.path.join(CACHE, "llama-venv", "bin", "python")
 N_THREADS = 2
 N_CTX = 2048
 N_GEN = 64
-PPL_CTX = 512
-PPL_RUNS = [("full", None), ("2", 2), ("4", 4)]
+# (label, ctx, chunks or None for the whole corpus); --ppl-runs overrides,
+# e.g. "512:4,2048:2" for the quick runs a test can afford.
+PPL_RUNS = [("full", 512, None), ("2", 512, 2), ("4", 512, 4)]
 STRINGS_SEED = 20240611
 # llama.cpp's "extra buffer types" (AMX tiles, repacked weight layouts) are
 # turned off, in the API (use_extra_bufts=false) and in llama-perplexity
@@ -488,7 +489,9 @@ def greedy_prompts(llm, corpus_text):
 
     def chat(messages):
         if tmpl is None:
-            raise SystemExit("record.py: the model has no chat template")
+            # No template in the file (gemma3-270m): the conversation as
+            # plain "Role: text" lines, ending with the assistant's turn.
+            return "".join("%s: %s\n" % (m["role"].capitalize(), m["content"]) for m in messages) + "Assistant:"
         return env.from_string(tmpl).render(messages=messages, add_generation_prompt=True)
 
     P = [
@@ -534,7 +537,32 @@ def greedy_prompts(llm, corpus_text):
             break
         long_text = cand
     P.append(long_text)
+    # Sliding-window models (gemma3: local layers see the last n_swa positions)
+    # get three more passages, so that the local layers actually slide: one
+    # that crosses the window during the 64 generated tokens and two longer
+    # than the window (the longer also spans two 512-token ubatches). The
+    # totals stay under 2 * n_swa, where llama.cpp's SWA cache cells are
+    # still in position order.
+    n_swa = llm.meta("%s.attention.sliding_window" % llm.meta("general.architecture"))
+    if n_swa and int(n_swa) > 0:
+        w = int(n_swa)
+        for marker, n_max in (("\nBACKBITE", w - 32), ("\nCABBAGE", w + 96), ("\nDAWN", w + 288)):
+            P.append(corpus_passage(llm, corpus_text, marker, n_max))
     return [u(p) for p in P]
+
+
+def corpus_passage(llm, corpus_text, marker, n_max):
+    """Whole lines of the corpus from the entry at marker, at most n_max tokens."""
+    start = corpus_text.find(marker)
+    if start < 0:
+        sys.exit("record.py: corpus has no entry %r" % marker.strip())
+    text = ""
+    for line in corpus_text[start + 1:].split("\n"):
+        cand = text + line + "\n"
+        if len(llm.tokenize(u(cand), 1, 1)) > n_max:
+            break
+        text = cand
+    return text
 
 
 # --------------------------------------------------------------------------
@@ -632,8 +660,8 @@ def record_ppl(llm, model_path, corpus_path, corpus_text, out, base_header):
     # Full logs stay out of the repository.
     log_dir = os.path.join(CACHE, "golden-logs", os.path.basename(out))
     os.makedirs(log_dir, exist_ok=True)
-    for label, chunks in PPL_RUNS:
-        cmd = [exe, "-m", model_path, "-f", corpus_path, "-c", str(PPL_CTX), "-t", str(N_THREADS), "--no-repack", "-fa", "off"]
+    for label, ctx, chunks in PPL_RUNS:
+        cmd = [exe, "-m", model_path, "-f", corpus_path, "-c", str(ctx), "-t", str(N_THREADS), "--no-repack", "-fa", "off"]
         if chunks is not None:
             cmd += ["--chunks", str(chunks)]
         shown = " ".join(cmd).replace(os.path.dirname(model_path), "$QINFER_CACHE/models")
@@ -713,8 +741,18 @@ def main():
     ap.add_argument("--out", help="output directory (default tests/golden/MODEL)")
     ap.add_argument("--only", default="tokenize,greedy,ppl", help="comma list of tokenize,greedy,ppl")
     ap.add_argument("--info", action="store_true", help="print tokenizer metadata and tensor types")
+    ap.add_argument("--ppl-runs", help="comma list of CTX:CHUNKS (CHUNKS 'all' = whole corpus) for the ppl part; "
+                    "default 512:all,512:2,512:4")
     args = ap.parse_args()
     parts = set(args.only.split(","))
+    if args.ppl_runs:
+        PPL_RUNS[:] = []
+        for item in args.ppl_runs.split(","):
+            try:
+                c, k = item.split(":")
+                PPL_RUNS.append(("full" if k == "all" else k, int(c), None if k == "all" else int(k)))
+            except ValueError:
+                ap.error("--ppl-runs takes CTX:CHUNKS items, e.g. 512:4,2048:2")
     if parts - {"tokenize", "greedy", "ppl"}:
         ap.error("--only takes tokenize, greedy, ppl")
 

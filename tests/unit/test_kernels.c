@@ -559,6 +559,86 @@ START_TEST(test_swiglu_variants) {
 }
 END_TEST
 
+/* GeGLU: every fp16 input value, the branch edges, and ordinary floats
+ * (which are rounded to fp16 for the lookup), SIMD against the reference. */
+START_TEST(test_geglu_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 4242;
+    const int64_t n = 65536 + 4099;
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n);
+    float *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < 65536; i++) {
+        g[i] = qi_fp16_to_f32((uint16_t)i);
+        u[i] = randn(&rng);
+    }
+    static const float edges[] = {-10.0f, 10.0f, -10.000001f, 9.999999f, -9.999999f, 10.000001f, 65504.0f, -70000.0f};
+    for (int64_t i = 65536; i < n; i++) {
+        const int64_t k = i - 65536;
+        g[i] = k < 8 ? edges[k] : randn(&rng) * (k % 3 ? 3.0f : 12.0f);
+        u[i] = randn(&rng);
+    }
+    memcpy(ref, g, sizeof(float) * n);
+    qi_k_geglu_ref(n, ref, u);
+    for (int k = 0; k < n_simd; k++)
+        for (int64_t off = 0; off < 3; off++) { /* odd starts and lengths */
+            memcpy(got, g, sizeof(float) * n);
+            simd[k]->geglu(n - off * 5, got + off, u + off);
+            for (int64_t i = 0; i < off; i++) got[i] = ref[i];
+            for (int64_t i = n - off * 5 + off; i < n; i++) got[i] = ref[i];
+            /* the shifted call must equal the reference element by element */
+            float *want = malloc(sizeof(float) * n);
+            memcpy(want, g, sizeof(float) * n);
+            qi_k_geglu_ref(n - off * 5, want + off, u + off);
+            for (int64_t i = 0; i < off; i++) want[i] = ref[i];
+            for (int64_t i = n - off * 5 + off; i < n; i++) want[i] = ref[i];
+            long d = -1;
+            for (int64_t i = 0; i < n && d < 0; i++)
+                if (memcmp(&want[i], &got[i], 4) && !(isnan(want[i]) && isnan(got[i]))) d = (long)i;
+            ck_assert_msg(d < 0, "%s off=%lld i=%ld: x=%.9g: %.9g vs %.9g", simd[k]->name, (long long)off, d,
+                          d >= 0 ? g[d] : 0.0f, d >= 0 ? want[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+            free(want);
+        }
+    free(g);
+    free(u);
+    free(ref);
+    free(got);
+}
+END_TEST
+
+/* The GELU table against values read back from ggml's own geglu op (u = 1),
+ * the branches, and a double-precision gelu_tanh to within fp16 rounding. */
+START_TEST(test_geglu_numerics) {
+    static const float from_ggml[][2] = {
+        {-0x1.3fae14p+3f, -0x0p+0f}, {-0x1.8p+1f, -0x1.dccp-9f},    {-0x1p+0f, -0x1.454p-3f},
+        {-0x1p-1f, -0x1.3cp-3f},     {-0x1.0624dep-10f, -0x1.06p-11f}, {0x0p+0f, 0x0p+0f},
+        {0x1.0624dep-10f, 0x1.068p-11f}, {0x1p-1f, 0x1.62p-2f},    {0x1p+0f, 0x1.aecp-1f},
+        {0x1.8p+0f, 0x1.664p+0f},    {0x1p+1f, 0x1.f48p+0f},       {0x1.8p+1f, 0x1.7f8p+1f},
+        {0x1.3fae14p+3f, 0x1.3fcp+3f},
+    };
+    for (size_t i = 0; i < sizeof from_ggml / sizeof from_ggml[0]; i++) {
+        float x = from_ggml[i][0];
+        const float one = 1.0f;
+        qi_k_geglu_ref(1, &x, &one);
+        ck_assert_msg(memcmp(&x, &from_ggml[i][1], 4) == 0, "gelu(%a) = %a, ggml %a", from_ggml[i][0], x,
+                      from_ggml[i][1]);
+    }
+    float x[4] = {-10.0f, -1e6f, 10.0f, 1e6f}, u[4] = {3.0f, 3.0f, 0.5f, -2.0f};
+    qi_k_geglu_ref(4, x, u);
+    ck_assert(x[0] == 0.0f && !signbit(x[0]) && x[1] == 0.0f);
+    ck_assert(x[2] == 5.0f && x[3] == -2e6f);
+    const uint16_t *tab = qi_k_gelu_table();
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float xf = qi_fp16_to_f32((uint16_t)h);
+        if (!(fabsf(xf) < 10.0f)) continue;
+        const double xd = xf, want = 0.5 * xd * (1.0 + tanh(0.7978845608028654 * xd * (1.0 + 0.044715 * xd * xd)));
+        const double got = qi_fp16_to_f32(tab[h]);
+        /* one fp16 rounding (half an ulp of 2^-10 relative) plus float tanh noise near the zero of 1 + tanh */
+        ck_assert_msg(fabs(got - want) <= 1e-3 * fabs(want) + 1e-6, "x=%g: %.9g vs %.9g", xf, got, want);
+    }
+}
+END_TEST
+
 /* A sweep of exp inputs through the SIMD exp, via SwiGLU with u = 1. */
 START_TEST(test_exp_sweep_variants) {
     const qi_kernels *simd[2];
@@ -686,6 +766,7 @@ START_TEST(test_dispatch_sane) {
     ck_assert_ptr_nonnull(k->attn_values);
     ck_assert_ptr_nonnull(k->softmax_f16);
     ck_assert_ptr_nonnull(k->swiglu);
+    ck_assert_ptr_nonnull(k->geglu);
     ck_assert_ptr_nonnull(k->quantize_q8);
     for (int i = 0; i < N_DOT_TYPES; i++) ck_assert_ptr_nonnull(k->gemm[k_dot_types[i]]);
     const char *f = getenv("QI_FORCE_REF");
@@ -733,6 +814,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_softmax_variants);
     tcase_add_test(tc, test_swiglu_variants);
     tcase_add_test(tc, test_exp_sweep_variants);
+    tcase_add_test(tc, test_geglu_variants);
     tcase_add_test(tc, test_quantize_q8_variants);
     tcase_add_test(tc, test_quantize_q8_ties);
     suite_add_tcase(s, tc);
@@ -740,6 +822,7 @@ static Suite *kernels_suite(void) {
     tc = tcase_create("numerics");
     tcase_add_test(tc, test_expf_accuracy);
     tcase_add_test(tc, test_hsum_trees);
+    tcase_add_test(tc, test_geglu_numerics);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("dispatch");

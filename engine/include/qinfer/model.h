@@ -15,7 +15,12 @@
 #include "qinfer/status.h"
 #include "qinfer/tokenizer.h"
 
-typedef enum { QI_ARCH_LLAMA = 0 } qi_arch;
+typedef enum { QI_ARCH_LLAMA = 0, QI_ARCH_GEMMA3 = 1 } qi_arch;
+
+typedef enum {
+    QI_FFN_SWIGLU = 0,    /* silu(gate) * up (llama) */
+    QI_FFN_GEGLU_TANH = 1 /* gelu_tanh(gate) * up (gemma) */
+} qi_ffn_act;
 
 typedef enum {
     QI_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
@@ -39,6 +44,15 @@ typedef struct {
     qi_rope_mode rope_mode;
     float rms_eps;
     bool tied_output; /* output projection is the token embedding */
+    qi_ffn_act ffn_act;
+    float embd_scale;     /* token embeddings are multiplied by it (gemma: sqrt(n_embd)); 1: none */
+    float q_scale;        /* queries are multiplied by it after RoPE, and the softmax scale is 1
+                             (gemma); 0: softmax scale 1/sqrt(D), as llama */
+    float logit_softcap;  /* > 0: logits = cap * tanh(logits / cap) */
+    /* Sliding-window attention: layers with qi_layer.swa set see only the
+     * last n_swa positions and rotate with rope_base_swa. n_swa 0: none. */
+    int n_swa;
+    float rope_base_swa;
 } qi_hparams;
 
 /* A 2-D weight view: n_rows rows of n_cols elements of `type`, contiguous. */
@@ -56,6 +70,11 @@ typedef struct {
     qi_weight ffn_norm;           /* [n_embd] */
     qi_weight w_gate, w_up;       /* [n_embd -> n_ff] */
     qi_weight w_down;             /* [n_ff -> n_embd] */
+    /* gemma3 only (data NULL otherwise): */
+    qi_weight q_norm, k_norm;     /* [D] f32, RMSNorm of each query / key head before RoPE */
+    qi_weight attn_post_norm;     /* [n_embd], on the attention output before the residual add */
+    qi_weight ffn_post_norm;      /* [n_embd], on the FFN output before the residual add */
+    bool swa;                     /* sliding-window (local) layer */
 } qi_layer;
 
 typedef struct qi_model {

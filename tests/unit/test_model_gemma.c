@@ -1,0 +1,328 @@
+/* test_model_gemma.c - Gemma 3 270M (gemma3 architecture, Q4_K_M) against
+ * llama.cpp's recorded outputs (tests/golden/gemma3-270m/, flash attention
+ * off): the hyper-parameters the loader derives, first-position logits, and
+ * greedy continuations step by step as in test_model.c, including passages
+ * longer than the 512-token sliding window of the local layers, and a
+ * perplexity long enough for the local layers' cache ring to wrap.
+ *
+ * QI_TEST_QUICK=1 checks only the first few prompts. Without the cached
+ * model the suite exits 77 (skipped).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qinfer/eval.h"
+#include "qinfer/model.h"
+#include "qinfer/sampler.h"
+#include "testutil.h"
+
+#define MODEL_FILE "models/gemma-3-270m-q4_k_m.gguf"
+#define GOLDEN_DIR QI_SOURCE_DIR "/tests/golden/gemma3-270m/"
+#define CORPUS_FILE "corpora/devils-dictionary.txt"
+#define N_GEN 64
+#define NEAR_TIE 1e-3f
+#define LOGIT_TOL 1e-2f
+
+static qi_model *g_model;
+
+static bool quick(void) {
+    const char *q = getenv("QI_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
+/* Parse space-separated ints; returns count (<= cap). */
+static int parse_ids(const char *s, int32_t *out, int cap) {
+    int n = 0;
+    char *end;
+    while (*s && n < cap) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        out[n++] = (int32_t)v;
+        s = end;
+    }
+    return n;
+}
+
+/* Split a line on tabs in place; returns field count. */
+static int split_tabs(char *line, char **f, int cap) {
+    int n = 0;
+    f[n++] = line;
+    for (char *p = line; *p && n < cap; p++)
+        if (*p == '\t') {
+            *p = 0;
+            f[n++] = p + 1;
+        }
+    return n;
+}
+
+static char *next_line(char **cur) {
+    char *s = *cur;
+    if (!*s) return NULL;
+    char *nl = strchr(s, '\n');
+    if (nl) {
+        *nl = 0;
+        *cur = nl + 1;
+    } else {
+        *cur = s + strlen(s);
+    }
+    return s;
+}
+
+static void setup(void) {
+    const char *path = qi_test_cached(MODEL_FILE);
+    ck_assert_ptr_nonnull(path);
+    qi_err e = {0};
+    ck_assert_msg(qi_model_load(path, &g_model, &e) == QI_OK, "%s", e.msg);
+}
+
+static void teardown(void) {
+    qi_model_free(g_model);
+    g_model = NULL;
+}
+
+START_TEST(greedy_matches_llama_cpp) {
+    size_t len;
+    char *text = qi_test_read_file(GOLDEN_DIR "greedy.tsv", &len);
+    ck_assert_msg(text != NULL, "missing " GOLDEN_DIR "greedy.tsv");
+    qi_ctx *c = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 2, &c, &e), QI_OK);
+    const int V = g_model->hp.n_vocab;
+    int n_prompts = 0, n_long = 0, steps = 0, agree = 0, hard = 0, exact_prompts = 0;
+    float worst_top1 = 0;
+    char *cur = text, *line;
+    while ((line = next_line(&cur))) {
+        if (line[0] == '#' || !line[0]) continue;
+        if (quick() && n_prompts >= 3) break;
+        char *f[8];
+        ck_assert_int_ge(split_tabs(line, f, 8), 4);
+        int32_t ids[2048 + N_GEN], gen[N_GEN];
+        int P = parse_ids(f[1], ids, 2048);
+        int G = parse_ids(f[2], gen, N_GEN);
+        ck_assert_int_eq(G, N_GEN);
+        ck_assert_int_gt(P, 0);
+        n_long += P + N_GEN > g_model->hp.n_swa;
+        /* llama.cpp's top-2 logits per step: "id:logit,id:logit" separated by spaces */
+        float margin[N_GEN];
+        char *s = f[3];
+        for (int i = 0; i < N_GEN; i++) {
+            int a, b;
+            float la, lb;
+            int used = 0;
+            ck_assert_msg(sscanf(s, " %d:%f,%d:%f%n", &a, &la, &b, &lb, &used) == 4, "bad step field %d", i);
+            margin[i] = la - lb;
+            s += used;
+        }
+        float top1[N_GEN];
+        s = f[3];
+        for (int i = 0; i < N_GEN; i++) {
+            int a, used = 0;
+            ck_assert_int_eq(sscanf(s, " %d:%f%n", &a, &top1[i], &used), 2);
+            s += used;
+            while (*s && *s != ' ') s++;
+        }
+        qi_ctx_reset(c);
+        ck_assert_msg(qi_ctx_eval(c, ids, P, false, &e) == QI_OK, "%s", e.msg);
+        int ok_here = 0;
+        for (int i = 0; i < N_GEN; i++) {
+            if (i > 0) ck_assert_msg(qi_ctx_eval(c, &gen[i - 1], 1, false, &e) == QI_OK, "%s", e.msg);
+            const float *lg = qi_ctx_logits(c, -1);
+            int32_t mine = qi_argmax(lg, V);
+            float d = fabsf(lg[gen[i]] - top1[i]);
+            if (d > worst_top1) worst_top1 = d;
+            steps++;
+            if (mine == gen[i]) {
+                agree++;
+                ok_here++;
+            } else if (margin[i] < NEAR_TIE) {
+                printf("prompt %d step %d: near-tie (llama.cpp top-2 margin %.2e): llama.cpp %d, qinfer %d\n",
+                       n_prompts, i, margin[i], gen[i], mine);
+            } else {
+                printf("prompt %d step %d: DIVERGES (margin %.3g): llama.cpp %d, qinfer %d\n", n_prompts, i,
+                       margin[i], gen[i], mine);
+                hard++;
+            }
+        }
+        exact_prompts += ok_here == N_GEN;
+        n_prompts++;
+    }
+    printf("greedy: %d prompts (%d longer than the %d-token window), %d/%d steps agree (%.2f%%), %d prompts identical over %d tokens, %d hard "
+           "divergences, max |top-1 logit diff| %.2e\n",
+           n_prompts, n_long, g_model->hp.n_swa, agree, steps, 100.0 * agree / steps, exact_prompts, N_GEN, hard, worst_top1);
+    qi_ctx_free(c);
+    free(text);
+    ck_assert_int_ge(n_prompts, quick() ? 3 : 20);
+    if (!quick()) ck_assert_int_ge(n_long, 3);
+    ck_assert_int_eq(hard, 0);
+    ck_assert_msg(agree >= 0.95 * steps, "top-1 agreement %d/%d below 95%%", agree, steps);
+    ck_assert_msg(worst_top1 <= LOGIT_TOL, "top-1 logits differ by up to %g", worst_top1);
+}
+END_TEST
+
+START_TEST(first_logits_match_llama_cpp) {
+    size_t len;
+    char *text = qi_test_read_file(GOLDEN_DIR "logits.tsv", &len);
+    ck_assert_msg(text != NULL, "missing " GOLDEN_DIR "logits.tsv");
+    qi_ctx *c = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 2, &c, &e), QI_OK);
+    int n = 0;
+    float worst = 0;
+    char *cur = text, *line;
+    while ((line = next_line(&cur))) {
+        if (line[0] == '#' || !line[0]) continue;
+        if (quick() && n >= 3) break;
+        char *f[4];
+        ck_assert_int_ge(split_tabs(line, f, 4), 2);
+        size_t plen;
+        unsigned char *prompt = qi_test_unhex(f[0], &plen);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        ck_assert_int_eq(qi_tokenize(g_model->tok, (const char *)prompt, plen, true, true, &ids, &n_ids, &e), QI_OK);
+        qi_ctx_reset(c);
+        ck_assert_msg(qi_ctx_eval(c, ids, (int)n_ids, false, &e) == QI_OK, "%s", e.msg);
+        const float *lg = qi_ctx_logits(c, -1);
+        char *s = f[1];
+        for (int k = 0; k < 10; k++) {
+            int id, used = 0;
+            float want;
+            ck_assert_int_eq(sscanf(s, " %d:%f%n", &id, &want, &used), 2);
+            s += used;
+            float d = fabsf(lg[id] - want);
+            if (d > worst) worst = d;
+            ck_assert_msg(d <= LOGIT_TOL, "prompt %d token %d: logit %.5f, llama.cpp %.5f", n, id, lg[id], want);
+        }
+        qi_free(ids);
+        free(prompt);
+        n++;
+    }
+    printf("first-position top-10 logits: %d prompts, max |diff| %.2e (tolerance %.0e)\n", n, worst, LOGIT_TOL);
+    ck_assert_int_gt(n, 0);
+    qi_ctx_free(c);
+    free(text);
+}
+END_TEST
+
+START_TEST(hparams_from_metadata) {
+    const qi_hparams *hp = &g_model->hp;
+    ck_assert_int_eq(hp->arch, QI_ARCH_GEMMA3);
+    ck_assert_int_eq(hp->n_layer, 18);
+    ck_assert_int_eq(hp->n_embd, 640);
+    ck_assert_int_eq(hp->n_head, 4);
+    ck_assert_int_eq(hp->n_head_kv, 1);
+    ck_assert_int_eq(hp->head_dim, 256);
+    ck_assert_int_eq(hp->n_rot, 256);
+    ck_assert_int_eq(hp->n_ff, 2048);
+    ck_assert_int_eq(hp->n_swa, 512);
+    ck_assert_int_eq(hp->rope_mode, QI_ROPE_NEOX);
+    ck_assert_int_eq(hp->ffn_act, QI_FFN_GEGLU_TANH);
+    ck_assert(hp->rope_base == 1000000.0f);
+    ck_assert(hp->rope_base_swa == 10000.0f);
+    ck_assert(hp->q_scale == 0.0625f);
+    ck_assert(hp->embd_scale == sqrtf(640.0f));
+    ck_assert(hp->logit_softcap == 0.0f);
+    ck_assert(hp->tied_output);
+    /* every 6th layer is global */
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_layer *ly = &g_model->layers[l];
+        ck_assert_msg(ly->swa == (l % 6 != 5), "layer %d", l);
+        ck_assert_ptr_nonnull(ly->q_norm.data);
+        ck_assert_ptr_nonnull(ly->k_norm.data);
+        ck_assert_ptr_nonnull(ly->attn_post_norm.data);
+        ck_assert_ptr_nonnull(ly->ffn_post_norm.data);
+    }
+}
+END_TEST
+
+START_TEST(window_chunking_does_not_change_logits) {
+    /* 1200 tokens, past the window and past the 1024-cell ring of the local
+     * layers: as one call (chunks of 512 + 512 + 176 on two threads) and as
+     * four calls of 300 on one thread. Batches of 8 or more tokens use the
+     * same orders whatever their size, so the last position's logits agree
+     * bit for bit. */
+    enum { N = 1200 };
+    qi_err e = {0};
+    qi_ctx *a = NULL, *b = NULL;
+    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 2, &a, &e), QI_OK);
+    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 1, &b, &e), QI_OK);
+    static int32_t ids[N];
+    uint64_t s = 12345;
+    ids[0] = 2; /* BOS */
+    for (int i = 1; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 1000 + (int32_t)((s >> 33) % 20000);
+    }
+    const int V = g_model->hp.n_vocab;
+    ck_assert_int_eq(qi_ctx_eval(a, ids, N, false, &e), QI_OK);
+    for (int i = 0; i < N; i += 300) ck_assert_int_eq(qi_ctx_eval(b, ids + i, 300, false, &e), QI_OK);
+    ck_assert(memcmp(qi_ctx_logits(a, -1), qi_ctx_logits(b, -1), sizeof(float) * V) == 0);
+    qi_ctx_free(a);
+    qi_ctx_free(b);
+}
+END_TEST
+
+/* Perplexity against llama-perplexity's figures in ppl.tsv (recorded by
+ * tests/golden/record.py gemma3-270m --only ppl --ppl-runs 512:4,2048:2; the
+ * commands are in its header): ctx 512 over 4 chunks, and ctx 2048 over 2
+ * chunks, where past 1024 positions the local layers' ring has wrapped
+ * (positions 1024.. overwrite cells 0..), so this checks the cell-order
+ * attention too. Figures are printed to 4 decimals, hence the tolerance. */
+START_TEST(perplexity_matches_llama_cpp) {
+    if (quick()) return;
+    const char *cp = qi_test_cached(CORPUS_FILE);
+    ck_assert_msg(cp != NULL, "corpus not cached; run models/fetch.sh devil");
+    size_t tlen;
+    char *corpus = qi_test_read_file(cp, &tlen);
+    char *golden = qi_test_read_file(GOLDEN_DIR "ppl.tsv", NULL);
+    ck_assert_ptr_nonnull(corpus);
+    ck_assert_msg(golden != NULL, "missing " GOLDEN_DIR "ppl.tsv");
+    if (tlen > 0 && corpus[tlen - 1] == '\n') tlen--; /* as llama-perplexity reads it */
+    qi_err e = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    ck_assert_int_eq(qi_tokenize(g_model->tok, corpus, tlen, true, false, &ids, &n_ids, &e), QI_OK);
+    int checked = 0;
+    char *cur = golden, *line;
+    while ((line = next_line(&cur))) {
+        if (line[0] == '#' || !line[0]) continue;
+        char *f[8];
+        if (split_tabs(line, f, 8) < 7) continue;
+        int ctx = atoi(f[1]), chunks = atoi(f[2]);
+        if (chunks > 4) continue; /* the full-corpus figure is for the record, not for CI */
+        double want = atof(f[5]);
+        qi_ctx *c = NULL;
+        ck_assert_int_eq(qi_ctx_create(g_model, ctx, 2, &c, &e), QI_OK);
+        qi_ppl_result r;
+        ck_assert_msg(qi_perplexity(g_model, c, ids, n_ids, ctx, chunks, NULL, NULL, &r, &e) == QI_OK, "%s", e.msg);
+        printf("perplexity, ctx %d, %d chunks: qinfer %.4f, llama.cpp %.4f\n", ctx, chunks, r.ppl, want);
+        ck_assert_msg(fabs(r.ppl - want) <= 6e-5, "ctx %d: perplexity %.5f vs llama.cpp %.4f", ctx, r.ppl, want);
+        qi_ctx_free(c);
+        checked++;
+    }
+    ck_assert_int_ge(checked, 2);
+    qi_free(ids);
+    free(corpus);
+    free(golden);
+}
+END_TEST
+
+int main(void) {
+    if (!qi_test_cached(MODEL_FILE)) {
+        printf("test_model_gemma: %s not cached (models/fetch.sh gemma3-270m): skipped\n", MODEL_FILE);
+        return 77;
+    }
+    Suite *su = suite_create("model_gemma");
+    TCase *tc = tcase_create("golden");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 1800);
+    tcase_add_test(tc, hparams_from_metadata);
+    tcase_add_test(tc, window_chunking_does_not_change_logits);
+    tcase_add_test(tc, first_logits_match_llama_cpp);
+    tcase_add_test(tc, greedy_matches_llama_cpp);
+    tcase_add_test(tc, perplexity_matches_llama_cpp);
+    suite_add_tcase(su, tc);
+    return qi_test_run_suite(su);
+}
