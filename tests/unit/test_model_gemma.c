@@ -28,49 +28,6 @@
 
 static qi_model *g_model;
 
-static bool quick(void) {
-    const char *q = getenv("QI_TEST_QUICK");
-    return q && *q && *q != '0';
-}
-
-/* Parse space-separated ints; returns count (<= cap). */
-static int parse_ids(const char *s, int32_t *out, int cap) {
-    int n = 0;
-    char *end;
-    while (*s && n < cap) {
-        long v = strtol(s, &end, 10);
-        if (end == s) break;
-        out[n++] = (int32_t)v;
-        s = end;
-    }
-    return n;
-}
-
-/* Split a line on tabs in place; returns field count. */
-static int split_tabs(char *line, char **f, int cap) {
-    int n = 0;
-    f[n++] = line;
-    for (char *p = line; *p && n < cap; p++)
-        if (*p == '\t') {
-            *p = 0;
-            f[n++] = p + 1;
-        }
-    return n;
-}
-
-static char *next_line(char **cur) {
-    char *s = *cur;
-    if (!*s) return NULL;
-    char *nl = strchr(s, '\n');
-    if (nl) {
-        *nl = 0;
-        *cur = nl + 1;
-    } else {
-        *cur = s + strlen(s);
-    }
-    return s;
-}
-
 static void setup(void) {
     const char *path = qi_test_cached(MODEL_FILE);
     ck_assert_ptr_nonnull(path);
@@ -94,14 +51,14 @@ START_TEST(greedy_matches_llama_cpp) {
     int n_prompts = 0, n_long = 0, steps = 0, agree = 0, hard = 0, exact_prompts = 0;
     float worst_top1 = 0;
     char *cur = text, *line;
-    while ((line = next_line(&cur))) {
+    while ((line = qi_test_next_line(&cur))) {
         if (line[0] == '#' || !line[0]) continue;
-        if (quick() && n_prompts >= 3) break;
+        if (qi_test_quick() && n_prompts >= 3) break;
         char *f[8];
-        ck_assert_int_ge(split_tabs(line, f, 8), 4);
+        ck_assert_int_ge(qi_test_split_tabs(line, f, 8), 4);
         int32_t ids[2048 + N_GEN], gen[N_GEN];
-        int P = parse_ids(f[1], ids, 2048);
-        int G = parse_ids(f[2], gen, N_GEN);
+        int P = qi_test_parse_ids(f[1], ids, 2048);
+        int G = qi_test_parse_ids(f[2], gen, N_GEN);
         ck_assert_int_eq(G, N_GEN);
         ck_assert_int_gt(P, 0);
         n_long += P + N_GEN > g_model->hp.n_swa;
@@ -154,8 +111,8 @@ START_TEST(greedy_matches_llama_cpp) {
            n_prompts, n_long, g_model->hp.n_swa, agree, steps, 100.0 * agree / steps, exact_prompts, N_GEN, hard, worst_top1);
     qi_ctx_free(c);
     free(text);
-    ck_assert_int_ge(n_prompts, quick() ? 3 : 20);
-    if (!quick()) ck_assert_int_ge(n_long, 3);
+    ck_assert_int_ge(n_prompts, qi_test_quick() ? 3 : 20);
+    if (!qi_test_quick()) ck_assert_int_ge(n_long, 3);
     ck_assert_int_eq(hard, 0);
     ck_assert_msg(agree >= 0.95 * steps, "top-1 agreement %d/%d below 95%%", agree, steps);
     ck_assert_msg(worst_top1 <= LOGIT_TOL, "top-1 logits differ by up to %g", worst_top1);
@@ -172,11 +129,11 @@ START_TEST(first_logits_match_llama_cpp) {
     int n = 0;
     float worst = 0;
     char *cur = text, *line;
-    while ((line = next_line(&cur))) {
+    while ((line = qi_test_next_line(&cur))) {
         if (line[0] == '#' || !line[0]) continue;
-        if (quick() && n >= 3) break;
+        if (qi_test_quick() && n >= 3) break;
         char *f[4];
-        ck_assert_int_ge(split_tabs(line, f, 4), 2);
+        ck_assert_int_ge(qi_test_split_tabs(line, f, 4), 2);
         size_t plen;
         unsigned char *prompt = qi_test_unhex(f[0], &plen);
         int32_t *ids = NULL;
@@ -271,7 +228,7 @@ END_TEST
  * (positions 1024.. overwrite cells 0..), so this checks the cell-order
  * attention too. Figures are printed to 4 decimals, hence the tolerance. */
 START_TEST(perplexity_matches_llama_cpp) {
-    if (quick()) return;
+    if (qi_test_quick()) return;
     const char *cp = qi_test_cached(CORPUS_FILE);
     ck_assert_msg(cp != NULL, "corpus not cached; run models/fetch.sh devil");
     size_t tlen;
@@ -286,10 +243,10 @@ START_TEST(perplexity_matches_llama_cpp) {
     ck_assert_int_eq(qi_tokenize(g_model->tok, corpus, tlen, true, false, &ids, &n_ids, &e), QI_OK);
     int checked = 0;
     char *cur = golden, *line;
-    while ((line = next_line(&cur))) {
+    while ((line = qi_test_next_line(&cur))) {
         if (line[0] == '#' || !line[0]) continue;
         char *f[8];
-        if (split_tabs(line, f, 8) < 7) continue;
+        if (qi_test_split_tabs(line, f, 8) < 7) continue;
         int ctx = atoi(f[1]), chunks = atoi(f[2]);
         if (chunks > 4) continue; /* the full-corpus figure is for the record, not for CI */
         double want = atof(f[5]);

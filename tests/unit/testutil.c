@@ -181,3 +181,44 @@ size_t qi_tok_golden_check(const qi_tokenizer *t, qi_tok_golden *v, size_t n, co
     }
     return bad;
 }
+
+int qi_test_quick(void) {
+    const char *q = getenv("QI_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
+int qi_test_parse_ids(const char *s, int32_t *out, int cap) {
+    int n = 0;
+    char *end;
+    while (*s && n < cap) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        out[n++] = (int32_t)v;
+        s = end;
+    }
+    return n;
+}
+
+int qi_test_split_tabs(char *line, char **f, int cap) {
+    int n = 0;
+    f[n++] = line;
+    for (char *p = line; *p && n < cap; p++)
+        if (*p == '\t') {
+            *p = 0;
+            f[n++] = p + 1;
+        }
+    return n;
+}
+
+char *qi_test_next_line(char **cur) {
+    char *s = *cur;
+    if (!*s) return NULL;
+    char *nl = strchr(s, '\n');
+    if (nl) {
+        *nl = 0;
+        *cur = nl + 1;
+    } else {
+        *cur = s + strlen(s);
+    }
+    return s;
+}

@@ -20,6 +20,15 @@ unsigned char *qi_test_unhex(const char *hex, size_t *len);
 uint64_t qi_test_rand(uint64_t *state);
 float qi_test_randf(uint64_t *state); /* uniform in [-1, 1) */
 
+/* QI_TEST_QUICK set (and not "0"): the sanitizer build's cut-down runs. */
+int qi_test_quick(void);
+/* Parse space-separated ints into out; returns the count (<= cap). */
+int qi_test_parse_ids(const char *s, int32_t *out, int cap);
+/* Split a line on tabs in place; returns the field count (<= cap). */
+int qi_test_split_tabs(char *line, char **f, int cap);
+/* Next line of a NUL-terminated buffer, cut in place; NULL at the end. */
+char *qi_test_next_line(char **cur);
+
 /* Monotonic clock in seconds. */
 double qi_test_now(void);
 
