@@ -538,15 +538,14 @@ def greedy_prompts(llm, corpus_text):
         long_text = cand
     P.append(long_text)
     # Sliding-window models (gemma3: local layers see the last n_swa positions)
-    # get three more passages, so that the local layers actually slide: one
-    # that crosses the window during the 64 generated tokens and two longer
-    # than the window (the longer also spans two 512-token ubatches). The
-    # totals stay under 2 * n_swa, where llama.cpp's SWA cache cells are
-    # still in position order.
+    # get three more passages, each longer than the window itself, so that the
+    # local layers actually slide during the prompt (the longest also spans two
+    # 512-token ubatches). The totals stay under 2 * n_swa, where llama.cpp's
+    # SWA cache cells are still in position order.
     n_swa = llm.meta("%s.attention.sliding_window" % llm.meta("general.architecture"))
     if n_swa and int(n_swa) > 0:
         w = int(n_swa)
-        for marker, n_max in (("\nBACKBITE", w - 32), ("\nCABBAGE", w + 96), ("\nDAWN", w + 288)):
+        for marker, n_max in (("\nBACKBITE", w + 48), ("\nCABBAGE", w + 96), ("\nDAWN", w + 288)):
             P.append(corpus_passage(llm, corpus_text, marker, n_max))
     return [u(p) for p in P]
 
