@@ -88,7 +88,7 @@ int qi_cmd_generate(int argc, char **argv) {
     if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
     if (chat) {
         qi_chat_template ct;
-        if (qi_chat_detect(m->chat_template, &ct, &err) || qi_chat_format(&ct, system, prompt, &text, &err))
+        if (qi_chat_detect(m->chat_template, m->hp.arch_name, &ct, &err) || qi_chat_format(&ct, system, prompt, &text, &err))
             goto fail;
     }
     const char *in = text ? text : prompt;

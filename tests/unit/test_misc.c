@@ -88,7 +88,7 @@ END_TEST
 START_TEST(chat_chatml) {
     qi_chat_template t;
     qi_err e = {0};
-    ck_assert_int_eq(qi_chat_detect("{% for m in messages %}<|im_start|>{{m.role}}...", &t, &e), QI_OK);
+    ck_assert_int_eq(qi_chat_detect("{% for m in messages %}<|im_start|>{{m.role}}...", NULL, &t, &e), QI_OK);
     ck_assert_str_eq(t.default_system, "");
     char *s = NULL;
     ck_assert_int_eq(qi_chat_format(&t, NULL, "Hi", &s, &e), QI_OK);
@@ -100,18 +100,31 @@ START_TEST(chat_chatml) {
     /* a template that inserts its own system turn (as SmolLM2's does) */
     const char *smol = "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
                        "You are a helpful bot<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n'}}";
-    ck_assert_int_eq(qi_chat_detect(smol, &t, &e), QI_OK);
+    ck_assert_int_eq(qi_chat_detect(smol, NULL, &t, &e), QI_OK);
     ck_assert_str_eq(t.default_system, "You are a helpful bot");
     ck_assert_int_eq(qi_chat_format(&t, NULL, "Hi", &s, &e), QI_OK);
     ck_assert_str_eq(s, "<|im_start|>system\nYou are a helpful bot<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     qi_free(s);
     /* a system turn made of template expressions is not a default */
-    ck_assert_int_eq(qi_chat_detect("<|im_start|>system\n{{ sys }}<|im_end|>", &t, &e), QI_OK);
+    ck_assert_int_eq(qi_chat_detect("<|im_start|>system\n{{ sys }}<|im_end|>", NULL, &t, &e), QI_OK);
     ck_assert_str_eq(t.default_system, "");
-    ck_assert_int_eq(qi_chat_detect("[INST] {{ x }} [/INST]", &t, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_int_eq(qi_chat_detect("[INST] {{ x }} [/INST]", NULL, &t, &e), QI_ERR_UNSUPPORTED);
     ck_assert(e.msg[0]);
     qi_err_clear(&e);
-    ck_assert_int_eq(qi_chat_detect(NULL, &t, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_int_eq(qi_chat_detect(NULL, NULL, &t, &e), QI_ERR_UNSUPPORTED);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_chat_detect(NULL, "llama", &t, &e), QI_ERR_UNSUPPORTED);
+    /* Gemma: by architecture when the file has no template, or by marker */
+    ck_assert_int_eq(qi_chat_detect(NULL, "gemma3", &t, &e), QI_OK);
+    ck_assert_int_eq(t.kind, QI_CHAT_GEMMA);
+    ck_assert_int_eq(qi_chat_format(&t, NULL, "Hi", &s, &e), QI_OK);
+    ck_assert_str_eq(s, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    qi_free(s);
+    ck_assert_int_eq(qi_chat_format(&t, "Be brief.", "Hi", &s, &e), QI_OK);
+    ck_assert_str_eq(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+    qi_free(s);
+    ck_assert_int_eq(qi_chat_detect("{{ '<start_of_turn>' + role }}", "llama", &t, &e), QI_OK);
+    ck_assert_int_eq(t.kind, QI_CHAT_GEMMA);
 }
 END_TEST
 
