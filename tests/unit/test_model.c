@@ -28,8 +28,6 @@
 #define MODEL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define CORPUS_FILE "corpora/devils-dictionary.txt"
 #define GOLDEN_DIR QI_SOURCE_DIR "/tests/golden/smollm2-135m/"
-#define N_GEN 64
-#define NEAR_TIE 1e-3f
 #define LOGIT_TOL 1e-2f
 
 static qi_model *g_model;
@@ -47,124 +45,16 @@ static void teardown(void) {
 }
 
 START_TEST(greedy_matches_llama_cpp) {
-    size_t len;
-    char *text = qi_test_read_file(GOLDEN_DIR "greedy.tsv", &len);
-    ck_assert_msg(text != NULL, "missing " GOLDEN_DIR "greedy.tsv");
-    qi_ctx *c = NULL;
-    qi_err e = {0};
-    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 2, &c, &e), QI_OK);
-    const int V = g_model->hp.n_vocab;
-    int n_prompts = 0, steps = 0, agree = 0, hard = 0, exact_prompts = 0;
-    float worst_top1 = 0;
-    char *cur = text, *line;
-    while ((line = qi_test_next_line(&cur))) {
-        if (line[0] == '#' || !line[0]) continue;
-        if (qi_test_quick() && n_prompts >= 3) break;
-        char *f[8];
-        ck_assert_int_ge(qi_test_split_tabs(line, f, 8), 4);
-        int32_t ids[2048 + N_GEN], gen[N_GEN];
-        int P = qi_test_parse_ids(f[1], ids, 2048);
-        int G = qi_test_parse_ids(f[2], gen, N_GEN);
-        ck_assert_int_eq(G, N_GEN);
-        ck_assert_int_gt(P, 0);
-        /* llama.cpp's top-2 logits per step: "id:logit,id:logit" separated by spaces */
-        float margin[N_GEN];
-        char *s = f[3];
-        for (int i = 0; i < N_GEN; i++) {
-            int a, b;
-            float la, lb;
-            int used = 0;
-            ck_assert_msg(sscanf(s, " %d:%f,%d:%f%n", &a, &la, &b, &lb, &used) == 4, "bad step field %d", i);
-            margin[i] = la - lb;
-            s += used;
-        }
-        float top1[N_GEN];
-        s = f[3];
-        for (int i = 0; i < N_GEN; i++) {
-            int a, used = 0;
-            ck_assert_int_eq(sscanf(s, " %d:%f%n", &a, &top1[i], &used), 2);
-            s += used;
-            while (*s && *s != ' ') s++;
-        }
-        qi_ctx_reset(c);
-        ck_assert_msg(qi_ctx_eval(c, ids, P, false, &e) == QI_OK, "%s", e.msg);
-        int ok_here = 0;
-        for (int i = 0; i < N_GEN; i++) {
-            if (i > 0) ck_assert_msg(qi_ctx_eval(c, &gen[i - 1], 1, false, &e) == QI_OK, "%s", e.msg);
-            const float *lg = qi_ctx_logits(c, -1);
-            int32_t mine = qi_argmax(lg, V);
-            float d = fabsf(lg[gen[i]] - top1[i]);
-            if (d > worst_top1) worst_top1 = d;
-            steps++;
-            if (mine == gen[i]) {
-                agree++;
-                ok_here++;
-            } else if (margin[i] < NEAR_TIE) {
-                printf("prompt %d step %d: near-tie (llama.cpp top-2 margin %.2e): llama.cpp %d, qinfer %d\n",
-                       n_prompts, i, margin[i], gen[i], mine);
-            } else {
-                printf("prompt %d step %d: DIVERGES (margin %.3g): llama.cpp %d, qinfer %d\n", n_prompts, i,
-                       margin[i], gen[i], mine);
-                hard++;
-            }
-        }
-        exact_prompts += ok_here == N_GEN;
-        n_prompts++;
-    }
-    printf("greedy: %d prompts, %d/%d steps agree (%.2f%%), %d prompts identical over %d tokens, %d hard "
-           "divergences, max |top-1 logit diff| %.2e\n",
-           n_prompts, agree, steps, 100.0 * agree / steps, exact_prompts, N_GEN, hard, worst_top1);
-    qi_ctx_free(c);
-    free(text);
-    ck_assert_int_ge(n_prompts, qi_test_quick() ? 3 : 20);
-    ck_assert_int_eq(hard, 0);
-    ck_assert_msg(agree >= 0.95 * steps, "top-1 agreement %d/%d below 95%%", agree, steps);
-    ck_assert_msg(worst_top1 <= LOGIT_TOL, "top-1 logits differ by up to %g", worst_top1);
+    qi_test_greedy r;
+    qi_test_golden_greedy(g_model, GOLDEN_DIR "greedy.tsv", 0, &r);
+    ck_assert_int_ge(r.n_prompts, qi_test_quick() ? 3 : 20);
+    ck_assert_int_eq(r.hard, 0);
+    ck_assert_msg(r.agree >= 0.95 * r.steps, "top-1 agreement %d/%d below 95%%", r.agree, r.steps);
+    ck_assert_msg(r.worst_top1 <= LOGIT_TOL, "top-1 logits differ by up to %g", r.worst_top1);
 }
 END_TEST
 
-START_TEST(first_logits_match_llama_cpp) {
-    size_t len;
-    char *text = qi_test_read_file(GOLDEN_DIR "logits.tsv", &len);
-    ck_assert_msg(text != NULL, "missing " GOLDEN_DIR "logits.tsv");
-    qi_ctx *c = NULL;
-    qi_err e = {0};
-    ck_assert_int_eq(qi_ctx_create(g_model, 2048, 2, &c, &e), QI_OK);
-    int n = 0;
-    float worst = 0;
-    char *cur = text, *line;
-    while ((line = qi_test_next_line(&cur))) {
-        if (line[0] == '#' || !line[0]) continue;
-        if (qi_test_quick() && n >= 3) break;
-        char *f[4];
-        ck_assert_int_ge(qi_test_split_tabs(line, f, 4), 2);
-        size_t plen;
-        unsigned char *prompt = qi_test_unhex(f[0], &plen);
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        ck_assert_int_eq(qi_tokenize(g_model->tok, (const char *)prompt, plen, true, true, &ids, &n_ids, &e), QI_OK);
-        qi_ctx_reset(c);
-        ck_assert_msg(qi_ctx_eval(c, ids, (int)n_ids, false, &e) == QI_OK, "%s", e.msg);
-        const float *lg = qi_ctx_logits(c, -1);
-        char *s = f[1];
-        for (int k = 0; k < 10; k++) {
-            int id, used = 0;
-            float want;
-            ck_assert_int_eq(sscanf(s, " %d:%f%n", &id, &want, &used), 2);
-            s += used;
-            float d = fabsf(lg[id] - want);
-            if (d > worst) worst = d;
-            ck_assert_msg(d <= LOGIT_TOL, "prompt %d token %d: logit %.5f, llama.cpp %.5f", n, id, lg[id], want);
-        }
-        qi_free(ids);
-        free(prompt);
-        n++;
-    }
-    printf("first-position top-10 logits: %d prompts, max |diff| %.2e (tolerance %.0e)\n", n, worst, LOGIT_TOL);
-    ck_assert_int_gt(n, 0);
-    qi_ctx_free(c);
-    free(text);
-}
+START_TEST(first_logits_match_llama_cpp) { qi_test_golden_first_logits(g_model, GOLDEN_DIR "logits.tsv"); }
 END_TEST
 
 START_TEST(perplexity_prefix_matches_llama_cpp) {
