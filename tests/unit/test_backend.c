@@ -1,0 +1,684 @@
+/* test_backend.c - Check suite for the CPU backend (engine/backend_cpu.c)
+ * across thread counts.
+ *
+ * test_kernels.c holds every SIMD kernel to its scalar reference on one
+ * thread; this suite holds the backend's ops, which split that work over a
+ * thread pool, to the same references. For n_threads = 1, 2, 3 and 4 every
+ * op of the interface runs on seeded random data and is compared bit for
+ * bit (memcmp of each float, so -0 against +0 and NaN payloads count) with
+ * a result computed here, single-threaded, straight from the references:
+ *   - matmul: activations quantised per row with the x86 run-time quantiser
+ *     (qi_k_quantize_q8_ref) or the format's reference, then one reference
+ *     dot per (token, row) - qi_k_dot_<type>_ref for the types with an
+ *     x86-order kernel (the tiled order for q4_K/q6_K from QI_K_WIDE_MIN
+ *     tokens), quant.c's generic qi_vec_dot_ref for the rest (q5_K, F32,
+ *     F16, BF16) - over 1, odd and thread-indivisible row counts, 1..64
+ *     tokens (across the 8-token order switch and the backend's 32-token
+ *     blocks), one block to 2048 columns;
+ *   - rmsnorm (also in place), rope (NORMAL and NEOX, partial and full
+ *     rotation, pair counts that leave an unfused remainder), swiglu and
+ *     geglu (row lengths 1, 15, 16, 17, 1000; fewer rows than threads, where
+ *     one row is split in 16-element units);
+ *   - attention: one token and a batch (the two F16 orders), grouped and
+ *     plain heads, head dims on and off the 16-lane grid, first and later
+ *     positions, sliding window, and the ring cache (partly and fully
+ *     wrapped), each score row masked from the positions the cache rows hold;
+ *   - get_rows for every weight type.
+ * The expected side never goes through the backend, so a result that depends
+ * on how work is split fails against it; each thread count is also compared
+ * with one thread's result, which tells a split-dependent error from a
+ * specification error. Outputs carry guard floats on both sides that must
+ * survive. Planted faults show the comparison can fail: a flipped last bit,
+ * -0 against +0, and the dot orders the backend must not use (ggml's generic
+ * order for q4_0, the non-tiled q4_K order at 8 tokens) all mismatch.
+ * The kernel table is whatever QI_KERNELS / QI_FORCE_REF select, so running
+ * the suite under each setting covers every variant; QI_TEST_QUICK=1 (the
+ * sanitizer build) drops the 2048-column and 64-token matmuls.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kernels.h"
+#include "qinfer/quant.h"
+#include "testutil.h"
+
+#define MAX_THREADS 4
+
+/* ---- comparison and buffers --------------------------------------------------- */
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* First index whose bits differ, or -1. */
+static long first_mismatch(const float *want, const float *got, long n) {
+    for (long i = 0; i < n; i++)
+        if (memcmp(&want[i], &got[i], sizeof(float))) return i;
+    return -1;
+}
+
+/* Fails the test at the first differing float, as [row][col] of rows of
+ * row_len, with both values and their bits. */
+static void expect_same(const float *want, const float *got, long n, long row_len, const char *fmt, ...) {
+    const long d = first_mismatch(want, got, n);
+    if (d < 0) return;
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    ck_abort_msg("%s: first mismatch at [%ld][%ld]: want %.9g (%08x), got %.9g (%08x)", what, d / row_len,
+                 d % row_len, want[d], f32_bits(want[d]), got[d], f32_bits(got[d]));
+}
+
+/* A float buffer with GUARD floats of a NaN pattern no op writes on both
+ * sides. */
+#define GUARD 8
+#define GUARD_BITS 0x7fa5a5a5u
+
+typedef struct {
+    float *mem;
+    float *p; /* [n] */
+    long n;
+} gbuf;
+
+static float *gbuf_init(gbuf *g, long n) {
+    g->mem = malloc(sizeof(float) * (size_t)(n + 2 * GUARD));
+    ck_assert_ptr_nonnull(g->mem);
+    const uint32_t bits = GUARD_BITS;
+    for (long i = 0; i < n + 2 * GUARD; i++) memcpy(&g->mem[i], &bits, 4);
+    g->p = g->mem + GUARD;
+    g->n = n;
+    return g->p;
+}
+
+static void gbuf_check(const gbuf *g, const char *what, int n_threads) {
+    for (long i = 0; i < GUARD; i++) {
+        ck_assert_msg(f32_bits(g->mem[i]) == GUARD_BITS, "%s, %d threads: guard before [0] overwritten", what,
+                      n_threads);
+        ck_assert_msg(f32_bits(g->p[g->n + i]) == GUARD_BITS, "%s, %d threads: guard after [%ld] overwritten",
+                      what, n_threads, g->n - 1);
+    }
+}
+
+static void gbuf_fini(gbuf *g) { free(g->mem); }
+
+/* ---- data ----------------------------------------------------------------------- */
+
+static float randn(uint64_t *s) {
+    float u1 = (qi_test_randf(s) + 1.0f) * 0.5f, u2 = qi_test_randf(s);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
+}
+
+/* Gaussian; kind 1 adds a few huge outliers (real activations reach 2e4),
+ * kind 2 is wide, kind 3 zeroes elements 32..63 (an all-zero block). */
+static void fill_row(uint64_t *s, float *x, long n, int kind) {
+    for (long i = 0; i < n; i++) x[i] = randn(s) * (kind == 2 ? 30.0f : 1.0f);
+    if (kind == 1)
+        for (int k = 0; k < 3; k++) x[qi_test_rand(s) % (uint64_t)n] = 2.2e4f * qi_test_randf(s);
+    if (kind == 3)
+        for (long i = 32; i < 64 && i < n; i++) x[i] = 0.0f;
+}
+
+/* ---- backends ------------------------------------------------------------------- */
+
+static void backends_create(qi_backend *b[MAX_THREADS]) {
+    for (int n = 1; n <= MAX_THREADS; n++) {
+        qi_err err = {0};
+        ck_assert_msg(qi_backend_cpu_create(n, &b[n - 1], &err) == QI_OK, "%s", err.msg);
+        ck_assert_int_eq(b[n - 1]->iface->version, QI_BACKEND_VERSION);
+    }
+}
+
+static void backends_reserve(qi_backend *b[MAX_THREADS], size_t scratch_bytes, int max_pos) {
+    for (int n = 1; n <= MAX_THREADS; n++) {
+        qi_err err = {0};
+        ck_assert_msg(b[n - 1]->iface->reserve(b[n - 1], scratch_bytes, max_pos, &err) == QI_OK, "%s", err.msg);
+    }
+}
+
+static void backends_free(qi_backend *b[MAX_THREADS]) {
+    for (int n = 1; n <= MAX_THREADS; n++) qi_backend_free(b[n - 1]);
+}
+
+/* ---- matmul --------------------------------------------------------------------- */
+
+/* Every weight type qi_weight can hold: the seven with an x86-order kernel,
+ * then those the backend computes in ggml's generic order. */
+static const uint32_t k_mm_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q5_0, QI_TYPE_Q5_1,
+                                      QI_TYPE_Q8_0, QI_TYPE_Q4_K, QI_TYPE_Q6_K, QI_TYPE_Q5_K,
+                                      QI_TYPE_F32,  QI_TYPE_F16,  QI_TYPE_BF16};
+#define N_MM_TYPES (int)(sizeof k_mm_types / sizeof k_mm_types[0])
+
+/* Activation row as llama.cpp's x86 CPU backend quantises it at run time:
+ * the 127/amax, ties-to-even quantiser for Q8_0/Q8_1, the format's reference
+ * for the others (Q8_K, or a plain conversion to the float types). */
+static void ref_quantize_act(uint32_t type, const float *x, void *dst, int64_t n) {
+    if (type == QI_TYPE_Q8_0 || type == QI_TYPE_Q8_1) qi_k_quantize_q8_ref(x, dst, n, type == QI_TYPE_Q8_1);
+    else qi_quantize_row_ref(type, x, dst, n);
+}
+
+/* One weight row . one activation row in the order llama.cpp's x86 build
+ * uses for a matmul of `wide` (>= QI_K_WIDE_MIN) tokens or fewer. */
+static float ref_dot(uint32_t type, int wide, int64_t n, const void *w, const void *a) {
+    switch (type) {
+    case QI_TYPE_Q4_0: return qi_k_dot_q4_0_ref(n, w, a);
+    case QI_TYPE_Q4_1: return qi_k_dot_q4_1_ref(n, w, a);
+    case QI_TYPE_Q5_0: return qi_k_dot_q5_0_ref(n, w, a);
+    case QI_TYPE_Q5_1: return qi_k_dot_q5_1_ref(n, w, a);
+    case QI_TYPE_Q8_0: return qi_k_dot_q8_0_ref(n, w, a);
+    case QI_TYPE_Q4_K: return wide ? qi_k_dot_q4_K_tiled_ref(n, w, a) : qi_k_dot_q4_K_ref(n, w, a);
+    case QI_TYPE_Q6_K: return wide ? qi_k_dot_q6_K_tiled_ref(n, w, a) : qi_k_dot_q6_K_ref(n, w, a);
+    default: return qi_vec_dot_ref(type, n, w, a);
+    }
+}
+
+typedef float (*dot_fn)(uint32_t type, int wide, int64_t n, const void *w, const void *a);
+
+/* y[T][n_rows] by `dot`, one (token, row) pair at a time. */
+static void ref_matmul(dot_fn dot, const qi_weight *w, const float *x, int T, float *y) {
+    const uint32_t at = qi_vec_dot_type(w->type);
+    const size_t ab = qi_row_bytes(at, w->n_cols);
+    char *a = malloc(ab * (size_t)T);
+    for (int t = 0; t < T; t++) ref_quantize_act(at, x + (long)t * w->n_cols, a + (size_t)t * ab, w->n_cols);
+    for (int t = 0; t < T; t++)
+        for (int64_t r = 0; r < w->n_rows; r++)
+            y[(long)t * w->n_rows + r] = dot(w->type, T >= QI_K_WIDE_MIN, w->n_cols,
+                                             (const char *)w->data + r * w->row_bytes, a + (size_t)t * ab);
+    free(a);
+}
+
+/* n_rows rows of n_cols random weights quantised to `type` (caller frees
+ * data). */
+static qi_weight make_weight(uint64_t *s, uint32_t type, int64_t n_cols, int64_t n_rows) {
+    qi_weight w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .row_bytes = qi_row_bytes(type, n_cols)};
+    ck_assert_uint_gt(w.row_bytes, 0);
+    char *data = malloc(w.row_bytes * (size_t)n_rows);
+    float *x = malloc(sizeof(float) * (size_t)n_cols);
+    for (int64_t r = 0; r < n_rows; r++) {
+        fill_row(s, x, n_cols, (int)(r % 3));
+        qi_quantize_row_ref(type, x, data + r * w.row_bytes, n_cols);
+    }
+    free(x);
+    w.data = data;
+    return w;
+}
+
+/* Runs the matmul on every backend against `want`, and against one
+ * thread's output. */
+static void check_matmul(qi_backend *b[MAX_THREADS], const qi_weight *w, const float *x, int T,
+                         const float *want) {
+    const long n = (long)T * w->n_rows;
+    float *one = malloc(sizeof(float) * (size_t)n);
+    char what[128];
+    snprintf(what, sizeof what, "matmul %s %lld cols x %lld rows, T=%d", qi_type_get(w->type)->name,
+             (long long)w->n_cols, (long long)w->n_rows, T);
+    for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        gbuf g;
+        float *y = gbuf_init(&g, n);
+        b[nt - 1]->iface->matmul(b[nt - 1], w, x, T, y);
+        gbuf_check(&g, what, nt);
+        if (nt == 1) memcpy(one, y, sizeof(float) * (size_t)n);
+        else expect_same(one, y, n, w->n_rows, "%s: %d threads against 1", what, nt);
+        expect_same(want, y, n, w->n_rows, "%s, %d threads", what, nt);
+        gbuf_fini(&g);
+    }
+    free(one);
+}
+
+START_TEST(test_matmul) {
+    const uint32_t type = k_mm_types[_i];
+    const int blck = (int)qi_type_get(type)->blck;
+    const int quick = qi_test_quick();
+    /* one block, several, many (with 13 and 50 rows, a few token counts) */
+    int64_t cols[3];
+    if (blck == 1) {
+        cols[0] = 17;
+        cols[1] = 160;
+    } else {
+        cols[0] = blck;
+        cols[1] = blck * (blck == 32 ? 5 : 3);
+    }
+    cols[2] = 2048;
+    static const int64_t rows[] = {1, 5, 13, 50};
+    static const int tokens[] = {1, 2, 7, 8, 33, 64};
+    const int n_tokens = quick ? 5 : 6;
+    uint64_t rng = 0x5eed0000u + type;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    const size_t max_ab = qi_row_bytes(qi_vec_dot_type(type), 2048);
+    backends_reserve(b, max_ab * 64, 1);
+    float *x = malloc(sizeof(float) * 2048 * 64), *want = malloc(sizeof(float) * 64 * 50);
+    for (int ci = 0; ci < (quick ? 2 : 3); ci++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            const int64_t nc = cols[ci], nr = rows[ri];
+            if (ci == 2 && nr < 13) continue;
+            qi_weight w = make_weight(&rng, type, nc, nr);
+            for (int ti = 0; ti < n_tokens; ti++) {
+                const int T = tokens[ti];
+                if (ci == 2 && T != 1 && T != 7 && T != 8 && T != 33) continue;
+                for (int t = 0; t < T; t++) fill_row(&rng, x + (long)t * nc, nc, (t + (int)ri) % 4);
+                ref_matmul(ref_dot, &w, x, T, want);
+                check_matmul(b, &w, x, T, want);
+            }
+            free((void *)w.data);
+        }
+    free(x);
+    free(want);
+    backends_free(b);
+}
+END_TEST
+
+/* ---- element-wise ops ----------------------------------------------------------- */
+
+static const int k_row_lens[] = {1, 15, 16, 17, 1000};
+#define N_ROW_LENS (int)(sizeof k_row_lens / sizeof k_row_lens[0])
+
+START_TEST(test_rmsnorm) {
+    uint64_t rng = 101;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    static const int Ts[] = {1, 3};
+    for (int li = 0; li < N_ROW_LENS; li++)
+        for (int ti = 0; ti < 2; ti++) {
+            const int n = k_row_lens[li], T = Ts[ti];
+            const long len = (long)T * n;
+            float *x = malloc(sizeof(float) * (size_t)len), *w = malloc(sizeof(float) * (size_t)n);
+            float *want = malloc(sizeof(float) * (size_t)len);
+            for (int t = 0; t < T; t++) fill_row(&rng, x + (long)t * n, n, t % 3);
+            fill_row(&rng, w, n, 0);
+            const float eps = 1e-6f;
+            /* the mean square in double, one float scale, two float products */
+            for (int t = 0; t < T; t++) {
+                const float *xr = x + (long)t * n;
+                double sum = 0.0;
+                for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+                const float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+                for (int i = 0; i < n; i++) want[(long)t * n + i] = (xr[i] * scale) * w[i];
+            }
+            char what[64];
+            snprintf(what, sizeof what, "rmsnorm n=%d T=%d", n, T);
+            for (int nt = 1; nt <= MAX_THREADS; nt++)
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    gbuf gy;
+                    float *y = gbuf_init(&gy, len);
+                    if (in_place) {
+                        memcpy(y, x, sizeof(float) * (size_t)len);
+                        b[nt - 1]->iface->rmsnorm(b[nt - 1], y, w, T, n, eps, y);
+                    } else {
+                        b[nt - 1]->iface->rmsnorm(b[nt - 1], x, w, T, n, eps, y);
+                    }
+                    gbuf_check(&gy, what, nt);
+                    expect_same(want, y, len, n, "%s%s, %d threads", what, in_place ? " in place" : "", nt);
+                    gbuf_fini(&gy);
+                }
+            free(x);
+            free(w);
+            free(want);
+        }
+    backends_free(b);
+}
+END_TEST
+
+/* ggml's rotation as GCC compiled it: angles advance by repeated float
+ * multiplication; each pair is rotated with fused multiply-adds, except the
+ * last n_pairs % 4 pairs of NORMAL mode (outside its vector loop). */
+static void ref_rope(float *x, int T, int n_heads, int D, int n_rot, int pos0, float base, float freq_scale,
+                     int mode) {
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const int n_pairs = n_rot / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((long)t * n_heads + h) * D;
+            float theta = (float)(pos0 + t);
+            for (int i = 0; i < n_pairs; i++, theta *= theta_scale) {
+                const float c = cosf(theta * freq_scale), s = sinf(theta * freq_scale);
+                float *x0 = mode == QI_ROPE_NEOX ? &v[i] : &v[2 * i];
+                float *x1 = mode == QI_ROPE_NEOX ? &v[i + n_pairs] : &v[2 * i + 1];
+                const float a = *x0, bb = *x1;
+                if (mode == QI_ROPE_NEOX || i < n_pairs / 4 * 4) {
+                    *x0 = fmaf(a, c, -(bb * s));
+                    *x1 = fmaf(a, s, bb * c);
+                } else {
+                    *x0 = a * c - bb * s;
+                    *x1 = a * s + bb * c;
+                }
+            }
+        }
+}
+
+typedef struct {
+    int D, n_rot, T, H, pos0, mode;
+    float base, freq_scale;
+} rope_case;
+
+static void check_rope(qi_backend *b[MAX_THREADS], uint64_t *rng, const rope_case *c) {
+    const long len = (long)c->T * c->H * c->D;
+    float *x = malloc(sizeof(float) * (size_t)len), *want = malloc(sizeof(float) * (size_t)len);
+    fill_row(rng, x, len, 0);
+    memcpy(want, x, sizeof(float) * (size_t)len);
+    ref_rope(want, c->T, c->H, c->D, c->n_rot, c->pos0, c->base, c->freq_scale, c->mode);
+    char what[128];
+    snprintf(what, sizeof what, "rope %s D=%d n_rot=%d T=%d H=%d pos0=%d base=%g freq_scale=%g",
+             c->mode == QI_ROPE_NEOX ? "NEOX" : "NORMAL", c->D, c->n_rot, c->T, c->H, c->pos0, c->base,
+             c->freq_scale);
+    for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        gbuf g;
+        float *y = gbuf_init(&g, len);
+        memcpy(y, x, sizeof(float) * (size_t)len);
+        b[nt - 1]->iface->rope(b[nt - 1], y, c->T, c->H, c->D, c->n_rot, c->pos0, c->base, c->freq_scale,
+                               c->mode);
+        gbuf_check(&g, what, nt);
+        expect_same(want, y, len, c->D, "%s, %d threads", what, nt);
+        gbuf_fini(&g);
+    }
+    free(x);
+    free(want);
+}
+
+START_TEST(test_rope) {
+    uint64_t rng = 202;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    /* (D, n_rot): one pair; full rotation; half; 10 pairs (an unfused
+     * remainder of 2 in NORMAL mode) at a head dim off the 16-lane grid */
+    static const int shapes[][2] = {{2, 2}, {16, 16}, {64, 64}, {64, 32}, {80, 20}, {128, 128}};
+    static const float bases[][2] = {{10000.0f, 1.0f}, {1e6f, 0.25f}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int i = 0; i < 32; i++) {
+            const rope_case c = {.D = shapes[si][0], .n_rot = shapes[si][1], .mode = i & 1,
+                                 .T = i & 2 ? 3 : 1, .H = i & 4 ? 3 : 1, .pos0 = i & 8 ? 4097 : 0,
+                                 .base = bases[i >> 4][0], .freq_scale = bases[i >> 4][1]};
+            check_rope(b, &rng, &c);
+        }
+    backends_free(b);
+}
+END_TEST
+
+typedef void (*glu_ref_fn)(int64_t n, float *g, const float *u);
+
+/* swiglu (_i = 0) or geglu (_i = 1): each row through the reference on one
+ * thread, against the backend's row or 16-element split. */
+START_TEST(test_glu) {
+    const int geglu = _i;
+    const glu_ref_fn ref = geglu ? qi_k_geglu_ref : qi_k_swiglu_ref;
+    uint64_t rng = 303 + (uint64_t)_i;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    static const int Ts[] = {1, 2, 3};
+    for (int li = 0; li < N_ROW_LENS; li++)
+        for (int ti = 0; ti < 3; ti++) {
+            const int n = k_row_lens[li], T = Ts[ti];
+            const long len = (long)T * n;
+            float *g = malloc(sizeof(float) * (size_t)len), *u = malloc(sizeof(float) * (size_t)len);
+            float *want = malloc(sizeof(float) * (size_t)len);
+            for (long i = 0; i < len; i++) {
+                /* ordinary values, exp(-x) overflowing, and underflowing */
+                const int kind = (int)(i % 4);
+                g[i] = kind == 0 ? randn(&rng) * 4.0f : kind == 1 ? qi_test_randf(&rng) * 250.0f : randn(&rng) * 30.0f;
+                u[i] = randn(&rng);
+            }
+            memcpy(want, g, sizeof(float) * (size_t)len);
+            for (int t = 0; t < T; t++) ref(n, want + (long)t * n, u + (long)t * n);
+            char what[64];
+            snprintf(what, sizeof what, "%s n=%d T=%d", geglu ? "geglu" : "swiglu", n, T);
+            float *one = malloc(sizeof(float) * (size_t)len);
+            for (int nt = 1; nt <= MAX_THREADS; nt++) {
+                gbuf gg;
+                float *y = gbuf_init(&gg, len);
+                memcpy(y, g, sizeof(float) * (size_t)len);
+                if (geglu) b[nt - 1]->iface->geglu(b[nt - 1], y, u, T, n);
+                else b[nt - 1]->iface->swiglu(b[nt - 1], y, u, T, n);
+                gbuf_check(&gg, what, nt);
+                if (nt == 1) memcpy(one, y, sizeof(float) * (size_t)len);
+                else expect_same(one, y, len, n, "%s: %d threads against 1", what, nt);
+                expect_same(want, y, len, n, "%s, %d threads", what, nt);
+                gbuf_fini(&gg);
+            }
+            free(one);
+            free(g);
+            free(u);
+            free(want);
+        }
+    backends_free(b);
+}
+END_TEST
+
+/* ---- attention ------------------------------------------------------------------ */
+
+/* The contract of qi_attn_args, one (token, head) at a time: the cache row
+ * r holds the newest position p <= pos0 + T - 1 written to it (row p, or row
+ * p % n_cells in a ring); a query at qpos scores rows 0..qpos (all
+ * min(pos0 + T, n_cells) rows in a ring) with the F16 order of the batch
+ * size, scales, masks rows holding positions after qpos or outside the
+ * window to -inf, and takes the fp16 softmax weights' sum of V rows. */
+static void ref_attention(const qi_attn_args *a, float *out) {
+    const int D = a->D, stride = a->Hkv * D, group = a->H / a->Hkv, last = a->pos0 + a->T - 1;
+    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
+    const int n_rows = a->n_cells > 0 && a->n_cells < last + 1 ? a->n_cells : last + 1;
+    int *row_pos = malloc(sizeof(int) * (size_t)n_rows);
+    for (int p = 0; p <= last; p++) row_pos[a->n_cells > 0 ? p % a->n_cells : p] = p;
+    float *s = malloc(sizeof(float) * (size_t)(n_rows + 1));
+    uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)n_rows), *q16 = malloc(sizeof(uint16_t) * (size_t)D);
+    for (int t = 0; t < a->T; t++)
+        for (int h = 0; h < a->H; h++) {
+            const int qpos = a->pos0 + t, hk = h / group;
+            const int n_pos = a->n_cells > 0 ? n_rows : qpos + 1;
+            const float *q = a->q + ((long)t * a->H + h) * D;
+            for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+            qi_k_attn_scores_ref(ord, D, q16, a->k + (long)hk * D, (size_t)stride, n_pos, s);
+            for (int r = 0; r < n_pos; r++) {
+                s[r] *= a->scale;
+                if (row_pos[r] > qpos || (a->n_swa > 0 && row_pos[r] <= qpos - a->n_swa)) s[r] = -INFINITY;
+            }
+            qi_k_softmax_f16_ref(n_pos, s, w16);
+            qi_k_attn_values_ref(ord, D, w16, a->v + (long)hk * D, (size_t)stride, n_pos,
+                                 out + ((long)t * a->H + h) * D);
+        }
+    free(row_pos);
+    free(s);
+    free(w16);
+    free(q16);
+}
+
+static void check_attention(qi_backend *b[MAX_THREADS], uint64_t *rng, qi_attn_args a) {
+    a.scale = 1.0f / sqrtf((float)a.D);
+    const int n_cache = a.n_cells > 0 ? a.n_cells : a.pos0 + a.T;
+    const long qlen = (long)a.T * a.H * a.D, kvlen = (long)n_cache * a.Hkv * a.D;
+    float *q = malloc(sizeof(float) * (size_t)qlen), *want = malloc(sizeof(float) * (size_t)qlen);
+    float *one = malloc(sizeof(float) * (size_t)qlen);
+    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)kvlen), *v = malloc(sizeof(uint16_t) * (size_t)kvlen);
+    for (long i = 0; i < qlen; i++) q[i] = randn(rng) * 2.0f;
+    for (long i = 0; i < kvlen; i++) {
+        k[i] = qi_f32_to_fp16(randn(rng) * 2.0f);
+        v[i] = qi_f32_to_fp16(randn(rng));
+    }
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    ref_attention(&a, want);
+    char what[128];
+    snprintf(what, sizeof what, "attention T=%d H=%d Hkv=%d D=%d pos0=%d n_swa=%d n_cells=%d", a.T, a.H, a.Hkv,
+             a.D, a.pos0, a.n_swa, a.n_cells);
+    for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        gbuf g;
+        a.out = gbuf_init(&g, qlen);
+        b[nt - 1]->iface->attention(b[nt - 1], &a);
+        gbuf_check(&g, what, nt);
+        if (nt == 1) memcpy(one, a.out, sizeof(float) * (size_t)qlen);
+        else expect_same(one, a.out, qlen, a.D, "%s: %d threads against 1", what, nt);
+        expect_same(want, a.out, qlen, a.D, "%s, %d threads ([token * H + head][dim])", what, nt);
+        gbuf_fini(&g);
+    }
+    free(q);
+    free(want);
+    free(one);
+    free(k);
+    free(v);
+}
+
+START_TEST(test_attention) {
+    uint64_t rng = 404;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    backends_reserve(b, 0, 64);
+    /* the ring of 16 rows is unwrapped at pos0 0, partly wrapped at 14 (the
+     * batch overwrites rows 0..2), fully at 37 */
+    static const int pos0s[] = {0, 14, 37};
+    for (int pi = 0; pi < 3; pi++)
+        for (int i = 0; i < 32; i++) {
+            const qi_attn_args a = {.T = i & 1 ? 5 : 1, .H = i & 2 ? 4 : 6, .Hkv = i & 2 ? 4 : 2,
+                                    .D = i & 4 ? 80 : 64, .pos0 = pos0s[pi], .n_swa = i & 8 ? 8 : 0,
+                                    .n_cells = i & 16 ? 16 : 0};
+            check_attention(b, &rng, a);
+        }
+    backends_free(b);
+}
+END_TEST
+
+/* ---- get_rows ------------------------------------------------------------------- */
+
+START_TEST(test_get_rows) {
+    uint64_t rng = 505;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    static const int32_t ids[] = {0, 8, 3, 3, 5};
+    for (int i = 0; i < N_MM_TYPES; i++) {
+        const uint32_t type = k_mm_types[i];
+        const int blck = (int)qi_type_get(type)->blck;
+        const int64_t cols[2] = {blck == 1 ? 17 : blck, blck == 1 ? 160 : blck * 3};
+        for (int ci = 0; ci < 2; ci++)
+            for (int T = 1; T <= 5; T += 4) {
+                const int64_t nc = cols[ci];
+                qi_weight w = make_weight(&rng, type, nc, 9);
+                const long len = (long)T * nc;
+                float *want = malloc(sizeof(float) * (size_t)len);
+                for (int t = 0; t < T; t++)
+                    qi_dequantize_row_ref(type, (const char *)w.data + ids[t] * w.row_bytes, want + (long)t * nc, nc);
+                for (int nt = 1; nt <= MAX_THREADS; nt++) {
+                    gbuf g;
+                    float *y = gbuf_init(&g, len);
+                    b[nt - 1]->iface->get_rows(b[nt - 1], &w, ids, T, y);
+                    gbuf_check(&g, "get_rows", nt);
+                    expect_same(want, y, len, nc, "get_rows %s %lld cols T=%d, %d threads", qi_type_get(type)->name,
+                                (long long)nc, T, nt);
+                    gbuf_fini(&g);
+                }
+                free(want);
+                free((void *)w.data);
+            }
+    }
+    backends_free(b);
+}
+END_TEST
+
+/* ---- planted faults -------------------------------------------------------------- */
+
+/* The comparison sees one flipped bit and a sign of zero. */
+START_TEST(test_planted_bit_flip) {
+    uint64_t rng = 606;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    qi_weight w = make_weight(&rng, QI_TYPE_Q4_0, 64, 5);
+    backends_reserve(b, qi_row_bytes(QI_TYPE_Q8_0, 64) * 3, 1);
+    float x[3 * 64], want[15], got[15];
+    for (int t = 0; t < 3; t++) fill_row(&rng, x + t * 64, 64, t);
+    ref_matmul(ref_dot, &w, x, 3, want);
+    b[1]->iface->matmul(b[1], &w, x, 3, got);
+    ck_assert_int_eq(first_mismatch(want, got, 15), -1);
+    uint32_t u = f32_bits(want[7]) ^ 1u;
+    memcpy(&want[7], &u, 4);
+    ck_assert_int_eq(first_mismatch(want, got, 15), 7);
+    const float pz = 0.0f, nz = -0.0f;
+    ck_assert(pz == nz);
+    ck_assert_int_eq(first_mismatch(&pz, &nz, 1), 0);
+    free((void *)w.data);
+    backends_free(b);
+}
+END_TEST
+
+/* The expected side's orders are observable: the backend's results differ
+ * somewhere from ggml's generic q4_0 order and, at 8 tokens, from the
+ * non-tiled q4_K order, so computing the reference in the wrong order (or
+ * the backend switching order at the wrong token count) would be caught. */
+static float generic_dot(uint32_t type, int wide, int64_t n, const void *w, const void *a) {
+    (void)wide;
+    return qi_vec_dot_ref(type, n, w, a);
+}
+
+static float narrow_dot(uint32_t type, int wide, int64_t n, const void *w, const void *a) {
+    (void)wide;
+    return ref_dot(type, 0, n, w, a);
+}
+
+START_TEST(test_planted_wrong_order) {
+    uint64_t rng = 707;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    static const struct {
+        uint32_t type;
+        dot_fn wrong;
+        const char *name;
+    } cases[] = {{QI_TYPE_Q4_0, generic_dot, "generic q4_0"}, {QI_TYPE_Q4_K, narrow_dot, "non-tiled q4_K"},
+                 {QI_TYPE_Q6_K, narrow_dot, "non-tiled q6_K"}};
+    enum { T = QI_K_WIDE_MIN, nc = 768, nr = 13 };
+    backends_reserve(b, qi_row_bytes(QI_TYPE_Q8_K, nc) * T, 1);
+    float *x = malloc(sizeof(float) * nc * T), want[T * nr], wrong[T * nr], got[T * nr];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qi_weight w = make_weight(&rng, cases[i].type, nc, nr);
+        for (int t = 0; t < T; t++) fill_row(&rng, x + (long)t * nc, nc, 2);
+        ref_matmul(ref_dot, &w, x, T, want);
+        ref_matmul(cases[i].wrong, &w, x, T, wrong);
+        for (int nt = 1; nt <= MAX_THREADS; nt++) {
+            b[nt - 1]->iface->matmul(b[nt - 1], &w, x, T, got);
+            ck_assert_int_eq(first_mismatch(want, got, T * nr), -1);
+            ck_assert_msg(first_mismatch(wrong, got, T * nr) >= 0, "%s order agrees with the backend everywhere",
+                          cases[i].name);
+        }
+        free((void *)w.data);
+    }
+    free(x);
+    backends_free(b);
+}
+END_TEST
+
+static Suite *backend_suite(void) {
+    Suite *s = suite_create("backend");
+    TCase *tc = tcase_create("matmul");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_matmul, 0, N_MM_TYPES);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("elementwise");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_rmsnorm);
+    tcase_add_test(tc, test_rope);
+    tcase_add_loop_test(tc, test_glu, 0, 2);
+    tcase_add_test(tc, test_get_rows);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("attention");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_attention);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("planted");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_planted_bit_flip);
+    tcase_add_test(tc, test_planted_wrong_order);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    printf("test_backend: kernels %s, threads 1..%d\n", qi_kernels_get()->name, MAX_THREADS);
+    return qi_test_run_suite(backend_suite());
+}
