@@ -14,6 +14,9 @@ done
 expect_fail 2 "unknown command" $Q frobnicate
 expect_ok $Q sysinfo && { grep -q "^cpu:" "$tmp/out" && grep -q "^gpu:" "$tmp/out" || bad "sysinfo output: $(cat "$tmp/out")"; }
 expect_fail 2 "unknown option" $Q sysinfo --gpu
+expect_ok $Q sysinfo --help && { grep -q -- "--probe" "$tmp/out" || bad "sysinfo --help does not mention --probe"; }
+# Without a device --probe fails with one line; with one, tests/gpu checks it.
+expect_ok $Q sysinfo && grep -q "^gpu:     none" "$tmp/out" && expect_fail 1 "probe" $Q sysinfo --probe
 expect_fail 2 "unknown option '--bogus'" $Q generate --bogus -p hi
 expect_fail 2 "needs a value" $Q generate -p
 expect_fail 2 "not an integer" $Q generate -p hi -n 12x

@@ -10,6 +10,12 @@
 #define QINFER_STATUS_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" { /* the CUDA sources (C++) report errors through these too */
+#endif
 
 typedef enum {
     QI_OK = 0,
@@ -51,8 +57,6 @@ void qi_err_clear(qi_err *e);
 const char *qi_status_str(qi_status s);
 
 /* Programmer errors only (never for file contents or user input). */
-#include <stdio.h>
-#include <stdlib.h>
 #define QI_ASSERT(x)                                                              \
     do {                                                                          \
         if (!(x)) {                                                               \
@@ -68,5 +72,9 @@ void *qi_realloc(void *p, size_t n);
 void qi_free(void *p);
 /* Test hook: make the n-th allocation from now fail (0 disables). */
 void qi_alloc_fail_after(long n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
