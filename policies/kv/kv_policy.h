@@ -1,0 +1,111 @@
+/* kv_policy.h - the KV selection slot: which cached tokens stay in the
+ * working tier (what attention reads), which move to the offload tier (host
+ * memory, recallable) and which are dropped.
+ *
+ * The KV cache (engine/kv.c) keeps, for every (sequence, layer, KV head), a
+ * stream of tokens. After each attention step it shows the policy that
+ * stream through a qi_kv_view: the tokens' positions and tiers, the
+ * attention weights they just received, and a per-token score array that
+ * belongs to the policy (the cache moves each score with its token and
+ * starts new tokens at 0). The policy updates its scores in observe(), then
+ * decides every token's fate in select(). The cache applies the fates and
+ * checks the budget.
+ *
+ * Attention weights are softmax outputs of this step's queries, summed over
+ * the query heads of the KV head's group (grouped-query attention) and over
+ * the step's query tokens of that sequence. Offloaded tokens receive weight
+ * only on probe steps (see probe_every): there attention weights are also
+ * computed over the offload tier, from one softmax over every held token,
+ * so that recall can see an evicted token's importance rise; the attention
+ * output itself always uses the working tier only.
+ *
+ * A policy sizes its state in create() and allocates nothing in observe()
+ * or select() (a scratch array for ranking may grow in select() when a view
+ * holds more tokens than any before; if growing fails the policy still
+ * decides, without it). One policy object serves every stream of a model:
+ * per-token state lives in the view's score array, so calls for different
+ * streams may interleave, but not run at once (the scratch is shared). A
+ * new policy is one file plus one line in registry.c.
+ */
+#ifndef QI_KV_POLICY_H
+#define QI_KV_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qinfer/params.h"
+#include "qinfer/status.h"
+
+#define QI_KV_POLICY_VERSION 1u
+
+enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
+enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
+
+/* One (sequence, layer, KV head) stream, as shown to observe() and select().
+ * Tokens are in the cache's slot order, which is not position order once a
+ * policy has evicted anything. */
+typedef struct {
+    int layer, n_layer, kv_head;
+    int n;                /* tokens held, both tiers */
+    const int32_t *pos;   /* [n] positions */
+    const uint8_t *tier;  /* [n] QI_KV_WORKING or QI_KV_OFFLOADED */
+    float *score;         /* [n] the policy's per-token statistic (read-write) */
+    int n_new;            /* tokens added this step (working tier); may be 0 */
+    int32_t cur_pos;      /* the newest position in the sequence */
+    int budget;           /* most working tokens select() may keep (>= 1) */
+    bool probed;          /* this step's weights cover the offload tier too */
+} qi_kv_view;
+
+typedef struct qi_kv_policy qi_kv_policy;
+
+typedef struct {
+    uint32_t version; /* QI_KV_POLICY_VERSION */
+    const char *name;    /* "h2o" */
+    const char *summary; /* one line for --help */
+    const char *params;  /* one line: the keys it takes with defaults, or "" */
+    /* Validate params (unknown key, bad value: an error naming the policy
+     * and the key) and build the policy. n_layer is the model's. */
+    qi_status (*create)(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err);
+    /* After attention: attn[i] is token i's weight this step (0 for
+     * offloaded tokens unless v->probed). Optional. */
+    void (*observe)(qi_kv_policy *p, qi_kv_view *v, const float *attn);
+    /* Decide fate[i] for i < v->n. At most v->budget KEEP unless exempt()
+     * says the layer is exempt. A token never returns from QI_KV_DROP. */
+    void (*select)(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate);
+    /* Layers that keep their whole cache whatever the budget (full: every
+     * layer; qinfer: the first full_layers). Optional: NULL means none. */
+    bool (*exempt)(const qi_kv_policy *p, int layer);
+    /* Probe the offload tier at this decode step (step counts from 1)?
+     * Optional: NULL means never. */
+    bool (*probe)(const qi_kv_policy *p, long step);
+    void (*free)(qi_kv_policy *p);
+} qi_kv_policy_i;
+
+/* Every policy object starts with its interface. */
+struct qi_kv_policy {
+    const qi_kv_policy_i *iface;
+};
+
+/* registry.c: the policies, NULL-terminated. */
+extern const qi_kv_policy_i *const qi_kv_policies[];
+
+/* The policy called name, or NULL. */
+const qi_kv_policy_i *qi_kv_policy_find(const char *name);
+
+/* Create by name; an unknown name is an error listing the known ones. */
+qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_layer, qi_kv_policy **out,
+                              qi_err *err);
+/* The wrappers the cache calls: they check the interface's optional
+ * members. qi_kv_policy_select also verifies the result (every fate written
+ * and in range, the budget respected unless the layer is exempt) and
+ * returns QI_ERR_BACKEND naming the policy if the policy broke its
+ * contract, QI_ERR_INVALID for a bad view (n < 0, budget < 1). That a DROP
+ * is never undone needs no check: the cache forgets a dropped token. */
+void qi_kv_policy_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn);
+qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err);
+bool qi_kv_policy_exempt(const qi_kv_policy *p, int layer);
+bool qi_kv_policy_probe(const qi_kv_policy *p, long step);
+const char *qi_kv_policy_name(const qi_kv_policy *p);
+void qi_kv_policy_free(qi_kv_policy *p); /* NULL is a no-op */
+
+#endif

@@ -1,0 +1,169 @@
+/* qinfer.c - the Q-Infer multi-window policy (ACM TACO, DOI 10.1145/3764589).
+ *
+ * H2O keeps the globally heaviest tokens, and accumulated attention favours
+ * old tokens (they have been scored for longer) and clusters: the survivors
+ * often all come from one stretch of the context. Q-Infer spreads them:
+ *
+ *   sinks        the `sinks` lowest-position tokens are always kept (0 off);
+ *   recent       of the rest of the budget B' = budget - sinks, heavy =
+ *                floor(B' * heavy) goes to scored tokens and recent = B' -
+ *                heavy to the newest tokens;
+ *   windows      the older region (neither sink nor recent) is cut into
+ *                `windows` windows of equal position span, oldest to
+ *                newest, and each keeps its best scores within a quota of
+ *                heavy / windows, the remainder going one each to the
+ *                newest windows; quota a window cannot fill (too few
+ *                tokens) passes to the best leftovers of the whole region,
+ *                so the budget is always used (1 window is H2O's rule);
+ *   full_layers  layers below it keep everything (exempt), since the first
+ *                layers attend broadly and suffer most from eviction;
+ *   offload      evicted tokens go to the offload tier, not away;
+ *   recall       offloaded tokens compete in select() on their scores like
+ *                working ones, so one whose score rises comes back as KEEP;
+ *                their scores rise only on probe steps, every probe_every-th
+ *                decode step, when attention is also computed over the
+ *                offload tier (probe_every=0: never).
+ *
+ * Score is accumulated attention weight, as in H2O; with windows=1,
+ * sinks=0, full_layers=0, offload=false and recall=false the fates are
+ * exactly H2O's, which a unit test checks on random views.
+ *
+ * Windows are by position span rather than by equal token counts so that a
+ * window means a stretch of the text: after eviction the older region is
+ * sparse, and equal counts would let the surviving clusters define the
+ * windows, which is the clustering this policy works against. The score
+ * rank uses a scratch array sized in create() and grown in select() only
+ * when a view holds more tokens than any before; if growing fails, select()
+ * keeps the sinks and the newest tokens, a safe decision needing no memory.
+ */
+#include <limits.h>
+
+#include "kv/kv_policy.h"
+#include "kv/rank_int.h"
+
+typedef struct {
+    qi_kv_policy base;
+    int sinks, windows, full_layers, probe_every;
+    double heavy;
+    bool offload, recall;
+    qi_kv_scratch scratch;
+} qinfer_policy;
+
+extern const qi_kv_policy_i qi_kv_qinfer_policy;
+
+static void qinfer_free(qi_kv_policy *pp) {
+    qinfer_policy *p = (qinfer_policy *)pp;
+    if (!p) return;
+    qi_kv_scratch_fini(&p->scratch);
+    qi_free(p);
+}
+
+static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
+    static const char *const known[] = {"sinks", "windows", "heavy", "full_layers",
+                                        "offload", "recall", "probe_every", NULL};
+    const char *who = "qinfer";
+    long sinks, windows, full_layers, probe_every;
+    double heavy;
+    bool offload, recall;
+    qi_status st = qi_params_check_known(params, who, known, err);
+    if (!st) st = qi_params_int(params, who, "sinks", 0, 0, INT_MAX, &sinks, err);
+    if (!st) st = qi_params_int(params, who, "windows", 4, 1, 65536, &windows, err);
+    if (!st) st = qi_params_double(params, who, "heavy", 0.5, 0.0, 1.0, &heavy, err);
+    if (!st) st = qi_params_int(params, who, "full_layers", 2 < n_layer ? 2 : n_layer, 0, n_layer, &full_layers, err);
+    if (!st) st = qi_params_bool(params, who, "offload", true, &offload, err);
+    if (!st) st = qi_params_bool(params, who, "recall", true, &recall, err);
+    if (!st) st = qi_params_int(params, who, "probe_every", 16, 0, INT_MAX, &probe_every, err);
+    if (st) return st;
+    qinfer_policy *p = qi_calloc(1, sizeof *p);
+    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
+    p->base.iface = &qi_kv_qinfer_policy;
+    p->sinks = (int)sinks;
+    p->windows = (int)windows;
+    p->heavy = heavy;
+    p->full_layers = (int)full_layers;
+    p->offload = offload;
+    p->recall = recall;
+    p->probe_every = (int)probe_every;
+    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
+        qinfer_free(&p->base);
+        return st;
+    }
+    *out = &p->base;
+    return QI_OK;
+}
+
+static void qinfer_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
+    for (int i = 0; i < v->n; i++) v->score[i] += attn[i];
+}
+
+static bool qinfer_exempt(const qi_kv_policy *pp, int layer) {
+    return layer < ((const qinfer_policy *)pp)->full_layers;
+}
+
+static bool qinfer_probe(const qi_kv_policy *pp, long step) {
+    const qinfer_policy *p = (const qinfer_policy *)pp;
+    return p->offload && p->recall && p->probe_every > 0 && step > 0 && step % p->probe_every == 0;
+}
+
+/* Keep, in the older region it[0..r) (sorted newest first), the best scores
+ * of each window within its quota, then hand unused quota to the best
+ * leftovers of the whole region. */
+static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_item *it, int r, int heavy,
+                            uint8_t *fate) {
+    const int W = p->windows, base = heavy / W, rem = heavy % W;
+    const int64_t pmin = it[r - 1].pos, span = (int64_t)it[0].pos - pmin + 1;
+    int carry = 0, j = 0;
+    for (int w = W - 1; w >= 0; w--) {
+        int start = j;
+        while (j < r && (int)(((int64_t)it[j].pos - pmin) * W / span) == w) j++;
+        int quota = base + (w >= W - rem), cnt = j - start, take = quota < cnt ? quota : cnt;
+        qi_kv_rank_sort_by_score(it + start, cnt);
+        for (int k = 0; k < take; k++) fate[it[start + k].slot] = QI_KV_KEEP;
+        carry += quota - take;
+    }
+    if (carry > 0) {
+        int left = qi_kv_rank_gather(v, fate, it);
+        qi_kv_rank_sort_by_score(it, left);
+        for (int k = 0; k < carry && k < left; k++) fate[it[k].slot] = QI_KV_KEEP;
+    }
+}
+
+static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
+    qinfer_policy *p = (qinfer_policy *)pp;
+    if (v->layer < p->full_layers) {
+        for (int i = 0; i < v->n; i++) fate[i] = QI_KV_KEEP;
+        return;
+    }
+    const uint8_t evict = p->offload ? QI_KV_OFFLOAD : QI_KV_DROP;
+    const int budget = v->budget, sinks = p->sinks < budget ? p->sinks : budget;
+    int m = qi_kv_rank_begin(v, p->offload && p->recall, fate);
+    qi_kv_rank_mark_by_pos(v, fate, sinks, false, QI_KV_KEEP);
+    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
+        qi_kv_rank_mark_by_pos(v, fate, budget - sinks, true, QI_KV_KEEP);
+        qi_kv_rank_finish(v, fate, evict);
+        return;
+    }
+    const int heavy = qi_kv_heavy_count(budget - sinks, p->heavy), recent = budget - sinks - heavy;
+    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
+    if (heavy > 0) {
+        /* m > budget, so the older region holds r > heavy >= 1 tokens */
+        qi_kv_item *it = p->scratch.items;
+        int r = qi_kv_rank_gather(v, fate, it);
+        qi_kv_rank_sort_by_pos(it, r);
+        keep_per_window(p, v, it, r, heavy, fate);
+    }
+    qi_kv_rank_finish(v, fate, evict);
+}
+
+const qi_kv_policy_i qi_kv_qinfer_policy = {
+    .version = QI_KV_POLICY_VERSION,
+    .name = "qinfer",
+    .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
+    .params = "sinks=0,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16",
+    .create = qinfer_create,
+    .observe = qinfer_observe,
+    .select = qinfer_select,
+    .exempt = qinfer_exempt,
+    .probe = qinfer_probe,
+    .free = qinfer_free,
+};

@@ -1,0 +1,72 @@
+/* rank_int.h - the ranking steps the KV policies share (private to
+ * policies/kv/).
+ *
+ * A policy's select() labels the competing tokens QI_KV_UNDECIDED in the
+ * fate array itself, settles some of them (sinks, the recent window, the
+ * best scores) and finally gives every token still undecided the eviction
+ * fate. Position ranks need no memory; score ranks sort a scratch array of
+ * items that the policy sizes in create().
+ */
+#ifndef QI_KV_RANK_INT_H
+#define QI_KV_RANK_INT_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_policy.h"
+
+/* A working label inside select(); never left in a returned fate array. */
+#define QI_KV_UNDECIDED 0xFFu
+
+/* Label the competitors: working tokens, and offloaded ones too when
+ * with_offloaded (recall); offloaded tokens that do not compete get
+ * QI_KV_OFFLOAD, i.e. stay where they are. Returns the competitor count. */
+int qi_kv_rank_begin(const qi_kv_view *v, bool with_offloaded, uint8_t *fate);
+
+/* Give the k newest (newest) or k oldest undecided tokens by position the
+ * fate `to` (all of them when fewer). Equal positions, which a cache should
+ * not hold, rank the higher slot as newer. O(n log range), no allocation. */
+void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newest, uint8_t to);
+
+/* Every token still undecided gets `to`. */
+void qi_kv_rank_finish(const qi_kv_view *v, uint8_t *fate, uint8_t to);
+
+typedef struct {
+    float score;
+    int32_t pos;
+    int32_t slot; /* index into the view */
+} qi_kv_item;
+
+/* Items for score ranking, grown only when a view holds more tokens than
+ * any before (the one allocation a select() may make). */
+typedef struct {
+    qi_kv_item *items;
+    int cap;
+} qi_kv_scratch;
+
+#define QI_KV_SCRATCH_INIT 1024
+
+/* Allocate cap items. QI_ERR_NOMEM on failure (s is then empty). */
+qi_status qi_kv_scratch_init(qi_kv_scratch *s, int cap, qi_err *err);
+/* Room for n items; false if growing failed (the old buffer is kept). */
+bool qi_kv_scratch_reserve(qi_kv_scratch *s, int n);
+void qi_kv_scratch_fini(qi_kv_scratch *s);
+
+/* Copy the undecided tokens into items (room for v->n); returns the count. */
+int qi_kv_rank_gather(const qi_kv_view *v, const uint8_t *fate, qi_kv_item *items);
+/* Best score first; ties: newer position first, then higher slot. NaN
+ * scores rank last. */
+void qi_kv_rank_sort_by_score(qi_kv_item *items, int n);
+/* Newest position first; ties: higher slot first. */
+void qi_kv_rank_sort_by_pos(qi_kv_item *items, int n);
+
+/* floor(budget * frac), the heavy-hitter share of a budget. The 1e-9
+ * allowance absorbs binary rounding, so that 100 * 0.29 gives 29 and not
+ * 28 (0.29 is stored as 0.28999...). */
+static inline int qi_kv_heavy_count(int budget, double frac) {
+    int h = (int)floor((double)budget * frac + 1e-9);
+    return h < 0 ? 0 : h > budget ? budget : h;
+}
+
+#endif

@@ -1,0 +1,115 @@
+/* registry.c - the KV policies by name, and the wrappers the cache calls.
+ *
+ * The table is an X-macro list so that adding a policy is one line: the
+ * list declares each policy's interface (qi_kv_<name>_policy, defined in
+ * <name>.c) and fills the NULL-terminated array. A linker-section or
+ * constructor-based self-registration would need no line at all, but it is
+ * not portable C11 and makes the set of policies invisible in the source.
+ *
+ * The wrappers are the only way the cache reaches a policy. They fill in
+ * the optional members' defaults and check every select() result before
+ * the cache applies it: each fate written and in range (the fate array is
+ * poisoned first, so a fate the policy forgot to write is caught), and no
+ * more KEEP than the budget unless the layer is exempt. A broken policy is
+ * then a QI_ERR_BACKEND naming the policy, not a silently wrong cache.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kv/kv_policy.h"
+
+#define QI_KV_POLICY_LIST(X)                                                                                   \
+    X(full)                                                                                                    \
+    X(window)                                                                                                  \
+    X(streaming)                                                                                               \
+    X(h2o)                                                                                                     \
+    X(qinfer)
+
+#define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
+#define QI_KV_ENTRY(name) &qi_kv_##name##_policy,
+QI_KV_POLICY_LIST(QI_KV_DECLARE)
+const qi_kv_policy_i *const qi_kv_policies[] = {QI_KV_POLICY_LIST(QI_KV_ENTRY) NULL};
+
+const qi_kv_policy_i *qi_kv_policy_find(const char *name) {
+    if (!name) return NULL;
+    for (const qi_kv_policy_i *const *it = qi_kv_policies; *it; it++)
+        if (strcmp((*it)->name, name) == 0) return *it;
+    return NULL;
+}
+
+qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_layer, qi_kv_policy **out,
+                              qi_err *err) {
+    *out = NULL;
+    const qi_kv_policy_i *pi = qi_kv_policy_find(name);
+    if (!pi) {
+        char list[256] = "";
+        size_t len = 0;
+        for (const qi_kv_policy_i *const *it = qi_kv_policies; *it; it++) {
+            int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", (*it)->name);
+            if (w < 0 || (size_t)w >= sizeof list - len) break;
+            len += (size_t)w;
+        }
+        return QI_ERR(err, QI_ERR_INVALID, "unknown KV policy '%s' (known: %s)", name ? name : "(null)", list);
+    }
+    if (pi->version != QI_KV_POLICY_VERSION)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' has interface version %u, the cache speaks %u",
+                      pi->name, pi->version, QI_KV_POLICY_VERSION);
+    if (n_layer < 1) return QI_ERR(err, QI_ERR_INVALID, "%s: n_layer must be >= 1, got %d", pi->name, n_layer);
+    qi_params empty;
+    if (!params) {
+        qi_params_init(&empty);
+        params = &empty;
+    }
+    qi_kv_policy *p = NULL;
+    qi_status st = pi->create(params, n_layer, &p, err);
+    if (st) return st;
+    if (!p || p->iface != pi) {
+        if (p && p->iface && p->iface->free) p->iface->free(p);
+        return QI_ERR(err, QI_ERR_BACKEND, "KV policy '%s': create returned no policy of its own", pi->name);
+    }
+    *out = p;
+    return QI_OK;
+}
+
+void qi_kv_policy_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
+    if (p->iface->observe && v->n > 0) p->iface->observe(p, v, attn);
+}
+
+bool qi_kv_policy_exempt(const qi_kv_policy *p, int layer) {
+    return p->iface->exempt ? p->iface->exempt(p, layer) : false;
+}
+
+bool qi_kv_policy_probe(const qi_kv_policy *p, long step) {
+    return p->iface->probe ? p->iface->probe(p, step) : false;
+}
+
+const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
+
+void qi_kv_policy_free(qi_kv_policy *p) {
+    if (p) p->iface->free(p);
+}
+
+qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err) {
+    const char *name = p->iface->name;
+    if (v->n < 0 || v->budget < 1 || (v->n > 0 && !fate))
+        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad view (n %d, budget %d, fate %s)", name, v->n,
+                      v->budget, fate ? "set" : "NULL");
+    if (v->n == 0) return QI_OK;
+    memset(fate, 0xFF, (size_t)v->n); /* poison: an unwritten fate is caught below */
+    p->iface->select(p, v, fate);
+    int keep = 0;
+    for (int i = 0; i < v->n; i++) {
+        if (fate[i] > QI_KV_DROP)
+            return QI_ERR(err, QI_ERR_BACKEND,
+                          "KV policy '%s' broke its contract: token %d (position %d) got fate %u, not keep/offload/"
+                          "drop (layer %d, KV head %d)",
+                          name, i, (int)v->pos[i], (unsigned)fate[i], v->layer, v->kv_head);
+        keep += fate[i] == QI_KV_KEEP;
+    }
+    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer))
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "KV policy '%s' broke its contract: kept %d tokens, over the budget of %d (layer %d, KV "
+                      "head %d)",
+                      name, keep, v->budget, v->layer, v->kv_head);
+    return QI_OK;
+}

@@ -1,0 +1,868 @@
+/* test_kv_policy.c - the KV selection policies and their wrappers.
+ *
+ * Hand-made attention patterns whose right answer is known; a brute-force
+ * oracle (O(n^2) rank counting, no sorting) for every bounded policy on
+ * random views and on simulated decoding runs where the fates are applied
+ * as the cache would; Q-Infer reduced to H2O fate for fate; planted faulty
+ * policies the wrapper must catch; bad names and parameters; allocation
+ * failures in create and in select's scratch growth.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_policy.h"
+#include "testutil.h"
+
+#define MAXN 4096
+#define N_LAYER 8
+
+typedef struct {
+    qi_kv_view v;
+    int32_t pos[MAXN];
+    uint8_t tier[MAXN];
+    float score[MAXN];
+    uint8_t fate[MAXN];
+} tview;
+
+/* n working tokens at positions 0..n-1 in slot order, scores 0. */
+static tview *tv_new(int n, int budget, int layer) {
+    ck_assert_int_le(n, MAXN);
+    tview *t = calloc(1, sizeof *t);
+    ck_assert_ptr_nonnull(t);
+    for (int i = 0; i < n; i++) t->pos[i] = i;
+    t->v = (qi_kv_view){.layer = layer, .n_layer = N_LAYER, .n = n, .pos = t->pos, .tier = t->tier,
+                        .score = t->score, .cur_pos = n - 1, .budget = budget};
+    return t;
+}
+
+static qi_kv_policy *make(const char *name, const char *spec) {
+    qi_params pa;
+    qi_params_init(&pa);
+    qi_err e = {0};
+    ck_assert_msg(qi_params_parse(&pa, spec, &e) == QI_OK, "%s", e.msg);
+    qi_kv_policy *p = NULL;
+    ck_assert_msg(qi_kv_policy_create(name, &pa, N_LAYER, &p, &e) == QI_OK, "%s %s: %s", name, spec, e.msg);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_str_eq(qi_kv_policy_name(p), name);
+    return p;
+}
+
+/* select through the wrapper; returns the KEEP count. */
+static int sel(qi_kv_policy *p, tview *t) {
+    qi_err e = {0};
+    if (qi_kv_policy_select(p, &t->v, t->fate, &e) != QI_OK) ck_abort_msg("%s", e.msg);
+    int keep = 0;
+    for (int i = 0; i < t->v.n; i++) keep += t->fate[i] == QI_KV_KEEP;
+    return keep;
+}
+
+static uint8_t fate_at(const tview *t, int32_t pos) {
+    for (int i = 0; i < t->v.n; i++)
+        if (t->pos[i] == pos) return t->fate[i];
+    ck_abort_msg("no token at position %d", pos);
+    return 0xFF;
+}
+
+/* Exactly the positions in keep[] are KEEP; every other working token has
+ * fate `evict`. */
+static void expect_kept(const tview *t, const int32_t *keep, int n_keep, uint8_t evict) {
+    for (int i = 0; i < t->v.n; i++) {
+        bool want = false;
+        for (int k = 0; k < n_keep; k++) want |= t->pos[i] == keep[k];
+        uint8_t exp = want ? QI_KV_KEEP : t->tier[i] == QI_KV_OFFLOADED ? QI_KV_OFFLOAD : evict;
+        ck_assert_msg(t->fate[i] == exp, "position %d: fate %u, want %u", t->pos[i], t->fate[i], exp);
+    }
+}
+
+static void shuffle(tview *t, uint64_t *rng) {
+    for (int i = t->v.n - 1; i > 0; i--) {
+        int j = (int)(qi_test_rand(rng) % (uint64_t)(i + 1));
+        int32_t p = t->pos[i];
+        t->pos[i] = t->pos[j];
+        t->pos[j] = p;
+        uint8_t r = t->tier[i];
+        t->tier[i] = t->tier[j];
+        t->tier[j] = r;
+        float s = t->score[i];
+        t->score[i] = t->score[j];
+        t->score[j] = s;
+    }
+}
+
+/* ---- the oracle ----------------------------------------------------------
+ * Every bounded policy is one rule with different settings: window is
+ * (sinks 0, heavy 0), streaming (sinks, heavy 0), h2o (sinks 0, one window,
+ * heavy), qinfer everything. Decisions by counting, per token, how many
+ * competitors rank above it. */
+
+typedef struct {
+    int sinks, windows;
+    double heavy;
+    bool recall;   /* offloaded tokens compete */
+    uint8_t evict; /* QI_KV_DROP or QI_KV_OFFLOAD */
+} rule;
+
+static bool newer(const tview *t, int i, int j) { return t->pos[i] != t->pos[j] ? t->pos[i] > t->pos[j] : i > j; }
+
+static bool better(const tview *t, int i, int j) {
+    return t->score[i] != t->score[j] ? t->score[i] > t->score[j] : newer(t, i, j);
+}
+
+enum { R_OUT, R_SINK, R_RECENT, R_OLD, R_OLD_KEPT, R_CARRY_KEPT };
+
+static void oracle(const tview *t, rule r, uint8_t *f) {
+    const int n = t->v.n, B = t->v.budget;
+    static int role[MAXN], win[MAXN];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        bool c = t->tier[i] == QI_KV_WORKING || r.recall;
+        role[i] = c ? R_OLD : R_OUT;
+        m += c;
+    }
+    if (m > B) {
+        int s = r.sinks < B ? r.sinks : B;
+        for (int i = 0; i < n; i++) {
+            if (role[i] == R_OUT) continue;
+            int older = 0;
+            for (int j = 0; j < n; j++) older += role[j] != R_OUT && newer(t, i, j);
+            if (older < s) role[i] = R_SINK;
+        }
+        int heavy = (int)floor((double)(B - s) * r.heavy + 1e-9), recent = B - s - heavy;
+        for (int i = 0; i < n; i++) {
+            if (role[i] != R_OLD) continue;
+            int nw = 0;
+            for (int j = 0; j < n; j++) nw += (role[j] == R_OLD || role[j] == R_RECENT) && newer(t, j, i);
+            if (nw < recent) role[i] = R_RECENT;
+        }
+        if (heavy > 0) {
+            int32_t pmin = INT32_MAX, pmax = INT32_MIN;
+            for (int i = 0; i < n; i++)
+                if (role[i] == R_OLD) {
+                    if (t->pos[i] < pmin) pmin = t->pos[i];
+                    if (t->pos[i] > pmax) pmax = t->pos[i];
+                }
+            const int W = r.windows;
+            int64_t span = (int64_t)pmax - pmin + 1;
+            int cnt[64] = {0}, quota[64];
+            if (W > 64) ck_abort_msg("oracle: at most 64 windows");
+            for (int w = 0; w < W; w++) quota[w] = heavy / W + (w >= W - heavy % W);
+            for (int i = 0; i < n; i++)
+                if (role[i] == R_OLD) cnt[win[i] = (int)(((int64_t)t->pos[i] - pmin) * W / span)]++;
+            int carry = 0;
+            for (int w = 0; w < W; w++) carry += quota[w] > cnt[w] ? quota[w] - cnt[w] : 0;
+            for (int i = 0; i < n; i++) {
+                if (role[i] != R_OLD) continue;
+                int above = 0;
+                for (int j = 0; j < n; j++)
+                    above += (role[j] == R_OLD || role[j] == R_OLD_KEPT) && win[j] == win[i] && better(t, j, i);
+                if (above < quota[win[i]]) role[i] = R_OLD_KEPT;
+            }
+            for (int i = 0; i < n; i++) {
+                if (role[i] != R_OLD) continue;
+                int above = 0;
+                for (int j = 0; j < n; j++) above += (role[j] == R_OLD || role[j] == R_CARRY_KEPT) && better(t, j, i);
+                if (above < carry) role[i] = R_CARRY_KEPT;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        f[i] = role[i] == R_OUT ? QI_KV_OFFLOAD : role[i] == R_OLD && m > B ? r.evict : QI_KV_KEEP;
+}
+
+static void expect_oracle(const tview *t, rule r, const char *what, int iter) {
+    static uint8_t want[MAXN];
+    oracle(t, r, want);
+    for (int i = 0; i < t->v.n; i++)
+        if (t->fate[i] != want[i])
+            ck_abort_msg("%s, case %d (n %d, budget %d): slot %d position %d score %g tier %u: fate %u, oracle %u",
+                         what, iter, t->v.n, t->v.budget, i, t->pos[i], t->score[i], t->tier[i], t->fate[i], want[i]);
+}
+
+/* Random positions with gaps (0 sometimes: duplicates must still be
+ * decided deterministically), shuffled slots, tied scores. */
+static void random_view(tview *t, uint64_t *rng, int n, double p_off) {
+    int32_t p = (int32_t)(qi_test_rand(rng) % 50);
+    for (int i = 0; i < n; i++) {
+        uint64_t g = qi_test_rand(rng) % 100;
+        p += g < 3 ? 0 : g < 80 ? 1 : (int32_t)(g % 17);
+        t->pos[i] = p;
+        t->tier[i] = (qi_test_rand(rng) % 1000) < (uint64_t)(p_off * 1000) ? QI_KV_OFFLOADED : QI_KV_WORKING;
+        t->score[i] = (float)(qi_test_rand(rng) % 9) * 0.125f;
+    }
+    t->v.n = n;
+    t->v.cur_pos = p;
+    shuffle(t, rng);
+}
+
+/* ---- hand-made cases ------------------------------------------------------ */
+
+START_TEST(full_keeps_everything) {
+    qi_kv_policy *p = make("full", "");
+    tview *t = tv_new(10, 3, 5);
+    t->tier[4] = QI_KV_OFFLOADED;
+    float attn[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    qi_kv_policy_observe(p, &t->v, attn); /* no observe(): nothing changes */
+    ck_assert(t->score[0] == 0);
+    ck_assert_int_eq(sel(p, t), 10);
+    for (int l = 0; l < N_LAYER; l++) ck_assert(qi_kv_policy_exempt(p, l));
+    for (long s = 1; s <= 100; s++) ck_assert(!qi_kv_policy_probe(p, s));
+    qi_kv_policy_free(p);
+    free(t);
+}
+END_TEST
+
+START_TEST(window_keeps_newest) {
+    uint64_t rng = 7;
+    qi_kv_policy *p = make("window", "");
+    tview *t = tv_new(20, 5, 0);
+    for (int i = 0; i < 20; i++) t->score[i] = (float)(20 - i); /* scores must not matter */
+    shuffle(t, &rng);
+    ck_assert_int_eq(sel(p, t), 5);
+    expect_kept(t, (int32_t[]){15, 16, 17, 18, 19}, 5, QI_KV_DROP);
+    ck_assert(!qi_kv_policy_exempt(p, 0));
+    ck_assert(!qi_kv_policy_probe(p, 16));
+    /* an offloaded token (never made by window) stays put and does not count */
+    t->tier[0] = QI_KV_OFFLOADED;
+    int32_t off = t->pos[0];
+    ck_assert_int_eq(sel(p, t), 5);
+    ck_assert_int_eq(fate_at(t, off), QI_KV_OFFLOAD);
+    /* under budget: all kept */
+    t->tier[0] = QI_KV_WORKING;
+    t->v.budget = 20;
+    ck_assert_int_eq(sel(p, t), 20);
+    t->v.budget = 100;
+    ck_assert_int_eq(sel(p, t), 20);
+    qi_kv_policy_free(p);
+    free(t);
+}
+END_TEST
+
+START_TEST(streaming_keeps_sinks) {
+    uint64_t rng = 11;
+    qi_kv_policy *p = make("streaming", "");
+    tview *t = tv_new(20, 8, 0);
+    shuffle(t, &rng);
+    ck_assert_int_eq(sel(p, t), 8);
+    expect_kept(t, (int32_t[]){0, 1, 2, 3, 16, 17, 18, 19}, 8, QI_KV_DROP);
+    /* budget <= sinks: the sinks are capped at the budget */
+    t->v.budget = 3;
+    ck_assert_int_eq(sel(p, t), 3);
+    expect_kept(t, (int32_t[]){0, 1, 2}, 3, QI_KV_DROP);
+    t->v.budget = 4;
+    ck_assert_int_eq(sel(p, t), 4);
+    expect_kept(t, (int32_t[]){0, 1, 2, 3}, 4, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    p = make("streaming", "sinks=2");
+    t->v.budget = 5;
+    ck_assert_int_eq(sel(p, t), 5);
+    expect_kept(t, (int32_t[]){0, 1, 17, 18, 19}, 5, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    p = make("streaming", "sinks=0"); /* a plain window */
+    ck_assert_int_eq(sel(p, t), 5);
+    expect_kept(t, (int32_t[]){15, 16, 17, 18, 19}, 5, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    free(t);
+}
+END_TEST
+
+/* A token far back that keeps drawing attention survives H2O; the window
+ * drops it. */
+START_TEST(h2o_keeps_heavy_hitter_far_back) {
+    uint64_t rng = 3;
+    qi_kv_policy *h = make("h2o", ""), *w = make("window", "");
+    tview *t = tv_new(32, 8, 1);
+    for (int step = 0; step < 10; step++) {
+        float attn[32];
+        for (int i = 0; i < 32; i++) attn[i] = 0.01f + 0.001f * (float)(qi_test_rand(&rng) % 10);
+        attn[2] = 0.5f;
+        attn[9] = 0.3f;
+        qi_kv_policy_observe(h, &t->v, attn);
+    }
+    ck_assert(t->score[2] > 4.9f && t->score[2] < 5.1f);
+    ck_assert_int_eq(sel(h, t), 8); /* heavy 4, recent 4 */
+    ck_assert_int_eq(fate_at(t, 2), QI_KV_KEEP);
+    ck_assert_int_eq(fate_at(t, 9), QI_KV_KEEP);
+    for (int32_t q = 28; q < 32; q++) ck_assert_int_eq(fate_at(t, q), QI_KV_KEEP);
+    for (int i = 0; i < 32; i++) ck_assert_int_ne(t->fate[i], QI_KV_OFFLOAD); /* h2o drops */
+    ck_assert_int_eq(sel(w, t), 8);
+    ck_assert_int_eq(fate_at(t, 2), QI_KV_DROP);
+    qi_kv_policy_free(h);
+    qi_kv_policy_free(w);
+    free(t);
+}
+END_TEST
+
+START_TEST(h2o_ties_go_to_newer) {
+    qi_kv_policy *h = make("h2o", "heavy=0.5");
+    tview *t = tv_new(10, 4, 0); /* heavy 2, recent 2 (8, 9) */
+    for (int i = 0; i < 10; i++) t->score[i] = 1.0f;
+    ck_assert_int_eq(sel(h, t), 4);
+    expect_kept(t, (int32_t[]){6, 7, 8, 9}, 4, QI_KV_DROP);
+    t->score[1] = 2.0f;
+    ck_assert_int_eq(sel(h, t), 4);
+    expect_kept(t, (int32_t[]){1, 7, 8, 9}, 4, QI_KV_DROP);
+    qi_kv_policy_free(h);
+    /* heavy=1: no recent window at all; heavy=0: a plain window */
+    h = make("h2o", "heavy=1");
+    ck_assert_int_eq(sel(h, t), 4);
+    expect_kept(t, (int32_t[]){1, 7, 8, 9}, 4, QI_KV_DROP);
+    t->score[3] = 3.0f;
+    t->score[4] = 3.0f;
+    ck_assert_int_eq(sel(h, t), 4);
+    expect_kept(t, (int32_t[]){1, 3, 4, 9}, 4, QI_KV_DROP);
+    qi_kv_policy_free(h);
+    h = make("h2o", "heavy=0");
+    ck_assert_int_eq(sel(h, t), 4);
+    expect_kept(t, (int32_t[]){6, 7, 8, 9}, 4, QI_KV_DROP);
+    qi_kv_policy_free(h);
+    free(t);
+}
+END_TEST
+
+/* Four heavy hitters clustered in the oldest window: H2O keeps all four,
+ * Q-Infer with 4 windows keeps the best of each window. */
+START_TEST(qinfer_spreads_over_windows) {
+    uint64_t rng = 5;
+    qi_kv_policy *q = make("qinfer", "windows=4,full_layers=0,offload=false");
+    qi_kv_policy *h = make("h2o", "");
+    tview *t = tv_new(40, 8, 0); /* heavy 4, recent 4 (36..39); older 0..35: windows 0-8, 9-17, 18-26, 27-35 */
+    for (int i = 0; i < 40; i++) t->score[i] = 0.1f;
+    t->score[1] = 10;
+    t->score[2] = 9;
+    t->score[3] = 8;
+    t->score[4] = 7;
+    t->score[12] = 1;
+    t->score[20] = 2;
+    t->score[30] = 3;
+    shuffle(t, &rng);
+    ck_assert_int_eq(sel(h, t), 8);
+    expect_kept(t, (int32_t[]){1, 2, 3, 4, 36, 37, 38, 39}, 8, QI_KV_DROP);
+    ck_assert_int_eq(sel(q, t), 8);
+    expect_kept(t, (int32_t[]){1, 12, 20, 30, 36, 37, 38, 39}, 8, QI_KV_DROP);
+    qi_kv_policy_free(q);
+    /* 6 heavy over 4 windows: quotas 1, 1, 2, 2 (the remainder to the newest) */
+    q = make("qinfer", "windows=4,full_layers=0,offload=false,heavy=0.6");
+    t->v.budget = 10; /* heavy 6, recent 4 */
+    ck_assert_int_eq(sel(q, t), 10);
+    /* window 2 (18-26): 20, then the newest 0.1 tie (26); window 3 (27-35): 30 and 35 */
+    expect_kept(t, (int32_t[]){1, 12, 20, 26, 30, 35, 36, 37, 38, 39}, 10, QI_KV_DROP);
+    qi_kv_policy_free(q);
+    qi_kv_policy_free(h);
+    free(t);
+}
+END_TEST
+
+/* Windows with too few tokens pass their quota to the best leftovers. */
+START_TEST(qinfer_passes_unused_quota) {
+    qi_kv_policy *q = make("qinfer", "windows=4,full_layers=0");
+    const int32_t pos[14] = {0, 1, 2, 3, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39};
+    const float score[14] = {5, 4, 3, 0, 1, 0.5f, 0, 0, 0, 0, 0, 0, 0, 0};
+    tview *t = tv_new(14, 8, 3);
+    memcpy(t->pos, pos, sizeof pos);
+    memcpy(t->score, score, sizeof score);
+    /* older 0..35: window 0 holds 0-3, windows 1 and 2 are empty, window 3
+     * holds 30-35; quotas 1 each, 2 passed on: positions 1 and 2 */
+    ck_assert_int_eq(sel(q, t), 8);
+    expect_kept(t, (int32_t[]){0, 1, 2, 30, 36, 37, 38, 39}, 8, QI_KV_OFFLOAD);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+START_TEST(qinfer_sinks_and_full_layers) {
+    qi_kv_policy *q = make("qinfer", "sinks=2,windows=1");
+    tview *t = tv_new(30, 10, 2); /* sinks 0, 1; heavy 4, recent 4 */
+    for (int i = 0; i < 30; i++) t->score[i] = (float)i; /* the sinks score lowest */
+    ck_assert_int_eq(sel(q, t), 10);
+    expect_kept(t, (int32_t[]){0, 1, 22, 23, 24, 25, 26, 27, 28, 29}, 10, QI_KV_OFFLOAD);
+    ck_assert(qi_kv_policy_exempt(q, 0) && qi_kv_policy_exempt(q, 1));
+    ck_assert(!qi_kv_policy_exempt(q, 2) && !qi_kv_policy_exempt(q, N_LAYER - 1));
+    for (int l = 0; l < 2; l++) {
+        t->v.layer = l;
+        ck_assert_int_eq(sel(q, t), 30);
+    }
+    qi_kv_policy_free(q);
+    q = make("qinfer", "full_layers=0");
+    ck_assert(!qi_kv_policy_exempt(q, 0));
+    t->v.layer = 0;
+    ck_assert_int_eq(sel(q, t), 10);
+    qi_kv_policy_free(q);
+    q = make("qinfer", "full_layers=8"); /* every layer: the full cache */
+    for (int l = 0; l < N_LAYER; l++) ck_assert(qi_kv_policy_exempt(q, l));
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+START_TEST(qinfer_offload_and_probe) {
+    qi_kv_policy *q = make("qinfer", "windows=1,full_layers=0");
+    tview *t = tv_new(20, 6, 0);
+    ck_assert_int_eq(sel(q, t), 6);
+    int off = 0;
+    for (int i = 0; i < 20; i++) off += t->fate[i] == QI_KV_OFFLOAD;
+    ck_assert_int_eq(off, 14);
+    for (long s = 1; s <= 64; s++) ck_assert(qi_kv_policy_probe(q, s) == (s % 16 == 0));
+    ck_assert(!qi_kv_policy_probe(q, 0));
+    qi_kv_policy_free(q);
+    static const char *const never[] = {"recall=false", "offload=false", "probe_every=0"};
+    for (int k = 0; k < 3; k++) {
+        q = make("qinfer", never[k]);
+        for (long s = 1; s <= 64; s++) ck_assert_msg(!qi_kv_policy_probe(q, s), "%s, step %ld", never[k], s);
+        qi_kv_policy_free(q);
+    }
+    q = make("qinfer", "probe_every=1");
+    for (long s = 1; s <= 10; s++) ck_assert(qi_kv_policy_probe(q, s));
+    qi_kv_policy_free(q);
+    q = make("qinfer", "offload=off,full_layers=0");
+    ck_assert_int_eq(sel(q, t), 6);
+    for (int i = 0; i < 20; i++) ck_assert_int_ne(t->fate[i], QI_KV_OFFLOAD);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+/* An offloaded token whose score rises above a kept one comes back. */
+START_TEST(qinfer_recall) {
+    qi_kv_policy *q = make("qinfer", "windows=1,full_layers=0,probe_every=4");
+    tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
+    const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
+    memcpy(t->score, s0, sizeof s0);
+    t->tier[3] = QI_KV_OFFLOADED;
+    ck_assert_int_eq(sel(q, t), 6);
+    expect_kept(t, (int32_t[]){0, 1, 2, 7, 8, 9}, 6, QI_KV_OFFLOAD);
+    /* apply: 4, 5, 6 go to the offload tier */
+    for (int i = 4; i <= 6; i++) t->tier[i] = QI_KV_OFFLOADED;
+    ck_assert(qi_kv_policy_probe(q, 4));
+    t->v.probed = true;
+    float attn[10];
+    for (int i = 0; i < 10; i++) attn[i] = 0.01f;
+    attn[3] = 2.0f; /* the probe shows token 3 matters now */
+    qi_kv_policy_observe(q, &t->v, attn);
+    ck_assert_int_eq(sel(q, t), 6);
+    ck_assert_int_eq(t->fate[3], QI_KV_KEEP);                /* recalled */
+    ck_assert_int_eq(t->fate[2], QI_KV_OFFLOAD);             /* the weakest kept one makes room */
+    for (int i = 4; i <= 6; i++) ck_assert_int_eq(t->fate[i], QI_KV_OFFLOAD);
+    expect_kept(t, (int32_t[]){0, 1, 3, 7, 8, 9}, 6, QI_KV_OFFLOAD);
+    qi_kv_policy_free(q);
+    /* recall off: the offloaded token stays there whatever its score */
+    q = make("qinfer", "windows=1,full_layers=0,recall=false");
+    ck_assert_int_eq(sel(q, t), 6);
+    ck_assert_int_eq(t->fate[3], QI_KV_OFFLOAD);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+/* ---- random views against the oracle --------------------------------------- */
+
+typedef struct {
+    const char *name, *spec;
+    rule r;
+} config;
+
+static const config CONFIGS[] = {
+    {"window", "", {0, 1, 0.0, false, QI_KV_DROP}},
+    {"streaming", "", {4, 1, 0.0, false, QI_KV_DROP}},
+    {"streaming", "sinks=1", {1, 1, 0.0, false, QI_KV_DROP}},
+    {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP}},
+    {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP}},
+    {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP}},
+    {"qinfer", "", {0, 4, 0.5, true, QI_KV_OFFLOAD}},
+    {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD}},
+    {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP}},
+    {"qinfer", "windows=16,heavy=0.8", {0, 16, 0.8, true, QI_KV_OFFLOAD}},
+    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD}},
+};
+#define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
+
+START_TEST(policies_match_oracle_on_random_views) {
+    uint64_t rng = 2024;
+    qi_kv_policy *pol[N_CONFIGS];
+    for (int c = 0; c < N_CONFIGS; c++) pol[c] = make(CONFIGS[c].name, CONFIGS[c].spec);
+    tview *t = tv_new(1, 1, 3); /* layer 3: past qinfer's full layers */
+    const int iters = qi_test_quick() ? 150 : 600;
+    for (int it = 0; it < iters; it++) {
+        int n = 1 + (int)(qi_test_rand(&rng) % 150);
+        random_view(t, &rng, n, it % 2 ? 0.25 : 0.0);
+        t->v.budget = 1 + (int)(qi_test_rand(&rng) % (uint64_t)(n + 3));
+        for (int c = 0; c < N_CONFIGS; c++) {
+            int keep = sel(pol[c], t), compete = 0;
+            for (int i = 0; i < n; i++) compete += t->tier[i] == QI_KV_WORKING || CONFIGS[c].r.recall;
+            if (keep != (compete < t->v.budget ? compete : t->v.budget)) /* at most the budget, and all of it */
+                ck_abort_msg("%s %s: kept %d of %d competitors, budget %d", CONFIGS[c].name, CONFIGS[c].spec, keep,
+                             compete, t->v.budget);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s", CONFIGS[c].name, CONFIGS[c].spec);
+            expect_oracle(t, CONFIGS[c].r, what, it);
+        }
+    }
+    for (int c = 0; c < N_CONFIGS; c++) qi_kv_policy_free(pol[c]);
+    free(t);
+}
+END_TEST
+
+/* A small cache: new token in, attention observed, fates applied (dropped
+ * tokens leave, swapped with the last slot so slot order drifts from
+ * position order). Runs a and b in lockstep on identical streams when b is
+ * given, checking a against the oracle for rule r and b's fates against
+ * a's. */
+static void simulate(qi_kv_policy *a, qi_kv_policy *b, rule r, int budget, int steps, uint64_t seed,
+                     const char *what) {
+    uint64_t rng = seed;
+    tview *t = tv_new(0, budget, 5), *u = tv_new(0, budget, 5);
+    int32_t next = 0;
+    for (long step = 1; step <= steps; step++) {
+        int add = step == 1 ? 1 + (int)(qi_test_rand(&rng) % 40) : 1; /* a prompt, then one token a step */
+        for (int k = 0; k < add; k++) {
+            int i = t->v.n++;
+            t->pos[i] = next++;
+            t->tier[i] = QI_KV_WORKING;
+            t->score[i] = 0;
+        }
+        t->v.n_new = add;
+        t->v.cur_pos = next - 1;
+        t->v.probed = qi_kv_policy_probe(a, step);
+        float attn[MAXN];
+        for (int i = 0; i < t->v.n; i++) {
+            bool seen = t->tier[i] == QI_KV_WORKING || t->v.probed;
+            /* a few tokens matter throughout, with noise */
+            float base = t->pos[i] % 13 == 0 ? 0.2f : 0.02f;
+            attn[i] = seen ? base * (float)(1 + qi_test_rand(&rng) % 4) : 0;
+        }
+        memcpy(u->pos, t->pos, sizeof(int32_t) * (size_t)t->v.n);
+        memcpy(u->tier, t->tier, (size_t)t->v.n);
+        memcpy(u->score, t->score, sizeof(float) * (size_t)t->v.n);
+        u->v = t->v;
+        u->v.pos = u->pos;
+        u->v.tier = u->tier;
+        u->v.score = u->score;
+        qi_kv_policy_observe(a, &t->v, attn);
+        sel(a, t);
+        expect_oracle(t, r, what, (int)step);
+        if (b) {
+            qi_kv_policy_observe(b, &u->v, attn);
+            sel(b, u);
+            for (int i = 0; i < t->v.n; i++) {
+                if (t->score[i] != u->score[i])
+                    ck_abort_msg("%s step %ld slot %d: score %g vs %g", what, step, i, t->score[i], u->score[i]);
+                if (t->fate[i] != u->fate[i])
+                    ck_abort_msg("%s step %ld slot %d (position %d): fate %u vs %u", what, step, i, t->pos[i],
+                                 t->fate[i], u->fate[i]);
+            }
+        }
+        for (int i = 0; i < t->v.n;) {
+            if (t->fate[i] == QI_KV_DROP) {
+                int last = --t->v.n;
+                t->pos[i] = t->pos[last];
+                t->tier[i] = t->tier[last];
+                t->score[i] = t->score[last];
+                t->fate[i] = t->fate[last];
+                continue;
+            }
+            t->tier[i] = t->fate[i] == QI_KV_KEEP ? QI_KV_WORKING : QI_KV_OFFLOADED;
+            i++;
+        }
+    }
+    free(t);
+    free(u);
+}
+
+START_TEST(policies_match_oracle_while_decoding) {
+    for (int c = 0; c < N_CONFIGS; c++) {
+        for (int b = 1; b <= 33; b += 8) {
+            qi_kv_policy *p = make(CONFIGS[c].name, CONFIGS[c].spec);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s budget %d", CONFIGS[c].name, CONFIGS[c].spec, b);
+            simulate(p, NULL, CONFIGS[c].r, b, qi_test_quick() ? 60 : 200, 100 + (uint64_t)(c * 64 + b), what);
+            qi_kv_policy_free(p);
+        }
+    }
+}
+END_TEST
+
+/* The reduction: Q-Infer with one window, no sinks, no full layers, no
+ * offload and no recall gives exactly H2O's fates. */
+static const char *const REDUCED = "windows=1,sinks=0,full_layers=0,offload=false,recall=false";
+
+START_TEST(qinfer_reduces_to_h2o) {
+    static const char *const fracs[] = {"0.5", "0.25", "0.8", "0", "1", "0.29"};
+    uint64_t rng = 99;
+    tview *t = tv_new(1, 1, 0), *u = tv_new(1, 1, 0);
+    int views = 0;
+    for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
+        char hspec[32], qspec[128];
+        snprintf(hspec, sizeof hspec, "heavy=%s", fracs[f]);
+        snprintf(qspec, sizeof qspec, "%s,heavy=%s", REDUCED, fracs[f]);
+        qi_kv_policy *h = make("h2o", hspec), *q = make("qinfer", qspec);
+        const int iters = qi_test_quick() ? 15 : 60;
+        for (int it = 0; it < iters; it++) {
+            int n = 1 + (int)(qi_test_rand(&rng) % 80);
+            random_view(t, &rng, n, it % 3 == 0 ? 0.2 : 0.0);
+            *u = *t;
+            u->v.pos = u->pos;
+            u->v.tier = u->tier;
+            u->v.score = u->score;
+            for (int step = 0; step < 4; step++) {
+                if (step > 0) {
+                    float attn[MAXN];
+                    for (int i = 0; i < n; i++)
+                        attn[i] = t->tier[i] == QI_KV_WORKING ? (float)(qi_test_rand(&rng) % 5) * 0.25f : 0;
+                    qi_kv_policy_observe(h, &t->v, attn);
+                    qi_kv_policy_observe(q, &u->v, attn);
+                }
+                for (int budget = 1; budget <= n + 1; budget++) {
+                    t->v.budget = u->v.budget = budget;
+                    sel(h, t);
+                    sel(q, u);
+                    views++;
+                    for (int i = 0; i < n; i++) {
+                        if (t->score[i] != u->score[i]) ck_abort_msg("slot %d: scores differ", i);
+                        if (t->fate[i] != u->fate[i])
+                            ck_abort_msg("heavy %s, view %d step %d budget %d slot %d: h2o %u, qinfer %u", fracs[f],
+                                         it, step, budget, i, t->fate[i], u->fate[i]);
+                    }
+                }
+            }
+        }
+        qi_kv_policy_free(h);
+        qi_kv_policy_free(q);
+        /* and over decoding runs, where fates are applied */
+        h = make("h2o", hspec);
+        q = make("qinfer", qspec);
+        rule r = {0, 1, atof(fracs[f]), false, QI_KV_DROP};
+        simulate(h, q, r, 12, 120, 7 + f, "h2o vs reduced qinfer");
+        qi_kv_policy_free(h);
+        qi_kv_policy_free(q);
+    }
+    ck_assert_int_gt(views, 1000);
+    free(t);
+    free(u);
+}
+END_TEST
+
+/* The comparison above can fail: two windows instead of one must differ
+ * from H2O on some random view. */
+START_TEST(reduction_check_catches_a_difference) {
+    uint64_t rng = 99;
+    qi_kv_policy *h = make("h2o", ""), *q = make("qinfer", "windows=2,sinks=0,full_layers=0,offload=false");
+    tview *t = tv_new(1, 1, 0);
+    uint8_t hf[MAXN];
+    int differ = 0;
+    for (int it = 0; it < 50 && !differ; it++) {
+        int n = 10 + (int)(qi_test_rand(&rng) % 60);
+        random_view(t, &rng, n, 0);
+        t->v.budget = n / 2;
+        sel(h, t);
+        memcpy(hf, t->fate, (size_t)n);
+        sel(q, t);
+        differ = memcmp(hf, t->fate, (size_t)n) != 0;
+    }
+    ck_assert(differ);
+    qi_kv_policy_free(h);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+/* ---- the wrapper catches broken policies ------------------------------------ */
+
+static void keep_all(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    for (int i = 0; i < v->n; i++) fate[i] = QI_KV_KEEP;
+}
+static void bad_value(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    for (int i = 0; i < v->n; i++) fate[i] = QI_KV_DROP;
+    fate[v->n - 1] = 3;
+}
+static void forgets_one(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    for (int i = 1; i < v->n; i++) fate[i] = QI_KV_DROP;
+}
+static bool all_exempt(const qi_kv_policy *p, int layer) { return true; }
+static void no_free(qi_kv_policy *p) {}
+
+static const qi_kv_policy_i GREEDY = {.version = QI_KV_POLICY_VERSION, .name = "planted_greedy",
+                                      .select = keep_all, .free = no_free};
+static const qi_kv_policy_i BAD_VALUE = {.version = QI_KV_POLICY_VERSION, .name = "planted_value",
+                                         .select = bad_value, .free = no_free};
+static const qi_kv_policy_i FORGETS = {.version = QI_KV_POLICY_VERSION, .name = "planted_forgets",
+                                       .select = forgets_one, .free = no_free};
+static const qi_kv_policy_i GREEDY_EXEMPT = {.version = QI_KV_POLICY_VERSION, .name = "planted_exempt",
+                                             .select = keep_all, .exempt = all_exempt, .free = no_free};
+
+START_TEST(wrapper_catches_planted_faults) {
+    tview *t = tv_new(10, 4, 2);
+    qi_err e = {0};
+    qi_kv_policy greedy = {&GREEDY}, bad = {&BAD_VALUE}, forgets = {&FORGETS}, exempt = {&GREEDY_EXEMPT};
+    ck_assert_int_eq(qi_kv_policy_select(&greedy, &t->v, t->fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_greedy") && strstr(e.msg, "budget") && strstr(e.msg, "10"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_select(&bad, &t->v, t->fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_value") && strstr(e.msg, "fate 3"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_select(&forgets, &t->v, t->fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_forgets") && strstr(e.msg, "token 0"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_select(&exempt, &t->v, t->fate, &e), QI_OK); /* exempt: no budget */
+    /* defaults of the optional members */
+    ck_assert(!qi_kv_policy_exempt(&greedy, 0));
+    ck_assert(!qi_kv_policy_probe(&greedy, 16));
+    float attn[10] = {1};
+    qi_kv_policy_observe(&greedy, &t->v, attn);
+    /* bad views */
+    t->v.budget = 0;
+    ck_assert_int_eq(qi_kv_policy_select(&exempt, &t->v, t->fate, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    t->v.budget = 4;
+    ck_assert_int_eq(qi_kv_policy_select(&exempt, &t->v, NULL, &e), QI_ERR_INVALID);
+    t->v.n = 0;
+    ck_assert_int_eq(qi_kv_policy_select(&greedy, &t->v, NULL, NULL), QI_OK);
+    free(t);
+}
+END_TEST
+
+/* ---- the registry, names and parameters ------------------------------------- */
+
+START_TEST(registry_is_consistent) {
+    int n = 0;
+    for (const qi_kv_policy_i *const *it = qi_kv_policies; *it; it++, n++) {
+        const qi_kv_policy_i *pi = *it;
+        ck_assert_uint_eq(pi->version, QI_KV_POLICY_VERSION);
+        ck_assert(pi->name && pi->summary && pi->params && pi->create && pi->select && pi->free);
+        ck_assert_ptr_eq(qi_kv_policy_find(pi->name), pi);
+        for (const qi_kv_policy_i *const *o = qi_kv_policies; o != it; o++) ck_assert_str_ne((*o)->name, pi->name);
+        /* the documented defaults are accepted as given */
+        qi_kv_policy_free(make(pi->name, pi->params));
+        /* and NULL params mean the defaults */
+        qi_kv_policy *p = NULL;
+        ck_assert_int_eq(qi_kv_policy_create(pi->name, NULL, N_LAYER, &p, NULL), QI_OK);
+        qi_kv_policy_free(p);
+    }
+    ck_assert_int_eq(n, 5);
+    ck_assert_ptr_null(qi_kv_policy_find("nope"));
+    ck_assert_ptr_null(qi_kv_policy_find(NULL));
+    qi_kv_policy_free(NULL);
+}
+END_TEST
+
+static void expect_create_fails(const char *name, const char *spec, int n_layer, const char *const *words) {
+    qi_params pa;
+    qi_params_init(&pa);
+    ck_assert_int_eq(qi_params_parse(&pa, spec, NULL), QI_OK);
+    qi_kv_policy *p = (qi_kv_policy *)&pa; /* must be reset to NULL */
+    qi_err e = {0};
+    ck_assert_int_eq(qi_kv_policy_create(name, &pa, n_layer, &p, &e), QI_ERR_INVALID);
+    ck_assert_ptr_null(p);
+    ck_assert_ptr_null(strchr(e.msg, '\n'));
+    for (; *words; words++) ck_assert_msg(strstr(e.msg, *words) != NULL, "'%s' not in: %s", *words, e.msg);
+}
+
+START_TEST(bad_names_and_parameters) {
+    expect_create_fails("nope", "", N_LAYER,
+                        (const char *[]){"nope", "full", "window", "streaming", "h2o", "qinfer", NULL});
+    expect_create_fails("h2o", "heavy=abc", N_LAYER, (const char *[]){"h2o", "'heavy'", "abc", NULL});
+    expect_create_fails("h2o", "heavy=1.5", N_LAYER, (const char *[]){"h2o", "'heavy'", "[0, 1]", NULL});
+    expect_create_fails("h2o", "sinks=4", N_LAYER, (const char *[]){"h2o", "'sinks'", "heavy", NULL});
+    expect_create_fails("window", "size=4", N_LAYER, (const char *[]){"window", "'size'", "no parameters", NULL});
+    expect_create_fails("full", "x=1", N_LAYER, (const char *[]){"full", "'x'", NULL});
+    expect_create_fails("streaming", "sinks=-1", N_LAYER, (const char *[]){"streaming", "'sinks'", NULL});
+    expect_create_fails("qinfer", "windows=0", N_LAYER, (const char *[]){"qinfer", "'windows'", NULL});
+    expect_create_fails("qinfer", "full_layers=9", N_LAYER,
+                        (const char *[]){"qinfer", "'full_layers'", "[0, 8]", NULL});
+    expect_create_fails("qinfer", "offload=maybe", N_LAYER, (const char *[]){"qinfer", "'offload'", "maybe", NULL});
+    expect_create_fails("qinfer", "recall=2", N_LAYER, (const char *[]){"qinfer", "'recall'", NULL});
+    expect_create_fails("qinfer", "probe_every=1x", N_LAYER, (const char *[]){"qinfer", "'probe_every'", NULL});
+    expect_create_fails("qinfer", "sinks=nan", N_LAYER, (const char *[]){"qinfer", "'sinks'", NULL});
+    expect_create_fails("qinfer", "heavy=0.5,wndows=2", N_LAYER,
+                        (const char *[]){"qinfer", "'wndows'", "windows", "probe_every", NULL});
+    expect_create_fails("h2o", "", 0, (const char *[]){"h2o", "n_layer", NULL});
+    /* a one-layer model: full_layers defaults to 1, not 2 */
+    qi_kv_policy *p = NULL;
+    ck_assert_int_eq(qi_kv_policy_create("qinfer", NULL, 1, &p, NULL), QI_OK);
+    ck_assert(qi_kv_policy_exempt(p, 0));
+    qi_kv_policy_free(p);
+}
+END_TEST
+
+/* Every allocation in create can fail: QI_ERR_NOMEM, no policy, no leak
+ * (ASan's leak check runs at the end of each forked test). */
+START_TEST(create_survives_allocation_failure) {
+    for (const qi_kv_policy_i *const *it = qi_kv_policies; *it; it++) {
+        int k = 1;
+        for (;; k++) {
+            ck_assert_int_lt(k, 20);
+            qi_kv_policy *p = NULL;
+            qi_err e = {0};
+            qi_alloc_fail_after(k);
+            qi_status st = qi_kv_policy_create((*it)->name, NULL, N_LAYER, &p, &e);
+            qi_alloc_fail_after(0);
+            if (st == QI_OK) {
+                qi_kv_policy_free(p);
+                break;
+            }
+            ck_assert_int_eq(st, QI_ERR_NOMEM);
+            ck_assert_ptr_null(p);
+            ck_assert_msg(strstr(e.msg, (*it)->name) || strstr(e.msg, "kv policy"), "%s", e.msg);
+        }
+        ck_assert_int_gt(k, 1); /* at least one allocation was failed */
+    }
+}
+END_TEST
+
+/* A view bigger than any before grows the scratch; if that fails, select
+ * still decides safely (sinks and the newest tokens) and works again once
+ * memory is back. */
+START_TEST(select_survives_scratch_failure) {
+    static const config cases[] = {
+        {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP}},
+        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD}},
+    };
+    uint64_t rng = 17;
+    for (int c = 0; c < 2; c++) {
+        qi_kv_policy *p = make(cases[c].name, cases[c].spec);
+        tview *t = tv_new(2000, 100, 3);
+        for (int i = 0; i < 2000; i++) t->score[i] = (float)(qi_test_rand(&rng) % 1000);
+        shuffle(t, &rng);
+        qi_alloc_fail_after(1);
+        ck_assert_int_eq(sel(p, t), 100);
+        void *probe = qi_malloc(1); /* the armed failure was used by select */
+        ck_assert_ptr_nonnull(probe);
+        qi_free(probe);
+        qi_alloc_fail_after(0);
+        rule fallback = {cases[c].r.sinks, 1, 0.0, cases[c].r.recall, cases[c].r.evict};
+        expect_oracle(t, fallback, "fallback", c);
+        ck_assert_int_eq(sel(p, t), 100);
+        expect_oracle(t, cases[c].r, cases[c].name, c);
+        qi_kv_policy_free(p);
+        free(t);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *su = suite_create("kv_policy");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, full_keeps_everything);
+    tcase_add_test(tc, window_keeps_newest);
+    tcase_add_test(tc, streaming_keeps_sinks);
+    tcase_add_test(tc, h2o_keeps_heavy_hitter_far_back);
+    tcase_add_test(tc, h2o_ties_go_to_newer);
+    tcase_add_test(tc, qinfer_spreads_over_windows);
+    tcase_add_test(tc, qinfer_passes_unused_quota);
+    tcase_add_test(tc, qinfer_sinks_and_full_layers);
+    tcase_add_test(tc, qinfer_offload_and_probe);
+    tcase_add_test(tc, qinfer_recall);
+    tcase_add_test(tc, policies_match_oracle_on_random_views);
+    tcase_add_test(tc, policies_match_oracle_while_decoding);
+    tcase_add_test(tc, qinfer_reduces_to_h2o);
+    tcase_add_test(tc, reduction_check_catches_a_difference);
+    tcase_add_test(tc, wrapper_catches_planted_faults);
+    tcase_add_test(tc, registry_is_consistent);
+    tcase_add_test(tc, bad_names_and_parameters);
+    tcase_add_test(tc, create_survives_allocation_failure);
+    tcase_add_test(tc, select_survives_scratch_failure);
+    suite_add_tcase(su, tc);
+    return qi_test_run_suite(su);
+}
