@@ -39,6 +39,32 @@ typedef struct {
     float *out;         /* [T][H*D] */
 } qi_attn_args;
 
+/* Attention of one sequence over a paged cache (engine/kv.c): KV head hk
+ * holds n_slots[hk] tokens, slot i at row i & (2^shift - 1) of block
+ * k_blk[hk][i >> shift] (rows of D fp16 values), position pos[hk][i]. Slot
+ * order need not be position order: masking is by position only (a key at
+ * a position after the query's is -inf, and so is one at or beyond n_swa
+ * positions back when n_swa > 0), and every query scores all the slots, so
+ * for slots in position order the lanes are those of qi_attn_args' causal
+ * rows. */
+typedef struct {
+    int T, H, Hkv, D;
+    const int32_t *q_pos;            /* [T] query positions */
+    int n_swa;
+    float scale;
+    const float *q;                  /* [T][H*D] */
+    float *out;                      /* [T][H*D] */
+    const int *n_slots;              /* [Hkv] */
+    const int32_t *const *pos;       /* [Hkv][n_slots[hk]] */
+    const uint16_t *const *const *k_blk; /* [Hkv] block tables */
+    const uint16_t *const *const *v_blk;
+    int shift;
+    /* Optional (NULL: none): stats[h * stats_stride + i] += the softmax
+     * weight query head h gave slot i, summed over the T queries. */
+    float *stats;
+    int stats_stride;
+} qi_attn_paged_args;
+
 typedef struct {
     uint32_t version; /* QI_BACKEND_VERSION */
     const char *name;
@@ -51,6 +77,7 @@ typedef struct {
     void (*rope)(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
                  float base, float freq_scale, int mode);
     void (*attention)(qi_backend *b, const qi_attn_args *a);
+    void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
     /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
      * llama.cpp's op restart at every row) */
     void (*swiglu)(qi_backend *b, float *gate, const float *up, int T, int n);
@@ -65,7 +92,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 2u
+#define QI_BACKEND_VERSION 3u
 
 struct qi_backend {
     const qi_backend_i *iface;

@@ -250,6 +250,60 @@ static void cpu_attention(qi_backend *b, const qi_attn_args *a) {
     qi_pool_run(c->pool, att_work, &j);
 }
 
+/* The paged variant: the same arithmetic as att_work over a block table.
+ * Work is split by (token, head) pairs, or by heads when statistics are
+ * gathered, so that each thread owns whole rows of stats. */
+typedef struct {
+    const qi_attn_paged_args *a;
+    cpu_ctx *c;
+} attp_job;
+
+static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, float *s, uint16_t *w16) {
+    const qi_kernels *K = c->k;
+    const int D = a->D, hk = h / (a->H / a->Hkv), n = a->n_slots[hk], B = 1 << a->shift;
+    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
+    const int32_t qpos = a->q_pos[t];
+    const int32_t *pos = a->pos[hk];
+    uint16_t q16[1024];
+    const float *q = a->q + ((long)t * a->H + h) * D;
+    for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+    for (int i0 = 0; i0 < n; i0 += B)
+        K->attn_scores(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B, s + i0);
+    for (int i = 0; i < n; i++) s[i] *= a->scale;
+    for (int i = 0; i < n; i++)
+        if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
+    K->softmax_f16(n, s, w16);
+    K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, a->out + ((long)t * a->H + h) * D);
+    if (a->stats) {
+        float *st = a->stats + (long)h * a->stats_stride;
+        for (int i = 0; i < n; i++) st[i] += qi_fp16_to_f32(w16[i]);
+    }
+}
+
+static void attp_work(void *arg, int ith, int nth) {
+    attp_job *j = arg;
+    const qi_attn_paged_args *a = j->a;
+    float *s = j->c->att + (long)ith * j->c->att_len;
+    uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
+    long lo, hi;
+    if (a->stats) {
+        qi_split(a->H, ith, nth, &lo, &hi);
+        for (long h = lo; h < hi; h++)
+            for (int t = 0; t < a->T; t++) attp_one(a, j->c, t, (int)h, s, w16);
+    } else {
+        qi_split((long)a->T * a->H, ith, nth, &lo, &hi);
+        for (long th = lo; th < hi; th++) attp_one(a, j->c, (int)(th / a->H), (int)(th % a->H), s, w16);
+    }
+}
+
+static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
+    cpu_ctx *c = C(b);
+    for (int hk = 0; hk < a->Hkv; hk++) QI_ASSERT(a->n_slots[hk] <= c->att_len);
+    QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
+    attp_job j = {a, c};
+    qi_pool_run(c->pool, attp_work, &j);
+}
+
 static void cpu_free(qi_backend *b) {
     cpu_ctx *c = C(b);
     if (c) {
@@ -271,6 +325,7 @@ static const qi_backend_i k_cpu_iface = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .attention_paged = cpu_attention_paged,
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,

@@ -55,6 +55,12 @@ typedef struct qi_kernels {
     /* out[d] = sum_p w16[p] * v[p * v_stride + d] for d < D, p < n_pos. */
     void (*attn_values)(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
                         size_t v_stride, int n_pos, float *out);
+    /* The same over a block table: row p is
+     * blk[p >> shift] + (p & ((1 << shift) - 1)) * v_stride, so a paged
+     * cache is read in place; the lanes are those of attn_values over the
+     * same n_pos rows (they depend on p, not on where the row lives). */
+    void (*attn_values_blk)(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk,
+                            int shift, size_t v_stride, int n_pos, float *out);
     /* g[i] = silu(g[i]) * u[i] for i < n, n a row length (see the ref). */
     void (*swiglu)(int64_t n, float *g, const float *u);
     /* g[i] = gelu_tanh(g[i]) * u[i] for i < n, through ggml's fp16 table
@@ -102,6 +108,8 @@ float qi_k_dot_f16_ref(qi_k_order ord, int64_t n, const uint16_t *x, const uint1
 void qi_k_attn_scores_ref(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
                           size_t k_stride, int n_pos, float *s);
 void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16);
+void qi_k_attn_values_blk_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk,
+                              int shift, size_t v_stride, int n_pos, float *out);
 void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
                           size_t v_stride, int n_pos, float *out);
 void qi_k_swiglu_ref(int64_t n, float *g, const float *u);

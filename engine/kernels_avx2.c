@@ -409,15 +409,16 @@ T2 static inline __m256 tree16(const __m256 r[16]) {
     return _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
 }
 
-T2 static void attn_values_avx2(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+T2 static void attn_values_blk_avx2(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk, int shift,
                                 size_t v_stride, int n_pos, float *out) {
+    const size_t mask = ((size_t)1 << shift) - 1;
+#define VROW(p) (blk[(size_t)(p) >> shift] + ((size_t)(p) & mask) * v_stride)
     if (D % 8 != 0) {
-        qi_k_attn_values_ref(ord, D, w16, v, v_stride, n_pos, out);
+        qi_k_attn_values_blk_ref(ord, D, w16, blk, shift, v_stride, n_pos, out);
         return;
     }
     const int gemm = ord == QI_K_ORD_GEMM && D % 4 == 0;
     for (int d0 = 0; d0 < D; d0 += 8) {
-        const uint16_t *vd = v + d0;
         if (gemm) {
             __m256 acc[16];
             for (int l = 0; l < 16; l++) acc[l] = _mm256_setzero_ps();
@@ -425,17 +426,17 @@ T2 static void attn_values_avx2(qi_k_order ord, int D, const uint16_t *w16, cons
             for (; p + 16 <= n_pos; p += 16)
                 for (int l = 0; l < 16; l++)
                     acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w16[p + l])),
-                                             ld16(vd + (size_t)(p + l) * v_stride), acc[l]);
+                                             ld16(VROW(p + l) + d0), acc[l]);
             for (; p < n_pos; p++)
                 acc[p & 15] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w16[p])),
-                                              ld16(vd + (size_t)p * v_stride), acc[p & 15]);
+                                              ld16(VROW(p) + d0), acc[p & 15]);
             _mm256_storeu_ps(out + d0, tree16(acc));
         } else {
             __m256 acc[64];
             for (int l = 0; l < 64; l++) acc[l] = _mm256_setzero_ps();
             for (int p = 0; p < n_pos; p++)
                 acc[p & 63] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w16[p])),
-                                              ld16(vd + (size_t)p * v_stride), acc[p & 63]);
+                                              ld16(VROW(p) + d0), acc[p & 63]);
             __m256 c[16];
             for (int l = 0; l < 16; l++)
                 c[l] = _mm256_add_ps(_mm256_add_ps(acc[l], acc[32 + l]),
@@ -443,6 +444,13 @@ T2 static void attn_values_avx2(qi_k_order ord, int D, const uint16_t *w16, cons
             _mm256_storeu_ps(out + d0, tree16(c));
         }
     }
+#undef VROW
+}
+
+T2 static void attn_values_avx2(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+                                size_t v_stride, int n_pos, float *out) {
+    const uint16_t *const one[1] = {v};
+    attn_values_blk_avx2(ord, D, w16, one, 30, v_stride, n_pos, out);
 }
 
 /* ---- exp, softmax, SwiGLU ------------------------------------------------------------ */
@@ -599,6 +607,7 @@ static const qi_kernels k_avx2 = {
     .attn_scores = attn_scores_avx2,
     .softmax_f16 = softmax_f16_avx2,
     .attn_values = attn_values_avx2,
+    .attn_values_blk = attn_values_blk_avx2,
     .swiglu = swiglu_avx2,
     .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,

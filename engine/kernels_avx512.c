@@ -278,35 +278,43 @@ T5 static inline __m512 tree16(const __m512 r[16]) {
     return _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
 }
 
-T5 static void attn_values_avx512(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+T5 static void attn_values_blk_avx512(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk, int shift,
                                   size_t v_stride, int n_pos, float *out) {
+    const size_t mask = ((size_t)1 << shift) - 1;
+#define VROW(p) (blk[(size_t)(p) >> shift] + ((size_t)(p) & mask) * v_stride)
     if (D % 16 != 0) {
-        qi_kernels_avx2()->attn_values(ord, D, w16, v, v_stride, n_pos, out);
+        qi_kernels_avx2()->attn_values_blk(ord, D, w16, blk, shift, v_stride, n_pos, out);
         return;
     }
     for (int d0 = 0; d0 < D; d0 += 16) {
-        const uint16_t *vd = v + d0;
         if (ord == QI_K_ORD_GEMM) {
             __m512 acc[16];
             for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
             int p = 0;
             for (; p + 16 <= n_pos; p += 16)
                 for (int l = 0; l < 16; l++)
-                    acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p + l])), ld16(vd + (size_t)(p + l) * v_stride), acc[l]);
+                    acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p + l])), ld16(VROW(p + l) + d0), acc[l]);
             for (; p < n_pos; p++)
-                acc[p & 15] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p])), ld16(vd + (size_t)p * v_stride), acc[p & 15]);
+                acc[p & 15] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p])), ld16(VROW(p) + d0), acc[p & 15]);
             _mm512_storeu_ps(out + d0, tree16(acc));
         } else {
             __m512 acc[64];
             for (int l = 0; l < 64; l++) acc[l] = _mm512_setzero_ps();
             for (int p = 0; p < n_pos; p++)
-                acc[p & 63] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p])), ld16(vd + (size_t)p * v_stride), acc[p & 63]);
+                acc[p & 63] = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w16[p])), ld16(VROW(p) + d0), acc[p & 63]);
             __m512 c[16];
             for (int l = 0; l < 16; l++)
                 c[l] = _mm512_add_ps(_mm512_add_ps(acc[l], acc[32 + l]), _mm512_add_ps(acc[16 + l], acc[48 + l]));
             _mm512_storeu_ps(out + d0, tree16(c));
         }
     }
+#undef VROW
+}
+
+T5 static void attn_values_avx512(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+                                size_t v_stride, int n_pos, float *out) {
+    const uint16_t *const one[1] = {v};
+    attn_values_blk_avx512(ord, D, w16, one, 30, v_stride, n_pos, out);
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -324,6 +332,7 @@ static void build(void) {
     k_avx512.gemm[QI_TYPE_Q8_0] = gemm_q8_0_avx512;
     k_avx512.attn_scores = attn_scores_avx512;
     k_avx512.attn_values = attn_values_avx512;
+    k_avx512.attn_values_blk = attn_values_blk_avx512;
 }
 
 const qi_kernels *qi_kernels_avx512(void) {

@@ -379,24 +379,34 @@ void qi_k_attn_scores_ref(qi_k_order ord, int D, const uint16_t *q16, const uint
     }
 }
 
-void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
-                          size_t v_stride, int n_pos, float *out) {
+void qi_k_attn_values_blk_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk,
+                              int shift, size_t v_stride, int n_pos, float *out) {
     const int gemm = ord == QI_K_ORD_GEMM && D % 4 == 0;
+    const size_t mask = ((size_t)1 << shift) - 1;
+#define VROW(p) (blk[(size_t)(p) >> shift] + ((size_t)(p) & mask) * v_stride)
     /* llama.cpp's padded length: a multiple of 64 (indeed of 256), zeros
      * beyond n_pos, so VEC has no leftover elements (see the file comment);
      * the zero terms themselves are skipped. */
     for (int d = 0; d < D; d++) {
         if (gemm) {
-            out[d] = dot_f16_gemm(n_pos, v + d, v_stride, w16, 1);
+            float acc[16] = {0};
+            for (int p = 0; p < n_pos; p++) acc[p & 15] = fmaf(h2f(VROW(p)[d]), h2f(w16[p]), acc[p & 15]);
+            out[d] = qi_k_hsum16_ref(acc);
         } else {
             float acc[64] = {0};
-            for (int p = 0; p < n_pos; p++)
-                acc[p & 63] = fmaf(h2f(v[(size_t)p * v_stride + d]), h2f(w16[p]), acc[p & 63]);
+            for (int p = 0; p < n_pos; p++) acc[p & 63] = fmaf(h2f(VROW(p)[d]), h2f(w16[p]), acc[p & 63]);
             float c[16];
             for (int l = 0; l < 16; l++) c[l] = (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]);
             out[d] = qi_k_hsum16_ref(c);
         }
     }
+#undef VROW
+}
+
+void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
+                          size_t v_stride, int n_pos, float *out) {
+    const uint16_t *const one[1] = {v};
+    qi_k_attn_values_blk_ref(ord, D, w16, one, 30, v_stride, n_pos, out);
 }
 
 /* ---- exp, softmax, SwiGLU --------------------------------------------------------- */
@@ -520,6 +530,7 @@ static const qi_kernels k_ref = {
     .attn_scores = qi_k_attn_scores_ref,
     .softmax_f16 = qi_k_softmax_f16_ref,
     .attn_values = qi_k_attn_values_ref,
+    .attn_values_blk = qi_k_attn_values_blk_ref,
     .swiglu = qi_k_swiglu_ref,
     .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,

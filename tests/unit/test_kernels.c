@@ -498,6 +498,43 @@ START_TEST(test_attn_values_variants) {
 }
 END_TEST
 
+/* The block-table form: rows scattered over separately allocated blocks (of
+ * 4 and of 64 rows, in reverse allocation order) give exactly what the
+ * contiguous reference gives over the same rows, in every variant. */
+START_TEST(test_attn_values_blocks) {
+    const qi_kernels *all[3] = {qi_kernels_ref(), NULL, NULL};
+    const int n_all = 1 + simd_tables(all + 1);
+    uint64_t rng = 4321 + (uint64_t)_i;
+    const int D = k_dims[_i];
+    uint16_t *v = malloc(sizeof(uint16_t) * (size_t)D * 300), w16[300];
+    float ref[256], got[256];
+    for (int shift = 2; shift <= 6; shift += 4)
+        for (int ni = 0; ni < N_NPOS; ni++)
+            for (int ord = 0; ord < 2; ord++) {
+                const int n_pos = k_npos[ni], B = 1 << shift, nb = (n_pos + B - 1) / B;
+                fill_f16(&rng, v, (size_t)D * (size_t)n_pos, 2.0f);
+                for (int p = 0; p < n_pos; p++) w16[p] = qi_f32_to_fp16(fabsf(randn(&rng)) / (float)n_pos);
+                uint16_t **blk = malloc(sizeof *blk * (size_t)nb);
+                for (int b = nb - 1; b >= 0; b--) {
+                    blk[b] = malloc(sizeof(uint16_t) * (size_t)B * D);
+                    for (int r = 0; r < B && b * B + r < n_pos; r++)
+                        memcpy(blk[b] + (size_t)r * D, v + (size_t)(b * B + r) * D, sizeof(uint16_t) * (size_t)D);
+                }
+                qi_k_attn_values_ref((qi_k_order)ord, D, w16, v, (size_t)D, n_pos, ref);
+                for (int k = 0; k < n_all; k++) {
+                    all[k]->attn_values_blk((qi_k_order)ord, D, w16, (const uint16_t *const *)blk, shift, (size_t)D,
+                                            n_pos, got);
+                    const long d = first_diff(ref, got, D);
+                    ck_assert_msg(d < 0, "%s blocks of %d, D=%d n_pos=%d ord=%d: dim %ld: %.9g vs %.9g",
+                                  all[k]->name, B, D, n_pos, ord, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+                }
+                for (int b = 0; b < nb; b++) free(blk[b]);
+                free(blk);
+            }
+    free(v);
+}
+END_TEST
+
 START_TEST(test_softmax_variants) {
     const qi_kernels *simd[2];
     const int n_simd = simd_tables(simd);
@@ -811,6 +848,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_gemm_ref_is_dot_ref);
     tcase_add_loop_test(tc, test_attn_scores_variants, 0, N_DIMS);
     tcase_add_loop_test(tc, test_attn_values_variants, 0, N_DIMS);
+    tcase_add_loop_test(tc, test_attn_values_blocks, 0, N_DIMS);
     tcase_add_test(tc, test_softmax_variants);
     tcase_add_test(tc, test_swiglu_variants);
     tcase_add_test(tc, test_exp_sweep_variants);

@@ -1,0 +1,600 @@
+/* engine.c - the batched engine (qinfer/engine.h): sequences, the step
+ * scheduler, the forward pass over a batch, and the KV policy loop.
+ *
+ * A step is a list of segments, one per sequence that runs in it: a run of
+ * that sequence's pending tokens at consecutive positions. Decoding
+ * sequences (one pending token) come first, then prompt chunks of at most
+ * QI_ENGINE_CHUNK tokens while the step's budget lasts, starting from a
+ * cursor that moves every step so no sequence waits for ever. The forward
+ * pass is forward.c's, op for op, with the matmuls and element-wise ops over
+ * all the step's rows (each weight read once per step) and RoPE, the KV
+ * writes and attention per segment (each sequence at its own positions,
+ * over its own cache streams).
+ *
+ * After a layer's attention, on layers the policy does not exempt, each
+ * segment's streams go through the policy: the softmax weights of the
+ * segment's queries, summed over each KV head's query heads, are shown to
+ * observe(); select() decides each token's fate within the budget; kv.c
+ * applies it. On probe steps the weights are recomputed over both tiers
+ * (one softmax over every held token) so that offloaded tokens can be
+ * recalled; the attention output never reads the offload tier. The
+ * sliding-window layers of Gemma 3 keep their ring and are not subject to
+ * the policy: the window is their budget.
+ *
+ * As in forward.c, the last layer carries on only with the rows whose logits
+ * are wanted, and every buffer is sized at creation except the logits,
+ * which grow to the largest step's output rows.
+ */
+#include "qinfer/engine.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kernels.h"
+#include "kv.h"
+#include "kv/kv_policy.h"
+#include "qinfer/quant.h"
+#include "threadpool.h"
+
+typedef struct {
+    bool used, failed;
+    int32_t *pending; /* [n_ctx] */
+    int head, n_pending;
+    bool logits_all;
+    int n_past;
+    long decode_steps;
+    int logit_row, n_logits; /* into e->logits, from the last step */
+    qi_kv_stream *streams;   /* [n_layer][Hkv] */
+} seq_state;
+
+typedef struct {
+    int id, off, n, pos0;
+    int out_first, n_out; /* rows of this segment whose logits are wanted: out_first.. within the segment */
+} segment;
+
+struct qi_engine {
+    const qi_model *m;
+    qi_engine_opts o;
+    qi_backend *be;
+    qi_kv_pool *pool;
+    qi_kv_policy *pol;
+    int swa_cells;
+    seq_state *seqs;
+    int cursor;
+    /* step scratch, [step_tokens] rows */
+    int32_t *tokens, *q_pos;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    segment *segs;
+    int32_t *out_rows;
+    float *logits;
+    long cap_logit_rows;
+    /* policy scratch, [n_ctx] per stream */
+    float *stats;  /* [H][n_ctx] */
+    float *attn;   /* [n_ctx] */
+    int32_t *vpos;
+    uint8_t *vtier, *fate;
+    float *vscore;
+    float *probe_s; /* [n_ctx] */
+    uint16_t *probe_q16;
+};
+
+void qi_engine_opts_default(qi_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_threads = qi_n_physical_cores();
+    o->max_seqs = 16;
+    o->n_ctx = 2048;
+    o->step_tokens = QI_ENGINE_CHUNK;
+    o->kv_policy = "full";
+}
+
+static qi_kv_stream *stream_of(const qi_engine *e, const seq_state *s, int l, int hk) {
+    return &s->streams[(size_t)l * e->m->hp.n_head_kv + hk];
+}
+
+void qi_engine_free(qi_engine *e) {
+    if (!e) return;
+    if (e->seqs) {
+        for (int i = 0; i < e->o.max_seqs; i++) {
+            seq_state *s = &e->seqs[i];
+            if (s->streams)
+                for (int l = 0; l < e->m->hp.n_layer; l++)
+                    for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(e->pool, stream_of(e, s, l, h));
+            qi_free(s->streams);
+            qi_free(s->pending);
+        }
+        qi_free(e->seqs);
+    }
+    qi_kv_policy_free(e->pol);
+    qi_kv_pool_free(e->pool);
+    qi_backend_free(e->be);
+    void *bufs[] = {e->tokens, e->q_pos, e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->segs,
+                    e->out_rows, e->logits, e->stats, e->attn, e->vpos, e->vtier, e->fate, e->vscore,
+                    e->probe_s, e->probe_q16};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
+    qi_free(e);
+}
+
+static size_t max_qrow_bytes(const qi_model *m) {
+    uint64_t best = 0;
+    qi_type_row_bytes(qi_vec_dot_type(m->output.type), (uint64_t)m->output.n_cols, &best);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const qi_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            uint64_t rb = 0;
+            qi_type_row_bytes(qi_vec_dot_type(lw[i]->type), (uint64_t)lw[i]->n_cols, &rb);
+            if (rb > best) best = rb;
+        }
+    }
+    return (size_t)best;
+}
+
+qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err) {
+    *out = NULL;
+    const qi_hparams *hp = &m->hp;
+    if (o->n_threads < 1 || o->n_threads > 1024)
+        return QI_ERR(err, QI_ERR_INVALID, "thread count %d out of range 1..1024", o->n_threads);
+    if (o->max_seqs < 1 || o->max_seqs > 4096)
+        return QI_ERR(err, QI_ERR_INVALID, "max sequences %d out of range 1..4096", o->max_seqs);
+    if (o->n_ctx < 1 || o->n_ctx > (1 << 20))
+        return QI_ERR(err, QI_ERR_INVALID, "context size %d out of range 1..%d", o->n_ctx, 1 << 20);
+    if (o->step_tokens < 1 || o->step_tokens > 65536)
+        return QI_ERR(err, QI_ERR_INVALID, "step token budget %d out of range 1..65536", o->step_tokens);
+    if (o->kv_budget_tokens < 0) return QI_ERR(err, QI_ERR_INVALID, "KV budget %d tokens is negative", o->kv_budget_tokens);
+    if (!(o->kv_budget_frac >= 0.0 && o->kv_budget_frac <= 1.0))
+        return QI_ERR(err, QI_ERR_INVALID, "KV budget fraction %g is outside (0, 1]", o->kv_budget_frac);
+    if (o->kv_budget_tokens > 0 && o->kv_budget_frac > 0.0)
+        return QI_ERR(err, QI_ERR_INVALID, "KV budget given both as tokens and as a fraction");
+    if (hp->head_dim > 1024) return QI_ERR(err, QI_ERR_UNSUPPORTED, "head size %d above 1024", hp->head_dim);
+
+    qi_engine *e = qi_calloc(1, sizeof *e);
+    if (!e) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the engine");
+    e->m = m;
+    e->o = *o;
+    e->o.kv_params = NULL; /* read in create only */
+    if (!e->o.kv_policy) e->o.kv_policy = "full";
+    qi_status st;
+    qi_params none;
+    qi_params_init(&none);
+    if ((st = qi_kv_policy_create(e->o.kv_policy, o->kv_params ? o->kv_params : &none, hp->n_layer, &e->pol, err)))
+        goto fail;
+    e->o.kv_policy = qi_kv_policy_name(e->pol);
+    bool any_budgeted = false;
+    for (int l = 0; l < hp->n_layer; l++) any_budgeted |= !qi_kv_policy_exempt(e->pol, l);
+    if (any_budgeted && o->kv_budget_tokens == 0 && o->kv_budget_frac == 0.0) {
+        st = QI_ERR(err, QI_ERR_INVALID, "KV policy '%s' needs a budget (tokens or a fraction)", e->o.kv_policy);
+        goto fail;
+    }
+    if (hp->n_swa > 0) {
+        long cells = ((long)hp->n_swa + QI_ENGINE_CHUNK + 255) / 256 * 256;
+        e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
+    }
+    if ((st = qi_backend_cpu_create(o->n_threads, &e->be, err))) goto fail;
+    if ((st = qi_kv_pool_create(hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
+
+    const size_t R = (size_t)o->step_tokens, E = (size_t)hp->n_embd;
+    const size_t qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t N = (size_t)o->n_ctx;
+    e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
+    e->tokens = qi_malloc(sizeof(int32_t) * R);
+    e->q_pos = qi_malloc(sizeof(int32_t) * R);
+    e->x = qi_malloc(sizeof(float) * R * E);
+    e->xn = qi_malloc(sizeof(float) * R * (E > qw ? E : qw));
+    e->q = qi_malloc(sizeof(float) * R * qw);
+    e->k = qi_malloc(sizeof(float) * R * kvw);
+    e->v = qi_malloc(sizeof(float) * R * kvw);
+    e->att = qi_malloc(sizeof(float) * R * qw);
+    e->gate = qi_malloc(sizeof(float) * R * (size_t)hp->n_ff);
+    e->up = qi_malloc(sizeof(float) * R * (size_t)hp->n_ff);
+    e->segs = qi_malloc(sizeof(segment) * (size_t)o->max_seqs);
+    e->out_rows = qi_malloc(sizeof(int32_t) * R);
+    e->stats = qi_malloc(sizeof(float) * (size_t)hp->n_head * N);
+    e->attn = qi_malloc(sizeof(float) * N);
+    e->vpos = qi_malloc(sizeof(int32_t) * N);
+    e->vtier = qi_malloc(N);
+    e->fate = qi_malloc(N);
+    e->vscore = qi_malloc(sizeof(float) * N);
+    e->probe_s = qi_malloc(sizeof(float) * (N + 16));
+    e->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
+    if (!e->seqs || !e->tokens || !e->q_pos || !e->x || !e->xn || !e->q || !e->k || !e->v || !e->att ||
+        !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->attn || !e->vpos || !e->vtier ||
+        !e->fate || !e->vscore || !e->probe_s || !e->probe_q16) {
+        st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d tokens per step and %d positions",
+                    o->step_tokens, o->n_ctx);
+        goto fail;
+    }
+    if ((st = e->be->iface->reserve(e->be, max_qrow_bytes(m) * R, o->n_ctx, err))) goto fail;
+    *out = e;
+    return QI_OK;
+fail:
+    qi_engine_free(e);
+    return st;
+}
+
+const char *qi_engine_kv_policy_name(const qi_engine *e) { return e->o.kv_policy; }
+
+static qi_status check_id(const qi_engine *e, int id, qi_err *err) {
+    if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used)
+        return QI_ERR(err, QI_ERR_INVALID, "no sequence %d", id);
+    if (e->seqs[id].failed)
+        return QI_ERR(err, QI_ERR_INVALID, "sequence %d failed in an earlier step; remove it", id);
+    return QI_OK;
+}
+
+qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err) {
+    *id = -1;
+    const qi_hparams *hp = &e->m->hp;
+    for (int i = 0; i < e->o.max_seqs; i++) {
+        seq_state *s = &e->seqs[i];
+        if (s->used) continue;
+        memset(s, 0, sizeof *s);
+        s->pending = qi_malloc(sizeof(int32_t) * (size_t)e->o.n_ctx);
+        s->streams = qi_calloc((size_t)hp->n_layer * hp->n_head_kv, sizeof *s->streams);
+        if (!s->pending || !s->streams) {
+            qi_free(s->pending);
+            qi_free(s->streams);
+            memset(s, 0, sizeof *s);
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory adding a sequence");
+        }
+        for (int l = 0; l < hp->n_layer; l++)
+            for (int h = 0; h < hp->n_head_kv; h++)
+                qi_kv_stream_init(stream_of(e, s, l, h), hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0);
+        s->used = true;
+        *id = i;
+        return QI_OK;
+    }
+    return QI_ERR(err, QI_ERR_INVALID, "all %d sequence slots are in use", e->o.max_seqs);
+}
+
+qi_status qi_engine_seq_remove(qi_engine *e, int id, qi_err *err) {
+    if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return QI_ERR(err, QI_ERR_INVALID, "no sequence %d", id);
+    seq_state *s = &e->seqs[id];
+    for (int l = 0; l < e->m->hp.n_layer; l++)
+        for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(e->pool, stream_of(e, s, l, h));
+    qi_free(s->streams);
+    qi_free(s->pending);
+    memset(s, 0, sizeof *s);
+    return QI_OK;
+}
+
+qi_status qi_engine_seq_feed(qi_engine *e, int id, const int32_t *tokens, int n, bool logits_all, qi_err *err) {
+    qi_status st = check_id(e, id, err);
+    if (st) return st;
+    seq_state *s = &e->seqs[id];
+    const int V = e->m->hp.n_vocab;
+    if (n < 1) return QI_ERR(err, QI_ERR_INVALID, "nothing to feed");
+    if ((long)s->n_past + s->n_pending + n > e->o.n_ctx)
+        return QI_ERR(err, QI_ERR_INVALID, "context full: sequence %d has %d tokens and %d pending, %d more exceed %d",
+                      id, s->n_past, s->n_pending, n, e->o.n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return QI_ERR(err, QI_ERR_INVALID, "token id %d out of range 0..%d", tokens[i], V - 1);
+    if (s->n_pending > 0 && s->logits_all != logits_all)
+        return QI_ERR(err, QI_ERR_INVALID, "sequence %d still has pending tokens fed with logits_all=%d", id,
+                      (int)s->logits_all);
+    if (s->head > 0) {
+        memmove(s->pending, s->pending + s->head, sizeof(int32_t) * (size_t)s->n_pending);
+        s->head = 0;
+    }
+    memcpy(s->pending + s->n_pending, tokens, sizeof(int32_t) * (size_t)n);
+    s->n_pending += n;
+    s->logits_all = logits_all;
+    return QI_OK;
+}
+
+int qi_engine_seq_pending(const qi_engine *e, int id) {
+    return id >= 0 && id < e->o.max_seqs && e->seqs[id].used ? e->seqs[id].n_pending : 0;
+}
+int qi_engine_seq_n_past(const qi_engine *e, int id) {
+    return id >= 0 && id < e->o.max_seqs && e->seqs[id].used ? e->seqs[id].n_past : 0;
+}
+int qi_engine_seq_n_logits(const qi_engine *e, int id) {
+    return id >= 0 && id < e->o.max_seqs && e->seqs[id].used ? e->seqs[id].n_logits : 0;
+}
+const float *qi_engine_seq_logits(const qi_engine *e, int id, int i) {
+    if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return NULL;
+    const seq_state *s = &e->seqs[id];
+    if (i < 0) i = s->n_logits - 1;
+    if (i < 0 || i >= s->n_logits) return NULL;
+    return e->logits + (size_t)(s->logit_row + i) * e->m->hp.n_vocab;
+}
+
+void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out) {
+    memset(out, 0, sizeof *out);
+    if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return;
+    const size_t bb = qi_kv_pool_usage(e->pool)->block_bytes;
+    for (int l = 0; l < e->m->hp.n_layer; l++)
+        for (int h = 0; h < e->m->hp.n_head_kv; h++) {
+            const qi_kv_stream *st = stream_of(e, &e->seqs[id], l, h);
+            out->work_tokens += st->work.n;
+            out->off_tokens += st->off.n;
+            out->work_bytes += bb * (size_t)st->work.n_blocks;
+            out->off_bytes += bb * (size_t)st->off.n_blocks;
+        }
+}
+
+void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out) {
+    const qi_kv_usage *u = qi_kv_pool_usage(e->pool);
+    out->block_bytes = u->block_bytes;
+    out->work_blocks = u->blocks[0];
+    out->off_blocks = u->blocks[1];
+    out->peak_work_blocks = u->peak_blocks[0];
+    out->peak_off_blocks = u->peak_blocks[1];
+    out->max_blocks = u->max_blocks;
+}
+
+/* ---- the step ------------------------------------------------------------------------- */
+
+/* Pick the step's segments: decodes first, then prompt chunks. */
+static int schedule(qi_engine *e, int *T_out) {
+    int n_seg = 0, T = 0;
+    const int S = e->o.max_seqs;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < S && T < e->o.step_tokens; k++) {
+            const int id = (e->cursor + k) % S;
+            seq_state *s = &e->seqs[id];
+            if (!s->used || s->failed || s->n_pending == 0 || (pass == 0) != (s->n_pending == 1)) continue;
+            int n = s->n_pending < QI_ENGINE_CHUNK ? s->n_pending : QI_ENGINE_CHUNK;
+            if (n > e->o.step_tokens - T) n = e->o.step_tokens - T;
+            segment *g = &e->segs[n_seg++];
+            g->id = id;
+            g->off = T;
+            g->n = n;
+            g->pos0 = s->n_past;
+            if (s->logits_all) {
+                g->out_first = 0;
+                g->n_out = n;
+            } else {
+                g->out_first = n - 1;
+                g->n_out = n == s->n_pending ? 1 : 0;
+            }
+            T += n;
+        }
+    }
+    e->cursor = (e->cursor + 1) % S;
+    *T_out = T;
+    return n_seg;
+}
+
+static int resolve_budget(const qi_engine *e, int32_t cur_pos) {
+    if (e->o.kv_budget_tokens > 0) return e->o.kv_budget_tokens;
+    long b = (long)ceil(e->o.kv_budget_frac * (double)(cur_pos + 1));
+    return b < 1 ? 1 : (int)b;
+}
+
+/* Probe: the weights every query head of kv head hk gives every held token
+ * of both tiers, from one softmax over them all, summed over the segment's
+ * queries and the group's heads, into e->attn (working tokens first). */
+static void probe_weights(qi_engine *e, const segment *g, qi_kv_stream *st, int hk) {
+    const qi_hparams *hp = &e->m->hp;
+    const qi_kernels *K = qi_kernels_get();
+    const int D = hp->head_dim, H = hp->n_head, group = H / hp->n_head_kv;
+    const int nw = st->work.n, n = nw + st->off.n;
+    float *s = e->probe_s;
+    const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D);
+    memset(e->attn, 0, sizeof(float) * (size_t)n);
+    for (int t = 0; t < g->n; t++) {
+        const int32_t qpos = g->pos0 + t;
+        for (int h = hk * group; h < (hk + 1) * group; h++) {
+            const float *q = e->q + ((long)(g->off + t) * H + h) * D;
+            for (int d = 0; d < D; d++) e->probe_q16[d] = qi_f32_to_fp16(q[d]);
+            const qi_kv_tier *tiers[2] = {&st->work, &st->off};
+            int base = 0;
+            for (int ti = 0; ti < 2; ti++) {
+                const qi_kv_tier *tr = tiers[ti];
+                for (int i0 = 0; i0 < tr->n; i0 += QI_KV_BLOCK)
+                    K->attn_scores(QI_K_ORD_VEC, D, e->probe_q16, tr->k_blk[i0 >> QI_KV_BLOCK_SHIFT], (size_t)D,
+                                   tr->n - i0 < QI_KV_BLOCK ? tr->n - i0 : QI_KV_BLOCK, s + base + i0);
+                for (int i = 0; i < tr->n; i++)
+                    if (tr->pos[i] > qpos) s[base + i] = -INFINITY;
+                base += tr->n;
+            }
+            float mx = -INFINITY;
+            for (int i = 0; i < n; i++) {
+                if (s[i] != -INFINITY) s[i] *= scale;
+                if (s[i] > mx) mx = s[i];
+            }
+            double sum = 0.0;
+            for (int i = 0; i < n; i++) {
+                s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx);
+                sum += s[i];
+            }
+            for (int i = 0; i < n; i++) e->attn[i] += (float)(s[i] / sum);
+        }
+    }
+}
+
+/* Show stream (segment g, layer l, KV head hk) to the policy and apply its
+ * decision. Stats of the segment's attention are in e->stats. */
+static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l, int hk, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    qi_kv_stream *st = stream_of(e, s, l, hk);
+    const int group = hp->n_head / hp->n_head_kv;
+    const int nw = st->work.n, no = st->off.n, n = nw + no;
+    const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(e->pol, s->decode_steps + 1);
+    if (probed) {
+        probe_weights(e, g, st, hk);
+    } else {
+        for (int i = 0; i < nw; i++) {
+            float a = 0.0f;
+            for (int h = hk * group; h < (hk + 1) * group; h++) a += e->stats[(size_t)h * e->o.n_ctx + i];
+            e->attn[i] = a;
+        }
+        memset(e->attn + nw, 0, sizeof(float) * (size_t)no);
+    }
+    memcpy(e->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
+    memcpy(e->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
+    memcpy(e->vscore, st->work.score, sizeof(float) * (size_t)nw);
+    memcpy(e->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+    memset(e->vtier, QI_KV_WORKING, (size_t)nw);
+    memset(e->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
+    const int32_t cur = g->pos0 + g->n - 1;
+    qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = e->vpos,
+                    .tier = e->vtier, .score = e->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
+                    .budget = resolve_budget(e, cur), .probed = probed};
+    qi_kv_policy_observe(e->pol, &v, e->attn);
+    qi_status rc = qi_kv_policy_select(e->pol, &v, e->fate, err);
+    if (rc) return rc;
+    memcpy(st->work.score, e->vscore, sizeof(float) * (size_t)nw);
+    memcpy(st->off.score, e->vscore + nw, sizeof(float) * (size_t)no);
+    return qi_kv_stream_apply(e->pool, st, e->fate, err);
+}
+
+/* Attention of segment g at layer l: write its K/V, attend, then the policy. */
+static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    seq_state *s = &e->seqs[g->id];
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const long kvw = (long)Hkv * D;
+    const qi_layer *ly = &e->m->layers[l];
+    const bool swa = hp->n_swa > 0 && ly->swa;
+    qi_status st;
+    for (int t = 0; t < g->n; t++)
+        for (int hk = 0; hk < Hkv; hk++) {
+            const long o = (long)(g->off + t) * kvw + (long)hk * D;
+            if ((st = qi_kv_stream_push(e->pool, stream_of(e, s, l, hk), g->pos0 + t, e->k + o, e->v + o, err)))
+                return st;
+        }
+    int n_slots[64];
+    const int32_t *pos[64];
+    const uint16_t *const *kb[64], *const *vb[64];
+    QI_ASSERT(Hkv <= 64);
+    for (int hk = 0; hk < Hkv; hk++) {
+        const qi_kv_tier *w = &stream_of(e, s, l, hk)->work;
+        n_slots[hk] = w->n;
+        pos[hk] = w->pos;
+        kb[hk] = (const uint16_t *const *)w->k_blk;
+        vb[hk] = (const uint16_t *const *)w->v_blk;
+    }
+    const bool policy = !swa && !qi_kv_policy_exempt(e->pol, l);
+    for (int t = 0; t < g->n; t++) e->q_pos[t] = g->pos0 + t;
+    if (policy) {
+        int mx = 0;
+        for (int hk = 0; hk < Hkv; hk++) mx = n_slots[hk] > mx ? n_slots[hk] : mx;
+        for (int h = 0; h < H; h++) memset(e->stats + (size_t)h * e->o.n_ctx, 0, sizeof(float) * (size_t)mx);
+    }
+    qi_attn_paged_args a = {.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos,
+                            .n_swa = swa ? hp->n_swa : 0,
+                            .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
+                            .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
+                            .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb, .shift = QI_KV_BLOCK_SHIFT,
+                            .stats = policy ? e->stats : NULL, .stats_stride = e->o.n_ctx};
+    e->be->iface->attention_paged(e->be, &a);
+    if (policy)
+        for (int hk = 0; hk < Hkv; hk++)
+            if ((st = run_policy(e, s, g, l, hk, err))) return st;
+    return QI_OK;
+}
+
+static void scale_rows(float *x, long n, float sc) {
+    for (long i = 0; i < n; i++) x[i] *= sc;
+}
+
+static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
+    const qi_model *m = e->m;
+    const qi_hparams *hp = &m->hp;
+    const qi_backend_i *be = e->be->iface;
+    qi_backend *b = e->be;
+    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    qi_status st;
+
+    be->get_rows(b, &m->tok_embd, e->tokens, T, e->x);
+    if (hp->embd_scale != 1.0f) scale_rows(e->x, (long)T * E, hp->embd_scale);
+    int rows = T;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const bool swa = hp->n_swa > 0 && ly->swa;
+        const float base = swa ? hp->rope_base_swa : hp->rope_base;
+        be->rmsnorm(b, e->x, ly->attn_norm.data, T, E, hp->rms_eps, e->xn);
+        be->matmul(b, &ly->wq, e->xn, T, e->q);
+        be->matmul(b, &ly->wk, e->xn, T, e->k);
+        be->matmul(b, &ly->wv, e->xn, T, e->v);
+        if (ly->q_norm.data) be->rmsnorm(b, e->q, ly->q_norm.data, T * H, D, hp->rms_eps, e->q);
+        if (ly->k_norm.data) be->rmsnorm(b, e->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, e->k);
+        for (int i = 0; i < n_seg; i++) {
+            const segment *g = &segs[i];
+            be->rope(b, e->q + (long)g->off * H * D, g->n, H, D, hp->n_rot, g->pos0, base, hp->rope_freq_scale,
+                     hp->rope_mode);
+            be->rope(b, e->k + (long)g->off * Hkv * D, g->n, Hkv, D, hp->n_rot, g->pos0, base, hp->rope_freq_scale,
+                     hp->rope_mode);
+        }
+        if (hp->q_scale > 0) scale_rows(e->q, (long)T * H * D, hp->q_scale);
+        for (int i = 0; i < n_seg; i++)
+            if ((st = attend(e, &segs[i], l, err))) return st;
+        be->matmul(b, &ly->wo, e->att, T, e->xn);
+        if (l == hp->n_layer - 1 && R < T) {
+            /* carry on with the output rows only (ascending, so moving down is safe) */
+            rows = R;
+            if (R == 0) return QI_OK;
+            for (int r = 0; r < R; r++) {
+                const int src = e->out_rows[r];
+                if (src == r) continue;
+                memmove(e->x + (long)r * E, e->x + (long)src * E, sizeof(float) * (size_t)E);
+                memmove(e->xn + (long)r * E, e->xn + (long)src * E, sizeof(float) * (size_t)E);
+            }
+        }
+        if (ly->attn_post_norm.data) be->rmsnorm(b, e->xn, ly->attn_post_norm.data, rows, E, hp->rms_eps, e->xn);
+        for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
+        be->rmsnorm(b, e->x, ly->ffn_norm.data, rows, E, hp->rms_eps, e->xn);
+        be->matmul(b, &ly->w_gate, e->xn, rows, e->gate);
+        be->matmul(b, &ly->w_up, e->xn, rows, e->up);
+        if (hp->ffn_act == QI_FFN_GEGLU_TANH)
+            be->geglu(b, e->gate, e->up, rows, hp->n_ff);
+        else
+            be->swiglu(b, e->gate, e->up, rows, hp->n_ff);
+        be->matmul(b, &ly->w_down, e->gate, rows, e->xn);
+        if (ly->ffn_post_norm.data) be->rmsnorm(b, e->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, e->xn);
+        for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
+    }
+    if (R == 0) return QI_OK;
+    be->rmsnorm(b, e->x, m->out_norm.data, R, E, hp->rms_eps, e->xn);
+    be->matmul(b, &m->output, e->xn, R, e->logits);
+    if (hp->logit_softcap > 0) {
+        const float cap = hp->logit_softcap, inv = 1.0f / cap;
+        for (long i = 0; i < (long)R * hp->n_vocab; i++) e->logits[i] = tanhf(e->logits[i] * inv) * cap;
+    }
+    return QI_OK;
+}
+
+qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
+    if (n_tokens) *n_tokens = 0;
+    for (int i = 0; i < e->o.max_seqs; i++) e->seqs[i].n_logits = 0;
+    int T = 0;
+    const int n_seg = schedule(e, &T);
+    if (n_seg == 0) return QI_OK;
+    /* inputs, output rows */
+    int R = 0;
+    for (int i = 0; i < n_seg; i++) {
+        const segment *g = &e->segs[i];
+        seq_state *s = &e->seqs[g->id];
+        memcpy(e->tokens + g->off, s->pending + s->head, sizeof(int32_t) * (size_t)g->n);
+        for (int r = 0; r < g->n_out; r++) e->out_rows[R++] = g->off + g->out_first + r;
+    }
+    if (R > e->cap_logit_rows) {
+        float *p = qi_realloc(e->logits, sizeof(float) * (size_t)R * e->m->hp.n_vocab);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for %d rows of logits", R);
+        e->logits = p;
+        e->cap_logit_rows = R;
+    }
+    qi_status st = forward(e, e->segs, n_seg, T, R, err);
+    int row = 0;
+    for (int i = 0; i < n_seg; i++) {
+        const segment *g = &e->segs[i];
+        seq_state *s = &e->seqs[g->id];
+        if (st) {
+            s->failed = true;
+            continue;
+        }
+        s->head += g->n;
+        s->n_pending -= g->n;
+        s->n_past += g->n;
+        if (g->n == 1) s->decode_steps++;
+        s->logit_row = row;
+        s->n_logits = g->n_out;
+        row += g->n_out;
+    }
+    if (st) return st;
+    if (n_tokens) *n_tokens = T;
+    return QI_OK;
+}

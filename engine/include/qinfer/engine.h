@@ -1,0 +1,89 @@
+/* engine.h - the batched engine: many sequences, one forward step for all
+ * of them, a paged KV cache whose contents a KV policy chooses.
+ *
+ * Use: create an engine over a loaded model; add sequences (each gets an id
+ * in 0..max_seqs-1); feed each its prompt, later each sampled token; call
+ * qi_engine_step until nothing is pending. A step runs every sequence that
+ * has a single pending token (decode) and then prompt chunks of the others
+ * while the step's token budget lasts (continuous batching), reading every
+ * weight once for all of them. After a step, qi_engine_seq_logits gives the
+ * rows a sequence produced: its last token's once its pending tokens are
+ * all consumed, or every token's when it was fed with logits_all.
+ *
+ * Arithmetic: with the full policy, each sequence's logits are bit-identical
+ * to the single-sequence engine's (qi_ctx) for the same chunking, whatever
+ * else is in the batch, for weight types whose dot does not depend on the
+ * number of tokens in a matmul (all but the K-quants, where llama.cpp's
+ * order changes at 8 tokens and a batch decides which applies).
+ */
+#ifndef QINFER_ENGINE_H
+#define QINFER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qinfer/model.h"
+#include "qinfer/params.h"
+#include "qinfer/status.h"
+
+typedef struct qi_engine qi_engine;
+
+/* Most tokens of one sequence in one step (a prompt chunk): llama.cpp's
+ * ubatch, which also sizes the sliding-window ring. */
+#define QI_ENGINE_CHUNK 512
+
+typedef struct {
+    int n_threads;          /* worker threads (default: physical cores) */
+    int max_seqs;           /* sequences at once (default 16) */
+    int n_ctx;              /* positions per sequence (default 2048) */
+    int step_tokens;        /* tokens per step over all sequences (default 512) */
+    const char *kv_policy;  /* default "full" */
+    const qi_params *kv_params; /* the policy's parameters; NULL: none */
+    int kv_budget_tokens;   /* working tokens per (layer, KV head) stream; 0: use the fraction */
+    double kv_budget_frac;  /* of the sequence's current length, in (0, 1]; 0 with 0 tokens: no budget */
+    size_t kv_max_bytes;    /* cap on KV memory over both tiers (0: none) */
+} qi_engine_opts;
+
+void qi_engine_opts_default(qi_engine_opts *o);
+
+/* Validates the options (a policy that needs a budget without one, an
+ * unknown policy or parameter: an error naming it). m must outlive it. */
+qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err);
+void qi_engine_free(qi_engine *e); /* NULL is a no-op */
+
+qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err);
+/* Frees the sequence's cache blocks; its id may be reused. */
+qi_status qi_engine_seq_remove(qi_engine *e, int id, qi_err *err);
+/* Queue tokens (copied). Fails if they would overflow n_ctx or are out of
+ * the vocabulary. logits_all applies to these tokens. */
+qi_status qi_engine_seq_feed(qi_engine *e, int id, const int32_t *tokens, int n, bool logits_all, qi_err *err);
+int qi_engine_seq_pending(const qi_engine *e, int id);
+int qi_engine_seq_n_past(const qi_engine *e, int id);
+
+/* One forward step. *n_tokens (may be NULL) receives the tokens it ran (0
+ * when nothing was pending). A failure (KV cache full, out of memory) marks
+ * the sequences of the step as failed: later calls on them fail and they
+ * must be removed. */
+qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err);
+
+/* Rows of logits the last step produced for id (0 if none), and row i of
+ * them (-1: the last), [n_vocab] floats valid until the next step. */
+int qi_engine_seq_n_logits(const qi_engine *e, int id);
+const float *qi_engine_seq_logits(const qi_engine *e, int id, int i);
+
+typedef struct {
+    long work_tokens, off_tokens;  /* summed over the sequence's streams */
+    size_t work_bytes, off_bytes;  /* blocks held, K and V */
+} qi_engine_kv_seq;
+
+typedef struct {
+    size_t block_bytes;
+    long work_blocks, off_blocks, peak_work_blocks, peak_off_blocks, max_blocks;
+} qi_engine_kv_pool;
+
+void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out);
+void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
+const char *qi_engine_kv_policy_name(const qi_engine *e);
+
+#endif

@@ -1,0 +1,203 @@
+/* kv.c - blocks, pool and streams of the paged KV cache (see kv.h).
+ *
+ * Why blocks rather than one array per stream: streams grow and shrink
+ * independently (eviction, recall, sequences joining and leaving) and a
+ * block pool makes every byte accountable per tier and per sequence, and
+ * lets a later device backend mirror the working tier block by block. Why
+ * 64 tokens: large enough that the block table costs nothing against the
+ * rows, small enough that a sequence wastes under one block per stream.
+ *
+ * A block is one allocation holding its K rows then its V rows. Freed
+ * blocks go to a free list and are reused before anything new is
+ * allocated, so a steady-state decode allocates nothing.
+ */
+#include "kv.h"
+
+#include <string.h>
+
+#include "kv/kv_policy.h"
+#include "qinfer/quant.h"
+
+struct qi_kv_pool {
+    int D;
+    qi_kv_usage u;
+    uint16_t **free_list;
+    long n_free, cap_free;
+};
+
+qi_status qi_kv_pool_create(int D, size_t max_bytes, qi_kv_pool **out, qi_err *err) {
+    *out = NULL;
+    if (D < 1 || D > 4096) return QI_ERR(err, QI_ERR_INVALID, "KV head size %d out of range", D);
+    qi_kv_pool *p = qi_calloc(1, sizeof *p);
+    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the KV pool");
+    p->D = D;
+    p->u.block_bytes = (size_t)2 * QI_KV_BLOCK * (size_t)D * sizeof(uint16_t);
+    p->u.max_blocks = max_bytes ? (long)(max_bytes / p->u.block_bytes) : 0;
+    if (max_bytes && p->u.max_blocks < 1) {
+        qi_free(p);
+        return QI_ERR(err, QI_ERR_INVALID, "KV memory cap of %zu bytes is below one block (%zu bytes)", max_bytes,
+                      (size_t)2 * QI_KV_BLOCK * (size_t)D * sizeof(uint16_t));
+    }
+    *out = p;
+    return QI_OK;
+}
+
+void qi_kv_pool_free(qi_kv_pool *p) {
+    if (!p) return;
+    for (long i = 0; i < p->n_free; i++) qi_free(p->free_list[i]);
+    qi_free(p->free_list);
+    qi_free(p);
+}
+
+const qi_kv_usage *qi_kv_pool_usage(const qi_kv_pool *p) { return &p->u; }
+
+static qi_status block_get(qi_kv_pool *p, int tier, uint16_t **out, qi_err *err) {
+    if (p->u.max_blocks && p->u.blocks[0] + p->u.blocks[1] >= p->u.max_blocks)
+        return QI_ERR(err, QI_ERR_NOMEM, "KV cache full: %ld blocks of %zu KiB in use, the cap", p->u.max_blocks,
+                      p->u.block_bytes / 1024);
+    uint16_t *b = p->n_free ? p->free_list[--p->n_free] : qi_malloc(p->u.block_bytes);
+    if (!b) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a KV block");
+    p->u.blocks[tier]++;
+    if (p->u.blocks[tier] > p->u.peak_blocks[tier]) p->u.peak_blocks[tier] = p->u.blocks[tier];
+    *out = b;
+    return QI_OK;
+}
+
+static void block_put(qi_kv_pool *p, int tier, uint16_t *b) {
+    p->u.blocks[tier]--;
+    if (p->n_free == p->cap_free) {
+        long cap = p->cap_free ? 2 * p->cap_free : 64;
+        uint16_t **fl = qi_realloc(p->free_list, sizeof *fl * (size_t)cap);
+        if (!fl) { /* keep the accounting right; just do not cache the block */
+            qi_free(b);
+            return;
+        }
+        p->free_list = fl;
+        p->cap_free = cap;
+    }
+    p->free_list[p->n_free++] = b;
+}
+
+void qi_kv_stream_init(qi_kv_stream *s, int ring) {
+    memset(s, 0, sizeof *s);
+    s->ring = ring;
+}
+
+static void tier_release(qi_kv_pool *p, int tier, qi_kv_tier *t) {
+    for (int b = 0; b < t->n_blocks; b++) block_put(p, tier, t->k_blk[b]);
+    qi_free(t->k_blk);
+    qi_free(t->v_blk);
+    qi_free(t->pos);
+    qi_free(t->score);
+    memset(t, 0, sizeof *t);
+}
+
+void qi_kv_stream_release(qi_kv_pool *p, qi_kv_stream *s) {
+    tier_release(p, 0, &s->work);
+    tier_release(p, 1, &s->off);
+}
+
+/* Room for n tokens in tier t: arrays and blocks. */
+static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_err *err) {
+    if (n > t->cap) {
+        int cap = t->cap ? t->cap : QI_KV_BLOCK;
+        while (cap < n) cap *= 2;
+        int32_t *pos = qi_realloc(t->pos, sizeof *pos * (size_t)cap);
+        if (pos) t->pos = pos;
+        float *score = pos ? qi_realloc(t->score, sizeof *score * (size_t)cap) : NULL;
+        if (score) t->score = score;
+        if (!pos || !score) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV stream");
+        t->cap = cap;
+    }
+    const int need = (n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+    if (need > t->cap_blocks) {
+        int cap = t->cap_blocks ? 2 * t->cap_blocks : 4;
+        while (cap < need) cap *= 2;
+        uint16_t **kb = qi_realloc(t->k_blk, sizeof *kb * (size_t)cap);
+        if (kb) t->k_blk = kb;
+        uint16_t **vb = kb ? qi_realloc(t->v_blk, sizeof *vb * (size_t)cap) : NULL;
+        if (vb) t->v_blk = vb;
+        if (!kb || !vb) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
+        t->cap_blocks = cap;
+    }
+    while (t->n_blocks < need) {
+        uint16_t *b = NULL;
+        qi_status st = block_get(p, tier, &b, err);
+        if (st) return st;
+        t->k_blk[t->n_blocks] = b;
+        t->v_blk[t->n_blocks] = b + (size_t)QI_KV_BLOCK * p->D;
+        t->n_blocks++;
+    }
+    return QI_OK;
+}
+
+/* Give back blocks past what t->n tokens need. */
+static void tier_trim(qi_kv_pool *p, int tier, qi_kv_tier *t) {
+    const int need = (t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+    while (t->n_blocks > need) block_put(p, tier, t->k_blk[--t->n_blocks]);
+}
+
+qi_status qi_kv_stream_push(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, const float *k, const float *v,
+                            qi_err *err) {
+    qi_kv_tier *t = &s->work;
+    int slot = t->n;
+    if (s->ring > 0 && t->n == s->ring) {
+        slot = pos % s->ring;
+    } else {
+        qi_status st = tier_reserve(p, 0, t, t->n + 1, err);
+        if (st) return st;
+        t->n++;
+    }
+    uint16_t *kr = qi_kv_k_row(t, slot, p->D), *vr = qi_kv_v_row(t, slot, p->D);
+    for (int d = 0; d < p->D; d++) {
+        kr[d] = qi_f32_to_fp16(k[d]);
+        vr[d] = qi_f32_to_fp16(v[d]);
+    }
+    t->pos[slot] = pos;
+    t->score[slot] = 0.0f;
+    return QI_OK;
+}
+
+static void copy_token(int D, const qi_kv_tier *from, int i, qi_kv_tier *to, int j) {
+    memcpy(qi_kv_k_row(to, j, D), qi_kv_k_row(from, i, D), sizeof(uint16_t) * (size_t)D);
+    memcpy(qi_kv_v_row(to, j, D), qi_kv_v_row(from, i, D), sizeof(uint16_t) * (size_t)D);
+    to->pos[j] = from->pos[i];
+    to->score[j] = from->score[i];
+}
+
+/* Remove the tokens i < n0 for which fate[i] != want by moving the last
+ * survivors into the holes; tokens from n0 on always stay. */
+static void tier_compact(int D, qi_kv_tier *t, int n0, const uint8_t *fate, uint8_t want) {
+    int lo = 0, hi = t->n - 1;
+#define HOLE(i) ((i) < n0 && fate[i] != want)
+    for (;;) {
+        while (lo <= hi && !HOLE(lo)) lo++;
+        while (hi >= lo && HOLE(hi)) hi--;
+        if (lo > hi) break;
+        copy_token(D, t, hi, t, lo);
+        lo++;
+        hi--;
+    }
+#undef HOLE
+    t->n = lo;
+}
+
+qi_status qi_kv_stream_apply(qi_kv_pool *p, qi_kv_stream *s, const uint8_t *fate, qi_err *err) {
+    const int D = p->D, nw = s->work.n, no = s->off.n;
+    int n_off = 0, n_rec = 0;
+    for (int i = 0; i < nw; i++) n_off += fate[i] == QI_KV_OFFLOAD;
+    for (int j = 0; j < no; j++) n_rec += fate[nw + j] == QI_KV_KEEP;
+    /* Reserve first, so a failure leaves the stream as it was. */
+    qi_status st;
+    if ((st = tier_reserve(p, 1, &s->off, no + n_off, err))) return st;
+    if ((st = tier_reserve(p, 0, &s->work, nw + n_rec, err))) return st;
+    for (int i = 0; i < nw; i++)
+        if (fate[i] == QI_KV_OFFLOAD) copy_token(D, &s->work, i, &s->off, s->off.n++);
+    for (int j = 0; j < no; j++)
+        if (fate[nw + j] == QI_KV_KEEP) copy_token(D, &s->off, j, &s->work, s->work.n++);
+    tier_compact(D, &s->work, nw, fate, QI_KV_KEEP);
+    tier_compact(D, &s->off, no, fate + nw, QI_KV_OFFLOAD);
+    tier_trim(p, 0, &s->work);
+    tier_trim(p, 1, &s->off);
+    return QI_OK;
+}

@@ -1,0 +1,387 @@
+/* test_engine.c - the batched engine and its paged, policy-driven KV cache.
+ *
+ * On the cached SmolLM2-135M (skipped, exit 77, when it is absent):
+ *   - with the full policy one sequence's logits are bit-identical to the
+ *     single-sequence engine's (qi_ctx) over a multi-chunk prompt and decode
+ *     steps;
+ *   - 16 sequences decoded together give the same tokens and bit-identical
+ *     logits as 16 separate runs, with sequences joining mid-way;
+ *   - every policy keeps each stream within its budget, the accounting adds
+ *     up, and offloading policies fill the offload tier;
+ *   - a KV memory cap fails the step with a clear error and marks the
+ *     sequences failed, and bad options, ids and feeds are errors.
+ * On the cached Gemma 3 270M: the ring of the sliding-window layers wraps
+ * (prompt past 1024 positions) and the logits still equal qi_ctx's.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qinfer/engine.h"
+#include "qinfer/model.h"
+#include "qinfer/params.h"
+#include "testutil.h"
+
+#define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define GEMMA_FILE "models/gemma-3-270m-q4_k_m.gguf"
+
+static qi_model *g_model;
+
+static qi_model *load(const char *file) {
+    const char *p = qi_test_cached(file);
+    if (!p) return NULL;
+    qi_model *m = NULL;
+    qi_err e = {0};
+    if (qi_model_load(p, &m, &e) != QI_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return NULL;
+    }
+    return m;
+}
+
+/* Deterministic token ids in the vocabulary (not text: the engine does not
+ * care, and any ids exercise the same arithmetic). */
+static void make_ids(int32_t *ids, int n, uint64_t seed, int V) {
+    uint64_t st = seed * 2654435761u + 1;
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(qi_test_rand(&st) % (uint64_t)(V > 4000 ? 4000 : V));
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static qi_engine *make_engine(const qi_model *m, const char *policy, const char *params, int budget, double frac,
+                              int n_ctx, int max_seqs) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = n_ctx;
+    o.max_seqs = max_seqs;
+    o.kv_policy = policy;
+    qi_params p;
+    qi_params_init(&p);
+    qi_err e = {0};
+    if (params) ck_assert_msg(qi_params_parse(&p, params, &e) == QI_OK, "%s", e.msg);
+    o.kv_params = &p;
+    o.kv_budget_tokens = budget;
+    o.kv_budget_frac = frac;
+    qi_engine *eng = NULL;
+    ck_assert_msg(qi_engine_create(m, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    return eng;
+}
+
+/* Compare the engine's logits for a prompt (logits_all) and greedy decode
+ * steps with qi_ctx's, bit for bit. */
+static void same_as_ctx(const qi_model *m, int n_prompt, int n_decode, int n_ctx) {
+    const int V = m->hp.n_vocab;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    make_ids(ids, n_prompt, 7, V);
+    qi_err e = {0};
+    qi_ctx *c = NULL;
+    ck_assert_int_eq(qi_ctx_create(m, n_ctx, 2, &c, &e), QI_OK);
+    qi_engine *eng = make_engine(m, "full", NULL, 0, 0.0, n_ctx, 2);
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_ctx_eval(c, ids, n_prompt, true, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, ids, n_prompt, true, &e), QI_OK);
+    int done = 0, checked = 0;
+    while (qi_engine_seq_pending(eng, id) > 0) {
+        ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "%s", e.msg);
+        const int nl = qi_engine_seq_n_logits(eng, id);
+        for (int i = 0; i < nl; i++) {
+            const float *a = qi_ctx_logits(c, done + i), *b = qi_engine_seq_logits(eng, id, i);
+            ck_assert_ptr_nonnull(a);
+            ck_assert_ptr_nonnull(b);
+            ck_assert_msg(memcmp(a, b, sizeof(float) * (size_t)V) == 0, "prompt row %d differs", done + i);
+            checked++;
+        }
+        done += nl;
+    }
+    ck_assert_int_eq(checked, n_prompt);
+    int32_t tok = argmax(qi_ctx_logits(c, -1), V);
+    for (int s = 0; s < n_decode; s++) {
+        ck_assert_int_eq(qi_ctx_eval(c, &tok, 1, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, &tok, 1, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_n_logits(eng, id), 1);
+        ck_assert_msg(memcmp(qi_ctx_logits(c, -1), qi_engine_seq_logits(eng, id, -1), sizeof(float) * (size_t)V) == 0,
+                      "decode step %d differs", s);
+        tok = argmax(qi_ctx_logits(c, -1), V);
+    }
+    printf("engine (full policy) vs single-sequence engine: %d prompt rows and %d decode steps bit-identical\n",
+           n_prompt, n_decode);
+    qi_engine_free(eng);
+    qi_ctx_free(c);
+    free(ids);
+}
+
+START_TEST(full_policy_equals_ctx) {
+    if (!g_model) return;
+    same_as_ctx(g_model, qi_test_quick() ? 40 : 700, qi_test_quick() ? 4 : 24, 1024);
+}
+END_TEST
+
+/* 16 sequences with different prompts decoded together (four of them join
+ * after a few steps) against each run alone. */
+START_TEST(batched_equals_separate) {
+    if (!g_model) return;
+    const int S = qi_test_quick() ? 4 : 16, G = qi_test_quick() ? 4 : 16, V = g_model->hp.n_vocab;
+    int32_t prompts[16][40];
+    int plen[16];
+    int32_t alone[16][16];
+    float *alone_logits = malloc(sizeof(float) * (size_t)S * G * V);
+    qi_err e = {0};
+    for (int s = 0; s < S; s++) {
+        plen[s] = 5 + 2 * s;
+        make_ids(prompts[s], plen[s], 100 + (uint64_t)s, V);
+    }
+    /* alone */
+    qi_engine *one = make_engine(g_model, "full", NULL, 0, 0.0, 256, 1);
+    for (int s = 0; s < S; s++) {
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(one, &id, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(one, id, prompts[s], plen[s], false, &e), QI_OK);
+        for (int g = 0; g < G; g++) {
+            while (qi_engine_seq_pending(one, id) > 0) ck_assert_int_eq(qi_engine_step(one, NULL, &e), QI_OK);
+            const float *lg = qi_engine_seq_logits(one, id, -1);
+            memcpy(alone_logits + ((size_t)s * G + g) * V, lg, sizeof(float) * (size_t)V);
+            alone[s][g] = argmax(lg, V);
+            ck_assert_int_eq(qi_engine_seq_feed(one, id, &alone[s][g], 1, false, &e), QI_OK);
+        }
+        ck_assert_int_eq(qi_engine_seq_remove(one, id, &e), QI_OK);
+    }
+    qi_engine_free(one);
+    /* together */
+    qi_engine *eng = make_engine(g_model, "full", NULL, 0, 0.0, 256, 16);
+    int ids[16], got[16] = {0};
+    const int late = S / 4; /* the last `late` sequences join after 3 steps */
+    for (int s = 0; s < S - late; s++) {
+        ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], prompts[s], plen[s], false, &e), QI_OK);
+    }
+    int steps = 0, max_batch = 0, agree = 0;
+    for (;;) {
+        if (steps == 3)
+            for (int s = S - late; s < S; s++) {
+                ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s], &e), QI_OK);
+                ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], prompts[s], plen[s], false, &e), QI_OK);
+            }
+        int n;
+        ck_assert_msg(qi_engine_step(eng, &n, &e) == QI_OK, "%s", e.msg);
+        steps++;
+        if (n == 0 && steps > 3) break;
+        int in_batch = 0;
+        for (int s = 0; s < S; s++) {
+            if (steps <= 3 && s >= S - late) continue;
+            if (qi_engine_seq_n_logits(eng, ids[s]) == 0) continue;
+            in_batch++;
+            const int g = got[s];
+            const float *lg = qi_engine_seq_logits(eng, ids[s], -1);
+            ck_assert_msg(memcmp(lg, alone_logits + ((size_t)s * G + g) * V, sizeof(float) * (size_t)V) == 0,
+                          "sequence %d step %d: logits differ from its run alone", s, g);
+            const int32_t tok = argmax(lg, V);
+            agree += tok == alone[s][g];
+            got[s]++;
+            if (got[s] < G) ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], &tok, 1, false, &e), QI_OK);
+        }
+        if (in_batch > max_batch) max_batch = in_batch;
+    }
+    for (int s = 0; s < S; s++) ck_assert_int_eq(got[s], G);
+    ck_assert_int_eq(agree, S * G);
+    ck_assert_int_eq(max_batch, S);
+    printf("batched: %d sequences x %d greedy tokens, %d/%d tokens and all logits identical to separate runs "
+           "(largest batch %d)\n", S, G, agree, S * G, max_batch);
+    qi_engine_free(eng);
+    free(alone_logits);
+}
+END_TEST
+
+/* Each policy on a 200-token prompt fed token by token: working tokens of
+ * every budgeted stream stay within the budget; offloading policies use the
+ * offload tier; the pool accounting matches the streams'. */
+START_TEST(policies_respect_budget) {
+    if (!g_model) return;
+    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    const int N = qi_test_quick() ? 70 : 200, B = 48;
+    int32_t ids[200];
+    make_ids(ids, N, 5, V);
+    const char *pols[][2] = {{"window", NULL}, {"streaming", "sinks=4"}, {"h2o", NULL},
+                             {"qinfer", NULL}, {"qinfer", "full_layers=0,probe_every=4"}};
+    for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+        qi_engine *eng = make_engine(g_model, pols[k][0], pols[k][1], B, 0.0, 256, 1);
+        qi_err e = {0};
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+        for (int i = 0; i < N; i++) {
+            ck_assert_int_eq(qi_engine_seq_feed(eng, id, &ids[i], 1, false, &e), QI_OK);
+            ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "%s: %s", pols[k][0], e.msg);
+            const float *lg = qi_engine_seq_logits(eng, id, -1);
+            ck_assert_ptr_nonnull(lg);
+            ck_assert(isfinite(lg[0]));
+        }
+        qi_engine_kv_seq st;
+        qi_engine_kv_seq_stats(eng, id, &st);
+        const bool qinfer = strcmp(pols[k][0], "qinfer") == 0;
+        const int full_layers = qinfer && !pols[k][1] ? 2 : 0;
+        /* budgeted layers hold exactly B working tokens per stream; exempt ones all N */
+        const long want_work = (long)Hkv * ((long)(L - full_layers) * B + (long)full_layers * N);
+        ck_assert_msg(st.work_tokens == want_work, "%s %s: %ld working tokens, want %ld", pols[k][0],
+                      pols[k][1] ? pols[k][1] : "", st.work_tokens, want_work);
+        if (qinfer)
+            ck_assert_int_eq(st.off_tokens, (long)Hkv * (L - full_layers) * (N - B));
+        else
+            ck_assert_int_eq(st.off_tokens, 0);
+        qi_engine_kv_pool pool;
+        qi_engine_kv_pool_stats(eng, &pool);
+        ck_assert_int_eq((long)st.work_bytes, pool.work_blocks * (long)pool.block_bytes);
+        ck_assert_int_eq((long)st.off_bytes, pool.off_blocks * (long)pool.block_bytes);
+        printf("%-9s %-28s budget %d: %ld working + %ld offloaded tokens, %.1f + %.1f KiB\n", pols[k][0],
+               pols[k][1] ? pols[k][1] : "(defaults)", B, st.work_tokens, st.off_tokens, st.work_bytes / 1024.0,
+               st.off_bytes / 1024.0);
+        ck_assert_int_eq(qi_engine_seq_remove(eng, id, &e), QI_OK);
+        qi_engine_kv_pool_stats(eng, &pool);
+        ck_assert_int_eq(pool.work_blocks + pool.off_blocks, 0);
+        qi_engine_free(eng);
+    }
+}
+END_TEST
+
+/* A fraction budget follows the sequence's length. */
+START_TEST(fraction_budget) {
+    if (!g_model) return;
+    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv, N = 100;
+    int32_t ids[100];
+    make_ids(ids, N, 9, V);
+    qi_engine *eng = make_engine(g_model, "window", NULL, 0, 0.25, 256, 1);
+    qi_err e = {0};
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, &ids[i], 1, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+        qi_engine_kv_seq st;
+        qi_engine_kv_seq_stats(eng, id, &st);
+        const long b = (long)ceil(0.25 * (i + 1));
+        ck_assert_int_eq(st.work_tokens, (long)L * Hkv * b);
+    }
+    qi_engine_free(eng);
+}
+END_TEST
+
+START_TEST(errors) {
+    if (!g_model) return;
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    qi_err e = {0};
+    qi_engine *eng = NULL;
+    o.kv_policy = "nope";
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
+    ck_assert_ptr_null(eng);
+    ck_assert_ptr_nonnull(strstr(e.msg, "nope"));
+    qi_err_clear(&e);
+    o.kv_policy = "h2o";
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "budget"));
+    qi_err_clear(&e);
+    o.kv_budget_frac = 1.5;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    o.kv_budget_frac = 0.0;
+    qi_params p;
+    qi_params_init(&p);
+    ck_assert_int_eq(qi_params_parse(&p, "heavy=2", &e), QI_OK);
+    o.kv_params = &p;
+    o.kv_budget_tokens = 16;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "heavy"));
+    qi_err_clear(&e);
+
+    /* ids, feeds, context */
+    eng = make_engine(g_model, "full", NULL, 0, 0.0, 32, 2);
+    int a, b, c;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &a, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_add(eng, &b, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_add(eng, &c, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    int32_t big[40] = {0}, bad = -3;
+    ck_assert_int_eq(qi_engine_seq_feed(eng, a, big, 40, false, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "context full"));
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, a, &bad, 1, false, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, 7, big, 1, false, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_seq_remove(eng, b, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_remove(eng, b, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    int n = -1;
+    ck_assert_int_eq(qi_engine_step(eng, &n, &e), QI_OK);
+    ck_assert_int_eq(n, 0);
+    qi_engine_free(eng);
+
+    /* a memory cap: one block per stream is too little for 100 tokens */
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.n_ctx = 128;
+    o.max_seqs = 1;
+    o.kv_max_bytes = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * 2 * 64 * g_model->hp.head_dim * 2;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_add(eng, &a, &e), QI_OK);
+    int32_t ids[100];
+    make_ids(ids, 100, 3, g_model->hp.n_vocab);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, a, ids, 64, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, a, ids + 64, 36, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_ERR_NOMEM);
+    ck_assert_ptr_nonnull(strstr(e.msg, "KV cache full"));
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, a, ids, 1, false, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "failed"));
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_seq_remove(eng, a, &e), QI_OK);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(eng, &pool);
+    ck_assert_int_eq(pool.work_blocks + pool.off_blocks, 0);
+    qi_engine_free(eng);
+}
+END_TEST
+
+/* Gemma 3: a prompt past 1024 positions wraps the local layers' ring. */
+START_TEST(gemma_ring_equals_ctx) {
+    if (qi_test_quick()) return;
+    qi_model *m = load(GEMMA_FILE);
+    if (!m) {
+        printf("gemma3-270m not cached: skipped\n");
+        return;
+    }
+    same_as_ctx(m, 1100, 8, 1200);
+    qi_model_free(m);
+}
+END_TEST
+
+int main(void) {
+    g_model = load(SMOL_FILE);
+    if (!g_model) {
+        printf("SmolLM2-135M not cached (models/fetch.sh smollm2-135m): skipped\n");
+        return 77;
+    }
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("engine");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, full_policy_equals_ctx);
+    tcase_add_test(tc, batched_equals_separate);
+    tcase_add_test(tc, policies_respect_budget);
+    tcase_add_test(tc, fraction_budget);
+    tcase_add_test(tc, errors);
+    tcase_add_test(tc, gemma_ring_equals_ctx);
+    suite_add_tcase(s, tc);
+    int rc = qi_test_run_suite(s);
+    qi_model_free(g_model);
+    return rc;
+}
