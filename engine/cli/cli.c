@@ -1,6 +1,8 @@
 /* cli.c - flag parsing and error reporting shared by the subcommands. */
 #include "cli.h"
 
+#include "kv/kv_policy.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -107,4 +109,96 @@ double qi_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- the KV policy flags -------------------------------------------------------- */
+
+void qi_cli_kv_init(qi_cli_kv *k) {
+    memset(k, 0, sizeof *k);
+    k->policy = "full";
+    qi_params_init(&k->params);
+}
+
+bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k) {
+    if (qi_args_is(a, NULL, "--kv-policy")) {
+        const char *s = qi_args_str(a);
+        if (s && !qi_kv_policy_find(s)) {
+            char names[256] = "";
+            for (int i = 0; qi_kv_policies[i]; i++) {
+                if (i) strncat(names, ", ", sizeof names - strlen(names) - 1);
+                strncat(names, qi_kv_policies[i]->name, sizeof names - strlen(names) - 1);
+            }
+            qi_cli_error(a->cmd, "option --kv-policy: unknown policy '%s' (policies: %s)", s, names);
+            a->failed = true;
+        } else if (s) {
+            k->policy = s;
+        }
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--kv-budget")) {
+        const char *s = qi_args_str(a);
+        if (!s) return true;
+        char *end;
+        errno = 0;
+        const size_t len = strlen(s);
+        if (len > 1 && s[len - 1] == '%') {
+            double v = strtod(s, &end);
+            if (errno || end != s + len - 1 || !(v > 0.0 && v <= 100.0)) goto bad;
+            k->budget_frac = v / 100.0;
+            k->budget_tokens = 0;
+        } else if (strchr(s, '.')) {
+            double v = strtod(s, &end);
+            if (errno || *end || !(v > 0.0 && v <= 1.0)) goto bad;
+            k->budget_frac = v;
+            k->budget_tokens = 0;
+        } else {
+            long v = strtol(s, &end, 10);
+            if (errno || end == s || *end || v < 1 || v > (1L << 24)) goto bad;
+            k->budget_tokens = (int)v;
+            k->budget_frac = 0.0;
+        }
+        return true;
+    bad:
+        qi_cli_error(a->cmd, "option --kv-budget: '%s' is not a token count (e.g. 512), a percentage (50%%) "
+                             "or a fraction in (0, 1] (0.5)", s);
+        a->failed = true;
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--kv-param")) {
+        const char *s = qi_args_str(a);
+        qi_err e = {0};
+        if (s && qi_params_parse(&k->params, s, &e) != QI_OK) {
+            qi_cli_error(a->cmd, "option --kv-param: %s", e.msg);
+            a->failed = true;
+        }
+        return true;
+    }
+    return false;
+}
+
+void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
+    o->kv_policy = k->policy;
+    o->kv_params = &k->params;
+    o->kv_budget_tokens = k->budget_tokens;
+    o->kv_budget_frac = k->budget_frac;
+}
+
+void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
+    int w = snprintf(buf, n, "%s", k->policy);
+    if (k->budget_tokens > 0) w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %d tokens", k->budget_tokens);
+    else if (k->budget_frac > 0) w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %g%%", k->budget_frac * 100);
+    for (int i = 0; i < k->params.n; i++)
+        w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "%s%s=%s", i ? "," : ", ", k->params.items[i].key,
+                      k->params.items[i].value);
+}
+
+void qi_cli_kv_help(void) {
+    printf("      --kv-policy NAME    KV selection policy (default full):\n");
+    for (int i = 0; qi_kv_policies[i]; i++)
+        printf("                            %-10s %s%s%s%s\n", qi_kv_policies[i]->name, qi_kv_policies[i]->summary,
+               qi_kv_policies[i]->params[0] ? " [" : "", qi_kv_policies[i]->params,
+               qi_kv_policies[i]->params[0] ? "]" : "");
+    printf("      --kv-budget B       working KV tokens per layer and KV head: a count (512),\n"
+           "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
+           "      --kv-param K=V,...  policy parameters (repeatable)\n");
 }

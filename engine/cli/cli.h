@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "qinfer/engine.h"
+#include "qinfer/params.h"
 #include "qinfer/status.h"
 
 #define QI_EXIT_RUNTIME 1
@@ -45,11 +47,36 @@ int qi_cli_fail(const char *cmd, const qi_err *err);
 
 double qi_now_s(void);
 
+/* The KV policy flags every engine command takes:
+ *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer
+ *   --kv-budget B         working tokens per (layer, KV head): N tokens, P%
+ *                         or a fraction 0.F of the sequence's length
+ *   --kv-param K=V[,...]  the policy's parameters (repeatable) */
+typedef struct {
+    const char *policy;
+    qi_params params;
+    int budget_tokens;
+    double budget_frac;
+} qi_cli_kv;
+
+void qi_cli_kv_init(qi_cli_kv *k);
+/* If the current flag is one of the KV flags, consume its value (reporting a
+ * bad one) and return true. */
+bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k);
+/* Copy the choice into engine options (k must outlive o's use). */
+void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o);
+/* "h2o, budget 50%" / "full" for headers. */
+void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n);
+/* Help lines for the flags, and the list of policies with their parameters. */
+void qi_cli_kv_help(void);
+
 int qi_cmd_generate(int argc, char **argv);
 int qi_cmd_ppl(int argc, char **argv);
 int qi_cmd_inspect(int argc, char **argv);
 int qi_cmd_tokenize(int argc, char **argv);
 int qi_cmd_bench(int argc, char **argv);
 int qi_cmd_sysinfo(int argc, char **argv);
+int qi_cmd_agree(int argc, char **argv);
+int qi_cmd_needle(int argc, char **argv);
 
 #endif
