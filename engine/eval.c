@@ -3,6 +3,7 @@
 #include "qinfer/eval.h"
 
 #include <math.h>
+#include <string.h>
 
 double qi_log_prob(const float *logits, int V, int tok) {
     float mx = logits[0];
@@ -54,5 +55,83 @@ qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t
     out->ppl_err = var > 0 ? sqrt(var / (count - 1)) * out->ppl : 0;
     out->count = count;
     out->n_chunks = n_chunk;
+    return QI_OK;
+}
+
+qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
+                               int max_chunks, int batch, qi_ppl_progress cb, void *ud, qi_ppl_result *out,
+                               qi_ppl_kv *kv, qi_err *err) {
+    if (n_ctx < 4) return QI_ERR(err, QI_ERR_INVALID, "perplexity context %d is too small", n_ctx);
+    if (n_ids < 2 * (size_t)n_ctx)
+        return QI_ERR(err, QI_ERR_INVALID, "the text is %zu tokens; perplexity at context %d needs at least %d",
+                      n_ids, n_ctx, 2 * n_ctx);
+    if (batch < 1 || batch > 256) return QI_ERR(err, QI_ERR_INVALID, "batch %d out of range 1..256", batch);
+    int n_chunk = (int)(n_ids / (size_t)n_ctx);
+    if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
+    const int V = m->hp.n_vocab, first = n_ctx / 2;
+    const bool add_bos = qi_tokenizer_add_bos(m->tok);
+    struct {
+        int id, chunk, j; /* j: tokens fed so far */
+    } act[256];
+    int n_act = 0, next_chunk = 0, chunks_done = 0;
+    double nll = 0, nll2 = 0, kv_w = 0, kv_o = 0;
+    long count = 0, kv_n = 0;
+    qi_status st = QI_OK;
+    while (chunks_done < n_chunk) {
+        while (n_act < batch && next_chunk < n_chunk) {
+            int id;
+            if ((st = qi_engine_seq_add(e, &id, err))) goto out;
+            act[n_act].id = id;
+            act[n_act].chunk = next_chunk++;
+            act[n_act].j = 0;
+            n_act++;
+        }
+        for (int a = 0; a < n_act; a++) {
+            const int32_t *chunk = ids + (size_t)act[a].chunk * n_ctx;
+            int32_t tok = act[a].j == 0 && add_bos ? qi_tokenizer_bos(m->tok) : chunk[act[a].j];
+            if ((st = qi_engine_seq_feed(e, act[a].id, &tok, 1, false, err))) goto out;
+        }
+        if ((st = qi_engine_step(e, NULL, err))) goto out;
+        for (int a = 0; a < n_act; a++) {
+            const int32_t *chunk = ids + (size_t)act[a].chunk * n_ctx;
+            const int j = act[a].j++;
+            if (j >= first && j < n_ctx - 1) {
+                double lp = qi_log_prob(qi_engine_seq_logits(e, act[a].id, -1), V, chunk[j + 1]);
+                nll -= lp;
+                nll2 += lp * lp;
+                count++;
+                if (kv) {
+                    qi_engine_kv_seq ks;
+                    qi_engine_kv_seq_stats(e, act[a].id, &ks);
+                    kv_w += (double)ks.work_tokens;
+                    kv_o += (double)ks.off_tokens;
+                    kv_n++;
+                }
+            }
+        }
+        for (int a = 0; a < n_act;) {
+            if (act[a].j < n_ctx) {
+                a++;
+                continue;
+            }
+            qi_engine_seq_remove(e, act[a].id, NULL);
+            act[a] = act[--n_act];
+            chunks_done++;
+            if (cb) cb(ud, chunks_done, n_chunk, exp(nll / count));
+        }
+    }
+out:
+    for (int a = 0; a < n_act; a++) qi_engine_seq_remove(e, act[a].id, NULL);
+    if (st) return st;
+    double mean = nll / count, var = nll2 / count - mean * mean;
+    out->nll = mean;
+    out->ppl = exp(mean);
+    out->ppl_err = var > 0 ? sqrt(var / (count - 1)) * out->ppl : 0;
+    out->count = count;
+    out->n_chunks = n_chunk;
+    if (kv) {
+        kv->work_tokens = kv_n ? kv_w / kv_n : 0;
+        kv->off_tokens = kv_n ? kv_o / kv_n : 0;
+    }
     return QI_OK;
 }

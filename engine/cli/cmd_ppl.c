@@ -6,6 +6,10 @@
  * (when the model adds BOS) and only the second half is scored: the logits at
  * positions n_ctx/2 .. n_ctx-2 predict the next token. PPL = exp(mean NLL);
  * the +/- is ppl * sqrt(var(NLL) / (count - 1)), as llama-perplexity prints.
+ *
+ * With --decode, or any KV policy flag, the same chunks are decoded token by
+ * token through the batched engine (several chunks at once, --batch), so the
+ * policy's evictions really apply while the second half is scored.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,15 +24,22 @@
 
 static void help(void) {
     printf(
-        "usage: qinfer ppl [-m MODEL] -f FILE [--ctx N] [--chunks N] [-t N]\n\n"
+        "usage: qinfer ppl [-m MODEL] -f FILE [--ctx N] [--chunks N] [-t N]\n"
+        "                  [--decode] [--batch N] [--kv-policy P --kv-budget B ...]\n\n"
         "Perplexity of a text file, computed as llama-perplexity does: non-overlapping\n"
-        "chunks of N tokens, each scored on its second half.\n\n"
+        "chunks of N tokens, each scored on its second half. By default each chunk is\n"
+        "one batch with the full KV cache (equal to llama-perplexity -fa off). With\n"
+        "--decode or a KV policy, chunks are decoded one token per step so that the\n"
+        "policy evicts as it would during generation.\n\n"
         "  -m, --model MODEL   GGUF path or cached short name (default smollm2-135m)\n"
         "  -f, --file FILE     text file, or a cached corpus short name (e.g. devil)\n"
         "  -c, --ctx N         tokens per chunk (default 512)\n"
         "      --chunks N      score only the first N chunks (default: all)\n"
         "  -t, --threads N     worker threads (default: physical cores)\n"
-        "  -h, --help          this help\n");
+        "      --decode        decode token by token (implied by the KV flags)\n"
+        "      --batch N       chunks decoded at once in decode mode (default 4)\n");
+    qi_cli_kv_help();
+    printf("  -h, --help          this help\n");
 }
 
 typedef struct {
@@ -44,7 +55,10 @@ static void progress(void *ud, int done, int total, double ppl) {
 
 int qi_cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *model_arg = "smollm2-135m", *file_arg = NULL;
-    int n_ctx = 512, max_chunks = -1, n_threads = qi_n_physical_cores();
+    int n_ctx = 512, max_chunks = -1, n_threads = qi_n_physical_cores(), batch = 4;
+    bool decode = false;
+    qi_cli_kv kvo;
+    qi_cli_kv_init(&kvo);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
@@ -54,6 +68,9 @@ int qi_cmd_ppl(int argc, char **argv) {
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 8, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, NULL, "--chunks")) qi_args_int(&a, 1, 1 << 30, &max_chunks);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
+        else if (qi_args_is(&a, NULL, "--decode")) decode = true;
+        else if (qi_args_is(&a, NULL, "--batch")) qi_args_int(&a, 1, 256, &batch);
+        else if (qi_cli_kv_flag(&a, &kvo)) decode = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -65,6 +82,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     char mpath[1024], fpath[1024];
     qi_model *m = NULL;
     qi_ctx *ctx = NULL;
+    qi_engine *eng = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -105,15 +123,37 @@ int qi_cmd_ppl(int argc, char **argv) {
                n_ctx, 2 * n_ctx);
         goto fail;
     }
-    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
     int n_chunk = (int)(n_ids / (size_t)n_ctx);
     if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
-    fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
-            n_threads);
     progress_state ps = {qi_now_s()};
     qi_ppl_result r;
-    if (qi_perplexity(m, ctx, ids, n_ids, n_ctx, max_chunks, progress, &ps, &r, &err)) goto fail;
-    printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
+    if (!decode) {
+        if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
+        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
+                n_threads);
+        if (qi_perplexity(m, ctx, ids, n_ids, n_ctx, max_chunks, progress, &ps, &r, &err)) goto fail;
+        printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
+        printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+        goto done;
+    }
+    qi_engine_opts eo;
+    qi_engine_opts_default(&eo);
+    eo.n_threads = n_threads;
+    eo.n_ctx = n_ctx;
+    eo.max_seqs = batch < n_chunk ? batch : n_chunk;
+    qi_cli_kv_apply(&kvo, &eo);
+    if (qi_engine_create(m, &eo, &eng, &err)) goto fail;
+    char desc[512];
+    qi_cli_kv_describe(&kvo, desc, sizeof desc);
+    fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d decoded token by token, %d at once, KV %s, %d threads\n",
+            fpath, n_ids, n_chunk, n_ctx, eo.max_seqs, desc, n_threads);
+    qi_ppl_kv kv;
+    if (qi_perplexity_decode(m, eng, ids, n_ids, n_ctx, max_chunks, eo.max_seqs, progress, &ps, &r, &kv, &err))
+        goto fail;
+    const long streams = (long)m->hp.n_layer * m->hp.n_head_kv;
+    printf("chunks %d  ctx %d  scored %ld tokens  decode mode  kv %s\n", r.n_chunks, n_ctx, r.count, desc);
+    printf("kv: working tokens per layer and KV head %.1f, offloaded %.1f (mean over scored steps; positions "
+           "%d..%d)\n", kv.work_tokens / streams, kv.off_tokens / streams, n_ctx / 2, n_ctx - 2);
     printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
     goto done;
 fail:
@@ -122,6 +162,7 @@ done:
     qi_free(ids);
     qi_free(text);
     qi_ctx_free(ctx);
+    qi_engine_free(eng);
     qi_model_free(m);
     return rc;
 }

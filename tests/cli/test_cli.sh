@@ -49,6 +49,18 @@ cmp -s "$tmp/s1" "$tmp/s2" || bad "same seed gave different text"
 expect_ok $Q generate $M --chat -p "What is 2+2?" -n 16 --temp 0
 expect_fail 2 "does not fit the context" $Q generate $M -c 8 -p "one two three four five six seven eight nine ten eleven"
 expect_fail 2 "needs at least" $Q ppl $M -f "$tmp/bad.gguf" -c 512
+# decode-mode perplexity under a KV policy: the budget shows in the kv line
+if [[ -n $(ls "${QINFER_CACHE:-$HOME/.cache/qinfer}"/corpora/devils-dictionary.txt 2>/dev/null) ]]; then
+  expect_ok $Q ppl $M -f devil --ctx 64 --chunks 2 --kv-policy h2o --kv-budget 16 &&
+    { grep -q "working tokens per layer and KV head 16.0" "$tmp/out" && grep -q "Final estimate" "$tmp/out" ||
+      bad "ppl h2o output: $(cat "$tmp/out")"; }
+  expect_fail 2 "needs a budget" $Q ppl $M -f devil --ctx 64 --chunks 1 --kv-policy window
+  expect_fail 2 "heavy" $Q ppl $M -f devil --ctx 64 --chunks 1 --kv-policy h2o --kv-budget 8 --kv-param heavy=2
+fi
+expect_fail 2 "unknown policy 'nope'" $Q ppl $M -f x --kv-policy nope
+expect_fail 2 "kv-budget" $Q ppl $M -f x --kv-budget 0
+expect_fail 2 "kv-budget" $Q ppl $M -f x --kv-budget 150%
+expect_fail 2 "kv-param" $Q ppl $M -f x --kv-param "=3"
 expect_ok $Q tokenize -m smollm2-135m -p "Hello world" && { [[ $(cat "$tmp/out") =~ ^[0-9\ ]+$ ]] || bad "tokenize output: $(cat "$tmp/out")"; }
 
 echo "$passes passed, $fails failed"

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qinfer/engine.h"
 #include "qinfer/model.h"
 
 typedef struct {
@@ -27,6 +28,21 @@ typedef void (*qi_ppl_progress)(void *ud, int done, int total, double ppl_so_far
  * positions. Needs n_ids >= 2 * n_ctx. */
 qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t n_ids, int n_ctx,
                         int max_chunks, qi_ppl_progress cb, void *ud, qi_ppl_result *out, qi_err *err);
+
+/* The same chunks, scored the same way, but decoded token by token through
+ * the batched engine e (one sequence per chunk, up to `batch` chunks at
+ * once), so that e's KV policy evicts at every step as it would while
+ * generating. e must hold n_ctx positions and `batch` sequences, and have
+ * none in use. With the full policy the figure is close to qi_perplexity's
+ * but not bit-equal: one-token steps take llama.cpp's one-token order for
+ * the attention dots. kv (may be NULL) receives the working and offloaded
+ * KV tokens per sequence, averaged over the scored steps. */
+typedef struct {
+    double work_tokens, off_tokens;
+} qi_ppl_kv;
+qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
+                               int max_chunks, int batch, qi_ppl_progress cb, void *ud, qi_ppl_result *out,
+                               qi_ppl_kv *kv, qi_err *err);
 
 /* log softmax(logits)[tok], summing in double. */
 double qi_log_prob(const float *logits, int n_vocab, int tok);
