@@ -2,7 +2,9 @@
  *
  * Output is streamed through the UTF-8-safe detokeniser, so a character split
  * across tokens appears once complete. Timing goes to stderr so stdout holds
- * only the generated text.
+ * only the generated text. It runs on the batched engine with one sequence,
+ * so the KV policy flags apply; with the default full cache its logits are
+ * those of the single-sequence path, bit for bit.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "cli.h"
 #include "qinfer/cache.h"
 #include "qinfer/chat.h"
+#include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/sampler.h"
 #include "threadpool.h"
@@ -35,13 +38,17 @@ static void help(void) {
         "      --repeat-last-n N   tokens the penalty looks back over (default 64)\n"
         "      --ignore-eos      keep generating past end-of-generation tokens\n"
         "      --ids             print token ids instead of text\n"
-        "  -h, --help            this help\n");
+        "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n");
+    qi_cli_kv_help();
+    printf("  -h, --help            this help\n");
 }
 
 int qi_cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
     int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
-    bool chat = false, ignore_eos = false, print_ids = false;
+    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false;
+    qi_cli_kv kvo;
+    qi_cli_kv_init(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
@@ -63,6 +70,8 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--repeat-last-n")) qi_args_int(&a, 0, 1 << 20, &sp.repeat_last_n);
         else if (qi_args_is(&a, NULL, "--ignore-eos")) ignore_eos = true;
         else if (qi_args_is(&a, NULL, "--ids")) print_ids = true;
+        else if (qi_args_is(&a, NULL, "--kv-stats")) kv_stats = true;
+        else if (qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -78,7 +87,8 @@ int qi_cmd_generate(int argc, char **argv) {
     qi_err err = {0};
     char path[1024];
     qi_model *m = NULL;
-    qi_ctx *ctx = NULL;
+    qi_engine *eng = NULL;
+    int sid = -1;
     qi_sampler *smp = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
@@ -102,19 +112,28 @@ int qi_cmd_generate(int argc, char **argv) {
                n_ids, n_ctx);
         goto fail;
     }
-    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err) || qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
+    qi_engine_opts eo;
+    qi_engine_opts_default(&eo);
+    eo.n_threads = n_threads;
+    eo.n_ctx = n_ctx;
+    eo.max_seqs = 1;
+    qi_cli_kv_apply(&kvo, &eo);
+    if (qi_engine_create(m, &eo, &eng, &err) || qi_engine_seq_add(eng, &sid, &err) ||
+        qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
         goto fail;
     for (size_t i = 0; i < n_ids; i++) qi_sampler_accept(smp, ids[i]);
 
     double t0 = qi_now_s();
-    if (qi_ctx_eval(ctx, ids, (int)n_ids, false, &err)) goto fail;
+    if (qi_engine_seq_feed(eng, sid, ids, (int)n_ids, false, &err)) goto fail;
+    while (qi_engine_seq_pending(eng, sid) > 0)
+        if (qi_engine_step(eng, NULL, &err)) goto fail;
     double t1 = qi_now_s();
     qi_detok dt;
     qi_detok_init(&dt);
     char buf[256];
     int n_gen = 0;
-    for (; n_gen < n_predict && qi_ctx_n_past(ctx) < n_ctx; n_gen++) {
-        int32_t tok = qi_sampler_sample(smp, qi_ctx_logits(ctx, -1));
+    for (; n_gen < n_predict && qi_engine_seq_n_past(eng, sid) < n_ctx; n_gen++) {
+        int32_t tok = qi_sampler_sample(smp, qi_engine_seq_logits(eng, sid, -1));
         qi_sampler_accept(smp, tok);
         if (!ignore_eos && qi_tokenizer_is_eog(m->tok, tok)) break;
         if (print_ids) {
@@ -124,7 +143,8 @@ int qi_cmd_generate(int argc, char **argv) {
             fwrite(buf, 1, nb < sizeof buf ? nb : sizeof buf, stdout);
         }
         fflush(stdout);
-        if (n_gen + 1 < n_predict && qi_ctx_n_past(ctx) < n_ctx && qi_ctx_eval(ctx, &tok, 1, false, &err))
+        if (n_gen + 1 < n_predict && qi_engine_seq_n_past(eng, sid) < n_ctx &&
+            (qi_engine_seq_feed(eng, sid, &tok, 1, false, &err) || qi_engine_step(eng, NULL, &err)))
             goto fail;
     }
     if (!print_ids) {
@@ -136,6 +156,16 @@ int qi_cmd_generate(int argc, char **argv) {
     double t2 = qi_now_s();
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads);
+    if (kv_stats) {
+        qi_engine_kv_seq ks;
+        qi_engine_kv_seq_stats(eng, sid, &ks);
+        char desc[512];
+        qi_cli_kv_describe(&kvo, desc, sizeof desc);
+        const double streams = (double)m->hp.n_layer * m->hp.n_head_kv;
+        fprintf(stderr, "qinfer generate: kv %s: %d positions; per layer and KV head %.1f working, %.1f offloaded "
+                        "tokens; %.1f KiB working, %.1f KiB offloaded\n", desc, qi_engine_seq_n_past(eng, sid),
+                ks.work_tokens / streams, ks.off_tokens / streams, ks.work_bytes / 1024.0, ks.off_bytes / 1024.0);
+    }
     goto done;
 fail:
     rc = qi_cli_fail(cmd, &err);
@@ -143,7 +173,7 @@ done:
     qi_free(ids);
     qi_free(text);
     qi_sampler_free(smp);
-    qi_ctx_free(ctx);
+    qi_engine_free(eng);
     qi_model_free(m);
     return rc;
 }
