@@ -58,9 +58,9 @@ qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t
     return QI_OK;
 }
 
-qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
-                               int max_chunks, int batch, qi_ppl_progress cb, void *ud, qi_ppl_result *out,
-                               qi_ppl_kv *kv, qi_err *err) {
+qi_status qi_perplexity_engine(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
+                               int max_chunks, int batch, bool decode, qi_ppl_progress cb, void *ud,
+                               qi_ppl_result *out, qi_ppl_kv *kv, qi_err *err) {
     if (n_ctx < 4) return QI_ERR(err, QI_ERR_INVALID, "perplexity context %d is too small", n_ctx);
     if (n_ids < 2 * (size_t)n_ctx)
         return QI_ERR(err, QI_ERR_INVALID, "the text is %zu tokens; perplexity at context %d needs at least %d",
@@ -71,11 +71,13 @@ qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *i
     const int V = m->hp.n_vocab, first = n_ctx / 2;
     const bool add_bos = qi_tokenizer_add_bos(m->tok);
     struct {
-        int id, chunk, j; /* j: tokens fed so far */
+        int id, chunk, fed, j; /* tokens fed; logits consumed (= next position scored) */
     } act[256];
     int n_act = 0, next_chunk = 0, chunks_done = 0;
     double nll = 0, nll2 = 0, kv_w = 0, kv_o = 0;
     long count = 0, kv_n = 0;
+    int32_t *buf = qi_malloc(sizeof *buf * (size_t)n_ctx);
+    if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
     qi_status st = QI_OK;
     while (chunks_done < n_chunk) {
         while (n_act < batch && next_chunk < n_chunk) {
@@ -83,20 +85,26 @@ qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *i
             if ((st = qi_engine_seq_add(e, &id, err))) goto out;
             act[n_act].id = id;
             act[n_act].chunk = next_chunk++;
-            act[n_act].j = 0;
+            act[n_act].fed = act[n_act].j = 0;
             n_act++;
         }
         for (int a = 0; a < n_act; a++) {
+            if (qi_engine_seq_pending(e, act[a].id) > 0 || act[a].fed == n_ctx) continue;
             const int32_t *chunk = ids + (size_t)act[a].chunk * n_ctx;
-            int32_t tok = act[a].j == 0 && add_bos ? qi_tokenizer_bos(m->tok) : chunk[act[a].j];
-            if ((st = qi_engine_seq_feed(e, act[a].id, &tok, 1, false, err))) goto out;
+            const int n = decode ? 1 : n_ctx;
+            memcpy(buf, chunk + act[a].fed, sizeof *buf * (size_t)n);
+            if (act[a].fed == 0 && add_bos) buf[0] = qi_tokenizer_bos(m->tok);
+            if ((st = qi_engine_seq_feed(e, act[a].id, buf, n, !decode, err))) goto out;
+            act[a].fed += n;
         }
         if ((st = qi_engine_step(e, NULL, err))) goto out;
         for (int a = 0; a < n_act; a++) {
             const int32_t *chunk = ids + (size_t)act[a].chunk * n_ctx;
-            const int j = act[a].j++;
-            if (j >= first && j < n_ctx - 1) {
-                double lp = qi_log_prob(qi_engine_seq_logits(e, act[a].id, -1), V, chunk[j + 1]);
+            const int nl = qi_engine_seq_n_logits(e, act[a].id);
+            for (int r = 0; r < nl; r++) {
+                const int j = act[a].j++;
+                if (j < first || j >= n_ctx - 1) continue;
+                double lp = qi_log_prob(qi_engine_seq_logits(e, act[a].id, r), V, chunk[j + 1]);
                 nll -= lp;
                 nll2 += lp * lp;
                 count++;
@@ -122,6 +130,7 @@ qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *i
     }
 out:
     for (int a = 0; a < n_act; a++) qi_engine_seq_remove(e, act[a].id, NULL);
+    qi_free(buf);
     if (st) return st;
     double mean = nll / count, var = nll2 / count - mean * mean;
     out->nll = mean;

@@ -81,7 +81,6 @@ int qi_cmd_ppl(int argc, char **argv) {
     qi_err err = {0};
     char mpath[1024], fpath[1024];
     qi_model *m = NULL;
-    qi_ctx *ctx = NULL;
     qi_engine *eng = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
@@ -127,29 +126,31 @@ int qi_cmd_ppl(int argc, char **argv) {
     if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
     progress_state ps = {qi_now_s()};
     qi_ppl_result r;
-    if (!decode) {
-        if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
-        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
-                n_threads);
-        if (qi_perplexity(m, ctx, ids, n_ids, n_ctx, max_chunks, progress, &ps, &r, &err)) goto fail;
-        printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
-        printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
-        goto done;
-    }
     qi_engine_opts eo;
     qi_engine_opts_default(&eo);
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
+    if (!decode) batch = 1; /* whole chunks run one after another */
     eo.max_seqs = batch < n_chunk ? batch : n_chunk;
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err)) goto fail;
     char desc[512];
     qi_cli_kv_describe(&kvo, desc, sizeof desc);
-    fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d decoded token by token, %d at once, KV %s, %d threads\n",
-            fpath, n_ids, n_chunk, n_ctx, eo.max_seqs, desc, n_threads);
+    if (decode)
+        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d decoded token by token, %d at once, KV %s, "
+                        "%d threads\n", fpath, n_ids, n_chunk, n_ctx, eo.max_seqs, desc, n_threads);
+    else
+        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
+                n_threads);
     qi_ppl_kv kv;
-    if (qi_perplexity_decode(m, eng, ids, n_ids, n_ctx, max_chunks, eo.max_seqs, progress, &ps, &r, &kv, &err))
+    if (qi_perplexity_engine(m, eng, ids, n_ids, n_ctx, max_chunks, eo.max_seqs, decode, progress, &ps, &r, &kv,
+                             &err))
         goto fail;
+    if (!decode) {
+        printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
+        printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+        goto done;
+    }
     const long streams = (long)m->hp.n_layer * m->hp.n_head_kv;
     printf("chunks %d  ctx %d  scored %ld tokens  decode mode  kv %s\n", r.n_chunks, n_ctx, r.count, desc);
     printf("kv: working tokens per layer and KV head %.1f, offloaded %.1f (mean over scored steps; positions "
@@ -161,7 +162,6 @@ fail:
 done:
     qi_free(ids);
     qi_free(text);
-    qi_ctx_free(ctx);
     qi_engine_free(eng);
     qi_model_free(m);
     return rc;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "qinfer/engine.h"
+#include "qinfer/eval.h"
 #include "qinfer/model.h"
 #include "qinfer/params.h"
 #include "testutil.h"
@@ -352,6 +353,34 @@ START_TEST(errors) {
 }
 END_TEST
 
+/* Perplexity through the engine (whole chunks) equals qi_perplexity exactly,
+ * two chunks run one after the other and, in decode mode, two at once. */
+START_TEST(perplexity_through_engine) {
+    if (!g_model) return;
+    const int ctx = qi_test_quick() ? 64 : 256, V = g_model->hp.n_vocab;
+    const size_t n = (size_t)ctx * 3;
+    int32_t *ids = malloc(sizeof(int32_t) * n);
+    make_ids(ids, (int)n, 11, V);
+    qi_err e = {0};
+    qi_ctx *c = NULL;
+    ck_assert_int_eq(qi_ctx_create(g_model, ctx, 2, &c, &e), QI_OK);
+    qi_ppl_result want, got, dec;
+    ck_assert_int_eq(qi_perplexity(g_model, c, ids, n, ctx, 2, NULL, NULL, &want, &e), QI_OK);
+    qi_engine *eng = make_engine(g_model, "full", NULL, 0, 0.0, ctx, 2);
+    ck_assert_int_eq(qi_perplexity_engine(g_model, eng, ids, n, ctx, 2, 1, false, NULL, NULL, &got, NULL, &e), QI_OK);
+    ck_assert_msg(got.ppl == want.ppl && got.count == want.count, "engine ppl %.9g vs %.9g", got.ppl, want.ppl);
+    qi_ppl_kv kv;
+    ck_assert_int_eq(qi_perplexity_engine(g_model, eng, ids, n, ctx, 2, 2, true, NULL, NULL, &dec, &kv, &e), QI_OK);
+    ck_assert_int_eq(dec.count, want.count);
+    ck_assert_msg(fabs(dec.ppl / want.ppl - 1) < 0.02, "decode-mode ppl %.4f vs %.4f", dec.ppl, want.ppl);
+    ck_assert(kv.work_tokens > 0 && kv.off_tokens == 0);
+    printf("perplexity through the engine: %.6f (qi_ctx %.6f); decode mode %.6f\n", got.ppl, want.ppl, dec.ppl);
+    qi_engine_free(eng);
+    qi_ctx_free(c);
+    free(ids);
+}
+END_TEST
+
 /* Gemma 3: a prompt past 1024 positions wraps the local layers' ring. */
 START_TEST(gemma_ring_equals_ctx) {
     if (qi_test_quick()) return;
@@ -379,6 +408,7 @@ int main(void) {
     tcase_add_test(tc, policies_respect_budget);
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, errors);
+    tcase_add_test(tc, perplexity_through_engine);
     tcase_add_test(tc, gemma_ring_equals_ctx);
     suite_add_tcase(s, tc);
     int rc = qi_test_run_suite(s);

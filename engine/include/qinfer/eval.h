@@ -29,20 +29,23 @@ typedef void (*qi_ppl_progress)(void *ud, int done, int total, double ppl_so_far
 qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t n_ids, int n_ctx,
                         int max_chunks, qi_ppl_progress cb, void *ud, qi_ppl_result *out, qi_err *err);
 
-/* The same chunks, scored the same way, but decoded token by token through
- * the batched engine e (one sequence per chunk, up to `batch` chunks at
- * once), so that e's KV policy evicts at every step as it would while
- * generating. e must hold n_ctx positions and `batch` sequences, and have
- * none in use. With the full policy the figure is close to qi_perplexity's
- * but not bit-equal: one-token steps take llama.cpp's one-token order for
- * the attention dots. kv (may be NULL) receives the working and offloaded
- * KV tokens per sequence, averaged over the scored steps. */
+/* The same chunks, scored the same way, through the batched engine e: one
+ * sequence per chunk, up to `batch` chunks at once. Without decode each
+ * chunk is fed whole (logits for every token), which with the full policy
+ * gives qi_perplexity's figure exactly. With decode the chunk is fed one
+ * token per step, so that e's KV policy evicts at every step as it would
+ * while generating; with the full policy that figure is close to
+ * qi_perplexity's but not bit-equal, since one-token steps take llama.cpp's
+ * one-token order for the attention dots. e must hold n_ctx positions and
+ * `batch` sequences, and have none in use. kv (may be NULL) receives the
+ * working and offloaded KV tokens per sequence, averaged over the scored
+ * positions. */
 typedef struct {
     double work_tokens, off_tokens;
 } qi_ppl_kv;
-qi_status qi_perplexity_decode(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
-                               int max_chunks, int batch, qi_ppl_progress cb, void *ud, qi_ppl_result *out,
-                               qi_ppl_kv *kv, qi_err *err);
+qi_status qi_perplexity_engine(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
+                               int max_chunks, int batch, bool decode, qi_ppl_progress cb, void *ud,
+                               qi_ppl_result *out, qi_ppl_kv *kv, qi_err *err);
 
 /* log softmax(logits)[tok], summing in double. */
 double qi_log_prob(const float *logits, int n_vocab, int tok);
