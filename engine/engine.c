@@ -29,6 +29,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "kernels.h"
@@ -77,7 +78,36 @@ struct qi_engine {
     float *vscore;
     float *probe_s; /* [n_ctx] */
     uint16_t *probe_q16;
+    qi_engine_prof prof;
 };
+
+static const char *const k_op_names[QI_OP_COUNT] = {"matmul", "attention", "kv-write", "kv-policy", "other"};
+const char *qi_op_kind_name(qi_op_kind k) { return k >= 0 && k < QI_OP_COUNT ? k_op_names[k] : "?"; }
+void qi_engine_profile(const qi_engine *e, qi_engine_prof *out) { *out = e->prof; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Profiling: PROF_BEGIN/PROF_END around a call; no cost when off. */
+#define PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? now_s() : 0.0
+#define PROF_END(e, kind)                                        \
+    do {                                                         \
+        if ((e)->o.profile) {                                    \
+            (e)->prof.seconds[kind] += now_s() - prof_t0_;       \
+            (e)->prof.calls[kind]++;                             \
+        }                                                        \
+    } while (0)
+
+/* A weight matmul, timed, with the bytes it reads counted. */
+static void matmul(qi_engine *e, const qi_weight *w, const float *x, int T, float *y) {
+    PROF_BEGIN(e);
+    e->be->iface->matmul(e->be, w, x, T, y);
+    PROF_END(e, QI_OP_MATMUL);
+    if (e->o.profile) e->prof.matmul_bytes += (double)w->row_bytes * (double)w->n_rows;
+}
 
 void qi_engine_opts_default(qi_engine_opts *o) {
     memset(o, 0, sizeof *o);
@@ -450,12 +480,16 @@ static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
     const qi_layer *ly = &e->m->layers[l];
     const bool swa = hp->n_swa > 0 && ly->swa;
     qi_status st;
-    for (int t = 0; t < g->n; t++)
-        for (int hk = 0; hk < Hkv; hk++) {
-            const long o = (long)(g->off + t) * kvw + (long)hk * D;
-            if ((st = qi_kv_stream_push(e->pool, stream_of(e, s, l, hk), g->pos0 + t, e->k + o, e->v + o, err)))
-                return st;
-        }
+    {
+        PROF_BEGIN(e);
+        for (int t = 0; t < g->n; t++)
+            for (int hk = 0; hk < Hkv; hk++) {
+                const long o = (long)(g->off + t) * kvw + (long)hk * D;
+                if ((st = qi_kv_stream_push(e->pool, stream_of(e, s, l, hk), g->pos0 + t, e->k + o, e->v + o, err)))
+                    return st;
+            }
+        PROF_END(e, QI_OP_KV);
+    }
     int n_slots[64];
     const int32_t *pos[64];
     const uint16_t *const *kb[64], *const *vb[64];
@@ -480,10 +514,17 @@ static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
                             .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
                             .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb, .shift = QI_KV_BLOCK_SHIFT,
                             .stats = policy ? e->stats : NULL, .stats_stride = e->o.n_ctx};
-    e->be->iface->attention_paged(e->be, &a);
-    if (policy)
+    {
+        PROF_BEGIN(e);
+        e->be->iface->attention_paged(e->be, &a);
+        PROF_END(e, QI_OP_ATTENTION);
+    }
+    if (policy) {
+        PROF_BEGIN(e);
         for (int hk = 0; hk < Hkv; hk++)
             if ((st = run_policy(e, s, g, l, hk, err))) return st;
+        PROF_END(e, QI_OP_POLICY);
+    }
     return QI_OK;
 }
 
@@ -507,9 +548,9 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         const bool swa = hp->n_swa > 0 && ly->swa;
         const float base = swa ? hp->rope_base_swa : hp->rope_base;
         be->rmsnorm(b, e->x, ly->attn_norm.data, T, E, hp->rms_eps, e->xn);
-        be->matmul(b, &ly->wq, e->xn, T, e->q);
-        be->matmul(b, &ly->wk, e->xn, T, e->k);
-        be->matmul(b, &ly->wv, e->xn, T, e->v);
+        matmul(e, &ly->wq, e->xn, T, e->q);
+        matmul(e, &ly->wk, e->xn, T, e->k);
+        matmul(e, &ly->wv, e->xn, T, e->v);
         if (ly->q_norm.data) be->rmsnorm(b, e->q, ly->q_norm.data, T * H, D, hp->rms_eps, e->q);
         if (ly->k_norm.data) be->rmsnorm(b, e->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, e->k);
         for (int i = 0; i < n_seg; i++) {
@@ -522,7 +563,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         if (hp->q_scale > 0) scale_rows(e->q, (long)T * H * D, hp->q_scale);
         for (int i = 0; i < n_seg; i++)
             if ((st = attend(e, &segs[i], l, err))) return st;
-        be->matmul(b, &ly->wo, e->att, T, e->xn);
+        matmul(e, &ly->wo, e->att, T, e->xn);
         if (l == hp->n_layer - 1 && R < T) {
             /* carry on with the output rows only (ascending, so moving down is safe) */
             rows = R;
@@ -537,19 +578,19 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         if (ly->attn_post_norm.data) be->rmsnorm(b, e->xn, ly->attn_post_norm.data, rows, E, hp->rms_eps, e->xn);
         for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
         be->rmsnorm(b, e->x, ly->ffn_norm.data, rows, E, hp->rms_eps, e->xn);
-        be->matmul(b, &ly->w_gate, e->xn, rows, e->gate);
-        be->matmul(b, &ly->w_up, e->xn, rows, e->up);
+        matmul(e, &ly->w_gate, e->xn, rows, e->gate);
+        matmul(e, &ly->w_up, e->xn, rows, e->up);
         if (hp->ffn_act == QI_FFN_GEGLU_TANH)
             be->geglu(b, e->gate, e->up, rows, hp->n_ff);
         else
             be->swiglu(b, e->gate, e->up, rows, hp->n_ff);
-        be->matmul(b, &ly->w_down, e->gate, rows, e->xn);
+        matmul(e, &ly->w_down, e->gate, rows, e->xn);
         if (ly->ffn_post_norm.data) be->rmsnorm(b, e->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, e->xn);
         for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
     }
     if (R == 0) return QI_OK;
     be->rmsnorm(b, e->x, m->out_norm.data, R, E, hp->rms_eps, e->xn);
-    be->matmul(b, &m->output, e->xn, R, e->logits);
+    matmul(e, &m->output, e->xn, R, e->logits);
     if (hp->logit_softcap > 0) {
         const float cap = hp->logit_softcap, inv = 1.0f / cap;
         for (long i = 0; i < (long)R * hp->n_vocab; i++) e->logits[i] = tanhf(e->logits[i] * inv) * cap;
@@ -577,7 +618,17 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
         e->logits = p;
         e->cap_logit_rows = R;
     }
+    const double t0 = e->o.profile ? now_s() : 0.0;
+    double before = 0.0;
+    for (int k = 0; k < QI_OP_OTHER; k++) before += e->prof.seconds[k];
     qi_status st = forward(e, e->segs, n_seg, T, R, err);
+    if (e->o.profile) {
+        double after = 0.0;
+        for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];
+        e->prof.seconds[QI_OP_OTHER] += (now_s() - t0) - (after - before);
+        e->prof.calls[QI_OP_OTHER]++;
+        e->prof.steps++;
+    }
     int row = 0;
     for (int i = 0; i < n_seg; i++) {
         const segment *g = &e->segs[i];

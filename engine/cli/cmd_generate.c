@@ -38,7 +38,8 @@ static void help(void) {
         "      --repeat-last-n N   tokens the penalty looks back over (default 64)\n"
         "      --ignore-eos      keep generating past end-of-generation tokens\n"
         "      --ids             print token ids instead of text\n"
-        "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n");
+        "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n"
+        "      --profile         time every op; print where the time went at the end\n");
     qi_cli_kv_help();
     printf("  -h, --help            this help\n");
 }
@@ -46,7 +47,7 @@ static void help(void) {
 int qi_cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
     int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
-    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false;
+    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
@@ -71,6 +72,7 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--ignore-eos")) ignore_eos = true;
         else if (qi_args_is(&a, NULL, "--ids")) print_ids = true;
         else if (qi_args_is(&a, NULL, "--kv-stats")) kv_stats = true;
+        else if (qi_args_is(&a, NULL, "--profile")) profile = true;
         else if (qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
     }
@@ -117,6 +119,7 @@ int qi_cmd_generate(int argc, char **argv) {
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
     eo.max_seqs = 1;
+    eo.profile = profile;
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err) || qi_engine_seq_add(eng, &sid, &err) ||
         qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
@@ -156,6 +159,17 @@ int qi_cmd_generate(int argc, char **argv) {
     double t2 = qi_now_s();
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads);
+    if (profile) {
+        qi_engine_prof pr;
+        qi_engine_profile(eng, &pr);
+        double tot = 0;
+        for (int k = 0; k < QI_OP_COUNT; k++) tot += pr.seconds[k];
+        fprintf(stderr, "qinfer generate: profile over %ld steps, %.3f s:", pr.steps, tot);
+        for (int k = 0; k < QI_OP_COUNT; k++)
+            fprintf(stderr, " %s %.1f%%", qi_op_kind_name((qi_op_kind)k), tot > 0 ? 100 * pr.seconds[k] / tot : 0.0);
+        fprintf(stderr, "; matmuls read %.1f GB/s of weights\n",
+                pr.seconds[QI_OP_MATMUL] > 0 ? pr.matmul_bytes / pr.seconds[QI_OP_MATMUL] / 1e9 : 0.0);
+    }
     if (kv_stats) {
         qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(eng, sid, &ks);

@@ -381,6 +381,43 @@ START_TEST(perplexity_through_engine) {
 }
 END_TEST
 
+/* Profiling: every step accounted, the matmuls' bytes equal the weights'. */
+START_TEST(profile_counts) {
+    if (!g_model) return;
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    o.max_seqs = 1;
+    o.profile = true;
+    qi_err e = {0};
+    qi_engine *eng = NULL;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_OK);
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    int32_t ids[4];
+    make_ids(ids, 4, 2, g_model->hp.n_vocab);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, &ids[i], 1, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    }
+    qi_engine_prof p;
+    qi_engine_profile(eng, &p);
+    ck_assert_int_eq(p.steps, 4);
+    ck_assert(p.seconds[QI_OP_MATMUL] > 0 && p.seconds[QI_OP_ATTENTION] > 0 && p.seconds[QI_OP_OTHER] >= 0);
+    const qi_model *m = g_model;
+    double per_step = (double)m->output.row_bytes * m->output.n_rows;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const qi_weight *w[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (int k = 0; k < 7; k++) per_step += (double)w[k]->row_bytes * w[k]->n_rows;
+    }
+    ck_assert_msg(p.matmul_bytes == 4 * per_step, "matmul bytes %.0f, want %.0f", p.matmul_bytes, 4 * per_step);
+    ck_assert_str_eq(qi_op_kind_name(QI_OP_MATMUL), "matmul");
+    qi_engine_free(eng);
+}
+END_TEST
+
 /* Gemma 3: a prompt past 1024 positions wraps the local layers' ring. */
 START_TEST(gemma_ring_equals_ctx) {
     if (qi_test_quick()) return;
@@ -409,6 +446,7 @@ int main(void) {
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, errors);
     tcase_add_test(tc, perplexity_through_engine);
+    tcase_add_test(tc, profile_counts);
     tcase_add_test(tc, gemma_ring_equals_ctx);
     suite_add_tcase(s, tc);
     int rc = qi_test_run_suite(s);

@@ -43,6 +43,7 @@ typedef struct {
     int kv_budget_tokens;   /* working tokens per (layer, KV head) stream; 0: use the fraction */
     double kv_budget_frac;  /* of the sequence's current length, in (0, 1]; 0 with 0 tokens: no budget */
     size_t kv_max_bytes;    /* cap on KV memory over both tiers (0: none) */
+    bool profile;           /* time every op (qi_engine_profile) */
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);
@@ -85,5 +86,24 @@ typedef struct {
 void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out);
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
+
+/* Wall time per kind of op since creation (with opts.profile), and the
+ * weight bytes the matmuls read: what a placement cost model is fitted to. */
+typedef enum {
+    QI_OP_MATMUL = 0, /* every weight matmul, output head included */
+    QI_OP_ATTENTION,  /* attention over the cache */
+    QI_OP_KV,         /* writing K/V into the cache */
+    QI_OP_POLICY,     /* the KV policy: observe, select, apply */
+    QI_OP_OTHER,      /* norms, RoPE, GLU, embeddings, residuals */
+    QI_OP_COUNT
+} qi_op_kind;
+typedef struct {
+    double seconds[QI_OP_COUNT];
+    long calls[QI_OP_COUNT];
+    double matmul_bytes; /* weight bytes read by the matmuls */
+    long steps;
+} qi_engine_prof;
+void qi_engine_profile(const qi_engine *e, qi_engine_prof *out);
+const char *qi_op_kind_name(qi_op_kind k);
 
 #endif
