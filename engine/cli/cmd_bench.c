@@ -8,6 +8,16 @@
  *   tg<N>  N single-token evals with logits, after one untimed warm-up token
  *          on an emptied context (llama-bench times its first token too; one
  *          position of difference is noise).
+ *   tg<N> @ b<B>  (--batch) the batched engine (qi_engine) with B sequences
+ *          at once: each gets a distinct BATCH_PROMPT-token prompt (BOS
+ *          first), untimed, then N steps that each feed one random token to
+ *          every sequence; the rate is aggregate, B * N / seconds, and the
+ *          per-sequence rate is that over B. The plain pp/tg rows keep using
+ *          qi_ctx, so a list with 1 in it gives tg<N> @ b1 too: the engine's
+ *          own single-sequence baseline. The KV policy flags apply to these
+ *          rows only (qi_ctx has no policy). Each batch size gets its own
+ *          engine, sized for B sequences of BATCH_PROMPT + N positions, made
+ *          after the qi_ctx is freed so two thread pools never compete.
  * Each repetition gives tokens / seconds; the table shows the mean and the
  * sample standard deviation of those rates, as llama-bench does. --warmup N
  * runs each test N times untimed first (page-in of the mapped weights, cold
@@ -31,7 +41,9 @@
  * RSS is known only then; progress goes to stderr meanwhile. --db appends the
  * rows, each repetition's rate included, to a SQLite table; SQLite is
  * optional at build time (QI_HAVE_SQLITE), and without it --db is refused
- * before anything runs.
+ * before anything runs. Columns added after the first schema (batch,
+ * kv_policy, avg_seq_ts) are added to an older table when it is opened, so
+ * one file keeps every run's rows.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -49,6 +61,7 @@
 #include "cli.h"
 #include "kernels.h"
 #include "qinfer/cache.h"
+#include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/sysinfo.h"
 #include "sha256.h"
@@ -58,20 +71,28 @@
 #include <sqlite3.h>
 #endif
 
-#define BENCH_MAX_TESTS 2
+#define MAX_BATCHES 16  /* sizes in one --batch list */
+#define MAX_BATCH 256   /* sequences in one batched test */
+#define BATCH_PROMPT 4  /* prompt tokens of each sequence of a batched test */
+#define BENCH_MAX_TESTS (2 + MAX_BATCHES)
 #define PROBE_PASSES 5
 
 typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
 
 static void help(void) {
     printf(
-        "usage: qinfer bench [-m MODEL] [-p N] [-n N] [-t N] [-r N] [options]\n\n"
+        "usage: qinfer bench [-m MODEL] [-p N] [-n N] [-t N] [-r N] [-b LIST] [options]\n\n"
         "Measure prompt processing (pp<N>) and decode (tg<N>) throughput as llama-bench\n"
-        "does, the machine's memory read bandwidth, the bytes of weights read per\n"
-        "decoded token and decode's share of that bandwidth roofline.\n\n"
+        "does, batched decode (tg<N> @ b<B>) in the batched engine, the machine's memory\n"
+        "read bandwidth, the bytes of weights read per decoded token and decode's share\n"
+        "of that bandwidth roofline.\n\n"
         "  -m, --model MODEL     GGUF path or cached short name (default smollm2-135m)\n"
         "  -p, --n-prompt N      prompt tokens for the pp test (default 512; 0 = no pp test)\n"
         "  -n, --n-gen N         decoded tokens for the tg test (default 128; 0 = no tg test)\n"
+        "  -b, --batch LIST      batch sizes, a comma list of 1..%d (default 1: no batched\n"
+        "                        rows); each size B adds a tg<N> @ b<B> row: B sequences\n"
+        "                        with a %d-token prompt each, then N steps of one token\n"
+        "                        for every sequence\n"
         "  -t, --threads N       worker threads (default: physical cores)\n"
         "  -r, --repetitions N   timed runs of each test (default 5)\n"
         "      --warmup N        untimed runs of each test first (default 1)\n"
@@ -80,15 +101,20 @@ static void help(void) {
         "      --probe-mib N     bandwidth probe buffer in MiB (default: 4x the last-level\n"
         "                        cache, at least 512; 0 = skip the probe)\n"
         "  -h, --help            this help\n\n"
-        "t/s is the mean +- sample standard deviation over the repetitions. Progress\n"
-        "goes to stderr. Peak RSS is this process's getrusage maximum (the bandwidth\n"
-        "probe runs in a child process and is not included).\n",
+        "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
+        MAX_BATCH, BATCH_PROMPT,
 #ifdef QI_HAVE_SQLITE
         ""
 #else
         "\n                        (unavailable: this qinfer was built without SQLite)"
 #endif
     );
+    qi_cli_kv_help();
+    printf("\nt/s is the mean +- sample standard deviation over the repetitions; for a batched\n"
+           "row it is the aggregate, B x N tokens / seconds of the N steps, and the\n"
+           "per-sequence rate is that / B. Progress goes to stderr. Peak RSS is this\n"
+           "process's getrusage maximum (the bandwidth probe runs in a child process and is\n"
+           "not included).\n");
 }
 
 /* ---- the machine ------------------------------------------------------------ */
@@ -313,8 +339,10 @@ static uint64_t bytes_per_token(const qi_model *m) {
 /* ---- the tests -------------------------------------------------------------------- */
 
 typedef struct {
-    char name[24]; /* "pp512" */
+    char name[32]; /* "pp512", "tg128 @ b16" */
     int n_prompt, n_gen;
+    int batch;     /* sequences decoded at once (1 for the qi_ctx tests) */
+    bool engine;   /* run in the batched engine */
     int n_reps;
     double *ts; /* [n_reps] tokens/s */
     double mean, sd;
@@ -334,9 +362,64 @@ static int32_t first_token(const qi_model *m) {
     return qi_tokenizer_add_bos(m->tok) && bos >= 0 ? bos : random_token(m->hp.n_vocab);
 }
 
+/* What the tests run on: the qi_ctx for pp/tg, or the engine of a batched
+ * test with its live sequences. */
+typedef struct {
+    const qi_model *m;
+    qi_ctx *ctx;
+    int32_t *toks; /* [max(n_prompt, BATCH_PROMPT)] */
+    qi_engine *eng;
+    int ids[MAX_BATCH];
+    int n_ids;
+} bench_runner;
+
+/* Run every pending token of the engine's sequences. */
+static qi_status engine_drain(qi_engine *e, qi_err *err) {
+    int n;
+    do {
+        qi_status st = qi_engine_step(e, &n, err);
+        if (st) return st;
+    } while (n > 0);
+    return QI_OK;
+}
+
+/* One batched run: fresh sequences, their prompts (untimed), then n_gen
+ * steps of one token each; *secs is the steps. */
+static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *secs, qi_err *err) {
+    const int V = r->m->hp.n_vocab;
+    qi_status st;
+    while (r->n_ids > 0)
+        if ((st = qi_engine_seq_remove(r->eng, r->ids[--r->n_ids], err))) return st;
+    for (int b = 0; b < t->batch; b++) {
+        if ((st = qi_engine_seq_add(r->eng, &r->ids[r->n_ids], err))) return st;
+        r->n_ids++;
+        r->toks[0] = first_token(r->m);
+        for (int i = 1; i < BATCH_PROMPT; i++) r->toks[i] = random_token(V);
+        if ((st = qi_engine_seq_feed(r->eng, r->ids[b], r->toks, BATCH_PROMPT, false, err))) return st;
+    }
+    if ((st = engine_drain(r->eng, err))) return st;
+    double t0 = qi_now_s();
+    for (int i = 0; i < t->n_gen; i++) {
+        for (int b = 0; b < t->batch; b++) {
+            int32_t tok = random_token(V);
+            if ((st = qi_engine_seq_feed(r->eng, r->ids[b], &tok, 1, false, err))) return st;
+        }
+        int n;
+        if ((st = qi_engine_step(r->eng, &n, err))) return st;
+        if (n != t->batch)
+            return QI_ERR(err, QI_ERR_BACKEND, "a decode step ran %d tokens, not one for each of %d sequences", n,
+                          t->batch);
+    }
+    *secs = qi_now_s() - t0;
+    return QI_OK;
+}
+
 /* One run of a test on an emptied context; *secs is the timed part. */
-static qi_status run_once(qi_ctx *ctx, const qi_model *m, const bench_test *t, int32_t *toks, double *secs,
-                          qi_err *err) {
+static qi_status run_once(bench_runner *r, const bench_test *t, double *secs, qi_err *err) {
+    if (t->engine) return run_once_batch(r, t, secs, err);
+    const qi_model *m = r->m;
+    qi_ctx *ctx = r->ctx;
+    int32_t *toks = r->toks;
     const int V = m->hp.n_vocab;
     qi_ctx_reset(ctx);
     qi_status st;
@@ -359,19 +442,18 @@ static qi_status run_once(qi_ctx *ctx, const qi_model *m, const bench_test *t, i
     return QI_OK;
 }
 
-static qi_status run_test(qi_ctx *ctx, const qi_model *m, bench_test *t, int n_warmup, int32_t *toks,
-                          qi_err *err) {
+static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *err) {
     const char *cmd = "bench";
-    int n_tok = t->n_prompt > 0 ? t->n_prompt : t->n_gen;
+    double n_tok = t->n_prompt > 0 ? t->n_prompt : (double)t->n_gen * t->batch;
     double secs;
     for (int i = 0; i < n_warmup; i++) {
         fprintf(stderr, "qinfer %s: %s warm-up %d/%d\n", cmd, t->name, i + 1, n_warmup);
-        qi_status st = run_once(ctx, m, t, toks, &secs, err);
+        qi_status st = run_once(r, t, &secs, err);
         if (st) return st;
     }
     double sum = 0;
     for (int i = 0; i < t->n_reps; i++) {
-        qi_status st = run_once(ctx, m, t, toks, &secs, err);
+        qi_status st = run_once(r, t, &secs, err);
         if (st) return st;
         t->ts[i] = secs > 0 ? n_tok / secs : INFINITY;
         sum += t->ts[i];
@@ -404,12 +486,30 @@ typedef struct {
     uint64_t probe_bytes;
     long peak_rss;       /* bytes */
     char timestamp[32];
+    char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
 } bench_info;
 
-/* Decode's share of the bandwidth roofline for a tg test; NAN otherwise. */
+/* The KV policy a row ran with: the qi_ctx keeps every token. */
+static const char *row_kv(const bench_info *bi, const bench_test *t) { return t->engine ? bi->kv_desc : "full"; }
+
+/* Decode's share of the bandwidth roofline for a tg test; NAN otherwise. A
+ * step reads the weights once for all its sequences, so the weight traffic
+ * is bytes per token x steps per second, the per-sequence rate. */
 static double roofline_share(const bench_info *bi, const bench_test *t) {
     if (t->n_gen == 0 || bi->bw_gbs <= 0) return NAN;
-    return (double)bi->bytes_tok * t->mean / (bi->bw_gbs * 1e9);
+    return (double)bi->bytes_tok * (t->mean / t->batch) / (bi->bw_gbs * 1e9);
+}
+
+/* The row a batched row is compared with: tg<N> @ b1 when it ran, else the
+ * single-sequence tg<N>; NULL if neither. */
+static const bench_test *batch_base(const bench_test *tests, int n_tests) {
+    const bench_test *plain = NULL;
+    for (int i = 0; i < n_tests; i++) {
+        if (tests[i].n_gen == 0 || tests[i].batch != 1) continue;
+        if (tests[i].engine) return &tests[i];
+        plain = &tests[i];
+    }
+    return plain;
 }
 
 static void fmt_size(uint64_t b, char *out, size_t cap) {
@@ -429,6 +529,7 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
     if (bi->llc_bytes) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
     printf("; GPU %s", bi->gpu);
+    if (strcmp(bi->kv_desc, "full")) printf("\nKV policy of the batched rows: %s", bi->kv_desc);
     printf("\n\n| %-30s | %10s | %10s | %-12s | %7s | %13s | %20s |\n", "model", "size", "params", "backend",
            "threads", "test", "t/s");
     printf("| ------------------------------ | ---------: | ---------: | ------------ | ------: | ------------: "
@@ -453,9 +554,26 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     for (int i = 0; i < n_tests; i++) {
         double r = roofline_share(bi, &tests[i]);
         if (isnan(r)) continue;
-        printf("%s: %.2f t/s x %.1f MB = %.2f GB/s = %.1f%% of the measured read bandwidth (%s, %d thread%s)\n",
-               tests[i].name, tests[i].mean, bi->bytes_tok / 1e6, bi->bytes_tok * tests[i].mean / 1e9, 100 * r,
-               bi->hw.cpu_model, bi->n_threads, bi->n_threads == 1 ? "" : "s");
+        if (tests[i].engine)
+            printf("%s: %.2f steps/s (weights read once per step) x %.1f MB = %.2f GB/s = %.1f%% of the measured "
+                   "read bandwidth (%s, %d thread%s)\n",
+                   tests[i].name, tests[i].mean / tests[i].batch, bi->bytes_tok / 1e6,
+                   bi->bytes_tok * tests[i].mean / tests[i].batch / 1e9, 100 * r, bi->hw.cpu_model, bi->n_threads,
+                   bi->n_threads == 1 ? "" : "s");
+        else
+            printf("%s: %.2f t/s x %.1f MB = %.2f GB/s = %.1f%% of the measured read bandwidth (%s, %d thread%s)\n",
+                   tests[i].name, tests[i].mean, bi->bytes_tok / 1e6, bi->bytes_tok * tests[i].mean / 1e9, 100 * r,
+                   bi->hw.cpu_model, bi->n_threads, bi->n_threads == 1 ? "" : "s");
+    }
+    const bench_test *base = batch_base(tests, n_tests);
+    for (int i = 0; i < n_tests; i++) {
+        const bench_test *t = &tests[i];
+        if (!t->engine) continue;
+        printf("%s: %d sequence%s, %.2f t/s aggregate = %.2f t/s per sequence", t->name, t->batch,
+               t->batch == 1 ? "" : "s", t->mean, t->mean / t->batch);
+        if (base && base != t && base->mean > 0)
+            printf("; %.2fx the aggregate of %s", t->mean / base->mean, base->name);
+        printf("\n");
     }
     if (bi->llc_bytes && bi->bytes_tok < bi->llc_bytes)
         printf("note: the weights read per token (%.0f MiB) fit in the last-level cache (%.0f MiB), so decode can "
@@ -484,64 +602,80 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
-static const char *k_fields[] = {"qinfer_version", "timestamp", "cpu", "n_cores", "n_logical", "gpu", "model_type",
-                                 "model_name", "model_filename", "model_sha256", "model_size", "model_n_params",
-                                 "backend", "n_threads", "test", "n_prompt", "n_gen", "n_reps", "avg_ts",
-                                 "stddev_ts", "samples_ts", "mem_bw_gbs", "weight_bytes_per_token",
-                                 "roofline_share", "peak_rss_bytes"};
-#define N_FIELDS (sizeof k_fields / sizeof k_fields[0])
+/* The fields of a CSV/JSON row, in order; FLD_* index k_fields. */
+enum {
+    FLD_VERSION, FLD_TIMESTAMP, FLD_CPU, FLD_N_CORES, FLD_N_LOGICAL, FLD_GPU, FLD_MODEL_TYPE, FLD_MODEL_NAME,
+    FLD_MODEL_FILENAME, FLD_MODEL_SHA256, FLD_MODEL_SIZE, FLD_MODEL_N_PARAMS, FLD_BACKEND, FLD_N_THREADS,
+    FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_KV_POLICY, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
+    FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
+};
+static const char *k_fields[N_FIELDS] = {
+    [FLD_VERSION] = "qinfer_version", [FLD_TIMESTAMP] = "timestamp", [FLD_CPU] = "cpu",
+    [FLD_N_CORES] = "n_cores", [FLD_N_LOGICAL] = "n_logical", [FLD_GPU] = "gpu",
+    [FLD_MODEL_TYPE] = "model_type", [FLD_MODEL_NAME] = "model_name", [FLD_MODEL_FILENAME] = "model_filename",
+    [FLD_MODEL_SHA256] = "model_sha256", [FLD_MODEL_SIZE] = "model_size", [FLD_MODEL_N_PARAMS] = "model_n_params",
+    [FLD_BACKEND] = "backend", [FLD_N_THREADS] = "n_threads", [FLD_TEST] = "test",
+    [FLD_N_PROMPT] = "n_prompt", [FLD_N_GEN] = "n_gen", [FLD_BATCH] = "batch",
+    [FLD_KV_POLICY] = "kv_policy", [FLD_N_REPS] = "n_reps", [FLD_AVG_TS] = "avg_ts",
+    [FLD_STDDEV_TS] = "stddev_ts", [FLD_AVG_SEQ_TS] = "avg_seq_ts", [FLD_SAMPLES_TS] = "samples_ts",
+    [FLD_MEM_BW] = "mem_bw_gbs", [FLD_BYTES_TOK] = "weight_bytes_per_token", [FLD_ROOFLINE] = "roofline_share",
+    [FLD_PEAK_RSS] = "peak_rss_bytes",
+};
 
 /* Field f of a row: a string (quoted) or a number (not). */
-static void print_field(out_format fmt, size_t f, const bench_info *bi, const bench_test *t) {
+static void print_field(out_format fmt, int f, const bench_info *bi, const bench_test *t) {
     void (*str)(const char *) = fmt == OUT_CSV ? csv_str : json_str;
     double r;
     switch (f) {
-    case 0: str(QI_VERSION); break;
-    case 1: str(bi->timestamp); break;
-    case 2: str(bi->hw.cpu_model); break;
-    case 3: printf("%d", bi->hw.n_cores); break;
-    case 4: printf("%d", bi->hw.n_threads); break;
-    case 5: str(bi->gpu); break;
-    case 6: str(bi->desc); break;
-    case 7: str(bi->name); break;
-    case 8: str(bi->path); break;
-    case 9: str(bi->sha256); break;
-    case 10: printf("%" PRIu64, bi->model_size); break;
-    case 11: printf("%" PRIu64, bi->n_params); break;
-    case 12: str(bi->backend); break;
-    case 13: printf("%d", bi->n_threads); break;
-    case 14: str(t->name); break;
-    case 15: printf("%d", t->n_prompt); break;
-    case 16: printf("%d", t->n_gen); break;
-    case 17: printf("%d", t->n_reps); break;
-    case 18: printf("%.6f", t->mean); break;
-    case 19: printf("%.6f", t->sd); break;
-    case 20:
+    case FLD_VERSION: str(QI_VERSION); break;
+    case FLD_TIMESTAMP: str(bi->timestamp); break;
+    case FLD_CPU: str(bi->hw.cpu_model); break;
+    case FLD_N_CORES: printf("%d", bi->hw.n_cores); break;
+    case FLD_N_LOGICAL: printf("%d", bi->hw.n_threads); break;
+    case FLD_GPU: str(bi->gpu); break;
+    case FLD_MODEL_TYPE: str(bi->desc); break;
+    case FLD_MODEL_NAME: str(bi->name); break;
+    case FLD_MODEL_FILENAME: str(bi->path); break;
+    case FLD_MODEL_SHA256: str(bi->sha256); break;
+    case FLD_MODEL_SIZE: printf("%" PRIu64, bi->model_size); break;
+    case FLD_MODEL_N_PARAMS: printf("%" PRIu64, bi->n_params); break;
+    case FLD_BACKEND: str(bi->backend); break;
+    case FLD_N_THREADS: printf("%d", bi->n_threads); break;
+    case FLD_TEST: str(t->name); break;
+    case FLD_N_PROMPT: printf("%d", t->n_prompt); break;
+    case FLD_N_GEN: printf("%d", t->n_gen); break;
+    case FLD_BATCH: printf("%d", t->batch); break;
+    case FLD_KV_POLICY: str(row_kv(bi, t)); break;
+    case FLD_N_REPS: printf("%d", t->n_reps); break;
+    case FLD_AVG_TS: printf("%.6f", t->mean); break;
+    case FLD_STDDEV_TS: printf("%.6f", t->sd); break;
+    case FLD_AVG_SEQ_TS: printf("%.6f", t->mean / t->batch); break;
+    case FLD_SAMPLES_TS:
         /* CSV: one quoted field, values separated by ';'. */
         putchar(fmt == OUT_CSV ? '"' : '[');
         for (int i = 0; i < t->n_reps; i++) printf("%s%.6f", i ? (fmt == OUT_CSV ? ";" : ", ") : "", t->ts[i]);
         putchar(fmt == OUT_CSV ? '"' : ']');
         break;
-    case 21:
+    case FLD_MEM_BW:
         if (bi->bw_gbs > 0) printf("%.3f", bi->bw_gbs);
         else printf(fmt == OUT_CSV ? "" : "null");
         break;
-    case 22: printf("%" PRIu64, bi->bytes_tok); break;
-    case 23:
+    case FLD_BYTES_TOK: printf("%" PRIu64, bi->bytes_tok); break;
+    case FLD_ROOFLINE:
         r = roofline_share(bi, t);
         if (!isnan(r)) printf("%.6f", r);
         else printf(fmt == OUT_CSV ? "" : "null");
         break;
-    case 24: printf("%ld", bi->peak_rss); break;
+    case FLD_PEAK_RSS: printf("%ld", bi->peak_rss); break;
     }
 }
 
 static void print_rows(out_format fmt, const bench_info *bi, const bench_test *tests, int n_tests) {
     if (fmt == OUT_CSV) {
-        for (size_t f = 0; f < N_FIELDS; f++) printf("%s%s", f ? "," : "", k_fields[f]);
+        for (int f = 0; f < N_FIELDS; f++) printf("%s%s", f ? "," : "", k_fields[f]);
         printf("\n");
         for (int i = 0; i < n_tests; i++) {
-            for (size_t f = 0; f < N_FIELDS; f++) {
+            for (int f = 0; f < N_FIELDS; f++) {
                 if (f) putchar(',');
                 print_field(fmt, f, bi, &tests[i]);
             }
@@ -552,7 +686,7 @@ static void print_rows(out_format fmt, const bench_info *bi, const bench_test *t
     printf("[\n");
     for (int i = 0; i < n_tests; i++) {
         printf("  {\n");
-        for (size_t f = 0; f < N_FIELDS; f++) {
+        for (int f = 0; f < N_FIELDS; f++) {
             printf("    \"%s\": ", k_fields[f]);
             print_field(fmt, f, bi, &tests[i]);
             printf("%s\n", f + 1 < N_FIELDS ? "," : "");
@@ -580,6 +714,36 @@ static const char k_schema[] =
     " mem_bw_gbs REAL, weight_bytes_per_token INTEGER, roofline_share REAL,"
     " peak_rss_bytes INTEGER)";
 
+/* Columns added since the first schema, by db_migrate, to a new table and
+ * to one made before them alike; the defaults are what the older rows were
+ * (one sequence, the full cache). */
+static const struct {
+    const char *name, *decl;
+} k_added[] = {
+    {"batch", "INTEGER NOT NULL DEFAULT 1"}, /* sequences decoded at once */
+    {"kv_policy", "TEXT NOT NULL DEFAULT 'full'"},
+    {"avg_seq_ts", "REAL"},                  /* avg_ts / batch */
+};
+
+/* Add the k_added columns the table lacks. */
+static int db_migrate(sqlite3 *db) {
+    for (size_t i = 0; i < sizeof k_added / sizeof k_added[0]; i++) {
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('bench') WHERE name = ?", -1, &s, NULL) !=
+            SQLITE_OK)
+            return SQLITE_ERROR;
+        sqlite3_bind_text(s, 1, k_added[i].name, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(s);
+        sqlite3_finalize(s);
+        if (rc == SQLITE_ROW) continue;
+        if (rc != SQLITE_DONE) return rc;
+        char sql[160];
+        snprintf(sql, sizeof sql, "ALTER TABLE bench ADD COLUMN %s %s", k_added[i].name, k_added[i].decl);
+        if ((rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) != SQLITE_OK) return rc;
+    }
+    return SQLITE_OK;
+}
+
 static qi_status db_fail(sqlite3 *db, const char *file, qi_err *err) {
     return QI_ERR(err, QI_ERR_DB, "%s: %s", file, db ? sqlite3_errmsg(db) : "cannot open");
 }
@@ -590,7 +754,8 @@ static qi_status db_open(const char *file, sqlite3 **out, qi_err *err) {
     *out = NULL;
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(db, 10000) != SQLITE_OK || sqlite3_exec(db, k_schema, NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_busy_timeout(db, 10000) != SQLITE_OK || sqlite3_exec(db, k_schema, NULL, NULL, NULL) != SQLITE_OK ||
+        db_migrate(db) != SQLITE_OK) {
         qi_status st = db_fail(db, file, err);
         sqlite3_close(db);
         return st;
@@ -605,7 +770,8 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         "INSERT INTO bench (timestamp, qinfer_version, cpu, n_cores, n_logical, gpu, model_type, model_name,"
         " model_filename, model_sha256, model_size, model_n_params, backend, n_threads, test, n_prompt, n_gen,"
         " n_reps, avg_ts, stddev_ts, samples_ts, mem_bw_gbs, weight_bytes_per_token, roofline_share,"
-        " peak_rss_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        " peak_rss_bytes, batch, kv_policy, avg_seq_ts)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     sqlite3_stmt *s = NULL;
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_fail(db, file, err);
     if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) goto fail;
@@ -646,6 +812,9 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         if (!isnan(r)) sqlite3_bind_double(s, c++, r);
         else sqlite3_bind_null(s, c++);
         sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->peak_rss);
+        sqlite3_bind_int(s, c++, t->batch);
+        sqlite3_bind_text(s, c++, row_kv(bi, t), -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, c++, t->mean / t->batch);
         if (sqlite3_step(s) != SQLITE_DONE) goto fail;
     }
     sqlite3_finalize(s);
@@ -662,14 +831,64 @@ fail:;
 
 /* ---- the command ----------------------------------------------------------------- */
 
+/* Parse --batch's comma list into out[MAX_BATCHES]; false (reported) if it
+ * is not a list of distinct sizes 1..MAX_BATCH. */
+static bool parse_batches(const char *cmd, const char *s, int *out, int *n_out) {
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno || (*end != ',' && *end != '\0')) {
+            qi_cli_error(cmd, "option --batch: '%s' is not a comma list of batch sizes (e.g. 1,4,16)", s);
+            return false;
+        }
+        if (v < 1 || v > MAX_BATCH) {
+            qi_cli_error(cmd, "option --batch: batch size %ld is not in 1..%d", v, MAX_BATCH);
+            return false;
+        }
+        for (int i = 0; i < n; i++)
+            if (out[i] == v) {
+                qi_cli_error(cmd, "option --batch: batch size %ld is listed twice", v);
+                return false;
+            }
+        if (n == MAX_BATCHES) {
+            qi_cli_error(cmd, "option --batch: more than %d batch sizes", MAX_BATCHES);
+            return false;
+        }
+        out[n++] = (int)v;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    *n_out = n;
+    return true;
+}
+
+/* KV cache bytes a batched test needs at full length, at least: fp16 K and
+ * V of every position of every (sequence, layer, KV head) stream (the pool
+ * rounds each stream up to whole blocks). */
+static uint64_t batch_kv_bytes(const qi_model *m, int batch, int n_pos) {
+    const qi_hparams *hp = &m->hp;
+    return (uint64_t)batch * hp->n_layer * hp->n_head_kv * (uint64_t)n_pos * hp->head_dim * 2 * sizeof(uint16_t);
+}
+
 int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
     int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1;
     int n_threads = qi_n_physical_cores();
+    int batches[MAX_BATCHES] = {1}, n_batches = 1;
+    qi_cli_kv kv;
+    qi_cli_kv_init(&kv);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
         if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_cli_kv_flag(&a, &kv)) {}
+        else if (qi_args_is(&a, "-b", "--batch")) {
+            const char *list = qi_args_str(&a);
+            if (list && !parse_batches(cmd, list, batches, &n_batches)) a.failed = true;
+        }
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-p", "--n-prompt")) qi_args_int(&a, 0, 1 << 20, &n_prompt);
         else if (qi_args_is(&a, "-n", "--n-gen")) qi_args_int(&a, 0, 1 << 20, &n_gen);
@@ -698,6 +917,16 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_cli_error(cmd, "nothing to run: -p and -n are both 0");
         return QI_EXIT_USAGE;
     }
+    /* Batched rows unless the list is the default, batch 1 alone. */
+    const bool batched = n_batches > 1 || batches[0] != 1;
+    if (batched && n_gen == 0) {
+        qi_cli_error(cmd, "--batch: the batched rows decode -n tokens, and -n is 0");
+        return QI_EXIT_USAGE;
+    }
+    if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
+        qi_cli_error(cmd, "the KV policy flags apply to the batched rows only: add --batch");
+        return QI_EXIT_USAGE;
+    }
 #ifndef QI_HAVE_SQLITE
     if (db_file) {
         qi_cli_error(cmd, "--db: this qinfer was built without SQLite (install libsqlite3-dev and rebuild)");
@@ -708,8 +937,8 @@ int qi_cmd_bench(int argc, char **argv) {
     qi_err err = {0};
     char path[1024];
     qi_model *m = NULL;
-    qi_ctx *ctx = NULL;
-    int32_t *toks = NULL;
+    bench_runner run;
+    memset(&run, 0, sizeof run);
     bench_test tests[BENCH_MAX_TESTS];
     int n_tests = 0, rc = 0;
     memset(tests, 0, sizeof tests);
@@ -720,6 +949,12 @@ int qi_cmd_bench(int argc, char **argv) {
     memset(&bi, 0, sizeof bi);
     bi.bw_gbs = -1;
     bi.n_threads = n_threads;
+    qi_cli_kv_describe(&kv, bi.kv_desc, sizeof bi.kv_desc);
+    qi_engine_opts eo;
+    qi_engine_opts_default(&eo);
+    qi_cli_kv_apply(&kv, &eo);
+    eo.n_threads = n_threads;
+    eo.n_ctx = BATCH_PROMPT + n_gen;
 
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_model_load(path, &m, &err)) goto fail;
     /* The tg test's warm-up token takes a position too. */
@@ -728,6 +963,34 @@ int qi_cmd_bench(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_INVALID, "-p %d + -n %d (+1 warm-up token) = %ld tokens exceeds the model's context of %d",
                n_prompt, n_gen, need, m->hp.n_ctx_train);
         goto fail;
+    }
+    if (batched) {
+        int max_b = 0;
+        for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+        if (eo.n_ctx > m->hp.n_ctx_train) {
+            QI_ERR(&err, QI_ERR_INVALID,
+                   "--batch: %d prompt + %d decoded tokens per sequence exceed the model's context of %d", BATCH_PROMPT,
+                   n_gen, m->hp.n_ctx_train);
+            goto fail;
+        }
+        uint64_t kv_bytes = batch_kv_bytes(m, max_b, eo.n_ctx), avail = mem_available_bytes();
+        if (avail && kv_bytes > avail) {
+            QI_ERR(&err, QI_ERR_INVALID,
+                   "--batch %d: %d sequences of %d positions need %.2f GiB of KV cache, more than the %.2f GiB "
+                   "of memory available",
+                   max_b, max_b, eo.n_ctx, kv_bytes / 1073741824.0, avail / 1073741824.0);
+            goto fail;
+        }
+        /* Check the KV policy and its budget and parameters now, not after the
+         * qi_ctx tests: an engine of one thread, made and freed before the
+         * probe forks. */
+        qi_engine_opts vo = eo;
+        vo.n_threads = 1;
+        vo.max_seqs = 1;
+        vo.step_tokens = 1;
+        qi_engine *probe_eng = NULL;
+        if (qi_engine_create(m, &vo, &probe_eng, &err)) goto fail;
+        qi_engine_free(probe_eng);
     }
 #ifdef QI_HAVE_SQLITE
     if (db_file && db_open(db_file, &db, &err)) goto fail;
@@ -772,12 +1035,13 @@ int qi_cmd_bench(int argc, char **argv) {
     snprintf(bi.gpu, sizeof bi.gpu, "%s", bi.hw.n_gpus > 0 ? bi.hw.gpu_name : "none");
 
     int n_ctx = n_prompt > n_gen + 1 ? n_prompt : n_gen + 1;
-    toks = qi_malloc(sizeof *toks * (size_t)(n_prompt > 0 ? n_prompt : 1));
-    if (!toks) {
+    run.m = m;
+    run.toks = qi_malloc(sizeof *run.toks * (size_t)(n_prompt > BATCH_PROMPT ? n_prompt : BATCH_PROMPT));
+    if (!run.toks) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (qi_ctx_create(m, n_ctx, n_threads, &ctx, &err)) goto fail;
+    if (qi_ctx_create(m, n_ctx, n_threads, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
         snprintf(t->name, sizeof t->name, "pp%d", n_prompt);
@@ -788,15 +1052,36 @@ int qi_cmd_bench(int argc, char **argv) {
         snprintf(t->name, sizeof t->name, "tg%d", n_gen);
         t->n_gen = n_gen;
     }
+    for (int i = 0; batched && i < n_batches; i++) {
+        bench_test *t = &tests[n_tests++];
+        snprintf(t->name, sizeof t->name, "tg%d @ b%d", n_gen, batches[i]);
+        t->n_gen = n_gen;
+        t->engine = true;
+    }
     for (int i = 0; i < n_tests; i++) {
+        tests[i].batch = tests[i].engine ? batches[i - (n_tests - n_batches)] : 1;
         tests[i].n_reps = n_reps;
         if (!(tests[i].ts = qi_calloc((size_t)n_reps, sizeof(double)))) {
             QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
             goto fail;
         }
     }
-    for (int i = 0; i < n_tests; i++)
-        if (run_test(ctx, m, &tests[i], n_warmup, toks, &err)) goto fail;
+    for (int i = 0; i < n_tests; i++) {
+        bench_test *t = &tests[i];
+        if (t->engine) {
+            /* One pool of workers at a time: the qi_ctx's goes first. */
+            qi_ctx_free(run.ctx);
+            run.ctx = NULL;
+            qi_engine_opts o = eo;
+            o.max_seqs = t->batch;
+            if (o.step_tokens < t->batch) o.step_tokens = t->batch;
+            run.n_ids = 0;
+            if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
+        }
+        if (run_test(&run, t, n_warmup, &err)) goto fail;
+        qi_engine_free(run.eng);
+        run.eng = NULL;
+    }
 
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) bi.peak_rss = ru.ru_maxrss * 1024L; /* Linux: KiB */
@@ -820,8 +1105,9 @@ done:
     sqlite3_close(db);
 #endif
     for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts);
-    qi_free(toks);
-    qi_ctx_free(ctx);
+    qi_free(run.toks);
+    qi_engine_free(run.eng);
+    qi_ctx_free(run.ctx);
     qi_model_free(m);
     return rc;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of `qinfer bench`: --help, one-line errors with exit 2 for
 # bad flags and impossible sizes, then tiny runs on the cached default model
-# (markdown table, CSV, JSON, and --db rows when built with SQLite). Exits 77
+# (markdown table, CSV, JSON, batched decode rows, and --db rows when built
+# with SQLite, also into a table made before the batch column). Exits 77
 # (skip) after the flag checks when the model is not cached.
 # Usage: test_bench.sh PATH/TO/qinfer
 set -uo pipefail
@@ -22,6 +23,18 @@ expect_fail 2 "not an output format" "$Q" bench -o xml
 expect_fail 2 "nothing to run" "$Q" bench -p 0 -n 0
 expect_fail 2 "unexpected argument" "$Q" bench stray
 expect_fail 2 "no such file" "$Q" bench -m /nonexistent/model.gguf
+"$Q" bench --help | grep -q -- "--batch LIST" && ok || bad "bench --help lacks --batch"
+expect_fail 2 "batch size 0 is not in 1..256" "$Q" bench --batch 0
+expect_fail 2 "batch size 257 is not in 1..256" "$Q" bench --batch 1,257
+expect_fail 2 "'1,x' is not a comma list" "$Q" bench --batch 1,x
+expect_fail 2 "'4,' is not a comma list" "$Q" bench --batch 4,
+expect_fail 2 "'' is not a comma list" "$Q" bench --batch ""
+expect_fail 2 "'-4' is not a comma list" "$Q" bench -b -4
+expect_fail 2 "listed twice" "$Q" bench --batch 4,1,4
+expect_fail 2 "needs a value" "$Q" bench --batch
+expect_fail 2 "-n is 0" "$Q" bench --batch 4 -n 0
+expect_fail 2 "apply to the batched rows only" "$Q" bench --kv-policy window --kv-budget 8
+expect_fail 2 "unknown policy" "$Q" bench --batch 4 --kv-policy nope
 ((sqlite)) || expect_fail 2 "built without SQLite" "$Q" bench --db "$tmp/x.db"
 
 cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
@@ -32,6 +45,11 @@ fi
 
 # Sizes beyond the model's context (8192 for SmolLM2) are refused before any run.
 expect_fail 2 "exceeds the model's context" "$Q" bench -m smollm2-135m -p 8000 -n 500 --probe-mib 0
+
+# The batched rows' positions (4 prompt tokens + -n) must fit too, and the
+# policy must be usable: both refused before any run.
+expect_fail 2 "exceed the model's context" "$Q" bench -m smollm2-135m -p 0 -n 8190 --batch 2 --probe-mib 0
+expect_fail 2 "needs a budget" "$Q" bench -m smollm2-135m -p 0 -n 8 --batch 2 --kv-policy window --probe-mib 0
 
 # A tiny run: a markdown table with pp16 and tg4 rows and positive rates.
 T=(-m smollm2-135m -t 2 -p 16 -n 4 -r 2)
@@ -69,6 +87,37 @@ EOF
   ok
 fi
 
+# Batched decode: tg8 (qi_ctx), then tg8 @ b1 and tg8 @ b4 (the engine), and
+# the aggregate / per-sequence lines; in CSV, batch and avg_seq_ts fields.
+B=(-m smollm2-135m -t 2 -p 0 -n 8 -r 1 --batch "1,4")
+if expect_ok "$Q" bench "${B[@]}" --probe-mib 0; then
+  for test in tg8 "tg8 @ b1" "tg8 @ b4"; do
+    row=$(grep "| *$test |" "$tmp/out")
+    [[ -n $row ]] || { bad "md: no '$test' row: $(cat "$tmp/out")"; continue; }
+    awk -F'|' '{ split($8, v, " "); exit !(v[1] + 0 > 0) }' <<<"$row" || bad "md: '$test' rate not positive: $row"
+  done
+  grep -q "^tg8 @ b4: 4 sequences, [0-9.]* t/s aggregate = [0-9.]* t/s per sequence; [0-9.]*x the aggregate of tg8 @ b1$" \
+    "$tmp/out" || bad "md: no aggregate line for tg8 @ b4: $(cat "$tmp/out")"
+  grep -q "KV policy" "$tmp/out" && bad "md: a KV policy line with the full cache"
+  grep -q "tg8 @ b4 run 1/1" "$tmp/err" || bad "no progress line for the batched row"
+fi
+if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 -o csv; then
+  python3 - "$tmp/out" <<'EOF' && ok || bad "csv batched rows: $(cat "$tmp/out")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [(r["test"], r["batch"]) for r in rows] == [("tg8", "1"), ("tg8 @ b1", "1"), ("tg8 @ b4", "4")], rows
+for r in rows:
+    assert r["n_gen"] == "8" and r["kv_policy"] == "full" and float(r["avg_ts"]) > 0
+    assert abs(float(r["avg_seq_ts"]) * int(r["batch"]) - float(r["avg_ts"])) < 1e-3 * float(r["avg_ts"])
+EOF
+fi
+# A policy with a budget: named in the header and in the batched rows only.
+if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 8 -r 1 --warmup 0 --batch 2 --kv-policy window --kv-budget 4 \
+  --probe-mib 0; then
+  grep -q "^KV policy of the batched rows: window, budget 4 tokens$" "$tmp/out" || bad "md: no KV policy line: $(cat "$tmp/out")"
+  grep -q "| *tg8 @ b2 |" "$tmp/out" || bad "md: no tg8 @ b2 row with the window policy"
+fi
+
 if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o json; then
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert [r["test"] for r in d] == ["pp16", "tg4"] and all(r["avg_ts"] > 0 and len(r["samples_ts"]) == 2 for r in d)' "$tmp/out" \
     && ok || bad "json does not parse: $(cat "$tmp/out")"
@@ -87,6 +136,32 @@ if ((sqlite)); then
   fi
   want=$'pp16 2 1 1\npp16 2 1 1\ntg4 2 1 1'
   [[ $got == "$want" ]] && ok || bad "db rows: got '$got', want '$want'"
+  # A table of the schema before the batch column gains it (old rows: batch 1,
+  # the full cache) and takes batched rows.
+  old="$tmp/old.db"
+  python3 - "$old" <<'EOF' || bad "cannot make the old-schema table"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("CREATE TABLE bench (id INTEGER PRIMARY KEY, timestamp TEXT NOT NULL, qinfer_version TEXT NOT NULL,"
+           " cpu TEXT NOT NULL, n_cores INTEGER, n_logical INTEGER, gpu TEXT, model_type TEXT, model_name TEXT,"
+           " model_filename TEXT, model_sha256 TEXT, model_size INTEGER, model_n_params INTEGER,"
+           " backend TEXT NOT NULL, n_threads INTEGER NOT NULL, test TEXT NOT NULL, n_prompt INTEGER, n_gen INTEGER,"
+           " n_reps INTEGER, avg_ts REAL, stddev_ts REAL, samples_ts TEXT, mem_bw_gbs REAL,"
+           " weight_bytes_per_token INTEGER, roofline_share REAL, peak_rss_bytes INTEGER)")
+db.execute("INSERT INTO bench (timestamp, qinfer_version, cpu, backend, n_threads, test, n_gen, avg_ts)"
+           " VALUES ('t', 'v', 'c', 'CPU', 2, 'tg4', 4, 10.0)")
+db.commit()
+EOF
+  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$old"; then
+    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
+    if command -v sqlite3 >/dev/null; then
+      got=$(sqlite3 "$old" "$query")
+    else
+      got=$(python3 -c 'import sqlite3, sys; print("\n".join(r[0] for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$old" "$query")
+    fi
+    want=$'tg4|1|full|1\ntg4|1|full|1\ntg4 @ b2|2|full|1'
+    [[ $got == "$want" ]] && ok || bad "old-schema db rows: got '$got', want '$want'"
+  fi
   expect_fail 1 "x.db" "$Q" bench "${T[@]}" --probe-mib 0 --db "$tmp/no/such/dir/x.db"
 fi
 
