@@ -99,6 +99,10 @@ struct qi_backend {
     void *ctx;
 };
 
+/* The largest row of quantised activations any matmul of m needs (the
+ * scratch reserve() sizes per token). */
+size_t qi_backend_max_act_row_bytes(const qi_model *m);
+
 /* The CPU reference backend with n_threads workers. */
 qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err);
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */

@@ -374,6 +374,21 @@ static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, q
     return QI_OK;
 }
 
+size_t qi_backend_max_act_row_bytes(const qi_model *m) {
+    uint64_t best = 0;
+    qi_type_row_bytes(qi_vec_dot_type(m->output.type), (uint64_t)m->output.n_cols, &best);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = &m->layers[l];
+        const qi_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            uint64_t rb = 0;
+            qi_type_row_bytes(qi_vec_dot_type(lw[i]->type), (uint64_t)lw[i]->n_cols, &rb);
+            if (rb > best) best = rb;
+        }
+    }
+    return (size_t)best;
+}
+
 void qi_backend_free(qi_backend *b) {
     if (b) b->iface->free(b);
 }

@@ -145,21 +145,6 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e);
 }
 
-static size_t max_qrow_bytes(const qi_model *m) {
-    uint64_t best = 0;
-    qi_type_row_bytes(qi_vec_dot_type(m->output.type), (uint64_t)m->output.n_cols, &best);
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const qi_layer *ly = &m->layers[l];
-        const qi_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
-            uint64_t rb = 0;
-            qi_type_row_bytes(qi_vec_dot_type(lw[i]->type), (uint64_t)lw[i]->n_cols, &rb);
-            if (rb > best) best = rb;
-        }
-    }
-    return (size_t)best;
-}
-
 qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err) {
     *out = NULL;
     const qi_hparams *hp = &m->hp;
@@ -234,7 +219,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
                     o->step_tokens, o->n_ctx);
         goto fail;
     }
-    if ((st = e->be->iface->reserve(e->be, max_qrow_bytes(m) * R, o->n_ctx, err))) goto fail;
+    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, o->n_ctx, err))) goto fail;
     *out = e;
     return QI_OK;
 fail:

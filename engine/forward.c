@@ -43,21 +43,6 @@ struct qi_ctx {
     int cap_logits, n_logits;
 };
 
-static size_t max_qrow_bytes(const qi_model *m) {
-    uint64_t best = 0;
-    qi_type_row_bytes(qi_vec_dot_type(m->output.type), (uint64_t)m->output.n_cols, &best);
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const qi_layer *ly = &m->layers[l];
-        const qi_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
-            uint64_t rb = 0;
-            qi_type_row_bytes(qi_vec_dot_type(lw[i]->type), (uint64_t)lw[i]->n_cols, &rb);
-            if (rb > best) best = rb;
-        }
-    }
-    return (size_t)best;
-}
-
 qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err) {
     *out = NULL;
     const qi_hparams *hp = &m->hp;
@@ -97,7 +82,7 @@ qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **ou
         qi_ctx_free(c);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory allocating a %d-token context", n_ctx);
     }
-    if ((st = c->be->iface->reserve(c->be, max_qrow_bytes(m) * R, n_ctx, err))) {
+    if ((st = c->be->iface->reserve(c->be, qi_backend_max_act_row_bytes(m) * R, n_ctx, err))) {
         qi_ctx_free(c);
         return st;
     }
