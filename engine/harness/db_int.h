@@ -1,0 +1,29 @@
+/* db_int.h - what the results database's source files share (db.c: open,
+ * migrations, runs; db_query.c: listing and export). Private. */
+#ifndef QI_HARNESS_DB_INT_H
+#define QI_HARNESS_DB_INT_H
+
+#include <sqlite3.h>
+
+#include "db.h"
+
+struct qi_db {
+    sqlite3 *conn;
+    char *path;
+    int64_t run_id;     /* the open run; 0 when none */
+    bool run_simulated; /* the open run was begun as simulated */
+    sqlite3_stmt *ins_metric;
+};
+
+/* Convert SQLite's failure `rc` into a status and message: "PATH: what:
+ * SQLite's message[: OS error][ (hint)]". Call it right after the failing
+ * call, before anything else touches the connection. */
+qi_status qi_db_fail(const qi_db *db, int rc, qi_err *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static inline int qi_db_exec(qi_db *db, const char *sql) { return sqlite3_exec(db->conn, sql, NULL, NULL, NULL); }
+
+#endif
