@@ -438,10 +438,13 @@ static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l,
         }
         memset(e->attn + nw, 0, sizeof(float) * (size_t)no);
     }
+    /* an empty offload tier has no arrays yet (NULL), and memcpy's pointers must be valid even for 0 bytes */
     memcpy(e->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
-    memcpy(e->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
     memcpy(e->vscore, st->work.score, sizeof(float) * (size_t)nw);
-    memcpy(e->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+    if (no > 0) {
+        memcpy(e->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
+        memcpy(e->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+    }
     memset(e->vtier, QI_KV_WORKING, (size_t)nw);
     memset(e->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
     const int32_t cur = g->pos0 + g->n - 1;
@@ -452,7 +455,7 @@ static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l,
     qi_status rc = qi_kv_policy_select(e->pol, &v, e->fate, err);
     if (rc) return rc;
     memcpy(st->work.score, e->vscore, sizeof(float) * (size_t)nw);
-    memcpy(st->off.score, e->vscore + nw, sizeof(float) * (size_t)no);
+    if (no > 0) memcpy(st->off.score, e->vscore + nw, sizeof(float) * (size_t)no);
     return qi_kv_stream_apply(e->pool, st, e->fate, err);
 }
 

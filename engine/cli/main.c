@@ -16,6 +16,8 @@ static const struct {
     {"tokenize", qi_cmd_tokenize, "print the token ids (and pieces) of a text"},
     {"bench", qi_cmd_bench, "prompt and decode throughput, as llama-bench measures them"},
     {"sysinfo", qi_cmd_sysinfo, "print the CPU, memory and GPU figures are labelled with"},
+    {"agree", qi_cmd_agree, "how closely a KV policy follows the full cache (top-1, KL)"},
+    {"needle", qi_cmd_needle, "passkey retrieval at several lengths and depths under a KV policy"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end checks of the KV policy commands, `qinfer agree` and `qinfer
+# needle`: --help mentions the KV flags, bad values are one-line usage errors,
+# then short runs on the cached default model (agree with the full policy must
+# match the full cache exactly; a windowed run and a small needle table must
+# complete). Exits 77 (skip) after the flag checks when the model is not
+# cached. Usage: test_kv_cli.sh PATH/TO/qinfer
+set -uo pipefail
+Q=${1:?usage: test_kv_cli.sh PATH/TO/qinfer}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+for c in agree needle; do
+  if expect_ok "$Q" $c --help; then
+    grep -q "usage: qinfer $c" "$tmp/out" || bad "$c --help prints no usage"
+    for f in --kv-policy --kv-budget --kv-param; do
+      grep -q -- "$f" "$tmp/out" || bad "$c --help does not mention $f"
+    done
+  fi
+  "$Q" --help | grep -q "^  $c " && ok || bad "qinfer --help does not list $c"
+  expect_fail 2 "unknown policy 'nope'" "$Q" $c --kv-policy nope
+  expect_fail 2 "kv-budget: '0'" "$Q" $c --kv-budget 0
+  expect_fail 2 "kv-budget: '150%'" "$Q" $c --kv-budget 150%
+  expect_fail 2 "unknown option '--bogus'" "$Q" $c --bogus
+done
+expect_fail 2 "no prompt given" "$Q" agree
+expect_fail 2 "both given" "$Q" agree -p x -f y
+expect_fail 2 "not an integer" "$Q" agree -p x -n 0
+expect_fail 2 "not an output format" "$Q" agree -p x -o xml
+expect_fail 2 "option --lengths: '1024,abc'" "$Q" needle --lengths 1024,abc
+expect_fail 2 "option --lengths: '512,'" "$Q" needle --lengths 512,
+expect_fail 2 "option --depths: '1.5'" "$Q" needle --depths 1.5
+expect_fail 2 "not an integer" "$Q" needle --trials 0
+expect_fail 2 "not an output format" "$Q" needle -o xml
+
+cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
+if [[ ! -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+  echo "$passes passed, $fails failed (model checks skipped: smollm2-135m not cached; run models/fetch.sh smollm2-135m)"
+  [[ $fails -eq 0 ]] && exit 77 || exit 1
+fi
+
+M=(-m smollm2-135m -t 2)
+# The policy reports its own parameter errors, and a budgeted policy needs a budget.
+expect_fail 2 "h2o: parameter 'heavy'" "$Q" agree "${M[@]}" -p x --kv-policy h2o --kv-budget 50% --kv-param heavy=abc
+expect_fail 2 "needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy window
+expect_fail 2 "more than the context of 16" "$Q" agree "${M[@]}" -p "one two three" --n 32 --ctx 16
+expect_fail 2 "training context" "$Q" needle "${M[@]}" --lengths 1024,100000
+
+# The full policy against the full cache: the same arithmetic, so exactly equal.
+if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper climbed the stairs every evening" --n 8; then
+  grep -q "^agree: model smollm2-135m, policy full, prompt [0-9]* tokens, 8 steps" "$tmp/out" || bad "agree header: $(cat "$tmp/out")"
+  grep -q "^agree: top-1 100.00% (8/8), mean KL 0.0000e+00 nats, max KL 0.0000e+00, " "$tmp/out" ||
+    bad "agree with the full policy is not exact: $(cat "$tmp/out")"
+fi
+if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper" --n 4 -o json; then
+  { grep -q '"top1_agree": 4,' "$tmp/out" && grep -q '"max_kl": 0.000000e+00,' "$tmp/out"; } || bad "agree json: $(cat "$tmp/out")"
+fi
+
+# A window of 16 on a corpus prompt: a result line, 16 working tokens per stream
+# (30 layers x 3 KV heads x 16 = 1440 for SmolLM2-135M).
+if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy window --kv-budget 16; then
+  grep -q "policy window, budget 16 tokens, prompt 64 tokens, 16 steps" "$tmp/out" || bad "agree window header: $(cat "$tmp/out")"
+  grep -Eq "^agree: top-1 [0-9.]+% \([0-9]+/16\), mean KL [0-9.]+e[-+][0-9]+ nats, max KL [0-9.]+e[-+][0-9]+, working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" ||
+    bad "agree window result: $(cat "$tmp/out")"
+fi
+
+# A small needle run: a table with one row and the overall line (accuracy not asserted).
+if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1; then
+  grep -q "^needle: model smollm2-135m, policy full, lengths 256, depths 0.5, 1 trial per cell" "$tmp/out" || bad "needle header: $(cat "$tmp/out")"
+  grep -Eq '^\| 256 \| [0-9]+-[0-9]+ \| [0-9.]+% \([01]/1\) \| [0-9.]+% \([01]/1\) \|$' "$tmp/out" || bad "needle row: $(cat "$tmp/out")"
+  grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle overall: $(cat "$tmp/out")"
+  tokens=$(sed -nE 's/^\| 256 \| ([0-9]+)-.*/\1/p' "$tmp/out")
+  [[ -n $tokens && $tokens -le 256 && $tokens -ge 200 ]] || bad "needle prompt not sized to 256 tokens: $tokens"
+fi
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
