@@ -65,6 +65,10 @@ EXTRA_BUFTS = "use_extra_bufts=false (llama-perplexity --no-repack)"
 # The non-flash path is plain op semantics (f16 K/V, f16 softmax weights) that
 # an engine can reproduce exactly.
 FLASH_ATTN = "flash_attn=disabled (llama-perplexity -fa off)"
+# --reuse-logs: take a ppl run's figures from its full log in
+# $QINFER_CACHE/golden-logs/MODEL/ppl-CTX-LABEL.log when one exists (a
+# whole-corpus run takes an hour on two cores) instead of running it again.
+REUSE_LOGS = False
 
 
 # --------------------------------------------------------------------------
@@ -666,16 +670,22 @@ def record_ppl(llm, model_path, corpus_path, corpus_text, out, base_header):
         shown = " ".join(cmd).replace(os.path.dirname(model_path), "$QINFER_CACHE/models")
         shown = shown.replace(os.path.dirname(corpus_path), "$QINFER_CACHE/corpora")
         shown = shown.replace(exe, "$QINFER_CACHE/llama.cpp/build/bin/llama-perplexity")
-        print("running:", shown, flush=True)
         t0 = time.time()
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             errors="replace")
-        log = res.stdout
-        log_path = os.path.join(log_dir, "ppl-%s.log" % label)
-        with open(log_path, "w") as f:
-            f.write(log)
-        if res.returncode != 0:
-            sys.exit("record.py: llama-perplexity failed (rc %d); log in %s" % (res.returncode, log_path))
+        log_path = os.path.join(log_dir, "ppl-%d-%s.log" % (ctx, label))
+        if REUSE_LOGS and os.path.exists(log_path):
+            # a finished run's full log, kept from an earlier recording
+            print("reusing:", log_path, "for", shown, flush=True)
+            with open(log_path, errors="replace") as f:
+                log = f.read()
+        else:
+            print("running:", shown, flush=True)
+            res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 errors="replace")
+            log = res.stdout
+            with open(log_path, "w") as f:
+                f.write(log)
+            if res.returncode != 0:
+                sys.exit("record.py: llama-perplexity failed (rc %d); log in %s" % (res.returncode, log_path))
         m, c = PPL_LINE.search(log), CHUNKS_LINE.search(log)
         if not m or not c:
             sys.exit("record.py: could not parse llama-perplexity output; log in %s" % log_path)
@@ -733,6 +743,7 @@ def print_info(model_path, llm):
 
 
 def main():
+    global REUSE_LOGS
     reexec_under_venv()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", default="smollm2-135m")
@@ -742,8 +753,11 @@ def main():
     ap.add_argument("--info", action="store_true", help="print tokenizer metadata and tensor types")
     ap.add_argument("--ppl-runs", help="comma list of CTX:CHUNKS (CHUNKS 'all' = whole corpus) for the ppl part; "
                     "default 512:all,512:2,512:4")
+    ap.add_argument("--reuse-logs", action="store_true",
+                    help="take ppl figures from the full logs of earlier runs where they exist")
     args = ap.parse_args()
     parts = set(args.only.split(","))
+    REUSE_LOGS = args.reuse_logs
     if args.ppl_runs:
         PPL_RUNS[:] = []
         for item in args.ppl_runs.split(","):
