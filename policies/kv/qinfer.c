@@ -4,7 +4,8 @@
  * old tokens (they have been scored for longer) and clusters: the survivors
  * often all come from one stretch of the context. Q-Infer spreads them:
  *
- *   sinks        the `sinks` lowest-position tokens are always kept (0 off);
+ *   sinks        the `sinks` lowest-position tokens are always kept (default
+ *                4, as StreamingLLM; 0 off);
  *   recent       of the rest of the budget B' = budget - sinks, heavy =
  *                floor(B' * heavy) goes to scored tokens and recent = B' -
  *                heavy to the newest tokens;
@@ -66,7 +67,7 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     double heavy;
     bool offload, recall;
     qi_status st = qi_params_check_known(params, who, known, err);
-    if (!st) st = qi_params_int(params, who, "sinks", 0, 0, INT_MAX, &sinks, err);
+    if (!st) st = qi_params_int(params, who, "sinks", 4, 0, INT_MAX, &sinks, err);
     if (!st) st = qi_params_int(params, who, "windows", 4, 1, 65536, &windows, err);
     if (!st) st = qi_params_double(params, who, "heavy", 0.5, 0.0, 1.0, &heavy, err);
     if (!st) st = qi_params_int(params, who, "full_layers", 2 < n_layer ? 2 : n_layer, 0, n_layer, &full_layers, err);
@@ -159,7 +160,7 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
-    .params = "sinks=0,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16",
+    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,

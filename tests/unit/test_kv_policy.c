@@ -326,7 +326,7 @@ END_TEST
  * Q-Infer with 4 windows keeps the best of each window. */
 START_TEST(qinfer_spreads_over_windows) {
     uint64_t rng = 5;
-    qi_kv_policy *q = make("qinfer", "windows=4,full_layers=0,offload=false");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=4,full_layers=0,offload=false");
     qi_kv_policy *h = make("h2o", "");
     tview *t = tv_new(40, 8, 0); /* heavy 4, recent 4 (36..39); older 0..35: windows 0-8, 9-17, 18-26, 27-35 */
     for (int i = 0; i < 40; i++) t->score[i] = 0.1f;
@@ -344,7 +344,7 @@ START_TEST(qinfer_spreads_over_windows) {
     expect_kept(t, (int32_t[]){1, 12, 20, 30, 36, 37, 38, 39}, 8, QI_KV_DROP);
     qi_kv_policy_free(q);
     /* 6 heavy over 4 windows: quotas 1, 1, 2, 2 (the remainder to the newest) */
-    q = make("qinfer", "windows=4,full_layers=0,offload=false,heavy=0.6");
+    q = make("qinfer", "sinks=0,windows=4,full_layers=0,offload=false,heavy=0.6");
     t->v.budget = 10; /* heavy 6, recent 4 */
     ck_assert_int_eq(sel(q, t), 10);
     /* window 2 (18-26): 20, then the newest 0.1 tie (26); window 3 (27-35): 30 and 35 */
@@ -357,7 +357,7 @@ END_TEST
 
 /* Windows with too few tokens pass their quota to the best leftovers. */
 START_TEST(qinfer_passes_unused_quota) {
-    qi_kv_policy *q = make("qinfer", "windows=4,full_layers=0");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=4,full_layers=0");
     const int32_t pos[14] = {0, 1, 2, 3, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39};
     const float score[14] = {5, 4, 3, 0, 1, 0.5f, 0, 0, 0, 0, 0, 0, 0, 0};
     tview *t = tv_new(14, 8, 3);
@@ -385,12 +385,12 @@ START_TEST(qinfer_sinks_and_full_layers) {
         ck_assert_int_eq(sel(q, t), 30);
     }
     qi_kv_policy_free(q);
-    q = make("qinfer", "full_layers=0");
+    q = make("qinfer", "sinks=0,full_layers=0");
     ck_assert(!qi_kv_policy_exempt(q, 0));
     t->v.layer = 0;
     ck_assert_int_eq(sel(q, t), 10);
     qi_kv_policy_free(q);
-    q = make("qinfer", "full_layers=8"); /* every layer: the full cache */
+    q = make("qinfer", "sinks=0,full_layers=8"); /* every layer: the full cache */
     for (int l = 0; l < N_LAYER; l++) ck_assert(qi_kv_policy_exempt(q, l));
     qi_kv_policy_free(q);
     free(t);
@@ -398,7 +398,7 @@ START_TEST(qinfer_sinks_and_full_layers) {
 END_TEST
 
 START_TEST(qinfer_offload_and_probe) {
-    qi_kv_policy *q = make("qinfer", "windows=1,full_layers=0");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0");
     tview *t = tv_new(20, 6, 0);
     ck_assert_int_eq(sel(q, t), 6);
     int off = 0;
@@ -413,10 +413,10 @@ START_TEST(qinfer_offload_and_probe) {
         for (long s = 1; s <= 64; s++) ck_assert_msg(!qi_kv_policy_probe(q, s), "%s, step %ld", never[k], s);
         qi_kv_policy_free(q);
     }
-    q = make("qinfer", "probe_every=1");
+    q = make("qinfer", "sinks=0,probe_every=1");
     for (long s = 1; s <= 10; s++) ck_assert(qi_kv_policy_probe(q, s));
     qi_kv_policy_free(q);
-    q = make("qinfer", "offload=off,full_layers=0");
+    q = make("qinfer", "sinks=0,offload=off,full_layers=0");
     ck_assert_int_eq(sel(q, t), 6);
     for (int i = 0; i < 20; i++) ck_assert_int_ne(t->fate[i], QI_KV_OFFLOAD);
     qi_kv_policy_free(q);
@@ -426,7 +426,7 @@ END_TEST
 
 /* An offloaded token whose score rises above a kept one comes back. */
 START_TEST(qinfer_recall) {
-    qi_kv_policy *q = make("qinfer", "windows=1,full_layers=0,probe_every=4");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
     const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
     memcpy(t->score, s0, sizeof s0);
@@ -448,7 +448,7 @@ START_TEST(qinfer_recall) {
     expect_kept(t, (int32_t[]){0, 1, 3, 7, 8, 9}, 6, QI_KV_OFFLOAD);
     qi_kv_policy_free(q);
     /* recall off: the offloaded token stays there whatever its score */
-    q = make("qinfer", "windows=1,full_layers=0,recall=false");
+    q = make("qinfer", "sinks=0,windows=1,full_layers=0,recall=false");
     ck_assert_int_eq(sel(q, t), 6);
     ck_assert_int_eq(t->fate[3], QI_KV_OFFLOAD);
     qi_kv_policy_free(q);
@@ -470,10 +470,10 @@ static const config CONFIGS[] = {
     {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP}},
     {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP}},
     {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP}},
-    {"qinfer", "", {0, 4, 0.5, true, QI_KV_OFFLOAD}},
+    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD}},
     {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD}},
     {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP}},
-    {"qinfer", "windows=16,heavy=0.8", {0, 16, 0.8, true, QI_KV_OFFLOAD}},
+    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD}},
     {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
