@@ -78,5 +78,7 @@ int qi_cmd_bench(int argc, char **argv);
 int qi_cmd_sysinfo(int argc, char **argv);
 int qi_cmd_agree(int argc, char **argv);
 int qi_cmd_needle(int argc, char **argv);
+int qi_cmd_run(int argc, char **argv);
+int qi_cmd_lua(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ static const struct {
     {"sysinfo", qi_cmd_sysinfo, "print the CPU, memory and GPU figures are labelled with"},
     {"agree", qi_cmd_agree, "how closely a KV policy follows the full cache (top-1, KL)"},
     {"needle", qi_cmd_needle, "passkey retrieval at several lengths and depths under a KV policy"},
+    {"run", qi_cmd_run, "run an experiment script's sweep into the results database"},
+    {"lua", qi_cmd_lua, "run a Lua script with the qinfer module (no sweep, no database)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,120 @@
+/* lua_int.h - shared by the Lua harness files (lua_api.c, lua_state.c,
+ * lua_run.c); not a public interface. */
+#ifndef QI_LUA_INT_H
+#define QI_LUA_INT_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "qinfer/engine.h"
+#include "qinfer/model.h"
+#include "qinfer/params.h"
+#include "qinfer/sampler.h"
+#include "qinfer/status.h"
+
+#define LQ_MODEL "qinfer.model"
+#define LQ_ENGINE "qinfer.engine"
+#define LQ_SCRATCH "qinfer.scratch"
+
+/* A loaded model, shared by its userdata and its engines (refs). */
+typedef struct {
+    qi_model *m;
+    int refs; /* the model userdata, plus one per engine */
+    int n_threads;
+    char path[1024];
+    char sha256[65]; /* "" until known */
+    char corpus[1024]; /* the corpus whose tokens are cached below */
+    int32_t *corpus_ids;
+    size_t n_corpus_ids;
+} lq_model;
+
+typedef struct {
+    lq_model *mb;
+} lq_model_ud;
+
+typedef struct {
+    qi_engine *e;
+    lq_model *mb;
+    int n_ctx; /* positions per sequence */
+} lq_engine_ud;
+
+/* The engine options every engine-making call takes (keys LQ_ENGINE_KEYS):
+ * read by lq_read_engine_opts; o.kv_params points into params. */
+typedef struct {
+    qi_engine_opts o;
+    qi_params params;
+    bool kv_given; /* a policy other than full, or a budget: decode-mode perplexity */
+} lq_eopts;
+
+#define LQ_ENGINE_KEYS "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile"
+
+/* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
+ * __close when the C function returns or raises. */
+typedef struct {
+    qi_engine *engine;   /* owned: freed */
+    qi_engine *seq_eng;  /* a sequence added to a borrowed engine: removed */
+    int seq_id;
+    lq_model *mb;        /* a reference taken for `engine`: dropped after it */
+    qi_sampler *smp;
+    int32_t *ids, *ids2;
+    char *text;
+} lq_scratch;
+
+/* ---- shared by lua_api.c (objects) and lua_measure.c (measured helpers) ---- */
+
+double lq_now(void); /* monotonic seconds */
+void lq_model_unref(lq_model *mb);
+lq_model *lq_check_model(lua_State *L, int idx);        /* raises on a closed one */
+lq_engine_ud *lq_check_engine(lua_State *L, int idx);
+lq_scratch *lq_scratch_push(lua_State *L);
+int lq_fail(lua_State *L, const qi_err *e);              /* raise e's message */
+
+/* Option tables at idx, reported as argument `arg`: unknown keys (known is
+ * NULL-terminated), then typed reads whose errors name the key. */
+void lq_opts_check(lua_State *L, int idx, int arg, const char *const *known);
+int lq_opt_get(lua_State *L, int idx, const char *key);  /* pushes opts[key] (nil without opts) */
+int lq_opt_wrong(lua_State *L, int arg, const char *key, const char *want);
+long lq_opt_int(lua_State *L, int idx, int arg, const char *key, long def, long lo, long hi);
+double lq_opt_num(lua_State *L, int idx, int arg, const char *key, double def);
+bool lq_opt_bool(lua_State *L, int idx, int arg, const char *key, bool def);
+const char *lq_opt_str(lua_State *L, int idx, int arg, const char *key, const char *def);
+void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_threads);
+
+/* Token lists: a table of integers (or one integer) into a qi_malloc'ed
+ * array owned by *slot (a scratch field); its length. */
+int lq_read_ids(lua_State *L, int idx, int32_t **slot);
+void lq_push_ids(lua_State *L, const int32_t *ids, size_t n);
+void lq_set_num(lua_State *L, const char *k, double v);  /* t[k] = v, t on top */
+void lq_set_int(lua_State *L, const char *k, lua_Integer v);
+void lq_set_str(lua_State *L, const char *k, const char *v);
+
+/* qinfer.generate, perplexity, throughput, now, sleep, sysinfo. */
+extern const luaL_Reg lq_measure_functions[];
+
+/* Set by SIGINT/SIGTERM while an experiment runs (lua_run.c). */
+extern volatile sig_atomic_t lq_interrupted;
+
+/* The `qinfer` module table (qinfer.load, qinfer.generate, ...). */
+int luaopen_qinfer(lua_State *L);
+
+/* Default worker threads for qinfer.load and engines (<= 0: physical cores). */
+void lq_set_threads(lua_State *L, int n);
+
+/* A fresh state: standard libraries, `qinfer` preloaded and global, and
+ * package.path + an embedded-module searcher for qinfer.* (script_dir, may
+ * be NULL, searched first). NULL on out of memory. */
+lua_State *lq_state_new(const char *script_dir);
+
+/* lua_pcall with a traceback handler. On error returns false, leaves nothing
+ * on the stack, and copies the message (file:line first) to msg and, when tb
+ * is not NULL, the traceback to tb. */
+bool lq_pcall(lua_State *L, int nargs, int nresults, char *msg, size_t msg_cap, char *tb, size_t tb_cap);
+
+/* The file a model argument names (path or short name) and its sha256: the
+ * manifest's for a short name, else computed (and remembered per path). */
+qi_status lq_model_identity(const char *arg, char *path, size_t cap, char sha[65], qi_err *err);
+
+#endif

@@ -1,0 +1,1 @@
+return { name = "bad_norun", params = { k = { 1 } } }

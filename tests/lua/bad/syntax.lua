@@ -1,0 +1,4 @@
+return {
+  name = "bad_syntax"
+  run = function() end,
+}

@@ -1,0 +1,3 @@
+local x = nil
+local y = x.field
+return { name = "bad_toplevel", run = function() end }

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# run_tests.sh - the Lua harness tests; CTest runs one mode per test:
+#   unit        test_unit.lua (sweep, stats, argument checks) from the source
+#               tree and again with only the modules compiled into qinfer,
+#               plus a planted failure that must fail
+#   api         test_api.lua on the cached default model, against `qinfer
+#               generate --temp 0` and `qinfer ppl`
+#   run_resume  `qinfer run` SIGKILLed mid-sweep, then resumed: one done run
+#               per configuration, nothing left of the killed run; SIGINT
+#               rolls back; --set, --list, --fresh
+#   run_errors  scripts that must fail: exit code, file:line on stderr, and
+#               a consistent database (failed rows, no half-written run)
+# Skips (77) without Lua/SQLite in the build, and where the model is needed
+# but not cached. Databases are read with the sqlite3 shell, else python3.
+# Usage: run_tests.sh PATH/TO/qinfer MODE
+set -uo pipefail
+Q=${1:?usage: run_tests.sh PATH/TO/qinfer MODE}
+MODE=${2:?usage: run_tests.sh PATH/TO/qinfer MODE}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=../cli/lib.sh
+source "$here/../cli/lib.sh"
+cd "$here" || exit 1
+
+if "$Q" run --help | grep -q "built without Lua/SQLite"; then
+  expect_fail 1 "built without Lua/SQLite" "$Q" run x.lua
+  echo "$passes passed, $fails failed (skipped: qinfer built without Lua/SQLite)"
+  [[ $fails -eq 0 ]] && exit 77 || exit 1
+fi
+
+cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
+have_model=0
+[[ -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]] && have_model=1
+
+# sql DB QUERY: rows as a|b lines
+sql() {
+  if command -v sqlite3 >/dev/null; then
+    sqlite3 -batch "$1" "$2"
+  else
+    python3 -c 'import sqlite3, sys
+for row in sqlite3.connect(sys.argv[1]).execute(sys.argv[2]):
+    print("|".join("" if v is None else str(v) for v in row))' "$1" "$2"
+  fi
+}
+# expect_sql DB QUERY WANT
+expect_sql() {
+  local got
+  got=$(sql "$1" "$2" 2>&1 | tr '\n' ' ' | sed 's/ $//')
+  [[ $got == "$3" ]] && ok || bad "$2 -> '$got', want '$3'"
+}
+# the invariants of any results database after any invocation
+consistent() {
+  expect_sql "$1" "PRAGMA integrity_check" "ok"
+  expect_sql "$1" "PRAGMA foreign_key_check" ""
+  expect_sql "$1" "SELECT count(*) FROM runs WHERE status NOT IN ('done', 'failed')" "0"
+  expect_sql "$1" "SELECT count(*) FROM metrics WHERE run_id NOT IN (SELECT id FROM runs)" "0"
+  expect_sql "$1" "SELECT count(*) FROM (SELECT 1 FROM runs GROUP BY experiment_id, config_key HAVING count(*) > 1)" "0"
+}
+# run_expect CODE SCRIPT [ARGS...]: qinfer run exits CODE; output in $tmp/out, $tmp/err
+run_expect() {
+  local code=$1; shift
+  "$Q" run "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  [[ $rc -eq $code ]] && ok || bad "qinfer run $* -> exit $rc, want $code: $(head -c 600 "$tmp/err")"
+}
+err_has() { grep -qF -- "$1" "$tmp/err" && ok || bad "stderr lacks '$1': $(head -c 600 "$tmp/err")"; }
+
+case $MODE in
+unit)
+  expect_ok "$Q" lua test_unit.lua
+  QINFER_LUA_PATH="/nonexistent/?.lua" expect_ok "$Q" lua test_unit.lua embedded
+  # the checks can fail: a planted failure exits non-zero, naming its line
+  "$Q" lua selftest_fail.lua >"$tmp/out" 2>"$tmp/err" && bad "the planted failure passed"
+  grep -q "selftest_fail.lua:4: planted" "$tmp/err" && ok || bad "planted failure not reported: $(cat "$tmp/err")"
+  expect_fail 2 "no script given" "$Q" lua
+  expect_fail 1 "cannot open" "$Q" lua /nonexistent/x.lua
+  expect_fail 2 "no experiment script given" "$Q" run
+  expect_fail 2 "unknown option '--bogus'" "$Q" run x.lua --bogus
+  expect_fail 2 "is not KEY=VALUE" "$Q" run x.lua --set novalue
+  ;;
+api)
+  if ((!have_model)); then echo "skipped: smollm2-135m not cached (models/fetch.sh smollm2-135m)"; exit 77; fi
+  prompt="The quick brown fox jumps over the lazy dog. Then"
+  "$Q" generate -t 2 -p "$prompt" -n 24 --temp 0 >"$tmp/gen.txt" 2>"$tmp/err" || bad "qinfer generate failed"
+  ppl=$("$Q" ppl -t 2 -f devil --ctx 64 --chunks 2 2>"$tmp/err" | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+  [[ -n $ppl ]] || bad "qinfer ppl printed no PPL: $(cat "$tmp/err")"
+  "$Q" lua -t 2 test_api.lua "$tmp/gen.txt" "$ppl" && ok || bad "test_api.lua failed"
+  ;;
+run_resume)
+  db=$tmp/resume.db marker=$tmp/marker
+  run_expect 0 resume_exp.lua --list
+  [[ $(grep -c '^\[[1-6]/6\] k=' "$tmp/out") -eq 6 ]] && ok || bad "--list: $(cat "$tmp/out")"
+  grep -qF '[3/6] k=3  {"k":3,"tag":"x"}' "$tmp/out" && ok || bad "--list lacks k=3's JSON: $(cat "$tmp/out")"
+  [[ ! -e $db ]] && ok || bad "--list made a database"
+
+  # Killed during the third configuration's run.
+  QI_TEST_INVOCATION=1 QI_TEST_STALL=1 QI_TEST_MARKER=$marker "$Q" run resume_exp.lua --db "$db" -t 1 \
+    >"$tmp/o1" 2>"$tmp/e1" &
+  pid=$!
+  for _ in $(seq 300); do [[ -f $marker ]] && break; sleep 0.1; done
+  [[ -f $marker ]] && ok || bad "configuration k=3 never started: $(cat "$tmp/e1")"
+  { kill -KILL $pid; wait $pid; } 2>/dev/null; rc=$?
+  [[ $rc -eq 137 ]] && ok || bad "killed qinfer run exited $rc, not 137"
+  consistent "$db"
+  expect_sql "$db" "SELECT group_concat(json_extract(config_json, '\$.k')) FROM (SELECT * FROM runs ORDER BY id)" "1,2"
+  expect_sql "$db" "SELECT count(*) FROM runs WHERE status = 'done'" "2"
+  expect_sql "$db" "SELECT count(*) FROM metrics" "8"
+
+  # Resumed: the two done configurations are skipped, the rest run once.
+  QI_TEST_INVOCATION=2 run_expect 0 resume_exp.lua --db "$db" -t 1
+  err_has "6 configurations, 4 done, 2 skipped (already done), 0 failed"
+  consistent "$db"
+  expect_sql "$db" "SELECT count(*), count(DISTINCT config_key) FROM runs WHERE status = 'done'" "6|6"
+  expect_sql "$db" "SELECT group_concat(v) FROM (SELECT CAST(m.value AS INT) v FROM runs r JOIN metrics m
+    ON m.run_id = r.id WHERE m.name = 'test.invocation' AND m.repetition = 0 ORDER BY json_extract(r.config_json, '\$.k'))" \
+    "1,1,2,2,2,2"
+  expect_sql "$db" "SELECT group_concat(v) FROM (SELECT CAST(m.value AS INT) v FROM runs r JOIN metrics m
+    ON m.run_id = r.id WHERE m.name = 'test.value' AND json_extract(r.config_json, '\$.k') = 3 ORDER BY m.repetition)" \
+    "30,31"
+  expect_sql "$db" "SELECT count(*) FROM metrics" "24"
+  expect_sql "$db" "SELECT count(*) FROM runs WHERE model_sha256 IS NOT NULL OR seed != 42 OR cpu IS NULL" "0"
+  grep -q "^\[6/6\] k=6 .*: test.value 60.5 ±0.71, test.invocation 2 ±0$" "$tmp/out" && ok ||
+    bad "no result line for k=6: $(cat "$tmp/out")"
+
+  # Again: nothing to do. --fresh with a pin redoes one configuration.
+  QI_TEST_INVOCATION=3 run_expect 0 resume_exp.lua --db "$db" -t 1
+  err_has "0 done, 6 skipped"
+  old=$(sql "$db" "SELECT id FROM runs WHERE json_extract(config_json, '\$.k') = 2")
+  QI_TEST_INVOCATION=4 run_expect 0 resume_exp.lua --db "$db" -t 1 --fresh --set k=2
+  err_has "1 configuration, 1 done, 0 skipped"
+  consistent "$db"
+  expect_sql "$db" "SELECT count(*) FROM runs" "6"
+  expect_sql "$db" "SELECT id > $old, (SELECT CAST(value AS INT) FROM metrics WHERE run_id = runs.id AND
+    name = 'test.invocation' AND repetition = 1) FROM runs WHERE json_extract(config_json, '\$.k') = 2" "1|4"
+  run_expect 2 resume_exp.lua --db "$db" --set bogus=1
+  err_has "unknown parameter 'bogus' (parameters: k, tag)"
+  run_expect 2 resume_exp.lua --db "$db" --set k=x
+  err_has "--set k=x: not a number"
+
+  # SIGINT during a run: that run is rolled back, the sweep stops, exit 130.
+  db2=$tmp/int.db
+  rm -f "$marker"
+  QI_TEST_INVOCATION=5 QI_TEST_STALL=1 QI_TEST_MARKER=$marker "$Q" run resume_exp.lua --db "$db2" -t 1 \
+    >"$tmp/o2" 2>"$tmp/e2" &
+  pid=$!
+  for _ in $(seq 300); do [[ -f $marker ]] && break; sleep 0.1; done
+  kill -INT $pid; wait $pid; rc=$?
+  [[ $rc -eq 130 ]] && ok || bad "interrupted qinfer run exited $rc, not 130: $(cat "$tmp/e2")"
+  grep -q "interrupted during \[3/6\] k=3; that run was rolled back" "$tmp/e2" && ok || bad "no interrupt message: $(cat "$tmp/e2")"
+  consistent "$db2"
+  expect_sql "$db2" "SELECT count(*), sum(status = 'done') FROM runs" "2|2"
+  ;;
+run_errors)
+  b=$here/bad
+  # The script itself is broken: no database is made.
+  run_expect 1 "$b/syntax.lua" --db "$tmp/syntax.db"
+  err_has "syntax.lua:3: '}' expected (to close '{' at line 1) near 'run'"
+  [[ ! -e $tmp/syntax.db ]] && ok || bad "a script with a syntax error made a database"
+  run_expect 1 "$b/toplevel.lua" --db "$tmp/top.db"
+  err_has "toplevel.lua:2: attempt to index a nil value (local 'x')"
+  run_expect 2 "$b/norun.lua" --db "$tmp/norun.db"
+  err_has "norun.lua: the experiment needs a run function"
+  run_expect 1 "$tmp/none.lua" --db "$tmp/none.db"
+  err_has "cannot open"
+
+  # A configuration fails: recorded 'failed' with file:line, the sweep goes on.
+  run_expect 1 "$b/runtime.lua" --db "$tmp/rt.db"
+  err_has "runtime.lua:6: attempt to call a nil value (global 'undefined_function')"
+  err_has "2 configurations, 1 done, 0 skipped (already done), 1 failed"
+  consistent "$tmp/rt.db"
+  expect_sql "$tmp/rt.db" "SELECT json_extract(config_json, '\$.k'), status, ifnull(error, '') LIKE '%runtime.lua:6: attempt to call%'
+    FROM runs ORDER BY id" "1|done|0 2|failed|1"
+  # rerun: the failed configuration is tried again and replaces its row
+  run_expect 1 "$b/runtime.lua" --db "$tmp/rt.db"
+  err_has "1 skipped (already done), 1 failed"
+  consistent "$tmp/rt.db"
+  expect_sql "$tmp/rt.db" "SELECT count(*), sum(status = 'failed') FROM runs" "2|1"
+
+  run_expect 1 "$b/metric.lua" --db "$tmp/metric.db"
+  err_has "metric.lua:5: ctx.metric:"
+  err_has "Not A Name"
+  consistent "$tmp/metric.db"
+  expect_sql "$tmp/metric.db" "SELECT status FROM runs" "failed"
+
+  run_expect 1 "$b/model.lua" --db "$tmp/model.db"
+  err_has "model.lua:6:"
+  err_has "no-such-model"
+  consistent "$tmp/model.db"
+  expect_sql "$tmp/model.db" "SELECT status, model_path IS NULL, error LIKE '%model.lua:6:%' FROM runs" "failed|1|1"
+
+  if ((!have_model)); then
+    echo "$passes passed, $fails failed (policy and type checks skipped: smollm2-135m not cached)"
+    [[ $fails -eq 0 ]] && exit 77 || exit 1
+  fi
+  run_expect 1 "$b/policy.lua" --db "$tmp/policy.db" -t 1
+  err_has "policy.lua:6:"
+  err_has "no_such_policy"
+  consistent "$tmp/policy.db"
+  expect_sql "$tmp/policy.db" "SELECT status, error LIKE '%policy.lua:6:%no_such_policy%' FROM runs" "failed|1"
+  run_expect 1 "$b/type.lua" --db "$tmp/type.db" -t 1
+  err_has "type.lua:6: bad argument #1 to 'engine' (option 'max_seqs': integer expected, got string)"
+  consistent "$tmp/type.db"
+  expect_sql "$tmp/type.db" "SELECT status FROM runs" "failed"
+  ;;
+*)
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors)" >&2
+  exit 2
+  ;;
+esac
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,126 @@
+-- The qinfer module on the cached default model: load and info, a
+-- tokenize/detokenize round trip, an H2O engine that keeps its budget,
+-- logits helpers, greedy generation equal to `qinfer generate --temp 0`,
+-- perplexity equal to `qinfer ppl`, throughput, and argument errors that
+-- name the caller's file:line and the bad key.
+-- arg[1]: a file holding `qinfer generate -p PROMPT -n 24 --temp 0`'s stdout
+-- arg[2]: the PPL `qinfer ppl -f devil --ctx 64 --chunks 2` printed
+local T = require "testlib"
+local qinfer = require "qinfer"
+local PROMPT = "The quick brown fox jumps over the lazy dog. Then"
+
+local m = qinfer.load("smollm2-135m", { threads = 2 })
+T.ok(qinfer.load("smollm2-135m", { threads = 2 }) == m, "a second load of the same model is the same object")
+local info = m:info()
+T.eq(info.arch, "llama", "arch")
+T.eq(info.n_layer, 30, "n_layer")
+T.eq(info.n_ctx_train, 8192, "n_ctx_train")
+T.ok(info.n_params > 1e8 and info.n_params < 2e8, "n_params")
+T.eq(info.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "sha256 from the manifest")
+local by_path = qinfer.load(info.path, { threads = 2 })
+T.eq(by_path:info().sha256, info.sha256, "sha256 computed for a path")
+
+-- tokenize / detokenize
+for _, s in ipairs({ "Hello world", " leading space", "héllo wörld, 日本語 ✓", "a\nb\tc", "" }) do
+  local ids = m:tokenize(s, { add_special = false })
+  T.eq(m:detokenize(ids), s, "round trip of '" .. s .. "'")
+end
+local ids = m:tokenize(PROMPT)
+T.ok(#ids > 5, "prompt tokens")
+T.eq(ids[1], m:tokenize(PROMPT, { add_special = false })[1], "smollm2 adds no BOS")
+T.eq(m:detokenize({ info.eos }, { special = true }) ~= "", true, "special tokens shown on request")
+T.eq(m:detokenize({ info.eos }), "", "and hidden by default")
+
+-- an H2O engine with a budget of 16 tokens per stream
+local e = m:engine { max_seqs = 2, n_ctx = 128, kv_policy = "h2o", kv_budget = 16, kv_params = { heavy = 0.5 } }
+T.eq(e:policy(), "h2o", "policy")
+local a, b = e:add(), e:add()
+e:feed(a, ids)
+e:feed(b, ids)
+while e:pending(a) > 0 or e:pending(b) > 0 do e:step() end
+local max_work = 0
+for _ = 1, 12 do
+  for _, id in ipairs({ a, b }) do e:feed(id, e:argmax(id)) end
+  T.eq(e:step(), 2, "one decode token per sequence")
+  for _, id in ipairs({ a, b }) do
+    local ks = e:kv_stats(id)
+    max_work = math.max(max_work, ks.work_tokens_per_stream)
+  end
+end
+local ks = e:kv_stats(a)
+T.eq(ks.n_past, #ids + 12, "positions")
+T.ok(max_work <= 16, "h2o keeps <= 16 working tokens per stream (saw " .. max_work .. ")")
+T.ok(ks.work_tokens <= 16 * ks.streams, "h2o: summed working tokens within budget")
+T.ok(ks.work_bytes > 0, "working bytes")
+local top, lps = e:topk(a, 3)
+T.eq(#top, 3, "topk")
+T.eq(top[1], e:argmax(a), "topk[1] is the argmax")
+T.ok(lps[1] >= lps[2] and lps[2] >= lps[3], "topk sorted")
+T.near(e:logprob(a, top[1]), lps[1], 1e-12, "logprob agrees with topk")
+T.ok(lps[1] <= 0, "log-probabilities are <= 0")
+T.ok(e:pool_stats().work_blocks > 0, "pool stats")
+e:remove(b)
+T.raises(function() e:feed(b, 1) end, "test_api.lua:", "no sequence " .. b)
+T.raises(function() e:argmax(a, 5) end, "bad argument #2 to 'argmax'", "row out of range")
+e:close()
+T.raises(function() e:step() end, "engine is closed")
+
+-- the full policy keeps everything
+local f = m:engine { max_seqs = 1, n_ctx = 64 }
+local s = f:add()
+f:feed(s, ids, true)
+f:step()
+T.eq(f:kv_stats(s).work_tokens_per_stream, #ids + 0.0, "full keeps every token")
+T.ok(f:logprob(s, ids[2], 1) < 0, "logits_all: a row per token")
+
+-- argument errors name the key, with this file's line
+T.raises(function() m:engine { kv_policy = "nope" } end, "test_api.lua:", "nope")
+T.raises(function() m:engine { max_seqs = "four" } end, "test_api.lua:",
+  "bad argument #1 to 'engine' (option 'max_seqs': integer expected, got string)")
+T.raises(function() m:engine { kv_policy = "h2o", kv_budget = 16.0 } end, "option 'kv_budget'", "fraction")
+T.raises(function() m:engine { kv_policy = "h2o", kv_budget = "lots" } end, "option 'kv_budget'")
+T.raises(function() m:engine { kv_policy = "h2o", kv_budget = 8, kv_params = { heavy = {} } } end,
+  "kv_params.heavy", "got table")
+T.raises(function() m:engine { kv_policy = "h2o", kv_budget = 8, kv_params = { bogus = 1 } } end, "bogus")
+T.raises(function() m:engine { kv_policy = "window" } end, "needs a budget")
+T.raises(function() m:engine { bogus = 1 } end, "unknown option 'bogus'")
+T.raises(function() m:tokenize(42 and {}) end, "bad argument #1 to 'tokenize'")
+T.raises(function() qinfer.perplexity(m, "devil", { ctx = "64" }) end, "option 'ctx': integer expected")
+T.raises(function() qinfer.generate(f, "x", { kv_policy = "h2o" }) end, "applies only when a model is given")
+
+-- greedy generation: the same text as `qinfer generate --temp 0`
+local want = assert(io.open(arg[1], "rb")):read("a")
+local text, gen_ids, tm = qinfer.generate(m, PROMPT, { n = 24 })
+T.eq(text .. "\n", want, "generate == qinfer generate --temp 0")
+T.eq(#gen_ids, 24, "generated ids")
+T.ok(tm.ttft_s > 0 and tm.tpot_s > 0 and tm.tokens_per_s > 0, "timing")
+local eng = m:engine { max_seqs = 1 }
+local text2 = qinfer.generate(eng, PROMPT, { n = 24 })
+T.eq(text2, text, "generate on an engine == on the model")
+T.eq(eng:pending(0), 0, "the call's sequence is removed")
+local text3 = qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 })
+T.eq(qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 }), text3, "sampling is seeded")
+
+-- perplexity: whole chunks equal `qinfer ppl`; decode mode close to it
+local want_ppl = tonumber(arg[2])
+local r = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2 })
+T.eq(string.format("%.4f", r.ppl), string.format("%.4f", want_ppl), "perplexity == qinfer ppl")
+T.eq(r.chunks, 2, "chunks")
+T.eq(r.count, 2 * (64 / 2 - 1), "scored tokens")
+local rd = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2 })
+T.ok(rd.decode and math.abs(rd.ppl - r.ppl) / r.ppl < 0.05, "decode-mode full policy within 5% (one-token attention order)")
+local rw = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, kv_policy = "window", kv_budget = 8 })
+T.ok(rw.decode, "a KV policy implies decode mode")
+T.ok(rw.work_tokens <= 8, "window: working tokens per stream within the budget")
+
+-- throughput
+local tp = qinfer.throughput(m, { batch = 2, n_gen = 4, prompt = 8 })
+T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")
+T.near(tp.tokens_per_s, 2 / tp.tpot_s, 1e-6 * tp.tokens_per_s, "aggregate rate = batch / tpot")
+local tq = qinfer.throughput(m, { batch = 1, n_gen = 4, prompt = PROMPT, kv_policy = "h2o", kv_budget = "50%" })
+T.ok(tq.tokens_per_s > 0, "throughput with a policy and a text prompt")
+
+-- engines made and dropped are collected without leaking (ASan build)
+for _ = 1, 3 do m:engine { max_seqs = 1, n_ctx = 32 } end
+collectgarbage()
+T.done("test_api")
