@@ -10,6 +10,11 @@
  *     against one token in decode), and each half is reduced with the hsum8
  *     tree on its own. Signed weights use |x| and a sign-masked y, as ggml
  *     does with vpsignb (which AVX-512 lacks).
+ *   - K quants (q4_K, q6_K): the integer sums of a super-block 64 elements
+ *     per instruction pair (vpmaddubsw, then vpdpwssd with the sub-block
+ *     scales); a weight super-block is unpacked once per pass over several
+ *     tokens (16 in the tiled order, T >= 8, whose epilogue then runs with
+ *     one token per lane; 4 in ggml's order); see the section's comment.
  *   - F16 dots: a 16-lane accumulator is one zmm, and _mm512_reduce_add_ps
  *     is the hsum16 tree (GCC's implementation, as in ggml).
  * Softmax and SwiGLU keep the AVX2 versions (a small share of the time);
@@ -229,6 +234,294 @@ DEFINE_GEMM512(gemm_q5_0_avx512, qi_block_q5_0, qi_block_q8_0, unpack_q5_0, prep
 DEFINE_GEMM512(gemm_q5_1_avx512, qi_block_q5_1, qi_block_q8_1, unpack_q5_1, prep_unsigned, prep2_unsigned, 1, m, s)
 DEFINE_GEMM512(gemm_q8_0_avx512, qi_block_q8_0, qi_block_q8_0, unpack_q8_0, prep_signed, prep2_signed, 0, d, d)
 
+/* ---- K quants ---------------------------------------------------------------------------- */
+
+/* The integer part of a super-block dot is made 64 elements at a time:
+ * vpmaddubsw (codes, unsigned, times activation quants: pair sums within
+ * int16, since codes are at most 63) then vpdpwssd against the pairs'
+ * sub-block scales, accumulating int32. Lane l of the sum (l < 16) holds
+ * elements 4l..4l+3 of every 64-element chunk, so ggml's lane k (k < 8) is
+ * lane k plus lane k + 8: exact integers, whatever the grouping. The float
+ * epilogues are the references' operations, one per lane.
+ *   T < 8 (gemm): ggml's 8 lanes per (row, token), converted and fused into
+ *     a ymm accumulator, plus q4_K's four min lanes, as kernels_avx2.c.
+ *   T >= 8 (gemm_wide): a weight super-block is unpacked once for up to 16
+ *     tokens; each token's 16 int32 partial sums go through one transposing
+ *     reduction tree (hsum16x16), so s1 arrives with one token per lane, and
+ *     the min (q4_K) or -32 (q6_K) terms come from the activation sums
+ *     transposed to token lanes once per pass. The float epilogue then runs
+ *     on 16 tokens at once, each lane the reference's sequence. */
+
+#define KQ_MAX 32 /* super-blocks per row of the tiled paths (n <= 8192); longer rows use AVX2 */
+#define KTB 16    /* tokens per pass of the tiled paths: one zmm lane each */
+#define KTN 4     /* tokens per pass of the T < 8 paths */
+
+/* q4_K scales and mins of a super-block as bytes: u[0..1] sc[0..7],
+ * u[2..3] mn[0..7] (qi_k_scale_min, four at a time). */
+T5 static inline void q4_K_scales(const uint8_t s[12], uint32_t u[4]) {
+    uint32_t v[3];
+    memcpy(v, s, 12);
+    u[0] = v[0] & 0x3f3f3f3f;
+    u[1] = (v[2] & 0x0f0f0f0f) | ((v[0] >> 6) & 0x03030303) << 4;
+    u[2] = v[1] & 0x3f3f3f3f;
+    u[3] = ((v[2] >> 4) & 0x0f0f0f0f) | ((v[1] >> 6) & 0x03030303) << 4;
+}
+
+/* A weight super-block ready for the integer dot: q[j] the codes of
+ * elements 64j..64j+63, sc[j] the int16 scale of each of its 32 pairs. */
+typedef struct {
+    __m512i q[4], sc[4];
+} kprep;
+
+T5 static inline void prep_q4_K(const qi_block_q4_K *x, const uint32_t u[4], kprep *p) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i v0 = _mm512_loadu_si512(x->qs), v1 = _mm512_loadu_si512(x->qs + 64);
+    /* low nibbles of qs[0..63] are sub-blocks 0 and 2, high ones 1 and 3 */
+    const __m512i l0 = _mm512_and_si512(v0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+    const __m512i l1 = _mm512_and_si512(v1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+    p->q[0] = _mm512_shuffle_i64x2(l0, h0, 0x44);
+    p->q[1] = _mm512_shuffle_i64x2(l0, h0, 0xee);
+    p->q[2] = _mm512_shuffle_i64x2(l1, h1, 0x44);
+    p->q[3] = _mm512_shuffle_i64x2(l1, h1, 0xee);
+    /* pair i of chunk j belongs to sub-block 2j + i / 16 */
+    const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)u)));
+    for (int j = 0; j < 4; j++) {
+        const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1);
+        p->sc[j] = _mm512_permutexvar_epi16(idx, sc);
+    }
+}
+
+T5 static inline void prep_q6_K(const qi_block_q6_K *x, kprep *p) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
+    /* the two bits of qh for elements l, l+32 (chunk 2h) sit at bits 0-1, 2-3;
+     * for l+64, l+96 (chunk 2h+1) at 4-5, 6-7: per-half shifts to bits 4-5
+     * (16-bit shifts: the bits crossing into the next byte are masked off) */
+    const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    for (int h = 0; h < 2; h++) {
+        const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+        p->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, up), m2));
+        p->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_and_si512(_mm512_srlv_epi16(hb, down), m2));
+    }
+    /* pair i of chunk j belongs to the 16-element group 4j + i / 8 */
+    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales)));
+    const __m512i step = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int j = 0; j < 4; j++)
+        p->sc[j] = _mm512_permutexvar_epi16(_mm512_add_epi16(step, _mm512_set1_epi16((short)(4 * j))), sc);
+}
+
+/* The 16 int32 partial sums of one (super-block, token): lane l holds
+ * elements 4l..4l+3 of each chunk, scaled. */
+T5 static inline __m512i kdot(const kprep *p, const int8_t *qa) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(p->q[j], _mm512_loadu_si512(qa + 64 * j)), p->sc[j]);
+    return acc;
+}
+
+/* ggml's eight lanes from the 16 partial sums. */
+T5 static inline __m256i kfold(__m512i acc) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
+/* Lane t = the sum of the 16 lanes of v[KSLOT(t)]: a transposing tree. */
+#define KSLOT(t) (4 * ((t) & 3) + ((t) >> 2))
+T5 static inline __m512i hsum16x16(const __m512i v[16]) {
+    __m512i w[8], x[4], y[2];
+    for (int i = 0; i < 8; i++) /* 128-bit chunks 0-1: v[2i]'s halves summed, 2-3: v[2i+1]'s */
+        w[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44),
+                                _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; i++) /* chunk k: v[4i + k] in four lanes */
+        x[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0x88),
+                                _mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; i++) /* chunk k: v[8i + k] in lanes 0-1, v[8i + 4 + k] in 2-3 */
+        y[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2 * i], x[2 * i + 1]),
+                                _mm512_unpackhi_epi64(x[2 * i], x[2 * i + 1]));
+    const __m512 a = _mm512_castsi512_ps(y[0]), b = _mm512_castsi512_ps(y[1]);
+    /* chunk k, lane m: v[4m + k] */
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xdd)));
+}
+
+/* The activation side of a tiled pass, token lanes: d, and int16 pairs of
+ * 16-element sums (q4_K: pair l = S[2l], S[2l+1] with S[s] the sum of
+ * 32-element sub-block s; q6_K: pair p = bsums[2p], bsums[2p+1]). Lanes past
+ * nt are zero. */
+typedef struct {
+    __m512 d[KQ_MAX];
+    __m512i s[KQ_MAX][8];
+} kacts;
+
+T5 static void kacts_fill(kacts *ka, int64_t nb, const qi_block_q8_K *const *ya, int nt, int q4) {
+    for (int64_t b = 0; b < nb; b++) {
+        float d[KTB] = {0};
+        uint32_t s[8][KTB] = {{0}};
+        for (int t = 0; t < nt; t++) {
+            const int16_t *bs = ya[t][b].bsums;
+            d[t] = ya[t][b].d;
+            for (int p = 0; p < (q4 ? 4 : 8); p++) {
+                /* |S[s]| <= 2 * 16 * 128: an int16 */
+                const int16_t lo = q4 ? (int16_t)(bs[4 * p] + bs[4 * p + 1]) : bs[2 * p];
+                const int16_t hi = q4 ? (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]) : bs[2 * p + 1];
+                s[p][t] = (uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+            }
+        }
+        ka->d[b] = _mm512_loadu_ps(d);
+        for (int p = 0; p < 8; p++) ka->s[b][p] = _mm512_loadu_si512(s[p]);
+    }
+}
+
+/* sum over pairs p < np of ka->s[b][p] . (w16[2p], w16[2p+1]), token lanes */
+T5 static inline __m512i kacts_dot(const kacts *ka, int64_t b, const int16_t *w16, int np) {
+    uint32_t pr[8];
+    memcpy(pr, w16, 4 * (size_t)np);
+    __m512i s = _mm512_setzero_si512();
+    for (int p = 0; p < np; p++) s = _mm512_dpwssd_epi32(s, ka->s[b][p], _mm512_set1_epi32((int)pr[p]));
+    return s;
+}
+
+T5 static inline void kstore(__m512 v, float *y, size_t ys, int nt) {
+    float o[KTB];
+    _mm512_storeu_ps(o, v);
+    for (int t = 0; t < nt; t++) y[(size_t)t * ys] = o[t];
+}
+
+/* The tiled order for either type; q4 selects q4_K. */
+T5 static inline __attribute__((always_inline)) void gemm_k_tiled(int64_t n, const void *w, size_t w_stride,
+                                                                  int n_w, const void *a, size_t a_stride,
+                                                                  int n_a, float *y, size_t y_stride, int q4) {
+    const int64_t nb = n / 256;
+    kacts ka;
+    for (int t0 = 0; t0 < n_a; t0 += KTB) {
+        const int nt = n_a - t0 < KTB ? n_a - t0 : KTB;
+        const qi_block_q8_K *ya[KTB];
+        for (int t = 0; t < nt; t++) ya[t] = (const qi_block_q8_K *)((const char *)a + (size_t)(t0 + t) * a_stride);
+        kacts_fill(&ka, nb, ya, nt, q4);
+        __m512i acc[KTB];
+        for (int t = nt; t < KTB; t++) acc[KSLOT(t)] = _mm512_setzero_si512();
+        for (int r = 0; r < n_w; r++) {
+            const char *xr = (const char *)w + (size_t)r * w_stride;
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                kprep p;
+                __m512i s1;
+                if (q4) {
+                    const qi_block_q4_K *x = (const qi_block_q4_K *)(const void *)xr + b;
+                    uint32_t u[4];
+                    q4_K_scales(x->scales, u);
+                    prep_q4_K(x, u, &p);
+                    for (int t = 0; t < nt; t++) acc[KSLOT(t)] = kdot(&p, ya[t][b].qs);
+                    s1 = hsum16x16(acc);
+                    int16_t mn[8];
+                    for (int s = 0; s < 8; s++) mn[s] = (int16_t)((u[2 + s / 4] >> (8 * (s % 4))) & 0xff);
+                    const __m512i s2 = kacts_dot(&ka, b, mn, 4);
+                    __m512 rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(h2f(x->d)));
+                    rr = _mm512_fmadd_ps(_mm512_set1_ps(-h2f(x->dmin)), _mm512_cvtepi32_ps(s2), rr);
+                    sum = _mm512_fmadd_ps(rr, ka.d[b], sum);
+                } else {
+                    const qi_block_q6_K *x = (const qi_block_q6_K *)(const void *)xr + b;
+                    prep_q6_K(x, &p);
+                    for (int t = 0; t < nt; t++) acc[KSLOT(t)] = kdot(&p, ya[t][b].qs);
+                    int16_t sc[16];
+                    for (int s = 0; s < 16; s++) sc[s] = x->scales[s];
+                    s1 = _mm512_sub_epi32(hsum16x16(acc), _mm512_slli_epi32(kacts_dot(&ka, b, sc, 8), 5));
+                    const __m512 rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(h2f(x->d)));
+                    sum = _mm512_fmadd_ps(rr, ka.d[b], sum);
+                }
+            }
+            kstore(sum, y + (size_t)t0 * y_stride + (size_t)r, y_stride, nt);
+        }
+    }
+}
+
+T5 static void gemm_q4_K_tiled_avx512(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                                      size_t a_stride, int n_a, float *y, size_t y_stride) {
+    if (n / 256 > KQ_MAX) qi_kernels_avx2()->gemm_wide[QI_TYPE_Q4_K](n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride);
+    else gemm_k_tiled(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 1);
+}
+
+T5 static void gemm_q6_K_tiled_avx512(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                                      size_t a_stride, int n_a, float *y, size_t y_stride) {
+    if (n / 256 > KQ_MAX) qi_kernels_avx2()->gemm_wide[QI_TYPE_Q6_K](n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride);
+    else gemm_k_tiled(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 0);
+}
+
+/* ggml's order (T < 8): per (row, token) the eight lanes into a ymm. */
+T5 static inline __attribute__((always_inline)) void gemm_k_lanes(int64_t n, const void *w, size_t w_stride,
+                                                                  int n_w, const void *a, size_t a_stride,
+                                                                  int n_a, float *y, size_t y_stride, int q4) {
+    const int64_t nb = n / 256;
+    for (int t0 = 0; t0 < n_a; t0 += KTN) {
+        const int nt = n_a - t0 < KTN ? n_a - t0 : KTN;
+        const qi_block_q8_K *ya[KTN];
+        for (int t = 0; t < nt; t++) ya[t] = (const qi_block_q8_K *)((const char *)a + (size_t)(t0 + t) * a_stride);
+        for (int r = 0; r < n_w; r++) {
+            const char *xr = (const char *)w + (size_t)r * w_stride;
+            __m256 acc[KTN];
+            __m128 accm[KTN];
+            for (int t = 0; t < KTN; t++) {
+                acc[t] = _mm256_setzero_ps();
+                accm[t] = _mm_setzero_ps();
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                kprep p;
+                if (q4) {
+                    const qi_block_q4_K *x = (const qi_block_q4_K *)(const void *)xr + b;
+                    uint32_t u[4];
+                    q4_K_scales(x->scales, u);
+                    prep_q4_K(x, u, &p);
+                    /* word i = mn[i / 2]: madd with bsums gives mn[s] * S[s] */
+                    const __m128i m = _mm_loadl_epi64((const __m128i *)(const void *)(u + 2));
+                    const __m256i mnx = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+                    const float dw = h2f(x->d), dminw = h2f(x->dmin);
+                    for (int t = 0; t < nt; t++) {
+                        const qi_block_q8_K *yb = &ya[t][b];
+                        const __m256i lanes = kfold(kdot(&p, yb->qs));
+                        const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yb->bsums), mnx);
+                        const __m128i prod = _mm_hadd_epi32(_mm256_castsi256_si128(ms), _mm256_extracti128_si256(ms, 1));
+                        accm[t] = _mm_fmadd_ps(_mm_set1_ps(-yb->d * dminw), _mm_cvtepi32_ps(prod), accm[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dw), _mm256_cvtepi32_ps(lanes), acc[t]);
+                    }
+                } else {
+                    const qi_block_q6_K *x = (const qi_block_q6_K *)(const void *)xr + b;
+                    prep_q6_K(x, &p);
+                    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+                    const float dw = h2f(x->d);
+                    for (int t = 0; t < nt; t++) {
+                        const qi_block_q8_K *yb = &ya[t][b];
+                        const __m256i sub = _mm256_slli_epi32(
+                            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yb->bsums), sc), 5);
+                        const __m256i lanes = _mm256_sub_epi32(kfold(kdot(&p, yb->qs)), sub);
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dw), _mm256_cvtepi32_ps(lanes), acc[t]);
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                float s = hsum8(acc[t]);
+                if (q4) {
+                    __m128 m = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
+                    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                    s += _mm_cvtss_f32(m);
+                }
+                y[(size_t)(t0 + t) * y_stride + (size_t)r] = s;
+            }
+        }
+    }
+}
+
+T5 static void gemm_q4_K_avx512(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                                size_t a_stride, int n_a, float *y, size_t y_stride) {
+    gemm_k_lanes(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 1);
+}
+
+T5 static void gemm_q6_K_avx512(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                                size_t a_stride, int n_a, float *y, size_t y_stride) {
+    gemm_k_lanes(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 0);
+}
+
 /* ---- F16 attention --------------------------------------------------------------------- */
 
 T5 static inline __m512 ld16(const uint16_t *p) {
@@ -330,6 +623,10 @@ static void build(void) {
     k_avx512.gemm[QI_TYPE_Q5_0] = gemm_q5_0_avx512;
     k_avx512.gemm[QI_TYPE_Q5_1] = gemm_q5_1_avx512;
     k_avx512.gemm[QI_TYPE_Q8_0] = gemm_q8_0_avx512;
+    k_avx512.gemm[QI_TYPE_Q4_K] = gemm_q4_K_avx512;
+    k_avx512.gemm[QI_TYPE_Q6_K] = gemm_q6_K_avx512;
+    k_avx512.gemm_wide[QI_TYPE_Q4_K] = gemm_q4_K_tiled_avx512;
+    k_avx512.gemm_wide[QI_TYPE_Q6_K] = gemm_q6_K_tiled_avx512;
     k_avx512.attn_scores = attn_scores_avx512;
     k_avx512.attn_values = attn_values_avx512;
     k_avx512.attn_values_blk = attn_values_blk_avx512;
