@@ -111,6 +111,17 @@ double qi_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, qi_out_format *out) {
+    if (!strcmp(arg, human)) *out = QI_OUT_HUMAN;
+    else if (!strcmp(arg, "csv")) *out = QI_OUT_CSV;
+    else if (!strcmp(arg, "json")) *out = QI_OUT_JSON;
+    else {
+        qi_cli_error(cmd, "option -o: '%s' is not an output format (%s, csv, json)", arg, human);
+        return false;
+    }
+    return true;
+}
+
 /* ---- the KV policy flags -------------------------------------------------------- */
 
 void qi_cli_kv_init(qi_cli_kv *k) {

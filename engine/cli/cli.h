@@ -47,6 +47,12 @@ int qi_cli_fail(const char *cmd, const qi_err *err);
 
 double qi_now_s(void);
 
+/* -o: the human format (named human: "md" or "text"), csv or json. */
+typedef enum { QI_OUT_HUMAN = 0, QI_OUT_CSV, QI_OUT_JSON } qi_out_format;
+/* Parse an -o value; a bad one is reported (naming the three choices) and
+ * gives false. */
+bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, qi_out_format *out);
+
 /* The KV policy flags every engine command takes:
  *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer
  *   --kv-budget B         working tokens per (layer, KV head): N tokens, P%

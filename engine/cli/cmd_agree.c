@@ -142,7 +142,10 @@ static double kl_div(const double *lp, const double *lq, int n) {
     return kl > 0.0 ? kl : 0.0;
 }
 
-typedef enum { OUT_TEXT, OUT_CSV, OUT_JSON } out_format;
+typedef qi_out_format out_format;
+#define OUT_TEXT QI_OUT_HUMAN
+#define OUT_CSV QI_OUT_CSV
+#define OUT_JSON QI_OUT_JSON
 
 typedef struct {
     const char *model, *policy_desc;
@@ -219,13 +222,7 @@ int qi_cmd_agree(int argc, char **argv) {
     }
     if (a.failed) return QI_EXIT_USAGE;
     out_format fmt;
-    if (!strcmp(out_arg, "text")) fmt = OUT_TEXT;
-    else if (!strcmp(out_arg, "csv")) fmt = OUT_CSV;
-    else if (!strcmp(out_arg, "json")) fmt = OUT_JSON;
-    else {
-        qi_cli_error(cmd, "option -o: '%s' is not an output format (text, csv, json)", out_arg);
-        return QI_EXIT_USAGE;
-    }
+    if (!qi_cli_output_format(cmd, out_arg, "text", &fmt)) return QI_EXIT_USAGE;
     if (!prompt && !file_arg) {
         qi_cli_error(cmd, "no prompt given: use -p TEXT or -f FILE (see qinfer agree --help)");
         return QI_EXIT_USAGE;

@@ -77,7 +77,10 @@
 #define BENCH_MAX_TESTS (2 + MAX_BATCHES)
 #define PROBE_PASSES 5
 
-typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
+typedef qi_out_format out_format;
+#define OUT_MD QI_OUT_HUMAN
+#define OUT_CSV QI_OUT_CSV
+#define OUT_JSON QI_OUT_JSON
 
 static void help(void) {
     printf(
@@ -902,13 +905,7 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     if (a.failed) return QI_EXIT_USAGE;
     out_format fmt;
-    if (!strcmp(out_arg, "md")) fmt = OUT_MD;
-    else if (!strcmp(out_arg, "csv")) fmt = OUT_CSV;
-    else if (!strcmp(out_arg, "json")) fmt = OUT_JSON;
-    else {
-        qi_cli_error(cmd, "option -o: '%s' is not an output format (md, csv, json)", out_arg);
-        return QI_EXIT_USAGE;
-    }
+    if (!qi_cli_output_format(cmd, out_arg, "md", &fmt)) return QI_EXIT_USAGE;
     if (n_reps < 1) {
         qi_cli_error(cmd, "-r %d: at least one repetition is needed", n_reps);
         return QI_EXIT_USAGE;

@@ -213,7 +213,10 @@ typedef struct {
     qi_detok dt;
 } trial;
 
-typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
+typedef qi_out_format out_format;
+#define OUT_MD QI_OUT_HUMAN
+#define OUT_CSV QI_OUT_CSV
+#define OUT_JSON QI_OUT_JSON
 
 static void print_quoted(const char *s, bool json) {
     putchar('"');
@@ -386,13 +389,7 @@ int qi_cmd_needle(int argc, char **argv) {
     }
     if (a.failed) return QI_EXIT_USAGE;
     out_format fmt;
-    if (!strcmp(out_arg, "md")) fmt = OUT_MD;
-    else if (!strcmp(out_arg, "csv")) fmt = OUT_CSV;
-    else if (!strcmp(out_arg, "json")) fmt = OUT_JSON;
-    else {
-        qi_cli_error(cmd, "option -o: '%s' is not an output format (md, csv, json)", out_arg);
-        return QI_EXIT_USAGE;
-    }
+    if (!qi_cli_output_format(cmd, out_arg, "md", &fmt)) return QI_EXIT_USAGE;
 
     qi_err err = {0};
     char mpath[1024];
