@@ -122,6 +122,18 @@ bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, q
     return true;
 }
 
+void qi_cli_print_quoted(const char *s, bool json) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (json && (ch == '"' || ch == '\\')) printf("\\%c", ch);
+        else if (json && ch < 0x20) printf("\\u%04x", ch);
+        else if (!json && ch == '"') printf("\"\"");
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
 /* ---- the KV policy flags -------------------------------------------------------- */
 
 void qi_cli_kv_init(qi_cli_kv *k) {

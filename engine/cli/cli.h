@@ -53,6 +53,9 @@ typedef enum { QI_OUT_HUMAN = 0, QI_OUT_CSV, QI_OUT_JSON } qi_out_format;
  * gives false. */
 bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, qi_out_format *out);
 
+/* s as a quoted CSV field (json false: "" doubles a quote) or JSON string. */
+void qi_cli_print_quoted(const char *s, bool json);
+
 /* The KV policy flags every engine command takes:
  *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer
  *   --kv-budget B         working tokens per (layer, KV head): N tokens, P%

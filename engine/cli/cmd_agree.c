@@ -155,18 +155,6 @@ typedef struct {
     double seconds;
 } agree_result;
 
-static void print_quoted(const char *s, bool json) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (json && (ch == '"' || ch == '\\')) printf("\\%c", ch);
-        else if (json && ch < 0x20) printf("\\u%04x", ch);
-        else if (!json && ch == '"') printf("\"\"");
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
 static void print_result(out_format fmt, const agree_result *r) {
     const double rate = r->n_steps > 0 ? (double)r->n_agree / r->n_steps : 0.0;
     if (fmt == OUT_TEXT) {
@@ -180,18 +168,18 @@ static void print_result(out_format fmt, const agree_result *r) {
     if (fmt == OUT_CSV) {
         printf("model,policy,prompt_tokens,steps,top1_agree,top1_rate,mean_kl,max_kl,work_tokens,off_tokens,"
                "full_tokens,n_ctx,threads,seconds\n");
-        print_quoted(r->model, false);
+        qi_cli_print_quoted(r->model, false);
         putchar(',');
-        print_quoted(r->policy_desc, false);
+        qi_cli_print_quoted(r->policy_desc, false);
         printf(",%d,%d,%d,%.6f,%.6e,%.6e,%ld,%ld,%ld,%d,%d,%.3f\n", r->n_prompt, r->n_steps, r->n_agree, rate,
                r->mean_kl, r->max_kl, r->work_tokens, r->off_tokens, r->full_tokens, r->n_ctx, r->n_threads,
                r->seconds);
         return;
     }
     printf("{\n  \"model\": ");
-    print_quoted(r->model, true);
+    qi_cli_print_quoted(r->model, true);
     printf(",\n  \"policy\": ");
-    print_quoted(r->policy_desc, true);
+    qi_cli_print_quoted(r->policy_desc, true);
     printf(",\n  \"prompt_tokens\": %d,\n  \"steps\": %d,\n  \"top1_agree\": %d,\n  \"top1_rate\": %.6f,\n"
            "  \"mean_kl\": %.6e,\n  \"max_kl\": %.6e,\n  \"work_tokens\": %ld,\n  \"off_tokens\": %ld,\n"
            "  \"full_tokens\": %ld,\n  \"n_ctx\": %d,\n  \"threads\": %d,\n  \"seconds\": %.3f\n}\n",

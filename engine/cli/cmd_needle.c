@@ -218,18 +218,6 @@ typedef qi_out_format out_format;
 #define OUT_CSV QI_OUT_CSV
 #define OUT_JSON QI_OUT_JSON
 
-static void print_quoted(const char *s, bool json) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (json && (ch == '"' || ch == '\\')) printf("\\%c", ch);
-        else if (json && ch < 0x20) printf("\\u%04x", ch);
-        else if (!json && ch == '"') printf("\"\"");
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
 typedef struct {
     const char *model, *policy;
     const double *lengths, *depths;
@@ -306,9 +294,9 @@ static void print_csv(const report *r) {
                     lo = a < lo ? a : lo;
                     hi = b > hi ? b : hi;
                 }
-            print_quoted(r->model, false);
+            qi_cli_print_quoted(r->model, false);
             putchar(',');
-            print_quoted(r->policy, false);
+            qi_cli_print_quoted(r->policy, false);
             if (l < r->n_len) printf(",%.0f", r->lengths[l]);
             else printf(",all");
             if (d < r->n_dep) printf(",%g", r->depths[d]);
@@ -319,9 +307,9 @@ static void print_csv(const report *r) {
 
 static void print_json(const report *r) {
     printf("{\n  \"model\": ");
-    print_quoted(r->model, true);
+    qi_cli_print_quoted(r->model, true);
     printf(",\n  \"policy\": ");
-    print_quoted(r->policy, true);
+    qi_cli_print_quoted(r->policy, true);
     printf(",\n  \"seed\": %llu,\n  \"trials_per_cell\": %d,\n  \"batch\": %d,\n  \"seconds\": %.3f,\n  \"cells\": [\n",
            (unsigned long long)r->seed, r->n_trials, r->batch, r->seconds);
     for (int l = 0; l < r->n_len; l++)
@@ -334,7 +322,7 @@ static void print_json(const report *r) {
                 const trial *x = &cell(r, l, d)[t];
                 printf("%s{\"key\": %d, \"ok\": %s, \"prompt_tokens\": %d, \"answer\": ", t ? ", " : "", x->key,
                        x->ok ? "true" : "false", x->n_prompt);
-                print_quoted(x->answer, true);
+                qi_cli_print_quoted(x->answer, true);
                 printf("}");
             }
             printf("]}%s\n", l + 1 < r->n_len || d + 1 < r->n_dep ? "," : "");
