@@ -659,7 +659,7 @@ def record_ppl(llm, model_path, corpus_path, corpus_text, out, base_header):
     # add_special=true, parse_special=false.
     text = corpus_text[:-1] if corpus_text.endswith("\n") else corpus_text
     n_tokens = len(llm.tokenize(u(text), 1, 0))
-    rows, cmds, facts = [], [], set()
+    rows, cmds, facts, batching = [], [], set(), []
     # Full logs stay out of the repository.
     log_dir = os.path.join(CACHE, "golden-logs", os.path.basename(out))
     os.makedirs(log_dir, exist_ok=True)
@@ -690,6 +690,9 @@ def record_ppl(llm, model_path, corpus_path, corpus_text, out, base_header):
         if not m or not c:
             sys.exit("record.py: could not parse llama-perplexity output; log in %s" % log_path)
         n_chunk, n_ctx, n_batch, n_seq = (int(x) for x in c.groups())
+        fact = "ctx %d: batch_size=%d n_seq=%d" % (n_ctx, n_batch, n_seq)
+        if fact not in batching:
+            batching.append(fact)
         running = " ".join("%s:%s" % g for g in RUNNING.findall(log))
         n_scored = n_chunk * (n_ctx - 1 - n_ctx // 2)
         rows.append((label, str(n_ctx), str(n_chunk), str(n_tokens), str(n_scored), m.group(1), m.group(2), running))
@@ -701,7 +704,7 @@ def record_ppl(llm, model_path, corpus_path, corpus_text, out, base_header):
                     facts.add(line.strip())
         print("  %s chunks: PPL %s +/- %s (%.0f s)" % (n_chunk, m.group(1), m.group(2), time.time() - t0), flush=True)
     write_lines(os.path.join(out, "ppl.tsv"), base_header + ["command: " + c for c in cmds] + [
-        "batch_size=%d n_seq=%d as reported by llama-perplexity (default -b 2048, -ub 512)" % (n_batch, n_seq),
+        "; ".join(batching) + " as reported by llama-perplexity (default -b 2048, -ub 512)",
         "n_tokens: tokens of the corpus (one trailing newline dropped; add_special=1, parse_special=0), "
         "counted with llama_tokenize; n_scored = chunks * (ctx/2 - 1)",
         "columns: run  ctx  chunks  n_tokens  n_scored  ppl  plus_minus  running ppl after each chunk 'k:ppl'",

@@ -111,9 +111,9 @@ START_TEST(window_chunking_does_not_change_logits) {
 END_TEST
 
 /* Perplexity against llama-perplexity's figures in ppl.tsv (recorded by
- * tests/golden/record.py gemma3-270m --only ppl --ppl-runs 512:4,2048:2; the
- * commands are in its header): ctx 512 over 4 chunks, and ctx 2048 over 2
- * chunks, where past 1024 positions the local layers' ring has wrapped
+ * tests/golden/record.py gemma3-270m --only ppl --ppl-runs
+ * 512:4,2048:2,512:all,2048:all; the commands are in its header): ctx 512
+ * over 4 chunks, and ctx 2048 over 2 chunks, where past 1024 positions the local layers' ring has wrapped
  * (positions 1024.. overwrite cells 0..), so this checks the cell-order
  * attention too. Figures are printed to 4 decimals, hence the tolerance. */
 START_TEST(perplexity_matches_llama_cpp) {
