@@ -294,8 +294,9 @@ static void make_weights(uint64_t *s, uint32_t type, int64_t n, void *w, int raw
     }
 }
 
-/* Matmul blocks of every shape class: 1..11 weight rows (the four-row
- * path and its remainder), 1..20 tokens (groups of eight, four, one),
+/* Matmul blocks of every shape class: 1..11 weight rows (the four- and
+ * eight-row paths and their remainders), 1..40 tokens (passes of sixteen
+ * or eight tokens, partial passes of every size, single tokens),
  * one block to 257 blocks (past the batched paths' limit). Outputs are
  * strided with guard slots that must survive. */
 START_TEST(test_gemm_variants) {
@@ -314,7 +315,11 @@ START_TEST(test_gemm_variants) {
         const size_t wb = qi_row_bytes(t, n), ab = qi_row_bytes(at, n);
         for (int rep = 0; rep < 8; rep++) {
             const int n_w = 1 + (int)(qi_test_rand(&rng) % 11);
-            const int n_a = rep == 0 ? 1 : rep == 1 ? 8 : 1 + (int)(qi_test_rand(&rng) % 20);
+            const int n_a = rep == 0   ? 1
+                            : rep == 1 ? 8
+                            : rep == 2 ? 16
+                            : rep == 3 ? 15
+                                       : 1 + (int)(qi_test_rand(&rng) % 40);
             const size_t ys = (size_t)n_w + 2; /* two guard slots per token */
             char *w = malloc(wb * (size_t)n_w), *a = malloc(ab * (size_t)n_a);
             float *x = malloc(sizeof(float) * (size_t)n);
@@ -437,7 +442,10 @@ static void fill_f16(uint64_t *s, uint16_t *h, size_t n, float scale) {
 }
 
 static const int k_dims[] = {8, 16, 24, 32, 48, 64, 80, 96, 128, 256};
-static const int k_npos[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 130, 300};
+/* 8200: past the 8192 positions whose weights the AVX-512 values kernel
+ * converts in one go (longer rows take the AVX2 kernel) */
+#define NPOS_MAX 8200
+static const int k_npos[] = {1, 2, 15, 16, 17, 31, 63, 64, 65, 130, 300, NPOS_MAX};
 #define N_DIMS (int)(sizeof k_dims / sizeof k_dims[0])
 #define N_NPOS (int)(sizeof k_npos / sizeof k_npos[0])
 
@@ -447,8 +455,8 @@ START_TEST(test_attn_scores_variants) {
     uint64_t rng = 1234 + (uint64_t)_i;
     const int D = k_dims[_i];
     const size_t stride = (size_t)D * 3 + 8; /* three KV heads plus slack */
-    uint16_t *k = malloc(sizeof(uint16_t) * stride * 300), q16[256];
-    float ref[300], got[300];
+    uint16_t *k = malloc(sizeof(uint16_t) * stride * NPOS_MAX), q16[256];
+    static float ref[NPOS_MAX], got[NPOS_MAX];
     for (int ni = 0; ni < N_NPOS; ni++)
         for (int ord = 0; ord < 2; ord++) {
             const int n_pos = k_npos[ni];
@@ -463,7 +471,7 @@ START_TEST(test_attn_scores_variants) {
             }
             /* GEMM really is another order whenever tinyBLAS accepts D */
             if (ord == QI_K_ORD_GEMM && D >= 32 && D % 16 == 0 && n_pos >= 64) {
-                float vec[300];
+                static float vec[NPOS_MAX];
                 qi_k_attn_scores_ref(QI_K_ORD_VEC, D, q16, k + D, stride, n_pos, vec);
                 ck_assert_msg(first_diff(ref, vec, n_pos) >= 0, "VEC and GEMM agree everywhere at D=%d", D);
             }
@@ -478,7 +486,8 @@ START_TEST(test_attn_values_variants) {
     uint64_t rng = 999 + (uint64_t)_i;
     const int D = k_dims[_i];
     const size_t stride = (size_t)D * 3 + 8;
-    uint16_t *v = malloc(sizeof(uint16_t) * stride * 300), w16[300];
+    uint16_t *v = malloc(sizeof(uint16_t) * stride * NPOS_MAX);
+    static uint16_t w16[NPOS_MAX];
     float ref[256], got[256];
     for (int ni = 0; ni < N_NPOS; ni++)
         for (int ord = 0; ord < 2; ord++) {
@@ -506,7 +515,8 @@ START_TEST(test_attn_values_blocks) {
     const int n_all = 1 + simd_tables(all + 1);
     uint64_t rng = 4321 + (uint64_t)_i;
     const int D = k_dims[_i];
-    uint16_t *v = malloc(sizeof(uint16_t) * (size_t)D * 300), w16[300];
+    uint16_t *v = malloc(sizeof(uint16_t) * (size_t)D * NPOS_MAX);
+    static uint16_t w16[NPOS_MAX];
     float ref[256], got[256];
     for (int shift = 2; shift <= 6; shift += 4)
         for (int ni = 0; ni < N_NPOS; ni++)
