@@ -297,8 +297,11 @@ static int l_throughput(lua_State *L) {
     eo.o.n_ctx = n_ctx;
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
     qi_engine *e = s->engine;
-    s->ids2 = qi_malloc(sizeof(int32_t) * (size_t)batch);
+    /* ids2: the sequence ids, then each sequence's first generated token
+     * (-1 until its prompt is done). */
+    s->ids2 = qi_malloc(sizeof(int32_t) * 2 * (size_t)batch);
     if (!s->ids2) return luaL_error(L, "out of memory");
+    int32_t *first = s->ids2 + batch;
     int n;
     double t0 = lq_now();
     for (int b = 0; b < batch; b++) {
@@ -307,20 +310,35 @@ static int l_throughput(lua_State *L) {
             qi_engine_seq_feed(e, id, s->ids + (per_seq ? (size_t)b * n_prompt : 0), (int)n_prompt, false, &err))
             return lq_fail(L, &err);
         s->ids2[b] = id;
+        first[b] = -1;
     }
     /* Step while prompts are pending: a step with nothing to run would
-     * leave the sequences without logits. */
+     * leave the sequences without logits. A step holds at most step_tokens
+     * tokens, so the prompts of a large batch end in different steps, and
+     * a sequence's logits last only until the next step: each one's first
+     * token is taken in the step its prompt ends. */
     for (bool pending = true; pending;) {
         if (qi_engine_step(e, &n, &err)) return lq_fail(L, &err);
         pending = false;
-        for (int b = 0; b < batch; b++) pending |= qi_engine_seq_pending(e, s->ids2[b]) > 0;
+        for (int b = 0; b < batch; b++) {
+            if (qi_engine_seq_pending(e, s->ids2[b]) > 0) {
+                pending = true;
+            } else if (first[b] < 0) {
+                const float *lg = qi_engine_seq_logits(e, s->ids2[b], -1);
+                if (!lg) return luaL_error(L, "sequence %d has no logits after its prompt", s->ids2[b]);
+                first[b] = qi_argmax(lg, m->hp.n_vocab);
+            }
+        }
     }
     double t_first = lq_now(), t1 = t_first;
     for (int i = 0; i < n_gen; i++) {
         for (int b = 0; b < batch; b++) {
-            const float *lg = qi_engine_seq_logits(e, s->ids2[b], -1);
-            if (!lg) return luaL_error(L, "sequence %d has no logits after its step", s->ids2[b]);
-            int32_t tok = qi_argmax(lg, m->hp.n_vocab);
+            int32_t tok = first[b];
+            if (i > 0) {
+                const float *lg = qi_engine_seq_logits(e, s->ids2[b], -1);
+                if (!lg) return luaL_error(L, "sequence %d has no logits after its step", s->ids2[b]);
+                tok = qi_argmax(lg, m->hp.n_vocab);
+            }
             if (qi_engine_seq_feed(e, s->ids2[b], &tok, 1, false, &err)) return lq_fail(L, &err);
         }
         if (i == 0) t_first = lq_now();

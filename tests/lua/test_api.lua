@@ -119,6 +119,9 @@ T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")
 T.near(tp.tokens_per_s, 2 / tp.tpot_s, 1e-6 * tp.tokens_per_s, "aggregate rate = batch / tpot")
 local tq = qinfer.throughput(m, { batch = 1, n_gen = 4, prompt = PROMPT, kv_policy = "h2o", kv_budget = "50%" })
 T.ok(tq.tokens_per_s > 0, "throughput with a policy and a text prompt")
+-- prompts longer in all than one step's tokens (512) end in different steps
+local tl = qinfer.throughput(m, { batch = 3, n_gen = 2, prompt = 200 })
+T.ok(tl.tokens_per_s > 0 and tl.n_prompt == 200, "throughput when the prompts span several steps")
 
 -- engines made and dropped are collected without leaking (ASan build)
 for _ = 1, 3 do m:engine { max_seqs = 1, n_ctx = 32 } end
