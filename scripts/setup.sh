@@ -19,7 +19,7 @@ for arg in "$@"; do
 done
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libsqlite3-dev liblua5.4-dev lua5.4
-      check libpcre2-dev gnuplot-nox python3-pip python3-venv unzip ca-certificates)
+      check libpcre2-dev gnuplot-nox sqlite3 python3-pip python3-venv unzip ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -89,5 +89,6 @@ int qi_cmd_agree(int argc, char **argv);
 int qi_cmd_needle(int argc, char **argv);
 int qi_cmd_run(int argc, char **argv);
 int qi_cmd_lua(int argc, char **argv);
+int qi_cmd_results(int argc, char **argv);
 
 #endif

@@ -42,6 +42,7 @@
  */
 #include "db_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -236,6 +237,61 @@ qi_status qi_db_open(const char *path, qi_db **out, qi_err *err) {
     }
     *out = db;
     return QI_OK;
+}
+
+qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err) {
+    if (out) *out = NULL;
+    if (!path || !*path || !out) return QI_ERR(err, QI_ERR_INVALID, "results database: no file name given");
+    struct stat sb;
+    if (stat(path, &sb) != 0) return QI_ERR(err, QI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return QI_ERR(err, QI_ERR_INVALID, "%s: is a directory, not a results database file", path);
+    qi_db *db = qi_calloc(1, sizeof *db);
+    size_t n = strlen(path);
+    char *copy = qi_malloc(n + 1);
+    if (!db || !copy) {
+        qi_free(db);
+        qi_free(copy);
+        return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory opening the results database", path);
+    }
+    memcpy(copy, path, n + 1);
+    db->path = copy;
+    int rc = sqlite3_open_v2(path, &db->conn, SQLITE_OPEN_READONLY, NULL);
+    qi_status st = QI_OK;
+    int64_t app = 0, ver = 0, v;
+    if (rc != SQLITE_OK) {
+        st = qi_db_fail(db, rc, err, "cannot open");
+    } else {
+        sqlite3_extended_result_codes(db->conn, 1);
+        sqlite3_busy_timeout(db->conn, QI_DB_BUSY_MS);
+        if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &v)) != SQLITE_OK ||
+            (rc = query_int(db, "PRAGMA application_id", &app)) != SQLITE_OK ||
+            (rc = query_int(db, "PRAGMA user_version", &ver)) != SQLITE_OK)
+            st = qi_db_fail(db, rc, err, "opening");
+        else if ((st = check_version(db, app, ver, err)) == QI_OK && ver == 0)
+            st = QI_ERR(err, QI_ERR_DB, "%s: not a qinfer results database (it holds no schema)", path);
+        /* An older schema is read as it is: the queries of db_query.c use
+         * only what version 1 has. */
+    }
+    if (st != QI_OK) {
+        qi_db_close(db);
+        return st;
+    }
+    *out = db;
+    return QI_OK;
+}
+
+void qi_db_default_path(const char *name, char *buf, size_t n) {
+    static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
+    static const char dir[] = "results/", ext[] = ".db";
+    if (n == 0) return;
+    size_t j = 0;
+    for (const char *c = dir; *c && j + 1 < n; c++) buf[j++] = *c;
+    /* room for the extension is kept: a long name is cut, never its ".db" */
+    size_t stop = n > sizeof ext ? n - sizeof ext : 0;
+    for (const char *c = name ? name : ""; *c && j < stop; c++) buf[j++] = strchr(ok, *c) ? *c : '_';
+    for (const char *c = ext; *c && j + 1 < n; c++) buf[j++] = *c;
+    buf[j] = 0;
 }
 
 void qi_db_close(qi_db *db) {

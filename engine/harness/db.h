@@ -46,6 +46,23 @@ int qi_db_schema_version(void);
  * QI_ERR_NOMEM. *out is NULL on failure. */
 qi_status qi_db_open(const char *path, qi_db **out, qi_err *err);
 
+/* Open an existing results database for reading only (`qinfer results`,
+ * figures): nothing is created, migrated or written, so a read-only file or
+ * one being written by a running sweep can be read (WAL: the last committed
+ * state). The reading functions below work on such a handle; the writing
+ * ones fail. Errors: QI_ERR_IO when the file does not exist or cannot be
+ * read; QI_ERR_DB when it is not a qinfer results database;
+ * QI_ERR_UNSUPPORTED when its schema is newer than this build knows;
+ * QI_ERR_NOMEM. *out is NULL on failure. */
+qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err);
+
+/* The database an experiment named `name` uses when none is given:
+ * "results/NAME.db" (relative to the working directory), with every
+ * character of NAME outside [A-Za-z0-9_.-] replaced by '_', written to buf
+ * (n bytes, truncated to fit). `qinfer run` and `qinfer results` agree on it
+ * through this function. */
+void qi_db_default_path(const char *name, char *buf, size_t n);
+
 /* Close the handle. A run still open is rolled back (as if the process had
  * been killed). NULL is a no-op. */
 void qi_db_close(qi_db *db);
@@ -174,5 +191,64 @@ qi_status qi_db_list_experiments(qi_db *db, qi_db_experiment_fn fn, void *user, 
  * digits that read back exactly. Errors: QI_ERR_INVALID (no such
  * experiment); QI_ERR_IO (writing failed); QI_ERR_DB; QI_ERR_NOMEM. */
 qi_status qi_db_export_csv(qi_db *db, const char *exp_name, FILE *out, qi_err *err);
+
+/* A number as text with the fewest digits (15 to 17) that read back as the
+ * same double; "inf", "-inf" and "nan" for the others. */
+void qi_db_format_number(double v, char *buf, size_t n);
+
+/* ---- summaries: an experiment's metrics as a table --------------------------------- */
+
+typedef struct {
+    /* Configuration paths to group runs by, as the CSV export names them
+     * without "config." ("kv_policy", "kv.budget", "sizes[2]"). n_by == 0:
+     * one row per run, keyed by every configuration leaf. */
+    const char *const *by;
+    int n_by;
+    /* Metric names, in column order. n_metrics == 0: every metric the
+     * experiment's finished runs have, by name. */
+    const char *const *metrics;
+    int n_metrics;
+} qi_db_summary_opts;
+
+/* The values of one metric in one row. */
+typedef struct {
+    int64_t n;       /* values: runs x repetitions; 0 when the row has none */
+    double mean;     /* NaN when n == 0 */
+    double sd;       /* sample standard deviation; 0 when n < 2 */
+    bool simulated;  /* any of the values is simulated */
+} qi_db_cell;
+
+/* An experiment's finished runs as a table: one row per distinct value
+ * combination of the key columns (or per run), one column per metric. */
+typedef struct {
+    char *experiment;
+    int n_keys;
+    char **keys;         /* [n_keys] key column names: the by paths, or every leaf path */
+    bool per_run;        /* one row per run (n_by was 0) */
+    int n_metrics;
+    char **metrics;      /* [n_metrics] metric names */
+    char **units;        /* [n_metrics] each metric's unit, as first recorded */
+    int n_rows;
+    int64_t *run_ids;    /* [n_rows] per_run: the row's run; else its first run */
+    int64_t *n_runs;     /* [n_rows] runs in the row */
+    char **json;         /* [n_rows * n_keys] the key's value as JSON text ("\"full\"", "0.5",
+                          * "true"); NULL where a run's configuration lacks the path */
+    char **text;         /* [n_rows * n_keys] the same for people: strings without quotes */
+    qi_db_cell *cells;   /* [n_rows * n_metrics] */
+    bool any_simulated;  /* some cell is simulated */
+} qi_db_summary;
+
+/* Summarise experiment `exp_name`'s finished runs: rows sorted by the key
+ * values (numbers in numeric order, then strings), or by run id when per
+ * run; metric values averaged over the row's runs and repetitions. Errors:
+ * QI_ERR_INVALID for an unknown experiment, a path that is no configuration
+ * leaf of its runs or a metric none of its runs has (the message lists what
+ * exists); QI_ERR_DB; QI_ERR_NOMEM. *out is NULL on failure; free it with
+ * qi_db_summary_free. */
+qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summary_opts *opts,
+                               qi_db_summary **out, qi_err *err);
+
+/* NULL is a no-op. */
+void qi_db_summary_free(qi_db_summary *s);
 
 #endif

@@ -1,5 +1,6 @@
 /* db_query.c - reading the results database: the experiments with their
- * run counts, and an experiment's finished runs as CSV.
+ * run counts, an experiment's finished runs as CSV, and its metrics
+ * summarised as a table (`qinfer results`).
  *
  * The CSV is long rather than wide: one line per (run, metric), so a figure
  * script filters by metric name and needs no knowledge of which metrics a run
@@ -8,9 +9,21 @@
  * order does not depend on which run came first); both passes read one
  * snapshot. Numbers are printed with the fewest digits that read back to the
  * same double, so the file is exact without being noisy.
+ *
+ * The summary groups runs by configuration values read with json_extract
+ * (each key also as JSON text, so the value true and the number 1, or the
+ * string "1" and the number 1, stay apart) and averages each metric over the
+ * group's runs and repetitions. SQLite has no standard deviation, and a
+ * sum-of-squares formula loses the digits of small spreads around large
+ * means, so the rows come sorted by group and the statistics are
+ * accumulated here with Welford's update; the data are small (a few
+ * thousand numbers per experiment). Asked-for parameters and metrics are
+ * checked against what the runs hold, and a wrong one is reported with the
+ * list of right ones rather than giving an empty table.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,9 +63,9 @@ qi_status qi_db_list_experiments(qi_db *db, qi_db_experiment_fn fn, void *user, 
 }
 
 /* The shortest of %.15g .. %.17g that reads back as the same double. */
-static void fmt_double(double v, char *buf, size_t n) {
-    if (isinf(v)) {
-        snprintf(buf, n, "%s", v < 0 ? "-inf" : "inf");
+void qi_db_format_number(double v, char *buf, size_t n) {
+    if (isinf(v) || isnan(v)) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
         return;
     }
     for (int prec = 15; prec <= 17; prec++) {
@@ -60,6 +73,8 @@ static void fmt_double(double v, char *buf, size_t n) {
         if (strtod(buf, NULL) == v) return;
     }
 }
+
+static void fmt_double(double v, char *buf, size_t n) { qi_db_format_number(v, buf, n); }
 
 /* One CSV field, prefix then s (either may be NULL), quoted when it holds a
  * comma, a quote or a line break (RFC 4180). */
@@ -87,10 +102,14 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* A configuration leaf's path: json_tree's fullkey without the "$." or "$". */
-#define LEAF_SQL(src)                                                                             \
-    "SELECT substr(t.fullkey, CASE WHEN substr(t.fullkey, 2, 1) = '.' THEN 3 ELSE 2 END) AS path," \
-    " t.type, t.atom FROM " src " WHERE t.type NOT IN ('object', 'array')"
+/* A configuration leaf's path: json_tree's fullkey without the "$." or "$",
+ * and without the quotes SQLite puts around a key that is not purely
+ * alphanumeric ($."kv_budget"), so a parameter is named as the script names
+ * it (kv_budget) and the path still works in json_extract. (A key holding a
+ * '.' itself would then read as two levels; parameter names never do.) */
+#define LEAF_SQL(src)                                                                                          \
+    "SELECT replace(substr(t.fullkey, CASE WHEN substr(t.fullkey, 2, 1) = '.' THEN 3 ELSE 2 END), '\"', '')" \
+    " AS path, t.type, t.atom FROM " src " WHERE t.type NOT IN ('object', 'array')"
 
 static const char *const k_run_cols[] = {"run_id", "started", "finished", "git_rev", "git_dirty",
                                          "cpu", "cores", "mem_bytes", "gpu", "gpu_driver",
@@ -228,5 +247,354 @@ done:
     }
     qi_free(cols);
     qi_free(vals);
+    return st;
+}
+
+/* ---- summaries -------------------------------------------------------------------- */
+
+/* A growable list of owned strings. */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} str_list;
+
+static bool list_add(str_list *l, const char *s) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 16;
+        char **g = qi_realloc(l->v, nc * sizeof *g);
+        if (!g) return false;
+        l->v = g;
+        l->cap = nc;
+    }
+    if (!(l->v[l->n] = dup_str(s ? s : ""))) return false;
+    l->n++;
+    return true;
+}
+
+static int list_find(const str_list *l, const char *s) {
+    for (size_t i = 0; i < l->n; i++)
+        if (!strcmp(l->v[i], s)) return (int)i;
+    return -1;
+}
+
+static void list_free(str_list *l) {
+    for (size_t i = 0; i < l->n; i++) qi_free(l->v[i]);
+    qi_free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* The first column of every row of `sql` (?1 bound to id when id > 0) into
+ * out. Returns SQLITE_DONE, or the failing SQLite code (SQLITE_NOMEM when
+ * the list cannot grow). */
+static int query_list(qi_db *db, const char *sql, int64_t id, str_list *out) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, sql, -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        if (id > 0) sqlite3_bind_int64(s, 1, id);
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+            if (!list_add(out, col_text(s, 0))) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* The names of a list joined by ", " into buf (n bytes), cut with "..."
+ * where they do not fit; "none" for an empty list. */
+static void join_names(const str_list *l, char *buf, size_t n) {
+    size_t w = 0;
+    buf[0] = 0;
+    if (l->n == 0) snprintf(buf, n, "none");
+    for (size_t i = 0; i < l->n; i++) {
+        size_t need = strlen(l->v[i]) + (i ? 2 : 0);
+        if (w + need + 5 > n) {
+            snprintf(buf + w, n - w, "%s...", i ? ", " : "");
+            return;
+        }
+        w += (size_t)snprintf(buf + w, n - w, "%s%s", i ? ", " : "", l->v[i]);
+    }
+}
+
+static qi_status find_experiment(qi_db *db, const char *name, int64_t *id, qi_err *err) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT id FROM experiments WHERE name = ?1", -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) *id = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_finalize(s);
+    if (rc == SQLITE_ROW) return QI_OK;
+    if (rc != SQLITE_DONE) return qi_db_fail(db, rc, err, "looking up experiment '%s'", name);
+    str_list names = {0};
+    rc = query_list(db, "SELECT name FROM experiments ORDER BY name", 0, &names);
+    char list[300];
+    join_names(&names, list, sizeof list);
+    list_free(&names);
+    if (rc != SQLITE_DONE) return qi_db_fail(db, rc, err, "listing experiments");
+    return QI_ERR(err, QI_ERR_INVALID, "%s: no experiment named '%s' (experiments: %s)", db->path, name, list);
+}
+
+/* A SQL string that grows; `failed` once an append could not. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool failed;
+} sql_buf;
+
+static void sql_add(sql_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void sql_add(sql_buf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t nc = b->cap ? 2 * b->cap : 1024;
+        while (nc < b->n + (size_t)w + 1) nc *= 2;
+        char *g = qi_realloc(b->s, nc);
+        if (!g) {
+            b->failed = true;
+            return;
+        }
+        b->s = g;
+        b->cap = nc;
+    }
+}
+
+void qi_db_summary_free(qi_db_summary *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_keys; i++) qi_free(s->keys[i]);
+    for (int i = 0; i < s->n_metrics; i++) {
+        qi_free(s->metrics[i]);
+        qi_free(s->units[i]);
+    }
+    for (size_t i = 0; i < (size_t)s->n_rows * (size_t)s->n_keys; i++) {
+        qi_free(s->json[i]);
+        qi_free(s->text[i]);
+    }
+    qi_free(s->experiment);
+    qi_free(s->keys);
+    qi_free(s->metrics);
+    qi_free(s->units);
+    qi_free(s->run_ids);
+    qi_free(s->n_runs);
+    qi_free(s->json);
+    qi_free(s->text);
+    qi_free(s->cells);
+    qi_free(s);
+}
+
+/* Room for one more row in every per-row array of s (*cap rows allocated). */
+static bool summary_grow(qi_db_summary *s, int *cap) {
+    if (s->n_rows < *cap) return true;
+    int nc = *cap ? 2 * *cap : 16;
+    size_t nk = (size_t)(s->n_keys ? s->n_keys : 1), nm = (size_t)(s->n_metrics ? s->n_metrics : 1);
+    int64_t *ids = qi_realloc(s->run_ids, (size_t)nc * sizeof *ids);
+    if (ids) s->run_ids = ids;
+    int64_t *nr = qi_realloc(s->n_runs, (size_t)nc * sizeof *nr);
+    if (nr) s->n_runs = nr;
+    char **js = qi_realloc(s->json, (size_t)nc * nk * sizeof *js);
+    if (js) s->json = js;
+    char **tx = qi_realloc(s->text, (size_t)nc * nk * sizeof *tx);
+    if (tx) s->text = tx;
+    qi_db_cell *cl = qi_realloc(s->cells, (size_t)nc * nm * sizeof *cl);
+    if (cl) s->cells = cl;
+    if (!ids || !nr || !js || !tx || !cl) return false;
+    *cap = nc;
+    return true;
+}
+
+static bool same_text(const char *a, const char *b) { return a && b ? !strcmp(a, b) : a == b; }
+
+/* The columns of the summary query: the run, the metric, then per key its
+ * JSON type, its value as JSON text and its plain SQL value. */
+enum { SQ_RUN, SQ_NAME, SQ_UNIT, SQ_VALUE, SQ_SIM, SQ_KEYS };
+
+qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summary_opts *opts,
+                               qi_db_summary **out, qi_err *err) {
+    if (out) *out = NULL;
+    if (!db || !exp_name || !out) return QI_ERR(err, QI_ERR_INVALID, "qi_db_summary_create: missing argument");
+    const qi_db_summary_opts none = {0};
+    const qi_db_summary_opts *o = opts ? opts : &none;
+    qi_status st = QI_OK;
+    int rc = SQLITE_OK;
+    str_list leaves = {0}, names = {0}, keys = {0}, metrics = {0};
+    sql_buf q = {0};
+    sqlite3_stmt *stmt = NULL;
+    qi_db_summary *s = NULL;
+    char list[300];
+    /* One snapshot for the lists and the rows. */
+    bool own_txn = sqlite3_get_autocommit(db->conn);
+    if (own_txn && (rc = qi_db_exec(db, "BEGIN")) != SQLITE_OK)
+        return qi_db_fail(db, rc, err, "summarising '%s'", exp_name);
+
+    int64_t exp_id = 0;
+    if ((st = find_experiment(db, exp_name, &exp_id, err)) != QI_OK) goto done;
+    if ((rc = query_list(db,
+                         "SELECT DISTINCT path FROM (" LEAF_SQL("runs r, json_tree(r.config_json) t")
+                         " AND r.experiment_id = ?1 AND r.status = 'done') ORDER BY path",
+                         exp_id, &leaves)) != SQLITE_DONE ||
+        (rc = query_list(db,
+                         "SELECT DISTINCT m.name FROM runs r JOIN metrics m ON m.run_id = r.id"
+                         " WHERE r.experiment_id = ?1 AND r.status = 'done' ORDER BY m.name",
+                         exp_id, &names)) != SQLITE_DONE)
+        goto sql_fail;
+
+    for (int i = 0; i < o->n_by; i++) {
+        const char *p = o->by[i] ? o->by[i] : "";
+        if (list_find(&leaves, p) < 0) {
+            join_names(&leaves, list, sizeof list);
+            st = QI_ERR(err, QI_ERR_INVALID, "%s: experiment '%s' has no parameter '%s' (parameters: %s)", db->path,
+                        exp_name, p, list);
+            goto done;
+        }
+        if (list_find(&keys, p) >= 0) {
+            st = QI_ERR(err, QI_ERR_INVALID, "parameter '%s' given twice", p);
+            goto done;
+        }
+        if (!list_add(&keys, p)) goto nomem;
+    }
+    if (o->n_by == 0)
+        for (size_t i = 0; i < leaves.n; i++)
+            if (!list_add(&keys, leaves.v[i])) goto nomem;
+    for (int i = 0; i < o->n_metrics; i++) {
+        const char *m = o->metrics[i] ? o->metrics[i] : "";
+        if (list_find(&names, m) < 0) {
+            join_names(&names, list, sizeof list);
+            st = QI_ERR(err, QI_ERR_INVALID, "%s: experiment '%s' has no metric '%s' (metrics: %s)", db->path,
+                        exp_name, m, list);
+            goto done;
+        }
+        if (list_find(&metrics, m) >= 0) {
+            st = QI_ERR(err, QI_ERR_INVALID, "metric '%s' given twice", m);
+            goto done;
+        }
+        if (!list_add(&metrics, m)) goto nomem;
+    }
+    if (o->n_metrics == 0)
+        for (size_t i = 0; i < names.n; i++)
+            if (!list_add(&metrics, names.v[i])) goto nomem;
+
+    if (!(s = qi_calloc(1, sizeof *s)) || !(s->experiment = dup_str(exp_name))) goto nomem;
+    s->per_run = o->n_by == 0;
+    s->n_keys = (int)keys.n;
+    s->keys = keys.v;
+    s->n_metrics = (int)metrics.n;
+    s->metrics = metrics.v;
+    memset(&keys, 0, sizeof keys);
+    memset(&metrics, 0, sizeof metrics);
+    if (!(s->units = qi_calloc((size_t)(s->n_metrics ? s->n_metrics : 1), sizeof *s->units))) goto nomem;
+
+    /* Key k is bound as ?(k + 2), its JSON path. JSON text keeps true apart
+     * from 1 and "1" apart from 1; the plain value orders the rows. */
+    sql_add(&q, "SELECT r.id, m.name, m.unit, m.value, m.simulated");
+    for (int k = 0; k < s->n_keys; k++)
+        sql_add(&q,
+                ", json_type(r.config_json, ?%d), CASE WHEN json_type(r.config_json, ?%d) IS NULL THEN NULL"
+                " WHEN json_type(r.config_json, ?%d) IN ('true', 'false', 'null') THEN json_type(r.config_json, ?%d)"
+                " ELSE json_quote(json_extract(r.config_json, ?%d)) END, json_extract(r.config_json, ?%d)",
+                k + 2, k + 2, k + 2, k + 2, k + 2, k + 2);
+    sql_add(&q, " FROM runs r LEFT JOIN metrics m ON m.run_id = r.id"
+                " WHERE r.experiment_id = ?1 AND r.status = 'done' ORDER BY ");
+    if (!s->per_run)
+        for (int k = 0; k < s->n_keys; k++) sql_add(&q, "%d, %d, ", SQ_KEYS + 3 * k + 3, SQ_KEYS + 3 * k + 2);
+    sql_add(&q, "r.id, m.name, m.repetition");
+    if (q.failed) goto nomem;
+    if ((rc = sqlite3_prepare_v2(db->conn, q.s, -1, &stmt, NULL)) != SQLITE_OK) goto sql_fail;
+    sqlite3_bind_int64(stmt, 1, exp_id);
+    for (int k = 0; k < s->n_keys; k++) {
+        const char *p = s->keys[k];
+        char path[512];
+        snprintf(path, sizeof path, "$%s%s", p[0] && p[0] != '[' ? "." : "", p);
+        sqlite3_bind_text(stmt, k + 2, path, -1, SQLITE_TRANSIENT);
+    }
+
+    int cap = 0;
+    int64_t last_run = 0;
+    const size_t nk = (size_t)s->n_keys, nm = (size_t)s->n_metrics;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        const int64_t run = sqlite3_column_int64(stmt, SQ_RUN);
+        bool fresh_row = s->n_rows == 0;
+        if (!fresh_row && s->per_run) fresh_row = run != s->run_ids[s->n_rows - 1];
+        for (size_t k = 0; !fresh_row && k < nk; k++)
+            fresh_row = !same_text(col_text(stmt, SQ_KEYS + 3 * (int)k + 1), s->json[(size_t)(s->n_rows - 1) * nk + k]);
+        if (fresh_row) {
+            if (!summary_grow(s, &cap)) goto nomem;
+            const size_t r = (size_t)s->n_rows;
+            for (size_t k = 0; k < nk; k++) s->json[r * nk + k] = s->text[r * nk + k] = NULL;
+            s->n_rows++;
+            s->run_ids[r] = run;
+            s->n_runs[r] = 0;
+            for (size_t c = 0; c < nm; c++) s->cells[r * nm + c] = (qi_db_cell){0};
+            for (size_t k = 0; k < nk; k++) {
+                const int col = SQ_KEYS + 3 * (int)k;
+                const char *type = col_text(stmt, col), *json = col_text(stmt, col + 1);
+                if (!json) continue;
+                const char *plain = type && !strcmp(type, "text") ? col_text(stmt, col + 2) : json;
+                if (!(s->json[r * nk + k] = dup_str(json)) || !(s->text[r * nk + k] = dup_str(plain ? plain : "")))
+                    goto nomem;
+            }
+            last_run = 0;
+        }
+        const size_t r = (size_t)s->n_rows - 1;
+        if (run != last_run) s->n_runs[r]++;
+        last_run = run;
+        const char *name = col_text(stmt, SQ_NAME);
+        const int c = name ? list_find(&(str_list){s->metrics, nm, nm}, name) : -1;
+        if (c < 0) continue;
+        if (!s->units[c] && !(s->units[c] = dup_str(col_text(stmt, SQ_UNIT) ? col_text(stmt, SQ_UNIT) : "")))
+            goto nomem;
+        /* Welford's update; sd holds the sum of squared deviations until the end. */
+        qi_db_cell *cell = &s->cells[r * nm + (size_t)c];
+        const double v = sqlite3_column_double(stmt, SQ_VALUE);
+        cell->n++;
+        const double d = v - cell->mean;
+        cell->mean += d / (double)cell->n;
+        cell->sd += d * (v - cell->mean);
+        cell->simulated |= sqlite3_column_int(stmt, SQ_SIM) != 0;
+    }
+    if (rc != SQLITE_DONE) goto sql_fail;
+    for (size_t c = 0; c < nm; c++)
+        if (!s->units[c] && !(s->units[c] = dup_str(""))) goto nomem;
+    for (size_t i = 0; i < (size_t)s->n_rows * nm; i++) {
+        qi_db_cell *cell = &s->cells[i];
+        if (cell->n == 0) cell->mean = NAN;
+        cell->sd = cell->n > 1 ? sqrt(cell->sd / (double)(cell->n - 1)) : 0.0;
+        s->any_simulated |= cell->simulated;
+    }
+    *out = s;
+    s = NULL;
+    goto done;
+
+nomem:
+    st = QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory summarising '%s'", db->path, exp_name);
+    goto done;
+sql_fail:
+    st = qi_db_fail(db, rc, err, "summarising '%s'", exp_name);
+done:
+    sqlite3_finalize(stmt);
+    if (own_txn) qi_db_exec(db, "COMMIT");
+    qi_free(q.s);
+    list_free(&leaves);
+    list_free(&names);
+    list_free(&keys);
+    list_free(&metrics);
+    qi_db_summary_free(s);
     return st;
 }

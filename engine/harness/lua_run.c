@@ -286,19 +286,12 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     if (o->db_path) {
         snprintf(db_path, sizeof db_path, "%s", o->db_path);
     } else {
-        char safe[256];
-        size_t j = 0;
-        for (const char *c = name; *c && j + 1 < sizeof safe; c++)
-            safe[j++] = (strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.", *c) && *c != 0)
-                            ? *c
-                            : '_';
-        safe[j] = 0;
         if (mkdir("results", 0777) != 0 && errno != EEXIST) {
             st = QI_ERR(err, QI_ERR_IO, "cannot create the folder results/ (%s); name a database with --db",
                         strerror(errno));
             goto done;
         }
-        snprintf(db_path, sizeof db_path, "results/%s.db", safe);
+        qi_db_default_path(name, db_path, sizeof db_path);
     }
     char script_sha[65] = "";
     int64_t exp_id;

@@ -10,6 +10,11 @@
 #               rolls back; --set, --list, --fresh
 #   run_errors  scripts that must fail: exit code, file:line on stderr, and
 #               a consistent database (failed rows, no half-written run)
+#   results     `qinfer results` on a database of synthetic numbers with known
+#               means (results_exp.lua, no model): the listing, per-run and
+#               grouped tables, CSV and JSON, the full export, the marking of
+#               simulated values, and the errors (missing file, unknown
+#               experiment, parameter or metric, bad flags)
 # Skips (77) without Lua/SQLite in the build, and where the model is needed
 # but not cached. Databases are read with the sqlite3 shell, else python3.
 # Usage: run_tests.sh PATH/TO/qinfer MODE
@@ -200,8 +205,95 @@ run_errors)
   consistent "$tmp/type.db"
   expect_sql "$tmp/type.db" "SELECT status FROM runs" "failed"
   ;;
+results)
+  # results/ relative to the working directory, as qinfer run makes it
+  mkdir "$tmp/w" && cd "$tmp/w" || exit 1
+  expect_fail 1 "no results databases in results/" "$Q" results
+  expect_fail 1 "results/results_test.db: no such file" "$Q" results results_test
+  "$Q" run "$here/results_exp.lua" -t 1 >"$tmp/out" 2>"$tmp/err" && ok || bad "results_exp.lua: $(cat "$tmp/err")"
+  db=results/results_test.db
+  [[ -f $db ]] && ok || bad "qinfer run did not write $db"
+
+  # the listing: every results/*.db, or the one --db names
+  expect_ok "$Q" results
+  grep -qE '^results_test +4 +0 +20[0-9-]+T[0-9:.]+Z +results/results_test\.db$' "$tmp/out" && ok ||
+    bad "listing: $(cat "$tmp/out")"
+  expect_ok "$Q" results --db "$db" -o csv
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n 2p | cut -d, -f1-4) == "$db,results_test,4,0" ]] && ok ||
+    bad "listing as CSV: $(cat "$tmp/out")"
+
+  # grouped: means over runs and repetitions, sd, n; simulated marked
+  expect_ok "$Q" results results_test --by policy
+  grep -qE '^full +2 +172 ±55 \(6\) sim +15 ±5.5 \(6\) +86 ±27 \(6\)$' "$tmp/out" && ok ||
+    bad "grouped by policy: $(cat "$tmp/out")"
+  grep -qE '^h2o +2 +192 ±55 \(6\) sim +- +96 ±27 \(6\)$' "$tmp/out" && ok || bad "h2o row: $(cat "$tmp/out")"
+  grep -q "^sim: simulated" "$tmp/out" && ok || bad "no note on simulated values: $(cat "$tmp/out")"
+  expect_ok "$Q" results results_test --by kv_budget,policy --metric test.ppl,test.tok_s -o csv
+  want=$'kv_budget,policy,runs,test.ppl,test.ppl:sd,test.ppl:n,test.ppl:simulated,test.tok_s,test.tok_s:sd,test.tok_s:n,test.tok_s:simulated
+0.5,full,1,20,0,3,0,61,1,3,0
+0.5,h2o,1,,,0,0,71,1,3,0
+1.0,full,1,10,0,3,0,111,1,3,0
+1.0,h2o,1,,,0,0,121,1,3,0'
+  [[ $(tr -d '\r' <"$tmp/out") == "$want" ]] && ok || bad "grouped CSV: $(cat "$tmp/out")"
+  expect_ok "$Q" results results_test --by policy --metric sim.tok_s -o csv
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n 2p) == "full,2,172,54.801459834570096,6,1" ]] && ok ||
+    bad "simulated column: $(cat "$tmp/out")"
+  expect_ok "$Q" results results_test --by policy -o json --metric test.tok_s,sim.tok_s
+  if command -v python3 >/dev/null; then
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+r = {row["config"]["policy"]: row for row in d["rows"]}
+assert d["experiment"] == "results_test" and d["by"] == ["policy"], d
+assert r["full"]["metrics"]["test.tok_s"] == {"mean": 86, "sd": r["full"]["metrics"]["test.tok_s"]["sd"], "n": 6,
+                                             "unit": "tok/s", "simulated": False}, r["full"]
+assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"] == 2, r["h2o"]' "$tmp/out" && ok ||
+      bad "grouped JSON: $(cat "$tmp/out")"
+  else
+    grep -q '"simulated": true' "$tmp/out" && ok || bad "grouped JSON: $(cat "$tmp/out")"
+  fi
+
+  # per run: its configuration (a comma in a value quoted in CSV)
+  expect_ok "$Q" results results_test
+  [[ $(grep -cE '^ +[1-4] +(0\.5|1\.0) +(full|h2o) +a,b ' "$tmp/out") -eq 4 ]] && ok || bad "per run: $(cat "$tmp/out")"
+  expect_ok "$Q" results results_test -o csv --metric test.tok_s
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n 1,2p | tr '\n' ' ') == 'run_id,kv_budget,policy,tag,test.tok_s,test.tok_s:sd,test.tok_s:n,test.tok_s:simulated 1,0.5,full,"a,b",61,1,3,0 ' ]] &&
+    ok || bad "per run CSV: $(cat "$tmp/out")"
+
+  # the full export: one line per (run, metric, repetition)
+  expect_ok "$Q" results results_test --csv
+  [[ $(wc -l <"$tmp/out") -eq 31 ]] && ok || bad "--csv: $(wc -l <"$tmp/out") lines, want 31"
+  head -1 "$tmp/out" | grep -q ',config.kv_budget,config.policy,config.tag,metric,value,unit,repetition,simulated' && ok ||
+    bad "--csv header: $(head -1 "$tmp/out")"
+
+  # the numbers come from the file: a changed value changes the mean
+  sql "$db" "UPDATE metrics SET value = value + 30 WHERE name = 'test.tok_s' AND run_id =
+    (SELECT id FROM runs WHERE json_extract(config_json, '\$.policy') = 'h2o' AND json_extract(config_json, '\$.kv_budget') = 1.0)"
+  expect_ok "$Q" results results_test --by policy --metric test.tok_s -o csv
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n 3p | cut -d, -f1-3) == "h2o,2,111" ]] && ok || bad "after the update: $(cat "$tmp/out")"
+
+  # read-only: a file that cannot be written is still read
+  chmod a-w "$db"
+  expect_ok "$Q" results results_test --by policy
+  chmod u+w "$db"
+
+  # errors: one line, exit 2 for what the user named wrong, 1 for unreadable files
+  expect_fail 2 "no experiment named 'nosuch' (experiments: results_test)" "$Q" results nosuch --db "$db"
+  expect_fail 2 "has no parameter 'nope' (parameters: kv_budget, policy, tag)" "$Q" results results_test --by nope
+  expect_fail 2 "has no metric 'x.y' (metrics: sim.tok_s, test.ppl, test.tok_s)" "$Q" results results_test --metric x.y
+  expect_fail 2 "parameter 'policy' given twice" "$Q" results results_test --by policy,policy
+  expect_fail 2 "option --by: an empty item" "$Q" results results_test --by policy,
+  expect_fail 2 "'xml' is not an output format" "$Q" results results_test -o xml
+  expect_fail 2 "takes no --by, --metric or -o" "$Q" results results_test --csv --by policy
+  expect_fail 2 "--metric needs an experiment" "$Q" results --metric test.ppl
+  expect_fail 2 "unknown option '--bogus'" "$Q" results --bogus
+  expect_fail 1 "/nonexistent/x.db: cannot open" "$Q" results results_test --db /nonexistent/x.db
+  echo "not a database" >"$tmp/junk.db"
+  expect_fail 1 "junk.db: opening: file is not a database" "$Q" results results_test --db "$tmp/junk.db"
+  expect_fail 1 "junk.db: opening: file is not a database" "$Q" results --db "$tmp/junk.db"
+  expect_ok "$Q" results --help
+  ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, results)" >&2
   exit 2
   ;;
 esac
