@@ -618,6 +618,39 @@ T5 static inline __m512 tree16(const __m512 r[16]) {
 
 #define WF_MAX 8192 /* positions whose weights attn_values converts once */
 
+/* The VEC order (ggml_vec_dot_f16 over positions): position p feeds slot
+ * p & 63 of every output dimension, each slot summing its positions in
+ * order; the 64 slots are then combined as the reference does. Here NB
+ * (= D / 16, a constant) zmm per slot, 16 / NB slots at a time in registers,
+ * so each V row is read once, not once per 16 dimensions. */
+T5 static inline __attribute__((always_inline)) void vec_slots(const int NB, const float *wf,
+                                                               const uint16_t *const *blk, int shift,
+                                                               size_t v_stride, int n_pos, float *out) {
+    const size_t mask = ((size_t)1 << shift) - 1;
+    const int S = 16 / NB;
+    __m512 sl[64][16];
+    for (int s0 = 0; s0 < 64; s0 += S) {
+        __m512 acc[16];
+        for (int i = 0; i < S * NB; i++) acc[i] = _mm512_setzero_ps();
+        for (int base = s0; base < n_pos; base += 64)
+            for (int s = 0; s < S; s++) {
+                const int p = base + s;
+                if (p >= n_pos) break;
+                const __m512 wv = _mm512_set1_ps(wf[p]);
+                const uint16_t *vr = blk[(size_t)p >> shift] + ((size_t)p & mask) * v_stride;
+                for (int d = 0; d < NB; d++) acc[s * NB + d] = _mm512_fmadd_ps(wv, ld16(vr + 16 * d), acc[s * NB + d]);
+            }
+        for (int s = 0; s < S; s++)
+            for (int d = 0; d < NB; d++) sl[s0 + s][d] = acc[s * NB + d];
+    }
+    for (int d = 0; d < NB; d++) {
+        __m512 c[16];
+        for (int l = 0; l < 16; l++)
+            c[l] = _mm512_add_ps(_mm512_add_ps(sl[l][d], sl[32 + l][d]), _mm512_add_ps(sl[16 + l][d], sl[48 + l][d]));
+        _mm512_storeu_ps(out + 16 * d, tree16(c));
+    }
+}
+
 T5 static void attn_values_blk_avx512(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk, int shift,
                                   size_t v_stride, int n_pos, float *out) {
     const size_t mask = ((size_t)1 << shift) - 1;
@@ -642,6 +675,14 @@ T5 static void attn_values_blk_avx512(qi_k_order ord, int D, const uint16_t *w16
                 acc[p & 15] = _mm512_fmadd_ps(_mm512_set1_ps(wf[p]), ld16(VROW(p) + d0), acc[p & 15]);
             _mm512_storeu_ps(out + d0, tree16(acc));
         } else {
+            if (D == 64 || D == 128 || D == 256) { /* all of D at once (vec_slots) */
+                if (d0 == 0) {
+                    if (D == 64) vec_slots(4, wf, blk, shift, v_stride, n_pos, out);
+                    else if (D == 128) vec_slots(8, wf, blk, shift, v_stride, n_pos, out);
+                    else vec_slots(16, wf, blk, shift, v_stride, n_pos, out);
+                }
+                continue;
+            }
             __m512 acc[64];
             for (int l = 0; l < 64; l++) acc[l] = _mm512_setzero_ps();
             for (p = 0; p < n_pos; p++)
