@@ -3,13 +3,18 @@
  *
  * A step is a list of segments, one per sequence that runs in it: a run of
  * that sequence's pending tokens at consecutive positions. Decoding
- * sequences (one pending token) come first, then prompt chunks of at most
- * QI_ENGINE_CHUNK tokens while the step's budget lasts, starting from a
- * cursor that moves every step so no sequence waits for ever. The forward
- * pass is forward.c's, op for op, with the matmuls and element-wise ops over
- * all the step's rows (each weight read once per step) and RoPE, the KV
- * writes and attention per segment (each sequence at its own positions,
- * over its own cache streams).
+ * sequences (one pending token) come first, one row each, on top of the
+ * step's prompt room (step_tokens); then prompt chunks, starting from a
+ * cursor that moves every step so no sequence waits for ever. A chunk is
+ * always the next min(pending, QI_ENGINE_CHUNK, step_tokens) tokens and runs
+ * whole or waits: a sequence's segments, and so the points where a budgeted
+ * policy evicts (after each segment, at a budget set by its last position),
+ * never depend on what else is in the batch. Cutting a chunk to fill the
+ * room would let a neighbour's decode rows move those points and change a
+ * sequence's result. The forward pass is forward.c's, op for op, with the
+ * matmuls and element-wise ops over all the step's rows (each weight read
+ * once per step) and RoPE, the KV writes and attention per segment (each
+ * sequence at its own positions, over its own cache streams).
  *
  * After a layer's attention, on layers the policy does not exempt, each
  * segment's streams go through the policy: the softmax weights of the
@@ -63,7 +68,7 @@ struct qi_engine {
     int swa_cells;
     seq_state *seqs;
     int cursor;
-    /* step scratch, [step_tokens] rows */
+    /* step scratch, [step_tokens + max_seqs] rows */
     int32_t *tokens, *q_pos;
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
     segment *segs;
@@ -188,7 +193,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = qi_backend_cpu_create(o->n_threads, &e->be, err))) goto fail;
     if ((st = qi_kv_pool_create(hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
 
-    const size_t R = (size_t)o->step_tokens, E = (size_t)hp->n_embd;
+    /* rows of a step: the prompt room plus one decode row per sequence */
+    const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs, E = (size_t)hp->n_embd;
     const size_t qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t N = (size_t)o->n_ctx;
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
@@ -215,8 +221,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if (!e->seqs || !e->tokens || !e->q_pos || !e->x || !e->xn || !e->q || !e->k || !e->v || !e->att ||
         !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->attn || !e->vpos || !e->vtier ||
         !e->fate || !e->vscore || !e->probe_s || !e->probe_q16) {
-        st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d tokens per step and %d positions",
-                    o->step_tokens, o->n_ctx);
+        st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
+                    (int)R, o->n_ctx);
         goto fail;
     }
     if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, o->n_ctx, err))) goto fail;
@@ -341,17 +347,23 @@ void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out) {
 
 /* ---- the step ------------------------------------------------------------------------- */
 
-/* Pick the step's segments: decodes first, then prompt chunks. */
+/* Pick the step's segments: every decode (one row each), then whole prompt
+ * chunks while the prompt room lasts. The first chunk always fits, so no
+ * prompt starves; a chunk that does not fit waits for a later step rather
+ * than being cut (see the top of the file). */
 static int schedule(qi_engine *e, int *T_out) {
-    int n_seg = 0, T = 0;
-    const int S = e->o.max_seqs;
+    int n_seg = 0, T = 0, room = e->o.step_tokens;
+    const int S = e->o.max_seqs, chunk = room < QI_ENGINE_CHUNK ? room : QI_ENGINE_CHUNK;
     for (int pass = 0; pass < 2; pass++) {
-        for (int k = 0; k < S && T < e->o.step_tokens; k++) {
+        for (int k = 0; k < S; k++) {
             const int id = (e->cursor + k) % S;
             seq_state *s = &e->seqs[id];
             if (!s->used || s->failed || s->n_pending == 0 || (pass == 0) != (s->n_pending == 1)) continue;
-            int n = s->n_pending < QI_ENGINE_CHUNK ? s->n_pending : QI_ENGINE_CHUNK;
-            if (n > e->o.step_tokens - T) n = e->o.step_tokens - T;
+            const int n = s->n_pending < chunk ? s->n_pending : chunk;
+            if (pass == 1) {
+                if (n > room) continue;
+                room -= n;
+            }
             segment *g = &e->segs[n_seg++];
             g->id = id;
             g->off = T;

@@ -15,9 +15,9 @@
  * so a cell's keys do not change when other lengths or depths are
  * added; keys within a cell differ. Trials run as concurrent sequences of
  * one engine (--batch), so the prompts' prefill and the short decodes share
- * weight reads; with the full policy the result of a trial does not depend
- * on what else is in the batch (for all weight types but the K-quants; see
- * engine.h). What else was considered:
+ * weight reads; under every policy the result of a trial does not depend on
+ * what else is in the batch or on --batch (for all weight types but the
+ * K-quants; see engine.h). What else was considered:
  * random filler text (as some passkey tests use) would make results depend
  * on a corpus; repeating one sentence lets a model copy by position, which
  * a cycle of several sentences makes harder without making it harder to

@@ -4,17 +4,21 @@
  * Use: create an engine over a loaded model; add sequences (each gets an id
  * in 0..max_seqs-1); feed each its prompt, later each sampled token; call
  * qi_engine_step until nothing is pending. A step runs every sequence that
- * has a single pending token (decode) and then prompt chunks of the others
- * while the step's token budget lasts (continuous batching), reading every
- * weight once for all of them. After a step, qi_engine_seq_logits gives the
+ * has a single pending token (decode) and then whole prompt chunks of the
+ * others while the step's prompt room lasts (continuous batching), reading
+ * every weight once for all of them. A sequence's chunks are the same
+ * whatever else runs: a chunk that does not fit waits, it is never cut.
+ * After a step, qi_engine_seq_logits gives the
  * rows a sequence produced: its last token's once its pending tokens are
  * all consumed, or every token's when it was fed with logits_all.
  *
- * Arithmetic: with the full policy, each sequence's logits are bit-identical
- * to the single-sequence engine's (qi_ctx) for the same chunking, whatever
- * else is in the batch, for weight types whose dot does not depend on the
- * number of tokens in a matmul (all but the K-quants, where llama.cpp's
- * order changes at 8 tokens and a batch decides which applies).
+ * Arithmetic: each sequence's logits do not depend on what else is in the
+ * batch, under every KV policy (the policy runs after each of the
+ * sequence's own segments, which the batch does not change), for weight
+ * types whose dot does not depend on the number of tokens in a matmul (all
+ * but the K-quants, where llama.cpp's order changes at 8 tokens and a batch
+ * decides which applies). With the full policy they are also bit-identical
+ * to the single-sequence engine's (qi_ctx) for the same chunking.
  */
 #ifndef QINFER_ENGINE_H
 #define QINFER_ENGINE_H
@@ -37,7 +41,8 @@ typedef struct {
     int n_threads;          /* worker threads (default: physical cores) */
     int max_seqs;           /* sequences at once (default 16) */
     int n_ctx;              /* positions per sequence (default 2048) */
-    int step_tokens;        /* tokens per step over all sequences (default 512) */
+    int step_tokens;        /* prompt tokens per step over all sequences, and the most in
+                             * one chunk (default 512); each decoding sequence adds one row */
     const char *kv_policy;  /* default "full" */
     const qi_params *kv_params; /* the policy's parameters; NULL: none */
     int kv_budget_tokens;   /* working tokens per (layer, KV head) stream; 0: use the fraction */
