@@ -275,8 +275,12 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
     K->softmax_f16(n, s, w16);
     K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, a->out + ((long)t * a->H + h) * D);
     if (a->stats) {
-        float *st = a->stats + (long)h * a->stats_stride;
-        for (int i = 0; i < n; i++) st[i] += qi_fp16_to_f32(w16[i]);
+        float *st = a->stats + (long)h * a->stats_stride, wf[256];
+        for (int i0 = 0; i0 < n; i0 += 256) {
+            const int m = n - i0 < 256 ? n - i0 : 256;
+            K->f16_to_f32(w16 + i0, wf, m);
+            for (int i = 0; i < m; i++) st[i0 + i] += wf[i];
+        }
     }
 }
 

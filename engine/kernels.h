@@ -69,6 +69,8 @@ typedef struct qi_kernels {
     /* x[n] (n % 32 == 0) to Q8_0 (with_sum 0) or Q8_1 (with_sum 1) blocks
      * at dst, as llama.cpp's x86 quantize_row_q8_0/q8_1 (see quant_act.c). */
     void (*quantize_q8)(const float *x, void *dst, int64_t n, int with_sum);
+    /* y[i] = x[i] as a float for i < n (exact: every fp16 value is one). */
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
 } qi_kernels;
 
 /* The kernel table to use: the widest variant the CPU supports; the
@@ -116,6 +118,8 @@ void qi_k_swiglu_ref(int64_t n, float *g, const float *u);
 void qi_k_geglu_ref(int64_t n, float *g, const float *u);
 /* ggml's GELU table: [65536] fp16 results indexed by fp16 input bits. */
 const uint16_t *qi_k_gelu_table(void);
+
+void qi_k_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n);
 
 /* llama.cpp's x86 activation quantiser for Q8_0 (with_sum 0) / Q8_1 (1). */
 void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum);

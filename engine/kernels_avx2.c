@@ -552,6 +552,12 @@ T2 static void geglu_avx2(int64_t n, float *g, const float *u) {
 
 #define QI_RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
+T2 static void f16_to_f32_avx2(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
+}
+
 T2 static void quantize_q8_avx2(const float *x, void *dst, int64_t n, int with_sum) {
     uint8_t *out = dst;
     const size_t bs = with_sum ? sizeof(qi_block_q8_1) : sizeof(qi_block_q8_0);
@@ -611,6 +617,7 @@ static const qi_kernels k_avx2 = {
     .swiglu = swiglu_avx2,
     .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,
+    .f16_to_f32 = f16_to_f32_avx2,
 };
 
 const qi_kernels *qi_kernels_avx2(void) {

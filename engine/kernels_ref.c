@@ -450,6 +450,10 @@ void qi_k_swiglu_ref(int64_t n, float *g, const float *u) {
 /* llama.cpp's x86 quantize_row_q8_0/q8_1, one 32-element block at a time:
  * d = amax / 127, inverse 127 / amax (not 1 / d), x * inverse rounded half
  * to even, s = fp16(d * sum(q)) with d before its own fp16 rounding. */
+void qi_k_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = qi_fp16_to_f32(x[i]);
+}
+
 void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum) {
     uint8_t *out = dst;
     const size_t bs = with_sum ? sizeof(qi_block_q8_1) : sizeof(qi_block_q8_0);
@@ -534,6 +538,7 @@ static const qi_kernels k_ref = {
     .swiglu = qi_k_swiglu_ref,
     .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,
+    .f16_to_f32 = qi_k_f16_to_f32_ref,
 };
 
 const qi_kernels *qi_kernels_ref(void) { return &k_ref; }

@@ -786,6 +786,32 @@ START_TEST(test_quantize_q8_variants) {
 }
 END_TEST
 
+/* Every fp16 value, zeros, subnormals, infinities and NaNs included, at
+ * every offset of a vector and its tail. */
+START_TEST(test_f16_to_f32_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    const int64_t n = 65536 + 7;
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(i * 40503u);
+    qi_k_f16_to_f32_ref(x, ref, n);
+    for (int k = 0; k < n_simd; k++)
+        for (int64_t len = n - 9; len <= n; len++) {
+            for (int64_t i = 0; i < n; i++) got[i] = -7.0f;
+            simd[k]->f16_to_f32(x, got, len);
+            for (int64_t i = 0; i < n; i++) {
+                const float want = i < len ? ref[i] : -7.0f;
+                ck_assert_msg(memcmp(&want, &got[i], sizeof(float)) == 0, "%s n=%lld: element %lld (%04x): %a vs %a",
+                              simd[k]->name, (long long)len, (long long)i, x[i], want, got[i]);
+            }
+        }
+    free(x);
+    free(ref);
+    free(got);
+}
+END_TEST
+
 /* The run-time quantiser rounds halves to even, where the format's
  * reference (quant.c) rounds them away from zero: the test above is fed
  * ties, and here is proof that the two conventions really differ on them. */
@@ -815,6 +841,7 @@ START_TEST(test_dispatch_sane) {
     ck_assert_ptr_nonnull(k->swiglu);
     ck_assert_ptr_nonnull(k->geglu);
     ck_assert_ptr_nonnull(k->quantize_q8);
+    ck_assert_ptr_nonnull(k->f16_to_f32);
     for (int i = 0; i < N_DOT_TYPES; i++) ck_assert_ptr_nonnull(k->gemm[k_dot_types[i]]);
     const char *f = getenv("QI_FORCE_REF");
     if (!(f && *f && strcmp(f, "0"))) {
@@ -865,6 +892,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_geglu_variants);
     tcase_add_test(tc, test_quantize_q8_variants);
     tcase_add_test(tc, test_quantize_q8_ties);
+    tcase_add_test(tc, test_f16_to_f32_variants);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("numerics");
