@@ -69,7 +69,7 @@ static void h2o_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
     qi_kv_item *it = p->scratch.items;
     int r = qi_kv_rank_gather(v, fate, it);
-    qi_kv_rank_sort_by_score(it, r);
+    qi_kv_rank_top_by_score(it, r, heavy);
     for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
     qi_kv_rank_finish(v, fate, QI_KV_DROP);
 }

@@ -47,7 +47,8 @@ typedef struct {
     int sinks, windows, full_layers, probe_every;
     double heavy;
     bool offload, recall;
-    qi_kv_scratch scratch;
+    qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
+    int *wstart;           /* [windows + 1] the windows' starts in that copy */
 } qinfer_policy;
 
 extern const qi_kv_policy_i qi_kv_qinfer_policy;
@@ -56,6 +57,7 @@ static void qinfer_free(qi_kv_policy *pp) {
     qinfer_policy *p = (qinfer_policy *)pp;
     if (!p) return;
     qi_kv_scratch_fini(&p->scratch);
+    qi_free(p->wstart);
     qi_free(p);
 }
 
@@ -89,6 +91,10 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
         qinfer_free(&p->base);
         return st;
     }
+    if (!(p->wstart = qi_malloc(sizeof *p->wstart * (size_t)(p->windows + 1)))) {
+        qinfer_free(&p->base);
+        return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory for %d windows", p->windows);
+    }
     *out = &p->base;
     return QI_OK;
 }
@@ -106,25 +112,37 @@ static bool qinfer_probe(const qi_kv_policy *pp, long step) {
     return p->offload && p->recall && p->probe_every > 0 && step > 0 && step % p->probe_every == 0;
 }
 
-/* Keep, in the older region it[0..r) (sorted newest first), the best scores
- * of each window within its quota, then hand unused quota to the best
- * leftovers of the whole region. */
-static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_item *it, int r, int heavy,
-                            uint8_t *fate) {
+/* Keep, in the older region it[0..r), the best scores of each window within
+ * its quota, then hand unused quota to the best leftovers of the whole
+ * region. Windows split the region's position span evenly; the items are
+ * bucketed by window into by[0..r) (a counting sort) and each window's best
+ * are selected, not sorted. */
+static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_item *it, qi_kv_item *by, int r,
+                            int heavy, uint8_t *fate) {
     const int W = p->windows, base = heavy / W, rem = heavy % W;
-    const int64_t pmin = it[r - 1].pos, span = (int64_t)it[0].pos - pmin + 1;
-    int carry = 0, j = 0;
+    int32_t pmin = it[0].pos, pmax = it[0].pos;
+    for (int i = 1; i < r; i++) {
+        if (it[i].pos < pmin) pmin = it[i].pos;
+        if (it[i].pos > pmax) pmax = it[i].pos;
+    }
+    const int64_t span = (int64_t)pmax - pmin + 1;
+    int *ws = p->wstart;
+    for (int w = 0; w <= W; w++) ws[w] = 0;
+    for (int i = 0; i < r; i++) ws[(int64_t)(it[i].pos - (int64_t)pmin) * W / span + 1]++;
+    for (int w = 0; w < W; w++) ws[w + 1] += ws[w];
+    for (int i = 0; i < r; i++) by[ws[(int64_t)(it[i].pos - (int64_t)pmin) * W / span]++] = it[i];
+    /* ws[w] is now the end of window w, i.e. the start of w + 1 */
+    int carry = 0;
     for (int w = W - 1; w >= 0; w--) {
-        int start = j;
-        while (j < r && (int)(((int64_t)it[j].pos - pmin) * W / span) == w) j++;
-        int quota = base + (w >= W - rem), cnt = j - start, take = quota < cnt ? quota : cnt;
-        qi_kv_rank_sort_by_score(it + start, cnt);
-        for (int k = 0; k < take; k++) fate[it[start + k].slot] = QI_KV_KEEP;
+        const int start = w > 0 ? ws[w - 1] : 0, cnt = ws[w] - start;
+        const int quota = base + (w >= W - rem), take = quota < cnt ? quota : cnt;
+        qi_kv_rank_top_by_score(by + start, cnt, take);
+        for (int k = 0; k < take; k++) fate[by[start + k].slot] = QI_KV_KEEP;
         carry += quota - take;
     }
     if (carry > 0) {
         int left = qi_kv_rank_gather(v, fate, it);
-        qi_kv_rank_sort_by_score(it, left);
+        qi_kv_rank_top_by_score(it, left, carry);
         for (int k = 0; k < carry && k < left; k++) fate[it[k].slot] = QI_KV_KEEP;
     }
 }
@@ -139,7 +157,7 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
     const int budget = v->budget, sinks = p->sinks < budget ? p->sinks : budget;
     int m = qi_kv_rank_begin(v, p->offload && p->recall, fate);
     qi_kv_rank_mark_by_pos(v, fate, sinks, false, QI_KV_KEEP);
-    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
+    if (m <= budget || m > INT_MAX / 2 || !qi_kv_scratch_reserve(&p->scratch, 2 * m)) {
         qi_kv_rank_mark_by_pos(v, fate, budget - sinks, true, QI_KV_KEEP);
         qi_kv_rank_finish(v, fate, evict);
         return;
@@ -150,8 +168,7 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         /* m > budget, so the older region holds r > heavy >= 1 tokens */
         qi_kv_item *it = p->scratch.items;
         int r = qi_kv_rank_gather(v, fate, it);
-        qi_kv_rank_sort_by_pos(it, r);
-        keep_per_window(p, v, it, r, heavy, fate);
+        keep_per_window(p, v, it, it + m, r, heavy, fate);
     }
     qi_kv_rank_finish(v, fate, evict);
 }

@@ -1,18 +1,17 @@
 /* rank.c - position and score ranking for the KV policies.
  *
- * Position ranks ("the k newest undecided tokens") are a binary search for
- * the k-th key over (position, slot) keys, counting in one pass per probe:
- * no memory and about 50 passes at most, so window and streaming need no
- * state at all and every policy has an allocation-free fallback. Score
- * ranks need an order over (score, position, slot) and are a qsort of an
- * item array; a partial selection (nth_element) would be O(n) but the
- * full sort keeps one simple, total order whose result does not depend on
- * the sorting algorithm, which is what lets two policies be compared fate
- * for fate. Keys include the slot so that no two tokens tie and every
- * decision is deterministic.
+ * Position ranks ("the k newest undecided tokens", ties broken by slot) are
+ * a binary search for the k-th position, counting in one pass per probe: no
+ * memory and about log2 of the positions' span in passes, so window and
+ * streaming need no state at all and every policy has an allocation-free
+ * fallback. Score ranks select the k best of an item array (a quickselect)
+ * under one total order over (score, position, slot): no two tokens tie, so
+ * the kept set is the one any correct selection or sort would give, which
+ * is what lets two policies be compared fate for fate.
  */
 #include "kv/rank_int.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 int qi_kv_rank_begin(const qi_kv_view *v, bool with_offloaded, uint8_t *fate) {
@@ -25,17 +24,12 @@ int qi_kv_rank_begin(const qi_kv_view *v, bool with_offloaded, uint8_t *fate) {
     return m;
 }
 
-/* Order-preserving: flipping the sign bit maps int32 order onto uint32. */
-static uint64_t pos_key(const qi_kv_view *v, int i) {
-    return (uint64_t)((uint32_t)v->pos[i] ^ 0x80000000u) << 32 | (uint32_t)i;
-}
-
-static int count_beyond(const qi_kv_view *v, const uint8_t *fate, uint64_t t, bool newest) {
+/* Undecided tokens at a position beyond t: >= t (newest) or <= t. */
+static int count_beyond(const qi_kv_view *v, const uint8_t *fate, int64_t t, bool newest) {
     int c = 0;
     for (int i = 0; i < v->n; i++) {
         if (fate[i] != QI_KV_UNDECIDED) continue;
-        uint64_t k = pos_key(v, i);
-        c += newest ? k >= t : k <= t;
+        c += newest ? v->pos[i] >= t : v->pos[i] <= t;
     }
     return c;
 }
@@ -43,37 +37,55 @@ static int count_beyond(const qi_kv_view *v, const uint8_t *fate, uint64_t t, bo
 void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newest, uint8_t to) {
     if (k <= 0) return;
     int c = 0;
-    uint64_t lo = UINT64_MAX, hi = 0;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int i = 0; i < v->n; i++) {
         if (fate[i] != QI_KV_UNDECIDED) continue;
-        uint64_t key = pos_key(v, i);
-        if (key < lo) lo = key;
-        if (key > hi) hi = key;
+        if (v->pos[i] < lo) lo = v->pos[i];
+        if (v->pos[i] > hi) hi = v->pos[i];
         c++;
     }
     if (c == 0) return;
-    if (k < c) {
-        /* newest: the largest t with k keys >= t is the k-th largest key;
-         * oldest: the smallest t with k keys <= t is the k-th smallest. */
-        while (lo < hi) {
-            uint64_t d = hi - lo;
-            if (newest) {
-                uint64_t mid = lo + d / 2 + (d & 1);
-                if (count_beyond(v, fate, mid, true) >= k) lo = mid;
-                else hi = mid - 1;
-            } else {
-                uint64_t mid = lo + d / 2;
-                if (count_beyond(v, fate, mid, false) >= k) hi = mid;
-                else lo = mid + 1;
-            }
-        }
-    } else {
-        lo = newest ? lo : hi; /* everything */
+    if (k >= c) {
+        qi_kv_rank_finish(v, fate, to);
+        return;
     }
+    /* The threshold position P: newest, the largest with k tokens at P or
+     * newer; oldest, the smallest with k tokens at P or older. One pass per
+     * probe over positions (about log2 of their span), not over (position,
+     * slot) keys. */
+    while (lo < hi) {
+        if (newest) {
+            const int64_t mid = lo + (hi - lo + 1) / 2;
+            if (count_beyond(v, fate, mid, true) >= k) lo = mid;
+            else hi = mid - 1;
+        } else {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (count_beyond(v, fate, mid, false) >= k) hi = mid;
+            else lo = mid + 1;
+        }
+    }
+    /* Everything strictly beyond P, then ties at P by slot: the larger slot
+     * counts as newer. */
+    int left = k;
     for (int i = 0; i < v->n; i++) {
         if (fate[i] != QI_KV_UNDECIDED) continue;
-        uint64_t key = pos_key(v, i);
-        if (newest ? key >= lo : key <= lo) fate[i] = to;
+        if (newest ? v->pos[i] > lo : v->pos[i] < lo) {
+            fate[i] = to;
+            left--;
+        }
+    }
+    if (newest) {
+        for (int i = v->n - 1; i >= 0 && left > 0; i--)
+            if (fate[i] == QI_KV_UNDECIDED && v->pos[i] == lo) {
+                fate[i] = to;
+                left--;
+            }
+    } else {
+        for (int i = 0; i < v->n && left > 0; i++)
+            if (fate[i] == QI_KV_UNDECIDED && v->pos[i] == lo) {
+                fate[i] = to;
+                left--;
+            }
     }
 }
 
@@ -118,8 +130,7 @@ static int newer_first(const qi_kv_item *a, const qi_kv_item *b) {
     return a->slot > b->slot ? -1 : a->slot < b->slot;
 }
 
-static int cmp_score(const void *pa, const void *pb) {
-    const qi_kv_item *a = pa, *b = pb;
+static int cmp_score(const qi_kv_item *a, const qi_kv_item *b) {
     if (a->score > b->score) return -1;
     if (a->score < b->score) return 1;
     bool na = a->score != a->score, nb = b->score != b->score;
@@ -127,12 +138,34 @@ static int cmp_score(const void *pa, const void *pb) {
     return newer_first(a, b);
 }
 
-static int cmp_pos(const void *pa, const void *pb) { return newer_first(pa, pb); }
 
-void qi_kv_rank_sort_by_score(qi_kv_item *items, int n) {
-    if (n > 1) qsort(items, (size_t)n, sizeof *items, cmp_score);
+
+static void swap_items(qi_kv_item *a, qi_kv_item *b) {
+    const qi_kv_item t = *a;
+    *a = *b;
+    *b = t;
 }
 
-void qi_kv_rank_sort_by_pos(qi_kv_item *items, int n) {
-    if (n > 1) qsort(items, (size_t)n, sizeof *items, cmp_pos);
+void qi_kv_rank_top_by_score(qi_kv_item *it, int n, int k) {
+    if (k <= 0 || k >= n) return;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        /* median of three as the pivot; Hoare partition around it */
+        const int mid = lo + (hi - lo) / 2;
+        if (cmp_score(&it[mid], &it[lo]) < 0) swap_items(&it[mid], &it[lo]);
+        if (cmp_score(&it[hi], &it[lo]) < 0) swap_items(&it[hi], &it[lo]);
+        if (cmp_score(&it[hi], &it[mid]) < 0) swap_items(&it[hi], &it[mid]);
+        const qi_kv_item pv = it[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_score(&it[i], &pv) < 0) i++;
+            while (cmp_score(&pv, &it[j]) < 0) j--;
+            if (i <= j) swap_items(&it[i++], &it[j--]);
+        }
+        /* it[lo..j] rank at or before the pivot, it[i..hi] at or after */
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
 }
+

@@ -55,11 +55,12 @@ void qi_kv_scratch_fini(qi_kv_scratch *s);
 
 /* Copy the undecided tokens into items (room for v->n); returns the count. */
 int qi_kv_rank_gather(const qi_kv_view *v, const uint8_t *fate, qi_kv_item *items);
-/* Best score first; ties: newer position first, then higher slot. NaN
- * scores rank last. */
-void qi_kv_rank_sort_by_score(qi_kv_item *items, int n);
-/* Newest position first; ties: higher slot first. */
-void qi_kv_rank_sort_by_pos(qi_kv_item *items, int n);
+/* Reorder items so that the first min(k, n) are the k best (in no
+ * particular order among themselves): a quickselect, O(n) on average. Best
+ * means the higher score; ties: the newer position, then the higher slot;
+ * NaN scores rank last. The order is total, so the set is the one a sort
+ * would put first. */
+void qi_kv_rank_top_by_score(qi_kv_item *items, int n, int k);
 
 /* floor(budget * frac), the heavy-hitter share of a budget. The 1e-9
  * allowance absorbs binary rounding, so that 100 * 0.29 gives 29 and not

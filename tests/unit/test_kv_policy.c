@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kv/kv_policy.h"
+#include "kv/rank_int.h"
 #include "testutil.h"
 
 #define MAXN 4096
@@ -456,6 +457,46 @@ START_TEST(qinfer_recall) {
 }
 END_TEST
 
+/* ---- score selection ------------------------------------------------------ */
+
+/* a ranks before b: higher score, then newer position, then higher slot;
+ * NaN last (the order qi_kv_rank_top_by_score documents) */
+static bool ranks_before(const qi_kv_item *a, const qi_kv_item *b) {
+    const bool na = a->score != a->score, nb = b->score != b->score;
+    if (na != nb) return nb;
+    if (!na && a->score != b->score) return a->score > b->score;
+    if (a->pos != b->pos) return a->pos > b->pos;
+    return a->slot > b->slot;
+}
+
+START_TEST(top_by_score_selects_the_best) {
+    uint64_t rng = 77;
+    qi_kv_item it[300], orig[300];
+    for (int rep = 0; rep < 400; rep++) {
+        const int n = 1 + (int)(qi_test_rand(&rng) % 300), k = (int)(qi_test_rand(&rng) % (uint64_t)(n + 2));
+        for (int i = 0; i < n; i++) {
+            const uint64_t g = qi_test_rand(&rng) % 20;
+            orig[i] = (qi_kv_item){g == 0 ? NAN : (float)(qi_test_rand(&rng) % (rep % 2 ? 3 : 50)),
+                                   (int32_t)(qi_test_rand(&rng) % 40), i};
+        }
+        memcpy(it, orig, sizeof(qi_kv_item) * (size_t)n);
+        qi_kv_rank_top_by_score(it, n, k);
+        /* a permutation of the input ... */
+        int seen[300] = {0};
+        for (int i = 0; i < n; i++) seen[it[i].slot]++;
+        for (int i = 0; i < n; i++) ck_assert_int_eq(seen[i], 1);
+        /* ... whose first k are exactly the items with fewer than k better ones */
+        const int kk = k < n ? k : n;
+        for (int i = 0; i < n; i++) {
+            int better = 0;
+            for (int j = 0; j < n; j++) better += ranks_before(&orig[j], &it[i]);
+            ck_assert_msg((i < kk) == (better < kk), "rep %d n=%d k=%d: item %d (slot %d) has %d better", rep, n, k,
+                          i, it[i].slot, better);
+        }
+    }
+}
+END_TEST
+
 /* ---- random views against the oracle --------------------------------------- */
 
 typedef struct {
@@ -854,6 +895,7 @@ int main(void) {
     tcase_add_test(tc, qinfer_sinks_and_full_layers);
     tcase_add_test(tc, qinfer_offload_and_probe);
     tcase_add_test(tc, qinfer_recall);
+    tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
     tcase_add_test(tc, qinfer_reduces_to_h2o);
