@@ -213,12 +213,8 @@ static qi_status db_setup(qi_db *db, qi_err *err) {
     return migrate(db, err);
 }
 
-qi_status qi_db_open(const char *path, qi_db **out, qi_err *err) {
-    if (out) *out = NULL;
-    if (!path || !*path || !out) return QI_ERR(err, QI_ERR_INVALID, "results database: no file name given");
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return QI_ERR(err, QI_ERR_INVALID, "%s: is a directory, not a results database file", path);
+/* A handle holding a copy of the path, not yet connected. */
+static qi_status db_alloc(const char *path, qi_db **out, qi_err *err) {
     qi_db *db = qi_calloc(1, sizeof *db);
     size_t n = strlen(path);
     char *copy = qi_malloc(n + 1);
@@ -229,6 +225,19 @@ qi_status qi_db_open(const char *path, qi_db **out, qi_err *err) {
     }
     memcpy(copy, path, n + 1);
     db->path = copy;
+    *out = db;
+    return QI_OK;
+}
+
+qi_status qi_db_open(const char *path, qi_db **out, qi_err *err) {
+    if (out) *out = NULL;
+    if (!path || !*path || !out) return QI_ERR(err, QI_ERR_INVALID, "results database: no file name given");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return QI_ERR(err, QI_ERR_INVALID, "%s: is a directory, not a results database file", path);
+    qi_db *db = NULL;
+    qi_status st0 = db_alloc(path, &db, err);
+    if (st0) return st0;
     int rc = sqlite3_open_v2(path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     qi_status st = rc == SQLITE_OK ? db_setup(db, err) : qi_db_fail(db, rc, err, "cannot open");
     if (st != QI_OK) {
@@ -246,16 +255,9 @@ qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err) {
     if (stat(path, &sb) != 0) return QI_ERR(err, QI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode))
         return QI_ERR(err, QI_ERR_INVALID, "%s: is a directory, not a results database file", path);
-    qi_db *db = qi_calloc(1, sizeof *db);
-    size_t n = strlen(path);
-    char *copy = qi_malloc(n + 1);
-    if (!db || !copy) {
-        qi_free(db);
-        qi_free(copy);
-        return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory opening the results database", path);
-    }
-    memcpy(copy, path, n + 1);
-    db->path = copy;
+    qi_db *db = NULL;
+    qi_status st0 = db_alloc(path, &db, err);
+    if (st0) return st0;
     int rc = sqlite3_open_v2(path, &db->conn, SQLITE_OPEN_READONLY, NULL);
     qi_status st = QI_OK;
     int64_t app = 0, ver = 0, v;
