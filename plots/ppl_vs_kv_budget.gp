@@ -7,7 +7,7 @@ set xlabel "KV budget (% of each sequence's length kept per layer and KV head)"
 set ylabel "perplexity (lower is better)"
 set logscale y
 set format y "%g"
-set ytics (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000, 7000, 10000)
+set ytics (1, 2, 3, 5, 7, 10, 15, 20, 25, 30, 35, 40, 45, 50, 60, 70, 80, 100, 120, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000, 7000, 10000)
 set xtics 0, 25, 100
 set autoscale fix
 set offsets graph 0.06, graph 0.06, graph 0.08, graph 0.08
