@@ -91,9 +91,9 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
         qinfer_free(&p->base);
         return st;
     }
-    if (!(p->wstart = qi_malloc(sizeof *p->wstart * (size_t)(p->windows + 1)))) {
+    if (!(p->wstart = qi_malloc(sizeof *p->wstart * (size_t)(windows + 1)))) {
         qinfer_free(&p->base);
-        return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory for %d windows", p->windows);
+        return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory for %ld windows", windows);
     }
     *out = &p->base;
     return QI_OK;
