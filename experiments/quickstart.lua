@@ -16,7 +16,7 @@
 --   prefill.b4_ttft_s      time to the first token of the batch of 4
 -- Throughput is repeated 3 times after 1 warm-up.
 --
--- Takes about 3 minutes on 2 cores (a few tens of seconds per policy);
+-- Takes under a minute on 2 cores (about 10 s per policy; 43 s measured);
 -- needs models/fetch.sh smollm2-135m devil.
 --
 --   qinfer run experiments/quickstart.lua            -> results/kv_quickstart.db
