@@ -924,6 +924,109 @@ END_TEST
 
 /* ---- hostile files and paths ---------------------------------------------------------------- */
 
+/* Summaries: grouping by a configuration path, the mean and sample sd over
+ * runs x repetitions against hand-computed values, failed runs left out,
+ * numeric key order, simulated marks, per-run rows, and the errors. */
+START_TEST(summary_statistics) {
+    tmp_db t;
+    tmp_init(&t);
+    qi_db *db = open_ok(t.path);
+    int64_t exp = exp_ok(db, "sum");
+    /* policy h2o, budgets 0.5 (two runs) and 0.25; full once; one failed run */
+    int64_t r1 = begin_ok(db, exp, "{\"kv\":{\"policy\":\"h2o\",\"budget\":0.5},\"seed\":1}", NULL);
+    metric_ok(db, r1, "decode.tokens_per_s", 10, "tok/s", 0, false);
+    metric_ok(db, r1, "decode.tokens_per_s", 14, "tok/s", 1, false);
+    metric_ok(db, r1, "ppl.value", 30, "1", 0, false);
+    end_ok(db, r1, true, NULL);
+    int64_t r2 = begin_ok(db, exp, "{\"kv\":{\"policy\":\"h2o\",\"budget\":0.5},\"seed\":2}", NULL);
+    metric_ok(db, r2, "decode.tokens_per_s", 18, "tok/s", 0, false);
+    metric_ok(db, r2, "ppl.value", 31, "1", 0, true);
+    end_ok(db, r2, true, NULL);
+    int64_t r3 = begin_ok(db, exp, "{\"kv\":{\"policy\":\"h2o\",\"budget\":0.25},\"seed\":1}", NULL);
+    metric_ok(db, r3, "decode.tokens_per_s", 20, "tok/s", 0, false);
+    end_ok(db, r3, true, NULL);
+    int64_t r4 = begin_ok(db, exp, "{\"kv\":{\"policy\":\"full\",\"budget\":1},\"seed\":1}", NULL);
+    metric_ok(db, r4, "decode.tokens_per_s", 7, "tok/s", 0, false);
+    end_ok(db, r4, true, NULL);
+    int64_t bad = begin_ok(db, exp, "{\"kv\":{\"policy\":\"h2o\",\"budget\":0.5},\"seed\":3}", NULL);
+    metric_ok(db, bad, "decode.tokens_per_s", 1000, "tok/s", 0, false);
+    end_ok(db, bad, false, "crashed");
+
+    qi_err e = {0};
+    qi_db_summary *s = NULL;
+    const char *by[] = {"kv.policy", "kv.budget"}, *met[] = {"decode.tokens_per_s", "ppl.value"};
+    qi_db_summary_opts o = {by, 2, met, 2};
+    ck_assert_msg(qi_db_summary_create(db, "sum", &o, &s, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(s->n_rows, 3);
+    ck_assert_int_eq(s->n_keys, 2);
+    ck_assert_int_eq(s->n_metrics, 2);
+    ck_assert_str_eq(s->units[0], "tok/s");
+    /* rows sorted by policy, then budget in numeric order */
+    ck_assert_str_eq(s->text[0], "full");
+    ck_assert_str_eq(s->text[2], "h2o");
+    ck_assert_str_eq(s->text[3], "0.25");
+    ck_assert_str_eq(s->text[4], "h2o");
+    ck_assert_str_eq(s->text[5], "0.5");
+    ck_assert_str_eq(s->json[4], "\"h2o\"");
+    /* full: one value */
+    ck_assert_int_eq(s->cells[0].n, 1);
+    ck_assert(s->cells[0].mean == 7 && s->cells[0].sd == 0);
+    ck_assert_int_eq(s->cells[1].n, 0);
+    ck_assert(isnan(s->cells[1].mean));
+    /* h2o 0.5: 10, 14, 18 over two runs (the failed run's 1000 left out):
+     * mean 14, sample sd 4 */
+    const qi_db_cell *c = &s->cells[2 * 2];
+    ck_assert_int_eq(s->n_runs[2], 2);
+    ck_assert_int_eq(c->n, 3);
+    ck_assert_msg(fabs(c->mean - 14.0) < 1e-12 && fabs(c->sd - 4.0) < 1e-12, "mean %g sd %g", c->mean, c->sd);
+    ck_assert(!c->simulated);
+    /* ppl 30 and 31 (simulated): mean 30.5, sd sqrt(0.5) */
+    c = &s->cells[2 * 2 + 1];
+    ck_assert_int_eq(c->n, 2);
+    ck_assert(fabs(c->mean - 30.5) < 1e-12 && fabs(c->sd - sqrt(0.5)) < 1e-12);
+    ck_assert(c->simulated && s->any_simulated);
+    qi_db_summary_free(s);
+
+    /* per run: finished runs only, by id, every configuration leaf a key */
+    qi_db_summary_opts all = {NULL, 0, NULL, 0};
+    ck_assert_msg(qi_db_summary_create(db, "sum", &all, &s, &e) == QI_OK, "%s", e.msg);
+    ck_assert(s->per_run);
+    ck_assert_int_eq(s->n_rows, 4);
+    ck_assert_int_eq(s->run_ids[0], r1);
+    ck_assert_int_eq(s->run_ids[3], r4);
+    ck_assert_int_eq(s->n_keys, 3);
+    ck_assert_int_eq(s->n_metrics, 2);
+    qi_db_summary_free(s);
+
+    /* errors name what exists */
+    const char *nope[] = {"kv.nope"}, *nom[] = {"no.metric"};
+    qi_db_summary_opts bad_by = {nope, 1, NULL, 0}, bad_m = {NULL, 0, nom, 1};
+    ck_assert_int_eq(qi_db_summary_create(db, "sum", &bad_by, &s, &e), QI_ERR_INVALID);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(e.msg, "kv.nope") && strstr(e.msg, "kv.policy"), "%s", e.msg);
+    e = (qi_err){0};
+    ck_assert_int_eq(qi_db_summary_create(db, "sum", &bad_m, &s, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "no.metric") && strstr(e.msg, "ppl.value"), "%s", e.msg);
+    e = (qi_err){0};
+    ck_assert_int_eq(qi_db_summary_create(db, "nothing", &all, &s, &e), QI_ERR_INVALID);
+    e = (qi_err){0};
+    qi_db_close(db);
+
+    /* read-only open: reads, and leaves the file untouched */
+    qi_db *ro = NULL;
+    ck_assert_msg(qi_db_open_read(t.path, &ro, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(qi_db_summary_create(ro, "sum", &o, &s, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(s->n_rows, 3);
+    qi_db_summary_free(s);
+    qi_db_close(ro);
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s.absent", t.path);
+    ck_assert_int_ne(qi_db_open_read(missing, &ro, &e), QI_OK);
+    ck_assert_ptr_null(ro);
+    tmp_fini(&t);
+}
+END_TEST
+
 START_TEST(garbage_file_refused) {
     tmp_db t;
     tmp_init(&t);
@@ -1243,6 +1346,7 @@ int main(void) {
     tcase_add_test(tc, killed_run_leaves_no_trace);
     tcase_add_test(tc, readers_during_a_run);
     tcase_add_test(tc, export_csv_format);
+    tcase_add_test(tc, summary_statistics);
     tcase_add_test(tc, garbage_file_refused);
     tcase_add_test(tc, bad_paths_refused);
     tcase_add_test(tc, json_canonical_form);
