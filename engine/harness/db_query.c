@@ -422,6 +422,28 @@ static bool summary_grow(qi_db_summary *s, int *cap) {
 
 static bool same_text(const char *a, const char *b) { return a && b ? !strcmp(a, b) : a == b; }
 
+/* The chosen names (or, when n == 0, every one that exists) into out, each
+ * checked against what exists: QI_ERR_INVALID, listing what exists, for an
+ * unknown or repeated name. */
+static qi_status pick_names(qi_db *db, const char *exp_name, const char *const *want, int n, const str_list *exist,
+                            const char *what, const char *whats, str_list *out, qi_err *err) {
+    char list[300];
+    for (int i = 0; i < n; i++) {
+        const char *w = want[i] ? want[i] : "";
+        if (list_find(exist, w) < 0) {
+            join_names(exist, list, sizeof list);
+            return QI_ERR(err, QI_ERR_INVALID, "%s: experiment '%s' has no %s '%s' (%s: %s)", db->path, exp_name,
+                          what, w, whats, list);
+        }
+        if (list_find(out, w) >= 0) return QI_ERR(err, QI_ERR_INVALID, "%s '%s' given twice", what, w);
+        if (!list_add(out, w)) return QI_ERR(err, QI_ERR_NOMEM, "out of memory summarising '%s'", exp_name);
+    }
+    if (n == 0)
+        for (size_t i = 0; i < exist->n; i++)
+            if (!list_add(out, exist->v[i])) return QI_ERR(err, QI_ERR_NOMEM, "out of memory summarising '%s'", exp_name);
+    return QI_OK;
+}
+
 /* The columns of the summary query: the run, the metric, then per key its
  * JSON type, its value as JSON text and its plain SQL value. */
 enum { SQ_RUN, SQ_NAME, SQ_UNIT, SQ_VALUE, SQ_SIM, SQ_KEYS };
@@ -438,7 +460,6 @@ qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summ
     sql_buf q = {0};
     sqlite3_stmt *stmt = NULL;
     qi_db_summary *s = NULL;
-    char list[300];
     /* One snapshot for the lists and the rows. */
     bool own_txn = sqlite3_get_autocommit(db->conn);
     if (own_txn && (rc = qi_db_exec(db, "BEGIN")) != SQLITE_OK)
@@ -456,40 +477,9 @@ qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summ
                          exp_id, &names)) != SQLITE_DONE)
         goto sql_fail;
 
-    for (int i = 0; i < o->n_by; i++) {
-        const char *p = o->by[i] ? o->by[i] : "";
-        if (list_find(&leaves, p) < 0) {
-            join_names(&leaves, list, sizeof list);
-            st = QI_ERR(err, QI_ERR_INVALID, "%s: experiment '%s' has no parameter '%s' (parameters: %s)", db->path,
-                        exp_name, p, list);
-            goto done;
-        }
-        if (list_find(&keys, p) >= 0) {
-            st = QI_ERR(err, QI_ERR_INVALID, "parameter '%s' given twice", p);
-            goto done;
-        }
-        if (!list_add(&keys, p)) goto nomem;
-    }
-    if (o->n_by == 0)
-        for (size_t i = 0; i < leaves.n; i++)
-            if (!list_add(&keys, leaves.v[i])) goto nomem;
-    for (int i = 0; i < o->n_metrics; i++) {
-        const char *m = o->metrics[i] ? o->metrics[i] : "";
-        if (list_find(&names, m) < 0) {
-            join_names(&names, list, sizeof list);
-            st = QI_ERR(err, QI_ERR_INVALID, "%s: experiment '%s' has no metric '%s' (metrics: %s)", db->path,
-                        exp_name, m, list);
-            goto done;
-        }
-        if (list_find(&metrics, m) >= 0) {
-            st = QI_ERR(err, QI_ERR_INVALID, "metric '%s' given twice", m);
-            goto done;
-        }
-        if (!list_add(&metrics, m)) goto nomem;
-    }
-    if (o->n_metrics == 0)
-        for (size_t i = 0; i < names.n; i++)
-            if (!list_add(&metrics, names.v[i])) goto nomem;
+    if ((st = pick_names(db, exp_name, o->by, o->n_by, &leaves, "parameter", "parameters", &keys, err)) ||
+        (st = pick_names(db, exp_name, o->metrics, o->n_metrics, &names, "metric", "metrics", &metrics, err)))
+        goto done;
 
     if (!(s = qi_calloc(1, sizeof *s)) || !(s->experiment = dup_str(exp_name))) goto nomem;
     s->per_run = o->n_by == 0;
