@@ -59,6 +59,7 @@ typedef struct {
     uint64_t qrow_bytes;
     void *xq;
     qi_k_gemm_fn gemm; /* NULL: quant.c's generic-order reference */
+    bool packed;       /* gemm takes w->packed's 16-row groups */
 } mm_job;
 
 static void mm_quantize(void *arg, int ith, int nth) {
@@ -70,9 +71,29 @@ static void mm_quantize(void *arg, int ith, int nth) {
                             (char *)j->xq + t * j->qrow_bytes, j->w->n_cols);
 }
 
+/* Packed weights: whole groups to each thread. */
+static void mm_groups(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    const qi_weight *w = j->w;
+    long lo, hi;
+    qi_split((w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    const long r0 = lo * QI_K_PACK_ROWS, r1 = hi * QI_K_PACK_ROWS < w->n_rows ? hi * QI_K_PACK_ROWS : w->n_rows;
+    for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
+        const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
+        j->gemm(w->n_cols, (const char *)w->packed + (uint64_t)lo * w->packed_group_bytes, w->packed_group_bytes,
+                (int)(r1 - r0), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes, nt,
+                j->y + (long)t0 * w->n_rows + r0, (size_t)w->n_rows);
+    }
+}
+
 static void mm_rows(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const qi_weight *w = j->w;
+    if (j->packed) {
+        mm_groups(arg, ith, nth);
+        return;
+    }
     long lo, hi;
     qi_split(w->n_rows, ith, nth, &lo, &hi);
     if (!j->gemm) {
@@ -98,6 +119,10 @@ static void cpu_matmul(qi_backend *b, const qi_weight *w, const float *x, int T,
     mm_job j = {.w = w, .x = x, .T = T, .y = y, .dot_type = qi_vec_dot_type(w->type),
                 .gemm = T >= QI_K_WIDE_MIN && c->k->gemm_wide[w->type] ? c->k->gemm_wide[w->type]
                                                                         : c->k->gemm[w->type]};
+    if (w->packed && c->k->gemm_packed[w->type]) {
+        j.gemm = c->k->gemm_packed[w->type];
+        j.packed = true;
+    }
     uint64_t rb = 0;
     qi_type_row_bytes(j.dot_type, (uint64_t)w->n_cols, &rb);
     j.qrow_bytes = rb;

@@ -71,6 +71,12 @@ typedef struct qi_kernels {
     void (*quantize_q8)(const float *x, void *dst, int64_t n, int with_sum);
     /* y[i] = x[i] as a float for i < n (exact: every fp16 value is one). */
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    /* Matmuls over packed weights (see "Packed weights" below), indexed by
+     * weight type, NULL where the type has no packed form: w is the first
+     * 16-row group, w_stride the bytes of one group (qi_k_pack_group_bytes),
+     * n_w the rows from there (the last group may be partial); otherwise as
+     * qi_k_gemm_fn. Every dot is qi_k_dot_packed_ref's, whatever n_a. */
+    qi_k_gemm_fn gemm_packed[QI_TYPE_COUNT];
 } qi_kernels;
 
 /* The kernel table to use: the widest variant the CPU supports; the
@@ -87,6 +93,49 @@ const qi_kernels *qi_kernels_get(void);
 const qi_kernels *qi_kernels_ref(void);
 const qi_kernels *qi_kernels_avx2(void);   /* AVX2 + FMA + F16C */
 const qi_kernels *qi_kernels_avx512(void); /* + AVX-512 F/BW/VL/VNNI */
+
+/* ---- Packed weights (kernels_packed.c) ------------------------------------
+ *
+ * q4_0, q4_1 and q8_0 rows can be repacked in groups of QI_K_PACK_ROWS rows,
+ * interleaved so that one 512-bit vpdpbusd multiplies four codes of each of
+ * the 16 rows by four activation quants: block b of a group holds the rows'
+ * fp16 scales d[16], for q4_1 their offsets m[16], then the codes in
+ * 64-byte vectors, row r's four bytes at 4r:
+ *   q4_0, q4_1: 4 vectors; vector g holds bytes 4g..4g+3 of each row's
+ *               qs[16] as they are: low nibbles elements 4g..4g+3, high
+ *               nibbles elements 16+4g..16+4g+3;
+ *   q8_0:       8 vectors; vector g holds elements 4g..4g+3 + 128 (unsigned).
+ * A group is as many bytes as its 16 rows were; a partial last group is
+ * padded with zero rows.
+ *
+ * The packed order is not llama.cpp's: each row is one float lane that sums
+ * its blocks in sequence, acc = fma(d_w * d_a, isum_b, acc), then for q4_1
+ * acc = fma(m_w, s_a, acc), where isum_b is the block's exact integer dot.
+ * It needs one convert, one multiply and one fused multiply-add per 16 rows
+ * per block, where llama.cpp's eight partial-sum lanes per row need them
+ * per row, so a batch of tokens runs several times faster; the price is
+ * logits that differ from llama.cpp's in the last bits. The order does not
+ * depend on the token count, so a batched step and single-sequence runs
+ * agree bit for bit. */
+#define QI_K_PACK_ROWS 16
+
+/* Whether type has a packed form. */
+int qi_k_pack_supported(uint32_t type);
+/* Bytes of one group of QI_K_PACK_ROWS packed rows of n elements. */
+uint64_t qi_k_pack_group_bytes(uint32_t type, int64_t n);
+/* Pack n_rows <= QI_K_PACK_ROWS rows (row r at w + r * w_stride bytes) into
+ * one group at dst (qi_k_pack_group_bytes bytes); absent rows are zero. */
+void qi_k_pack_group(uint32_t type, int64_t n, const void *w, size_t w_stride, int n_rows, void *dst);
+/* One plain (unpacked) weight row . one activation row, in the packed
+ * order: what every gemm_packed lane computes. */
+float qi_k_dot_packed_ref(uint32_t type, int64_t n, const void *w, const void *a);
+/* The reference table's gemm_packed entries. */
+void qi_k_gemm_packed_q4_0_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                               size_t a_stride, int n_a, float *y, size_t y_stride);
+void qi_k_gemm_packed_q4_1_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                               size_t a_stride, int n_a, float *y, size_t y_stride);
+void qi_k_gemm_packed_q8_0_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                               size_t a_stride, int n_a, float *y, size_t y_stride);
 
 /* ---- the references (kernels_ref.c) -------------------------------------- */
 

@@ -618,6 +618,13 @@ static const qi_kernels k_avx2 = {
     .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
+    /* no 256-bit packed kernels: the reference's (the packed layout is
+     * made for 512-bit vectors) */
+    .gemm_packed = {
+        [QI_TYPE_Q4_0] = qi_k_gemm_packed_q4_0_ref,
+        [QI_TYPE_Q4_1] = qi_k_gemm_packed_q4_1_ref,
+        [QI_TYPE_Q8_0] = qi_k_gemm_packed_q8_0_ref,
+    },
 };
 
 const qi_kernels *qi_kernels_avx2(void) {

@@ -539,6 +539,11 @@ static const qi_kernels k_ref = {
     .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,
     .f16_to_f32 = qi_k_f16_to_f32_ref,
+    .gemm_packed = {
+        [QI_TYPE_Q4_0] = qi_k_gemm_packed_q4_0_ref,
+        [QI_TYPE_Q4_1] = qi_k_gemm_packed_q4_1_ref,
+        [QI_TYPE_Q8_0] = qi_k_gemm_packed_q8_0_ref,
+    },
 };
 
 const qi_kernels *qi_kernels_ref(void) { return &k_ref; }

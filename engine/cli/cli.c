@@ -225,3 +225,13 @@ void qi_cli_kv_help(void) {
            "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
            "      --kv-param K=V,...  policy parameters (repeatable)\n");
 }
+
+qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {
+    *m = NULL;
+    qi_status st = qi_model_load(path, m, err);
+    if (st == QI_OK && repack && (st = qi_model_repack(*m, err)) != QI_OK) {
+        qi_model_free(*m);
+        *m = NULL;
+    }
+    return st;
+}

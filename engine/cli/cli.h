@@ -79,6 +79,14 @@ void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n);
 /* Help lines for the flags, and the list of policies with their parameters. */
 void qi_cli_kv_help(void);
 
+/* --repack's help line; the model loader the commands share: path loaded,
+ * then repacked (qi_model_repack) when repack is set. */
+#define QI_CLI_REPACK_HELP                                                                       \
+    "      --repack          repack q4_0/q4_1/q8_0 matrices into 16-row groups: faster,\n"   \
+    "                        batched above all, but summed in another order than\n"         \
+    "                        llama.cpp's (logits differ in the last bits)\n"
+qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err);
+
 int qi_cmd_generate(int argc, char **argv);
 int qi_cmd_ppl(int argc, char **argv);
 int qi_cmd_inspect(int argc, char **argv);

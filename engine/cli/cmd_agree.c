@@ -45,6 +45,7 @@ static void help(void) {
         "                        up to a multiple of 64)\n"
         "  -t, --threads N       worker threads (default: physical cores)\n"
         "  -o, --output FMT      text (default), csv or json, to stdout\n"
+        QI_CLI_REPACK_HELP
         "  -h, --help            this help\n\n"
         "The policy under test:\n");
     qi_cli_kv_help();
@@ -190,7 +191,7 @@ static void print_result(out_format fmt, const agree_result *r) {
 int qi_cmd_agree(int argc, char **argv) {
     const char *cmd = "agree", *model_arg = "smollm2-135m", *prompt = NULL, *file_arg = NULL, *out_arg = "text";
     int n_prompt_want = 512, n_steps = 256, n_ctx = 0, n_threads = qi_n_physical_cores();
-    bool prompt_tokens_given = false;
+    bool prompt_tokens_given = false, repack = false;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
     qi_args a;
@@ -206,6 +207,7 @@ int qi_cmd_agree(int argc, char **argv) {
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 1, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -234,7 +236,7 @@ int qi_cmd_agree(int argc, char **argv) {
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
         (file_arg && qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err)) ||
-        qi_model_load(mpath, &m, &err))
+        qi_cli_load_model(mpath, repack, &m, &err))
         goto fail;
     if (file_arg) {
         if (file_prompt(m, fpath, n_prompt_want, &ids, &n_ids, &err)) goto fail;

@@ -103,6 +103,8 @@ static void help(void) {
         "      --db FILE         also append the rows to table 'bench' of a SQLite file%s\n"
         "      --probe-mib N     bandwidth probe buffer in MiB (default: 4x the last-level\n"
         "                        cache, at least 512; 0 = skip the probe)\n"
+        QI_CLI_REPACK_HELP
+        "                        (the backend column then reads \"CPU (<kernels>, packed)\")\n"
         "  -h, --help            this help\n\n"
         "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
         MAX_BATCH, BATCH_PROMPT,
@@ -533,15 +535,18 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     if (bi->llc_bytes) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
     printf("; GPU %s", bi->gpu);
     if (strcmp(bi->kv_desc, "full")) printf("\nKV policy of the batched rows: %s", bi->kv_desc);
-    printf("\n\n| %-30s | %10s | %10s | %-12s | %7s | %13s | %20s |\n", "model", "size", "params", "backend",
+    const int bw = strlen(bi->backend) > 12 ? (int)strlen(bi->backend) : 12;
+    char dashes[64];
+    memset(dashes, '-', sizeof dashes);
+    printf("\n\n| %-30s | %10s | %10s | %-*s | %7s | %13s | %20s |\n", "model", "size", "params", bw, "backend",
            "threads", "test", "t/s");
-    printf("| ------------------------------ | ---------: | ---------: | ------------ | ------: | ------------: "
-           "| -------------------: |\n");
+    printf("| ------------------------------ | ---------: | ---------: | %.*s | ------: | ------------: "
+           "| -------------------: |\n", bw, dashes);
     for (int i = 0; i < n_tests; i++) {
         char ts[48];
         snprintf(ts, sizeof ts, "%.2f ± %.2f", tests[i].mean, tests[i].sd);
         /* "±" is two bytes but one column: pad by one more. */
-        printf("| %-30s | %10s | %10s | %-12s | %7d | %13s | %21s |\n", bi->desc, size, params, bi->backend,
+        printf("| %-30s | %10s | %10s | %-*s | %7d | %13s | %21s |\n", bi->desc, size, params, bw, bi->backend,
                bi->n_threads, tests[i].name, ts);
     }
     printf("\n");
@@ -880,6 +885,7 @@ int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
     int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1;
     int n_threads = qi_n_physical_cores();
+    bool repack = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
@@ -901,6 +907,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--db")) db_file = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--probe-mib")) qi_args_int(&a, 0, 1 << 20, &probe_mib);
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -953,7 +960,8 @@ int qi_cmd_bench(int argc, char **argv) {
     eo.n_threads = n_threads;
     eo.n_ctx = BATCH_PROMPT + n_gen;
 
-    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_model_load(path, &m, &err)) goto fail;
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err))
+        goto fail;
     /* The tg test's warm-up token takes a position too. */
     long need = (long)n_prompt + n_gen + (n_gen > 0);
     if (need > m->hp.n_ctx_train) {
@@ -1004,7 +1012,7 @@ int qi_cmd_bench(int argc, char **argv) {
     bi.bytes_tok = bytes_per_token(m);
     bi.n_layer = m->hp.n_layer;
     bi.kernels = qi_kernels_get()->name;
-    snprintf(bi.backend, sizeof bi.backend, "CPU (%s)", bi.kernels);
+    snprintf(bi.backend, sizeof bi.backend, "CPU (%s%s)", bi.kernels, repack ? ", packed" : "");
     if (fmt != OUT_MD || db_file) {
         /* A short name was already verified against the manifest's hash. */
         const qi_cache_entry *ce = strcmp(path, model_arg) ? qi_cache_find(model_arg, "model") : NULL;

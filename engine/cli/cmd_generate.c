@@ -39,6 +39,7 @@ static void help(void) {
         "      --ignore-eos      keep generating past end-of-generation tokens\n"
         "      --ids             print token ids instead of text\n"
         "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n"
+        QI_CLI_REPACK_HELP
         "      --profile         time every op; print where the time went at the end\n");
     qi_cli_kv_help();
     printf("  -h, --help            this help\n");
@@ -47,7 +48,7 @@ static void help(void) {
 int qi_cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
     int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
-    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false;
+    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false, repack = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
@@ -73,6 +74,7 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--ids")) print_ids = true;
         else if (qi_args_is(&a, NULL, "--kv-stats")) kv_stats = true;
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
     }
@@ -96,7 +98,7 @@ int qi_cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = 0;
-    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_model_load(path, &m, &err)) goto fail;
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err)) goto fail;
     if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
     if (chat) {
         qi_chat_template ct;

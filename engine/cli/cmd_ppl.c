@@ -37,7 +37,8 @@ static void help(void) {
         "      --chunks N      score only the first N chunks (default: all)\n"
         "  -t, --threads N     worker threads (default: physical cores)\n"
         "      --decode        decode token by token (implied by the KV flags)\n"
-        "      --batch N       chunks decoded at once in decode mode (default 4)\n");
+        "      --batch N       chunks decoded at once in decode mode (default 4)\n"
+        QI_CLI_REPACK_HELP);
     qi_cli_kv_help();
     printf("  -h, --help          this help\n");
 }
@@ -56,7 +57,7 @@ static void progress(void *ud, int done, int total, double ppl) {
 int qi_cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *model_arg = "smollm2-135m", *file_arg = NULL;
     int n_ctx = 512, max_chunks = -1, n_threads = qi_n_physical_cores(), batch = 4;
-    bool decode = false;
+    bool decode = false, repack = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_args a;
@@ -69,6 +70,7 @@ int qi_cmd_ppl(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--chunks")) qi_args_int(&a, 1, 1 << 30, &max_chunks);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, NULL, "--decode")) decode = true;
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--batch")) qi_args_int(&a, 1, 256, &batch);
         else if (qi_cli_kv_flag(&a, &kvo)) decode = true;
         else qi_args_unknown(&a);
@@ -87,7 +89,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     size_t n_ids = 0;
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
-        qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err) || qi_model_load(mpath, &m, &err))
+        qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err) || qi_cli_load_model(mpath, repack, &m, &err))
         goto fail;
     if (n_ctx > m->hp.n_ctx_train) {
         QI_ERR(&err, QI_ERR_INVALID, "--ctx %d exceeds the model's training context %d", n_ctx, m->hp.n_ctx_train);

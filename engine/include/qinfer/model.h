@@ -62,6 +62,10 @@ typedef struct {
     int64_t n_rows; /* ne[1] */
     uint64_t row_bytes;
     const void *data;
+    /* NULL, or the same rows packed in groups of 16 (qi_model_repack); the
+     * CPU backend then multiplies in the packed order. */
+    const void *packed;
+    uint64_t packed_group_bytes;
 } qi_weight;
 
 typedef struct {
@@ -88,6 +92,9 @@ typedef struct qi_model {
     char *chat_template; /* NULL if the file has none */
     uint64_t n_params;
     uint64_t weight_bytes;
+    void *packed_mem;      /* qi_model_repack's copy; NULL when not repacked */
+    uint64_t packed_bytes;
+    int n_packed;          /* weights repacked */
 } qi_model;
 
 /* Load a model from a GGUF file. Messages name the file and the problem
@@ -97,6 +104,17 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err);
  * qi_model_free, or on failure). */
 qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err);
 void qi_model_free(qi_model *m);
+
+/* Repack the matrices whose type has a packed form (q4_0, q4_1, q8_0: see
+ * engine/kernels.h) into 16-row groups, for faster matmuls, above all
+ * batched ones. The result is no longer bit-identical to llama.cpp: each row
+ * sums its blocks in one float lane, where llama.cpp keeps eight partial
+ * sums, so logits differ in the last bits; a batched step still equals
+ * single-sequence runs bit for bit. The plain rows' pages are released from
+ * memory (the file mapping stays; the token embeddings are kept). Call before
+ * creating contexts or engines; calling twice is a no-op. Fails only
+ * for lack of memory (the model is then unchanged). */
+qi_status qi_model_repack(qi_model *m, qi_err *err);
 
 /* ---- Evaluation context: one sequence, a KV cache, scratch --------------- */
 
