@@ -746,8 +746,14 @@ T5 static inline int32_t load_i32(const int8_t *p) {
             }                                                                                      \
             _Pragma("GCC unroll 16") for (int t = 0; t < NT; t++) {                                \
                 const int8_t *q = at[t][b].qs;                                                     \
+                /* two chains of four: half the latency of one of eight */                       \
                 __m512i i = OFS ? _mm512_set1_epi32(ca[b * PKT + t]) : _mm512_setzero_si512();     \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) i = _mm512_dpbusd_epi32(i, u[v], _mm512_set1_epi32(load_i32(q + 4 * v))); \
+                __m512i i2 = _mm512_setzero_si512();                                               \
+                _Pragma("GCC unroll 4") for (int v = 0; v < 8; v += 2) {                           \
+                    i = _mm512_dpbusd_epi32(i, u[v], _mm512_set1_epi32(load_i32(q + 4 * v)));      \
+                    i2 = _mm512_dpbusd_epi32(i2, u[v + 1], _mm512_set1_epi32(load_i32(q + 4 * v + 4))); \
+                }                                                                                  \
+                i = _mm512_add_epi32(i, i2);                                                       \
                 acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da[b * PKT + t])),       \
                                          _mm512_cvtepi32_ps(i), acc[t]);                           \
                 if (HAS_M) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[b * PKT + t]), acc[t]);  \
