@@ -588,16 +588,18 @@ static int model_gc(lua_State *L) {
     return 0;
 }
 
-/* qinfer.load(name_or_path, {threads=}) */
+/* qinfer.load(name_or_path, {threads=, repack=false}) */
 static int l_load(lua_State *L) {
     const char *arg = luaL_checkstring(L, 1);
-    static const char *const keys[] = {"threads", NULL};
+    static const char *const keys[] = {"threads", "repack", NULL};
     lq_opts_check(L, 2, 2, keys);
     int threads = (int)lq_opt_int(L, 2, 2, "threads", default_threads(L), 1, 1024);
-    /* One model per (argument, threads) and state: a sweep loads each once. */
+    const bool repack = lq_opt_bool(L, 2, 2, "repack", false);
+    /* One model per (argument, threads, repack) and state: a sweep loads
+     * each once. */
     lua_getfield(L, LUA_REGISTRYINDEX, "qinfer.models");
     int cache = lua_gettop(L);
-    lua_pushfstring(L, "%s\n%d", arg, threads);
+    lua_pushfstring(L, "%s\n%d\n%d", arg, threads, (int)repack);
     if (lua_gettable(L, cache) == LUA_TUSERDATA) return 1;
     lua_pop(L, 1);
     lq_model_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
@@ -609,11 +611,12 @@ static int l_load(lua_State *L) {
     mb->refs = 1;
     mb->n_threads = threads;
     qi_err err = {0};
-    if (qi_cache_resolve(arg, "model", mb->path, sizeof mb->path, &err) || qi_model_load(mb->path, &mb->m, &err))
+    if (qi_cache_resolve(arg, "model", mb->path, sizeof mb->path, &err) || qi_model_load(mb->path, &mb->m, &err) ||
+        (repack && qi_model_repack(mb->m, &err)))
         return lq_fail(L, &err);
     const qi_cache_entry *e = qi_cache_find(arg, "model");
     if (e && strcmp(mb->path, arg) != 0) snprintf(mb->sha256, sizeof mb->sha256, "%s", e->sha256);
-    lua_pushfstring(L, "%s\n%d", arg, threads);
+    lua_pushfstring(L, "%s\n%d\n%d", arg, threads, (int)repack);
     lua_pushvalue(L, -2);
     lua_settable(L, cache);
     return 1;
@@ -679,6 +682,7 @@ static int model_info(lua_State *L) {
     lq_set_int(L, "head_dim", hp->head_dim);
     lq_set_int(L, "n_ff", hp->n_ff);
     lq_set_int(L, "threads", mb->n_threads);
+    lq_set_int(L, "packed", mb->m->n_packed); /* matrices repacked (qinfer.load's repack) */
     lq_set_int(L, "bos", qi_tokenizer_bos(mb->m->tok));
     lq_set_int(L, "eos", qi_tokenizer_eos(mb->m->tok));
     lq_set_str(L, "path", mb->path);

@@ -19,6 +19,11 @@ T.ok(info.n_params > 1e8 and info.n_params < 2e8, "n_params")
 T.eq(info.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "sha256 from the manifest")
 local by_path = qinfer.load(info.path, { threads = 2 })
 T.eq(by_path:info().sha256, info.sha256, "sha256 computed for a path")
+T.eq(info.packed, 0, "not repacked by default")
+local packed = qinfer.load("smollm2-135m", { threads = 2, repack = true })
+T.ok(packed ~= m, "repack=true is another model")
+T.eq(packed:info().packed, 7 * 30 + 1, "repack=true packs every layer matrix and the output head")
+T.eq(qinfer.load("smollm2-135m", { threads = 2, repack = true }), packed, "and is cached too")
 
 -- tokenize / detokenize
 for _, s in ipairs({ "Hello world", " leading space", "héllo wörld, 日本語 ✓", "a\nb\tc", "" }) do
