@@ -12,6 +12,7 @@
 #ifndef QI_BACKEND_H
 #define QI_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,13 +87,13 @@ typedef struct {
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
     /* Size scratch for activations of up to scratch_bytes (quantised rows)
-     * and attention over up to max_pos positions; called before any op, so
-     * nothing allocates inside a step. */
-    qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_pos, qi_err *err);
+     * and attention over up to max_pos positions of Hkv KV heads of D values;
+     * called before any op, so nothing allocates inside a step. */
+    qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err);
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 3u
+#define QI_BACKEND_VERSION 4u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -103,8 +104,11 @@ struct qi_backend {
  * scratch reserve() sizes per token). */
 size_t qi_backend_max_act_row_bytes(const qi_model *m);
 
-/* The CPU reference backend with n_threads workers. */
-qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err);
+/* The CPU reference backend with n_threads workers. With attn_blas, the
+ * attention of calls with T >= 2 runs through OpenBLAS sgemm (faster, not
+ * bit-identical to llama.cpp; see backend_cpu.c); it loads OpenBLAS here
+ * and fails (QI_ERR_UNSUPPORTED, naming the library) when it cannot. */
+qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err);
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */
 
 #endif

@@ -22,11 +22,22 @@
  * by (token, head) pairs, SwiGLU / GeGLU by rows, or by 16-element-aligned
  * ranges of each row when there are fewer rows than threads. A sliding
  * window masks the older scores to -inf rather than shortening the row.
+ *
+ * The attn_blas option trades that agreement for speed in prompts'
+ * attention (T >= 2; one-token steps keep the exact path): per (sequence,
+ * head), scores and outputs are two OpenBLAS sgemm products over float
+ * copies of the fp16 K and V rows, with a float softmax in between (see
+ * "attention through OpenBLAS" below). Considered and left: a blocked
+ * float GEMM of our own, which would need the tiling and packing OpenBLAS
+ * already has; flash-style fused tiles, which change the order further and
+ * make the gathered statistics harder to keep.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "kernels.h"
 #include "qinfer/quant.h"
 #include "quant_act.h"
@@ -40,7 +51,22 @@ typedef struct {
     float *att;     /* per-thread score rows, [n_threads][att_len] */
     uint16_t *w16;  /* per-thread fp16 softmax weights, same shape */
     int att_len;
+    /* attn_blas scratch, sized by reserve() for blas_len positions of
+     * blas_hkv KV heads of blas_d values */
+    bool attn_blas;
+    float *bk, *bv;  /* a call's K and V rows as float, [Hkv][blas_len][D] */
+    float *bs;       /* per-thread scores, then weights, [n_threads][BLAS_QCHUNK * blas_len] */
+    float *bq;       /* per-thread queries rounded to fp16, [n_threads][BLAS_QCHUNK * blas_d] */
+    int32_t *bpos;   /* the position each cache row holds, [blas_len] (qi_attn_args calls) */
+    int blas_len, blas_hkv, blas_d;
 } cpu_ctx;
+
+/* Queries per sgemm in the attn_blas path: bounds the score scratch to
+ * BLAS_QCHUNK rows of the context whatever the prompt's length, and with a
+ * causal mask the columns every query of a chunk masks are skipped, so
+ * smaller chunks waste less (an eighth more than the triangle for 512
+ * tokens from position 0). */
+#define BLAS_QCHUNK 64
 
 /* Tokens per pass over the weights: 32 Q8_1 rows of 2048 elements are 72 KiB,
  * about what stays cached next to the weight row. */
@@ -268,9 +294,15 @@ static void att_work(void *arg, int ith, int nth) {
     }
 }
 
+static void blas_attention(cpu_ctx *c, const qi_attn_args *a);
+
 static void cpu_attention(qi_backend *b, const qi_attn_args *a) {
     cpu_ctx *c = C(b);
     QI_ASSERT(a->pos0 + a->T <= c->att_len && a->D <= 1024);
+    if (c->attn_blas && a->T >= 2) {
+        blas_attention(c, a);
+        return;
+    }
     att_job j = {a, c};
     qi_pool_run(c->pool, att_work, &j);
 }
@@ -325,12 +357,201 @@ static void attp_work(void *arg, int ith, int nth) {
     }
 }
 
+static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a);
+
 static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     cpu_ctx *c = C(b);
     for (int hk = 0; hk < a->Hkv; hk++) QI_ASSERT(a->n_slots[hk] <= c->att_len);
     QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
+    if (c->attn_blas && a->T >= 2) {
+        blas_attention_paged(c, a);
+        return;
+    }
     attp_job j = {a, c};
     qi_pool_run(c->pool, attp_work, &j);
+}
+
+/* ---- attention through OpenBLAS (attn_blas) ------------------------------------ */
+
+/* Both interfaces in one form: query t at position qpos(t), KV head hk
+ * with n_keys(hk) keys, key i at position kpos(hk)[i] and rows of D fp16
+ * values wherever the interface keeps them. A key is masked to -inf,
+ * exactly as in the exact path, when its position is after the query's or,
+ * with a window, n_swa or more before it.
+ *
+ * Per call: (1) every KV head's K and V rows are converted to float once,
+ * shared by the heads of its group (the kernel table's f16_to_f32; every
+ * fp16 value is a float, so the copies are exact); (2) per head and chunk of
+ * up to BLAS_QCHUNK queries, S = Q_h K^T by sgemm over the columns some
+ * query of the chunk can see (with keys in position order, the causal
+ * triangle's upper part is never computed), scaled and masked, a float
+ * softmax per row (maximum subtracted; the kernel table's exp_sum, ggml's
+ * vectorised exp, within 3 ulp of expf; one division), and O = P V by
+ * sgemm straight into the output rows.
+ *
+ * Q is rounded to fp16 first, as the exact path rounds it (and llama.cpp
+ * converts it for its F16 products), so the remaining differences from the
+ * exact path are the summation orders of sgemm and the softmax weights kept
+ * in float rather than rounded to fp16: an output moves by up to about
+ * 2^-11 of sum_i p_i |v_i|, the exact path's fp16 rounding of the weights
+ * (tests/unit/test_attn_blas.c holds both paths to a reference in double;
+ * this one is within 2e-5 of it, the exact one within 2^-10). A row whose
+ * keys are all masked gets zeros (the exact path has no such rows: a query
+ * always sees its own key).
+ *
+ * Work split: (head, chunk) pairs, or whole heads when statistics are
+ * gathered, so that each thread owns whole rows of stats; each product is
+ * single-threaded inside OpenBLAS. */
+typedef struct {
+    cpu_ctx *c;
+    const qi_attn_args *att;        /* one of the two */
+    const qi_attn_paged_args *pg;
+    int T, H, Hkv, D, n_swa;
+    float scale;
+    const float *q;
+    float *out;
+    float *stats;
+    int stats_stride;
+    int n_att;  /* att: keys (cache rows) of every KV head */
+    int max_n;  /* most keys of any KV head */
+} blas_job;
+
+static int bj_n_keys(const blas_job *j, int hk) { return j->pg ? j->pg->n_slots[hk] : j->n_att; }
+static const int32_t *bj_kpos(const blas_job *j, int hk) { return j->pg ? j->pg->pos[hk] : j->c->bpos; }
+static int bj_qpos(const blas_job *j, int t) { return j->pg ? j->pg->q_pos[t] : j->att->pos0 + t; }
+static float *bj_keys(const blas_job *j, float *base, int hk) {
+    return base + (long)hk * j->c->blas_len * j->D;
+}
+
+static void blas_convert(void *arg, int ith, int nth) {
+    blas_job *j = arg;
+    const qi_kernels *K = j->c->k;
+    const int D = j->D;
+    long lo, hi;
+    qi_split((long)j->Hkv * j->max_n, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        const int hk = (int)(r / j->max_n), i = (int)(r % j->max_n);
+        if (i >= bj_n_keys(j, hk)) continue;
+        const uint16_t *kr, *vr;
+        if (j->pg) {
+            const int blk = i >> j->pg->shift;
+            const long row = (long)(i & ((1 << j->pg->shift) - 1)) * D;
+            kr = j->pg->k_blk[hk][blk] + row;
+            vr = j->pg->v_blk[hk][blk] + row;
+        } else {
+            const long off = (long)i * j->Hkv * D + (long)hk * D;
+            kr = j->att->k + off;
+            vr = j->att->v + off;
+        }
+        K->f16_to_f32(kr, bj_keys(j, j->c->bk, hk) + (long)i * D, D);
+        K->f16_to_f32(vr, bj_keys(j, j->c->bv, hk) + (long)i * D, D);
+    }
+}
+
+/* Queries t0..t0+m-1 of head h; S and Qc are the thread's scratch. */
+static void blas_rows(const blas_job *j, int h, int t0, int m, float *S, float *Qc) {
+    const int D = j->D, H = j->H, hk = h / (H / j->Hkv), n = bj_n_keys(j, hk), n_swa = j->n_swa;
+    const int32_t *kpos = bj_kpos(j, hk);
+    int qmin = INT_MAX, qmax = INT_MIN;
+    for (int r = 0; r < m; r++) {
+        const int qp = bj_qpos(j, t0 + r);
+        qmin = qp < qmin ? qp : qmin;
+        qmax = qp > qmax ? qp : qmax;
+    }
+    /* the columns c0..c1-1 hold every key some query of the chunk sees */
+    int c0 = n, c1 = 0;
+    for (int i = 0; i < n; i++)
+        if (kpos[i] <= qmax && (n_swa <= 0 || kpos[i] > qmin - n_swa)) {
+            if (c0 == n) c0 = i;
+            c1 = i + 1;
+        }
+    float *out = j->out + ((long)t0 * H + h) * D;
+    if (c0 >= c1) {
+        for (int r = 0; r < m; r++) memset(out + (long)r * H * D, 0, sizeof(float) * (size_t)D);
+        return;
+    }
+    const int w = c1 - c0;
+    for (int r = 0; r < m; r++) {
+        const float *q = j->q + ((long)(t0 + r) * H + h) * D;
+        for (int d = 0; d < D; d++) Qc[(long)r * D + d] = qi_fp16_to_f32(qi_f32_to_fp16(q[d]));
+    }
+    /* scaled by sgemm's alpha, which multiplies each finished dot */
+    qi_blas_sgemm(true, m, w, D, j->scale, Qc, D, bj_keys(j, j->c->bk, hk) + (long)c0 * D, D, S, w);
+    const int32_t *kp = kpos + c0, lim = n_swa > 0 ? n_swa : INT32_MAX;
+    for (int r = 0; r < m; r++) {
+        float *s = S + (long)r * w;
+        const int32_t qp = bj_qpos(j, t0 + r);
+        /* a select without arithmetic, which the compiler vectorises, and
+         * eight independent maxima rather than one chain */
+        for (int i = 0; i < w; i++) s[i] = (kp[i] <= qp) & (qp - kp[i] < lim) ? s[i] : -INFINITY;
+        float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        int i8 = 0;
+        for (; i8 + 8 <= w; i8 += 8)
+            for (int l = 0; l < 8; l++) m8[l] = s[i8 + l] > m8[l] ? s[i8 + l] : m8[l];
+        float mx = -INFINITY;
+        for (int i = i8; i < w; i++) mx = s[i] > mx ? s[i] : mx;
+        for (int l = 0; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+        if (mx == -INFINITY) {
+            memset(s, 0, sizeof(float) * (size_t)w);
+            continue;
+        }
+        const float inv = (float)(1.0 / j->c->k->exp_sum(w, s, mx)); /* masked: exp(-inf) = 0 */
+        for (int i = 0; i < w; i++) s[i] *= inv;
+    }
+    qi_blas_sgemm(false, m, D, w, 1.0f, S, w, bj_keys(j, j->c->bv, hk) + (long)c0 * D, D, out, H * D);
+    if (j->stats) {
+        float *st = j->stats + (long)h * j->stats_stride + c0;
+        for (int r = 0; r < m; r++)
+            for (int i = 0; i < w; i++) st[i] += S[(long)r * w + i];
+    }
+}
+
+static void blas_work(void *arg, int ith, int nth) {
+    blas_job *j = arg;
+    float *S = j->c->bs + (long)ith * BLAS_QCHUNK * j->c->blas_len;
+    float *Qc = j->c->bq + (long)ith * BLAS_QCHUNK * j->c->blas_d;
+    const int n_chunks = (j->T + BLAS_QCHUNK - 1) / BLAS_QCHUNK;
+    long lo, hi;
+    if (j->stats) {
+        qi_split(j->H, ith, nth, &lo, &hi);
+        for (long h = lo; h < hi; h++)
+            for (int t0 = 0; t0 < j->T; t0 += BLAS_QCHUNK)
+                blas_rows(j, (int)h, t0, j->T - t0 < BLAS_QCHUNK ? j->T - t0 : BLAS_QCHUNK, S, Qc);
+        return;
+    }
+    qi_split((long)j->H * n_chunks, ith, nth, &lo, &hi);
+    for (long it = lo; it < hi; it++) {
+        const int h = (int)(it / n_chunks), t0 = (int)(it % n_chunks) * BLAS_QCHUNK;
+        blas_rows(j, h, t0, j->T - t0 < BLAS_QCHUNK ? j->T - t0 : BLAS_QCHUNK, S, Qc);
+    }
+}
+
+static void blas_run(blas_job *j) {
+    cpu_ctx *c = j->c;
+    QI_ASSERT(j->max_n <= c->blas_len && j->Hkv <= c->blas_hkv && j->D <= c->blas_d); /* sized by reserve() */
+    qi_pool_run(c->pool, blas_convert, j);
+    qi_pool_run(c->pool, blas_work, j);
+}
+
+static void blas_attention(cpu_ctx *c, const qi_attn_args *a) {
+    const int last = a->pos0 + a->T - 1;
+    const int n = a->n_cells > 0 ? (last + 1 < a->n_cells ? last + 1 : a->n_cells) : last + 1;
+    QI_ASSERT(n <= c->blas_len);
+    /* the position each row holds: its index, or in a wrapped ring the
+     * newest position that landed in it (as att_work computes it) */
+    for (int r = 0; r < n; r++) c->bpos[r] = a->n_cells > 0 ? r + a->n_cells * ((last - r) / a->n_cells) : r;
+    blas_job j = {.c = c, .att = a, .T = a->T, .H = a->H, .Hkv = a->Hkv, .D = a->D, .n_swa = a->n_swa,
+                  .scale = a->scale, .q = a->q, .out = a->out, .n_att = n, .max_n = n};
+    blas_run(&j);
+}
+
+static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a) {
+    int max_n = 0;
+    for (int hk = 0; hk < a->Hkv; hk++) max_n = a->n_slots[hk] > max_n ? a->n_slots[hk] : max_n;
+    blas_job j = {.c = c, .pg = a, .T = a->T, .H = a->H, .Hkv = a->Hkv, .D = a->D, .n_swa = a->n_swa,
+                  .scale = a->scale, .q = a->q, .out = a->out, .stats = a->stats,
+                  .stats_stride = a->stats_stride, .max_n = max_n};
+    blas_run(&j);
 }
 
 static void cpu_free(qi_backend *b) {
@@ -340,12 +561,17 @@ static void cpu_free(qi_backend *b) {
         qi_free(c->scratch);
         qi_free(c->att);
         qi_free(c->w16);
+        qi_free(c->bk);
+        qi_free(c->bv);
+        qi_free(c->bs);
+        qi_free(c->bq);
+        qi_free(c->bpos);
         qi_free(c);
     }
     qi_free(b);
 }
 
-static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, qi_err *err);
+static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err);
 
 static const qi_backend_i k_cpu_iface = {
     .version = QI_BACKEND_VERSION,
@@ -362,8 +588,12 @@ static const qi_backend_i k_cpu_iface = {
     .free = cpu_free,
 };
 
-qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err) {
+qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err) {
     *out = NULL;
+    if (attn_blas) {
+        qi_status st = qi_blas_load(err);
+        if (st) return st;
+    }
     qi_backend *b = qi_calloc(1, sizeof *b);
     cpu_ctx *c = qi_calloc(1, sizeof *c);
     if (!b || !c) {
@@ -374,6 +604,7 @@ qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err) {
     b->iface = &k_cpu_iface;
     b->ctx = c;
     c->k = qi_kernels_get();
+    c->attn_blas = attn_blas;
     qi_status st = qi_pool_create(n_threads, &c->pool, err);
     if (st) {
         cpu_free(b);
@@ -383,7 +614,17 @@ qi_status qi_backend_cpu_create(int n_threads, qi_backend **out, qi_err *err) {
     return QI_OK;
 }
 
-static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, qi_err *err) {
+/* Grow *p to n floats; false (and *p unchanged) when out of memory or when
+ * the size does not fit. */
+static bool grow_f32(float **p, size_t n) {
+    if (n > SIZE_MAX / sizeof **p) return false;
+    float *q = qi_realloc(*p, n * sizeof **p);
+    if (!q) return false;
+    *p = q;
+    return true;
+}
+
+static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err) {
     cpu_ctx *c = C(b);
     if (scratch_bytes > c->scratch_bytes) {
         void *p = qi_realloc(c->scratch, scratch_bytes);
@@ -399,6 +640,19 @@ static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, q
         if (p16) c->w16 = p16;
         if (!p || !p16) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving attention scratch");
         c->att_len = max_pos;
+    }
+    if (c->attn_blas && (max_pos > c->blas_len || Hkv > c->blas_hkv || D > c->blas_d)) {
+        const int len = max_pos > c->blas_len ? max_pos : c->blas_len;
+        const int hkv = Hkv > c->blas_hkv ? Hkv : c->blas_hkv, d = D > c->blas_d ? D : c->blas_d;
+        const size_t nt = (size_t)qi_pool_size(c->pool), kv = (size_t)len * (size_t)hkv * (size_t)d;
+        int32_t *pos = qi_realloc(c->bpos, sizeof(int32_t) * (size_t)len);
+        if (pos) c->bpos = pos;
+        if (!pos || !grow_f32(&c->bk, kv) || !grow_f32(&c->bv, kv) ||
+            !grow_f32(&c->bs, nt * BLAS_QCHUNK * (size_t)len) || !grow_f32(&c->bq, nt * BLAS_QCHUNK * (size_t)d))
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving attn_blas scratch for %d positions", len);
+        c->blas_len = len;
+        c->blas_hkv = hkv;
+        c->blas_d = d;
     }
     return QI_OK;
 }

@@ -190,7 +190,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         long cells = ((long)hp->n_swa + QI_ENGINE_CHUNK + 255) / 256 * 256;
         e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
     }
-    if ((st = qi_backend_cpu_create(o->n_threads, &e->be, err))) goto fail;
+    if ((st = qi_backend_cpu_create(o->n_threads, o->attn_blas, &e->be, err))) goto fail;
     if ((st = qi_kv_pool_create(hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
 
     /* rows of a step: the prompt room plus one decode row per sequence */
@@ -225,7 +225,9 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
                     (int)R, o->n_ctx);
         goto fail;
     }
-    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, o->n_ctx, err))) goto fail;
+    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, o->n_ctx, hp->n_head_kv,
+                                    hp->head_dim, err)))
+        goto fail;
     *out = e;
     return QI_OK;
 fail:

@@ -44,7 +44,13 @@ struct qi_ctx {
 };
 
 qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err) {
+    const qi_ctx_opts o = {.n_ctx = n_ctx, .n_threads = n_threads};
+    return qi_ctx_create_opts(m, &o, out, err);
+}
+
+qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **out, qi_err *err) {
     *out = NULL;
+    const int n_ctx = o->n_ctx;
     const qi_hparams *hp = &m->hp;
     if (n_ctx < 1 || n_ctx > (1 << 20))
         return QI_ERR(err, QI_ERR_INVALID, "context size %d out of range 1..%d", n_ctx, 1 << 20);
@@ -57,7 +63,7 @@ qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **ou
         long cells = ((long)hp->n_swa + QI_MAX_CHUNK + 255) / 256 * 256;
         c->swa_cells = cells < n_ctx ? (int)cells : n_ctx;
     }
-    qi_status st = qi_backend_cpu_create(n_threads, &c->be, err);
+    qi_status st = qi_backend_cpu_create(o->n_threads, o->attn_blas, &c->be, err);
     if (st) {
         qi_free(c);
         return st;
@@ -82,7 +88,8 @@ qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **ou
         qi_ctx_free(c);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory allocating a %d-token context", n_ctx);
     }
-    if ((st = c->be->iface->reserve(c->be, qi_backend_max_act_row_bytes(m) * R, n_ctx, err))) {
+    if ((st = c->be->iface->reserve(c->be, qi_backend_max_act_row_bytes(m) * R, n_ctx, hp->n_head_kv, hp->head_dim,
+                                    err))) {
         qi_ctx_free(c);
         return st;
     }

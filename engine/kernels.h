@@ -52,6 +52,9 @@ typedef struct qi_kernels {
                         size_t k_stride, int n_pos, float *s);
     /* w16[p] = fp16(softmax(s)[p]) for p < n; s[n] is clobbered. */
     void (*softmax_f16)(int n, float *s, uint16_t *w16);
+    /* s[p] = exp(s[p] - max) for p < n, returning their sum: softmax_f16's
+     * exponentials and sum (see the ref), for a softmax kept in float. */
+    double (*exp_sum)(int n, float *s, float max);
     /* out[d] = sum_p w16[p] * v[p * v_stride + d] for d < D, p < n_pos. */
     void (*attn_values)(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
                         size_t v_stride, int n_pos, float *out);
@@ -159,6 +162,7 @@ float qi_k_dot_f16_ref(qi_k_order ord, int64_t n, const uint16_t *x, const uint1
 void qi_k_attn_scores_ref(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
                           size_t k_stride, int n_pos, float *s);
 void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16);
+double qi_k_exp_sum_ref(int n, float *s, float max);
 void qi_k_attn_values_blk_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk,
                               int shift, size_t v_stride, int n_pos, float *out);
 void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,

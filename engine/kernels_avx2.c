@@ -482,9 +482,7 @@ T2 static inline __m256 expf8(__m256 x) {
     return _mm256_blendv_ps(res, alt, big);
 }
 
-T2 static void softmax_f16_avx2(int n, float *s, uint16_t *w16) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = s[i] > max ? s[i] : max;
+T2 static double exp_sum_avx2(int n, float *s, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     double sum = 0.0;
     int i0 = 0;
@@ -508,6 +506,13 @@ T2 static void softmax_f16_avx2(int n, float *s, uint16_t *w16) {
         }
         sum += (double)hsum8(_mm256_add_ps(_mm256_loadu_ps(e), _mm256_loadu_ps(e + 8)));
     }
+    return sum;
+}
+
+T2 static void softmax_f16_avx2(int n, float *s, uint16_t *w16) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = s[i] > max ? s[i] : max;
+    const double sum = exp_sum_avx2(n, s, max);
     const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -612,6 +617,7 @@ static const qi_kernels k_avx2 = {
     },
     .attn_scores = attn_scores_avx2,
     .softmax_f16 = softmax_f16_avx2,
+    .exp_sum = exp_sum_avx2,
     .attn_values = attn_values_avx2,
     .attn_values_blk = attn_values_blk_avx2,
     .swiglu = swiglu_avx2,

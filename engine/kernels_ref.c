@@ -425,9 +425,10 @@ float qi_k_expf_ref(float x) {
     return ldexpf(j, (int)n);
 }
 
-void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = s[i] > max ? s[i] : max;
+/* softmax_f16's exponentials and sum: 16-element chunks (a short last one
+ * padded with zeros), each summed as qi_k_hsum16_ref, accumulated in
+ * double. */
+double qi_k_exp_sum_ref(int n, float *s, float max) {
     double sum = 0.0;
     for (int i0 = 0; i0 < n; i0 += 16) {
         float e[16];
@@ -435,6 +436,13 @@ void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16) {
         for (int l = 0; l < 16 && i0 + l < n; l++) s[i0 + l] = e[l];
         sum += (double)qi_k_hsum16_ref(e);
     }
+    return sum;
+}
+
+void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = s[i] > max ? s[i] : max;
+    const double sum = qi_k_exp_sum_ref(n, s, max);
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) w16[i] = qi_f32_to_fp16(s[i] * inv);
 }
@@ -533,6 +541,7 @@ static const qi_kernels k_ref = {
     },
     .attn_scores = qi_k_attn_scores_ref,
     .softmax_f16 = qi_k_softmax_f16_ref,
+    .exp_sum = qi_k_exp_sum_ref,
     .attn_values = qi_k_attn_values_ref,
     .attn_values_blk = qi_k_attn_values_blk_ref,
     .swiglu = qi_k_swiglu_ref,

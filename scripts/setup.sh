@@ -18,7 +18,9 @@ for arg in "$@"; do
   esac
 done
 
-pkgs=(build-essential cmake pkg-config libopenblas-dev libsqlite3-dev liblua5.4-dev lua5.4
+# libopenblas0 is what --attn-blas loads at run time (the build never links
+# it); libopenblas-dev also builds bench/attn_blas.c.
+pkgs=(build-essential cmake pkg-config libopenblas0 libopenblas-dev libsqlite3-dev liblua5.4-dev lua5.4
       check libpcre2-dev gnuplot-nox sqlite3 python3-pip python3-venv unzip ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do

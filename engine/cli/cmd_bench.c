@@ -42,8 +42,15 @@
  * rows, each repetition's rate included, to a SQLite table; SQLite is
  * optional at build time (QI_HAVE_SQLITE), and without it --db is refused
  * before anything runs. Columns added after the first schema (batch,
- * kv_policy, avg_seq_ts) are added to an older table when it is opened, so
- * one file keeps every run's rows.
+ * kv_policy, avg_seq_ts, attn_blas) are added to an older table when it is
+ * opened, so one file keeps every run's rows.
+ *
+ * --attn-blas runs prompts' attention through OpenBLAS sgemm (qi_ctx and the
+ * engine alike). Only the pp row has prompts of more than one token (the tg
+ * rows' steps and the batched rows' timed steps are one token per sequence),
+ * so it is the row the option changes; every row records the setting, and
+ * the markdown header says so with the core OpenBLAS chose, since a
+ * misdetected core changes the figure several times over.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -58,6 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blas.h"
 #include "cli.h"
 #include "kernels.h"
 #include "qinfer/cache.h"
@@ -105,6 +113,8 @@ static void help(void) {
         "                        cache, at least 512; 0 = skip the probe)\n"
         QI_CLI_REPACK_HELP
         "                        (the backend column then reads \"CPU (<kernels>, packed)\")\n"
+        "      --attn-blas       prompts' attention through OpenBLAS sgemm (the pp row):\n"
+        "                        faster, but not bit-exact with llama.cpp (needs libopenblas0)\n"
         "  -h, --help            this help\n\n"
         "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
         MAX_BATCH, BATCH_PROMPT,
@@ -492,6 +502,7 @@ typedef struct {
     long peak_rss;       /* bytes */
     char timestamp[32];
     char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
+    bool attn_blas;      /* --attn-blas */
 } bench_info;
 
 /* The KV policy a row ran with: the qi_ctx keeps every token. */
@@ -535,6 +546,9 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     if (bi->llc_bytes) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
     printf("; GPU %s", bi->gpu);
     if (strcmp(bi->kv_desc, "full")) printf("\nKV policy of the batched rows: %s", bi->kv_desc);
+    if (bi->attn_blas)
+        printf("\nattention: OpenBLAS sgemm for prompts (core %s; not bit-exact with llama.cpp)",
+               qi_blas_core()[0] ? qi_blas_core() : "unknown");
     const int bw = strlen(bi->backend) > 12 ? (int)strlen(bi->backend) : 12;
     char dashes[64];
     memset(dashes, '-', sizeof dashes);
@@ -614,7 +628,7 @@ static void json_str(const char *s) {
 enum {
     FLD_VERSION, FLD_TIMESTAMP, FLD_CPU, FLD_N_CORES, FLD_N_LOGICAL, FLD_GPU, FLD_MODEL_TYPE, FLD_MODEL_NAME,
     FLD_MODEL_FILENAME, FLD_MODEL_SHA256, FLD_MODEL_SIZE, FLD_MODEL_N_PARAMS, FLD_BACKEND, FLD_N_THREADS,
-    FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_KV_POLICY, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
+    FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_KV_POLICY, FLD_ATTN_BLAS, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
     FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
 };
 static const char *k_fields[N_FIELDS] = {
@@ -624,7 +638,7 @@ static const char *k_fields[N_FIELDS] = {
     [FLD_MODEL_SHA256] = "model_sha256", [FLD_MODEL_SIZE] = "model_size", [FLD_MODEL_N_PARAMS] = "model_n_params",
     [FLD_BACKEND] = "backend", [FLD_N_THREADS] = "n_threads", [FLD_TEST] = "test",
     [FLD_N_PROMPT] = "n_prompt", [FLD_N_GEN] = "n_gen", [FLD_BATCH] = "batch",
-    [FLD_KV_POLICY] = "kv_policy", [FLD_N_REPS] = "n_reps", [FLD_AVG_TS] = "avg_ts",
+    [FLD_KV_POLICY] = "kv_policy", [FLD_ATTN_BLAS] = "attn_blas", [FLD_N_REPS] = "n_reps", [FLD_AVG_TS] = "avg_ts",
     [FLD_STDDEV_TS] = "stddev_ts", [FLD_AVG_SEQ_TS] = "avg_seq_ts", [FLD_SAMPLES_TS] = "samples_ts",
     [FLD_MEM_BW] = "mem_bw_gbs", [FLD_BYTES_TOK] = "weight_bytes_per_token", [FLD_ROOFLINE] = "roofline_share",
     [FLD_PEAK_RSS] = "peak_rss_bytes",
@@ -654,6 +668,7 @@ static void print_field(out_format fmt, int f, const bench_info *bi, const bench
     case FLD_N_GEN: printf("%d", t->n_gen); break;
     case FLD_BATCH: printf("%d", t->batch); break;
     case FLD_KV_POLICY: str(row_kv(bi, t)); break;
+    case FLD_ATTN_BLAS: printf("%d", bi->attn_blas); break;
     case FLD_N_REPS: printf("%d", t->n_reps); break;
     case FLD_AVG_TS: printf("%.6f", t->mean); break;
     case FLD_STDDEV_TS: printf("%.6f", t->sd); break;
@@ -731,6 +746,7 @@ static const struct {
     {"batch", "INTEGER NOT NULL DEFAULT 1"}, /* sequences decoded at once */
     {"kv_policy", "TEXT NOT NULL DEFAULT 'full'"},
     {"avg_seq_ts", "REAL"},                  /* avg_ts / batch */
+    {"attn_blas", "INTEGER NOT NULL DEFAULT 0"}, /* 1: --attn-blas */
 };
 
 /* Add the k_added columns the table lacks. */
@@ -778,8 +794,8 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         "INSERT INTO bench (timestamp, qinfer_version, cpu, n_cores, n_logical, gpu, model_type, model_name,"
         " model_filename, model_sha256, model_size, model_n_params, backend, n_threads, test, n_prompt, n_gen,"
         " n_reps, avg_ts, stddev_ts, samples_ts, mem_bw_gbs, weight_bytes_per_token, roofline_share,"
-        " peak_rss_bytes, batch, kv_policy, avg_seq_ts)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        " peak_rss_bytes, batch, kv_policy, avg_seq_ts, attn_blas)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     sqlite3_stmt *s = NULL;
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_fail(db, file, err);
     if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) goto fail;
@@ -823,6 +839,7 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         sqlite3_bind_int(s, c++, t->batch);
         sqlite3_bind_text(s, c++, row_kv(bi, t), -1, SQLITE_STATIC);
         sqlite3_bind_double(s, c++, t->mean / t->batch);
+        sqlite3_bind_int(s, c++, bi->attn_blas);
         if (sqlite3_step(s) != SQLITE_DONE) goto fail;
     }
     sqlite3_finalize(s);
@@ -887,6 +904,7 @@ int qi_cmd_bench(int argc, char **argv) {
     int n_threads = qi_n_physical_cores();
     bool repack = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
+    bool attn_blas = false;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
     qi_args a;
@@ -908,6 +926,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--db")) db_file = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--probe-mib")) qi_args_int(&a, 0, 1 << 20, &probe_mib);
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
+        else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -953,12 +972,16 @@ int qi_cmd_bench(int argc, char **argv) {
     memset(&bi, 0, sizeof bi);
     bi.bw_gbs = -1;
     bi.n_threads = n_threads;
+    bi.attn_blas = attn_blas;
     qi_cli_kv_describe(&kv, bi.kv_desc, sizeof bi.kv_desc);
     qi_engine_opts eo;
     qi_engine_opts_default(&eo);
     qi_cli_kv_apply(&kv, &eo);
     eo.n_threads = n_threads;
     eo.n_ctx = BATCH_PROMPT + n_gen;
+    eo.attn_blas = attn_blas;
+    /* a missing OpenBLAS fails now, not after the bandwidth probe */
+    if (attn_blas && qi_blas_load(&err)) goto fail;
 
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err))
         goto fail;
@@ -1046,7 +1069,8 @@ int qi_cmd_bench(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (qi_ctx_create(m, n_ctx, n_threads, &run.ctx, &err)) goto fail;
+    const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas};
+    if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
         snprintf(t->name, sizeof t->name, "pp%d", n_prompt);

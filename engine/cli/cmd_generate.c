@@ -40,7 +40,9 @@ static void help(void) {
         "      --ids             print token ids instead of text\n"
         "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n"
         QI_CLI_REPACK_HELP
-        "      --profile         time every op; print where the time went at the end\n");
+        "      --profile         time every op; print where the time went at the end\n"
+        "      --attn-blas       the prompt's attention through OpenBLAS sgemm: faster, but\n"
+        "                        not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
     printf("  -h, --help            this help\n");
 }
@@ -48,7 +50,7 @@ static void help(void) {
 int qi_cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
     int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
-    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false, repack = false;
+    bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false, repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
@@ -75,6 +77,7 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--kv-stats")) kv_stats = true;
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
+        else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
     }
@@ -122,6 +125,7 @@ int qi_cmd_generate(int argc, char **argv) {
     eo.n_ctx = n_ctx;
     eo.max_seqs = 1;
     eo.profile = profile;
+    eo.attn_blas = attn_blas;
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err) || qi_engine_seq_add(eng, &sid, &err) ||
         qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
@@ -159,8 +163,9 @@ int qi_cmd_generate(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     double t2 = qi_now_s();
-    fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads\n",
-            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads);
+    fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
+            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
+            attn_blas ? ", prompt attention through OpenBLAS" : "");
     if (profile) {
         qi_engine_prof pr;
         qi_engine_profile(eng, &pr);

@@ -38,7 +38,9 @@ static void help(void) {
         "  -t, --threads N     worker threads (default: physical cores)\n"
         "      --decode        decode token by token (implied by the KV flags)\n"
         "      --batch N       chunks decoded at once in decode mode (default 4)\n"
-        QI_CLI_REPACK_HELP);
+        QI_CLI_REPACK_HELP
+        "      --attn-blas     prompt chunks' attention through OpenBLAS sgemm: faster,\n"
+        "                      but not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
     printf("  -h, --help          this help\n");
 }
@@ -57,7 +59,7 @@ static void progress(void *ud, int done, int total, double ppl) {
 int qi_cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *model_arg = "smollm2-135m", *file_arg = NULL;
     int n_ctx = 512, max_chunks = -1, n_threads = qi_n_physical_cores(), batch = 4;
-    bool decode = false, repack = false;
+    bool decode = false, repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_args a;
@@ -71,6 +73,7 @@ int qi_cmd_ppl(int argc, char **argv) {
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, NULL, "--decode")) decode = true;
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
+        else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_args_is(&a, NULL, "--batch")) qi_args_int(&a, 1, 256, &batch);
         else if (qi_cli_kv_flag(&a, &kvo)) decode = true;
         else qi_args_unknown(&a);
@@ -132,18 +135,20 @@ int qi_cmd_ppl(int argc, char **argv) {
     qi_engine_opts_default(&eo);
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
+    eo.attn_blas = attn_blas;
     if (!decode) batch = 1; /* whole chunks run one after another */
     eo.max_seqs = batch < n_chunk ? batch : n_chunk;
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err)) goto fail;
     char desc[512];
     qi_cli_kv_describe(&kvo, desc, sizeof desc);
+    const char *blas_note = attn_blas ? ", prompt attention through OpenBLAS" : "";
     if (decode)
         fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d decoded token by token, %d at once, KV %s, "
-                        "%d threads\n", fpath, n_ids, n_chunk, n_ctx, eo.max_seqs, desc, n_threads);
+                        "%d threads%s\n", fpath, n_ids, n_chunk, n_ctx, eo.max_seqs, desc, n_threads, blas_note);
     else
-        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads\n", fpath, n_ids, n_chunk, n_ctx,
-                n_threads);
+        fprintf(stderr, "qinfer ppl: %s, %zu tokens, %d chunks of %d, %d threads%s\n", fpath, n_ids, n_chunk, n_ctx,
+                n_threads, blas_note);
     qi_ppl_kv kv;
     if (qi_perplexity_engine(m, eng, ids, n_ids, n_ctx, max_chunks, eo.max_seqs, decode, progress, &ps, &r, &kv,
                              &err))

@@ -7,7 +7,8 @@
  *   model:detokenize(ids, {special=false})  -> string
  *   model:info()                            -> {arch, n_params, n_layer, ..., sha256}
  *   model:engine{max_seqs, n_ctx, step_tokens, threads, kv_policy,
- *                kv_params={...}, kv_budget=N|F|'P%', kv_max_bytes, profile}
+ *                kv_params={...}, kv_budget=N|F|'P%', kv_max_bytes, profile,
+ *                attn_blas}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -283,6 +284,7 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_t
     eo->kv_given = strcmp(eo->o.kv_policy, "full") != 0;
     eo->o.kv_max_bytes = (size_t)lq_opt_int(L, idx, arg, "kv_max_bytes", 0, 0, LONG_MAX);
     eo->o.profile = lq_opt_bool(L, idx, arg, "profile", false);
+    eo->o.attn_blas = lq_opt_bool(L, idx, arg, "attn_blas", false);
     read_budget(L, idx, arg, eo);
     read_kv_params(L, idx, arg, eo);
 }

@@ -49,7 +49,7 @@ typedef struct {
     bool kv_given; /* a policy other than full, or a budget: decode-mode perplexity */
 } lq_eopts;
 
-#define LQ_ENGINE_KEYS "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile"
+#define LQ_ENGINE_KEYS "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */

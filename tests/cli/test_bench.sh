@@ -3,7 +3,8 @@
 # bad flags and impossible sizes, then tiny runs on the cached default model
 # (markdown table, CSV, JSON, batched decode rows, and --db rows when built
 # with SQLite, also into a table made before the batch column). Exits 77
-# (skip) after the flag checks when the model is not cached.
+# (skip) after the flag checks when the model is not cached. --attn-blas is
+# checked by test_attn_blas.sh.
 # Usage: test_bench.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_bench.sh PATH/TO/qinfer}
@@ -153,13 +154,13 @@ db.execute("INSERT INTO bench (timestamp, qinfer_version, cpu, backend, n_thread
 db.commit()
 EOF
   if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$old"; then
-    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
+    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || attn_blas || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
     if command -v sqlite3 >/dev/null; then
       got=$(sqlite3 "$old" "$query")
     else
       got=$(python3 -c 'import sqlite3, sys; print("\n".join(r[0] for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$old" "$query")
     fi
-    want=$'tg4|1|full|1\ntg4|1|full|1\ntg4 @ b2|2|full|1'
+    want=$'tg4|1|full|0|1\ntg4|1|full|0|1\ntg4 @ b2|2|full|0|1'
     [[ $got == "$want" ]] && ok || bad "old-schema db rows: got '$got', want '$want'"
   fi
   expect_fail 1 "x.db" "$Q" bench "${T[@]}" --probe-mib 0 --db "$tmp/no/such/dir/x.db"

@@ -1,8 +1,8 @@
 -- The qinfer module on the cached default model: load and info, a
 -- tokenize/detokenize round trip, an H2O engine that keeps its budget,
 -- logits helpers, greedy generation equal to `qinfer generate --temp 0`,
--- perplexity equal to `qinfer ppl`, throughput, and argument errors that
--- name the caller's file:line and the bad key.
+-- the attn_blas option, perplexity equal to `qinfer ppl`, throughput, and
+-- argument errors that name the caller's file:line and the bad key.
 -- arg[1]: a file holding `qinfer generate -p PROMPT -n 24 --temp 0`'s stdout
 -- arg[2]: the PPL `qinfer ppl -f devil --ctx 64 --chunks 2` printed
 local T = require "testlib"
@@ -103,6 +103,17 @@ local eng = m:engine { max_seqs = 1 }
 local text2 = qinfer.generate(eng, PROMPT, { n = 24 })
 T.eq(text2, text, "generate on an engine == on the model")
 T.eq(eng:pending(0), 0, "the call's sequence is removed")
+-- attn_blas: taken by the engine options (or refused, naming the library,
+-- where OpenBLAS is missing); a wrong type names the key
+local blas_ok, eb = pcall(function() return m:engine { max_seqs = 1, attn_blas = true } end)
+if blas_ok then
+  local _, blas_ids = qinfer.generate(eb, PROMPT, { n = 8 })
+  T.eq(#blas_ids, 8, "generate with attn_blas")
+  eb:close()
+else
+  T.ok(tostring(eb):find("cannot load OpenBLAS", 1, true), "attn_blas refused for another reason: " .. tostring(eb))
+end
+T.raises(function() m:engine { attn_blas = 1 } end, "option 'attn_blas': boolean expected")
 local text3 = qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 })
 T.eq(qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 }), text3, "sampling is seeded")
 

@@ -133,7 +133,7 @@ static void fill_row(uint64_t *s, float *x, long n, int kind) {
 static void backends_create(qi_backend *b[MAX_THREADS]) {
     for (int n = 1; n <= MAX_THREADS; n++) {
         qi_err err = {0};
-        ck_assert_msg(qi_backend_cpu_create(n, &b[n - 1], &err) == QI_OK, "%s", err.msg);
+        ck_assert_msg(qi_backend_cpu_create(n, false, &b[n - 1], &err) == QI_OK, "%s", err.msg);
         ck_assert_int_eq(b[n - 1]->iface->version, QI_BACKEND_VERSION);
     }
 }
@@ -141,7 +141,9 @@ static void backends_create(qi_backend *b[MAX_THREADS]) {
 static void backends_reserve(qi_backend *b[MAX_THREADS], size_t scratch_bytes, int max_pos) {
     for (int n = 1; n <= MAX_THREADS; n++) {
         qi_err err = {0};
-        ck_assert_msg(b[n - 1]->iface->reserve(b[n - 1], scratch_bytes, max_pos, &err) == QI_OK, "%s", err.msg);
+        /* no KV geometry: these backends run the exact attention only */
+        ck_assert_msg(b[n - 1]->iface->reserve(b[n - 1], scratch_bytes, max_pos, 0, 0, &err) == QI_OK, "%s",
+                      err.msg);
     }
 }
 

@@ -13,8 +13,9 @@
  *     block counts, rows of thousands and past the batched paths' limit,
  *     1..11 weight rows x 1..20 tokens, head dims that the fast paths do
  *     and do not cover, positions around 16 and 64, softmax and exp inputs
- *     that underflow and overflow, quantiser rows with exact ties), with
- *     guard values between strided outputs that must stay untouched;
+ *     that underflow and overflow (exp_sum's also with -inf, masked, inputs),
+ *     quantiser rows with exact ties), with guard values between strided
+ *     outputs that must stay untouched;
  *   - the exp approximation against libm within 3 ulp (the worst seen is
  *     2.14), plus its special values;
  *   - planted faults: ggml's generic order (quant.c) and a non-fused block
@@ -574,6 +575,45 @@ START_TEST(test_softmax_variants) {
 }
 END_TEST
 
+/* exp_sum, the first half of softmax_f16 on its own: the same exponentials
+ * bit for bit in every variant, the same sum, and a sum within 1e-6 of
+ * libm's exponentials summed in double. */
+START_TEST(test_exp_sum_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 4343;
+    float *s = malloc(sizeof(float) * 700), *ref = malloc(sizeof(float) * 700), *got = malloc(sizeof(float) * 700);
+    for (int n = 1; n <= 700; n += (n < 70 ? 1 : 37)) {
+        const float spread = (float)(n % 5) * 50.0f + 1.0f;
+        float max = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            s[i] = randn(&rng) * spread;
+            if (i % 7 == 3) s[i] = -INFINITY; /* masked positions */
+            max = s[i] > max ? s[i] : max;
+        }
+        memcpy(ref, s, sizeof(float) * (size_t)n);
+        const double sum = qi_k_exp_sum_ref(n, ref, max);
+        double libm = 0.0;
+        for (int i = 0; i < n; i++) libm += exp((double)s[i] - max);
+        ck_assert_msg(fabs(sum - libm) <= 1e-6 * libm, "n=%d: sum %.9g, libm %.9g", n, sum, libm);
+        for (int i = 0; i < n; i++)
+            if (s[i] == -INFINITY) ck_assert_msg(ref[i] == 0.0f, "n=%d i=%d: exp(-inf) = %g", n, i, ref[i]);
+        ck_assert_msg(qi_kernels_ref()->exp_sum == qi_k_exp_sum_ref, "the ref table's exp_sum");
+        for (int k = 0; k < n_simd; k++) {
+            memcpy(got, s, sizeof(float) * (size_t)n);
+            const double gsum = simd[k]->exp_sum(n, got, max);
+            ck_assert_msg(gsum == sum, "%s n=%d: sum %.17g vs %.17g", simd[k]->name, n, gsum, sum);
+            for (int i = 0; i < n; i++)
+                ck_assert_msg(!memcmp(&ref[i], &got[i], sizeof(float)), "%s n=%d i=%d: %.9g vs %.9g", simd[k]->name,
+                              n, i, ref[i], got[i]);
+        }
+    }
+    free(s);
+    free(ref);
+    free(got);
+}
+END_TEST
+
 START_TEST(test_swiglu_variants) {
     const qi_kernels *simd[2];
     const int n_simd = simd_tables(simd);
@@ -921,6 +961,7 @@ START_TEST(test_dispatch_sane) {
     ck_assert_ptr_nonnull(k->attn_scores);
     ck_assert_ptr_nonnull(k->attn_values);
     ck_assert_ptr_nonnull(k->softmax_f16);
+    ck_assert_ptr_nonnull(k->exp_sum);
     ck_assert_ptr_nonnull(k->swiglu);
     ck_assert_ptr_nonnull(k->geglu);
     ck_assert_ptr_nonnull(k->quantize_q8);
@@ -971,6 +1012,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_attn_values_variants, 0, N_DIMS);
     tcase_add_loop_test(tc, test_attn_values_blocks, 0, N_DIMS);
     tcase_add_test(tc, test_softmax_variants);
+    tcase_add_test(tc, test_exp_sum_variants);
     tcase_add_test(tc, test_swiglu_variants);
     tcase_add_test(tc, test_exp_sweep_variants);
     tcase_add_test(tc, test_geglu_variants);

@@ -49,6 +49,10 @@ typedef struct {
     double kv_budget_frac;  /* of the sequence's current length, in (0, 1]; 0 with 0 tokens: no budget */
     size_t kv_max_bytes;    /* cap on KV memory over both tiers (0: none) */
     bool profile;           /* time every op (qi_engine_profile) */
+    bool attn_blas;         /* prompt chunks' attention through OpenBLAS sgemm (default off):
+                             * faster, but the logits are no longer bit-identical to llama.cpp's;
+                             * one-token steps are unchanged. Needs libopenblas0 at run time:
+                             * qi_engine_create fails without it. */
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);

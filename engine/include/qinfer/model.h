@@ -120,7 +120,16 @@ qi_status qi_model_repack(qi_model *m, qi_err *err);
 
 typedef struct qi_ctx qi_ctx;
 
-/* n_ctx: maximum positions; n_threads >= 1. */
+typedef struct {
+    int n_ctx;      /* maximum positions */
+    int n_threads;  /* >= 1 */
+    bool attn_blas; /* prompts' attention (2+ tokens per eval) through OpenBLAS sgemm: faster,
+                     * but not bit-identical to llama.cpp; needs libopenblas0 at run time */
+} qi_ctx_opts;
+
+/* Fails (QI_ERR_UNSUPPORTED) with attn_blas when OpenBLAS cannot be loaded. */
+qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **out, qi_err *err);
+/* The same with attn_blas off. */
 qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err);
 void qi_ctx_free(qi_ctx *c);
 int qi_ctx_n_ctx(const qi_ctx *c);
