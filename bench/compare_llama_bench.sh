@@ -13,6 +13,8 @@
 #   -r N            repetitions per program per round (default 1)
 #   --qinfer PATH   the qinfer binary (default build/qinfer)
 #   --llama-args A  extra llama-bench arguments (e.g. "--poll 0")
+#   --qinfer-args A extra qinfer bench arguments (e.g. "--attn-blas" or
+#                   "--repack": options that leave llama.cpp's order)
 #
 # llama-bench is the one built from the llama-cpp-python sdist
 # (tests/golden/build_llama.sh, run when it is missing). It runs with flash
@@ -25,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model=smollm2-135m threads="" n_prompt=512 n_gen=128 rounds=3 reps=1 qinfer=build/qinfer llama_args=""
+model=smollm2-135m threads="" n_prompt=512 n_gen=128 rounds=3 reps=1 qinfer=build/qinfer llama_args="" qinfer_args=""
 die() { echo "compare_llama_bench: $*" >&2; exit 2; }
 need_val() { [[ $# -ge 2 ]] || die "option $1 needs a value (see --help)"; }
 posint() { [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3)) || die "option $1: '$2' is not an integer >= $3"; }
@@ -40,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     -r) need_val "$@"; posint "$1" "$2" 1; reps=$2; shift ;;
     --qinfer) need_val "$@"; qinfer=$2; shift ;;
     --llama-args) need_val "$@"; llama_args=$2; shift ;;
+    --qinfer-args) need_val "$@"; qinfer_args=$2; shift ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
@@ -93,8 +96,9 @@ run_llama() {
 }
 run_qinfer() {
   local r=$1
-  echo "round $r: qinfer bench -p $n_prompt -n $n_gen -r $reps -t $threads" >&2
-  "$qinfer" bench -m "$path" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$threads" -o csv \
+  echo "round $r: qinfer bench -p $n_prompt -n $n_gen -r $reps -t $threads $qinfer_args" >&2
+  # shellcheck disable=SC2086  # qinfer_args is split on purpose
+  "$qinfer" bench -m "$path" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$threads" $qinfer_args -o csv \
     >"$tmp/qinfer.$r.csv" 2>"$tmp/qinfer.$r.err" ||
     { tail -n 5 "$tmp/qinfer.$r.err" >&2; die "qinfer bench failed in round $r"; }
 }
