@@ -79,6 +79,11 @@ typedef struct {
                  float base, float freq_scale, int mode);
     void (*attention)(qi_backend *b, const qi_attn_args *a);
     void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
+    /* n calls of attention_paged at once (independent sequences, outputs
+     * and stats not overlapping): the same results as n calls in turn, in
+     * one pass of the workers, so a decode step of many sequences does not
+     * pay n rounds of synchronisation. */
+    void (*attention_paged_n)(qi_backend *b, const qi_attn_paged_args *a, int n);
     /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
      * llama.cpp's op restart at every row) */
     void (*swiglu)(qi_backend *b, float *gate, const float *up, int T, int n);
@@ -93,7 +98,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 4u
+#define QI_BACKEND_VERSION 5u
 
 struct qi_backend {
     const qi_backend_i *iface;

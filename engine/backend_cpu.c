@@ -371,6 +371,56 @@ static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     qi_pool_run(c->pool, attp_work, &j);
 }
 
+/* Several sequences' attention in one pool run: the work items of call i
+ * (heads when it gathers stats, so a thread owns whole stats rows; else
+ * (token, head) pairs) are numbered after those of calls 0..i-1 and split
+ * evenly. Prompt chunks on the OpenBLAS path go one call at a time. */
+typedef struct {
+    const qi_attn_paged_args *a;
+    int n;
+    cpu_ctx *c;
+    long total;
+} attpn_job;
+
+static long attp_items(const qi_attn_paged_args *a) { return a->stats ? a->H : (long)a->T * a->H; }
+
+static void attpn_work(void *arg, int ith, int nth) {
+    attpn_job *j = arg;
+    float *s = j->c->att + (long)ith * j->c->att_len;
+    uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
+    long lo, hi, base = 0;
+    qi_split(j->total, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n && lo < hi; i++) {
+        const qi_attn_paged_args *a = &j->a[i];
+        const long n_it = attp_items(a);
+        for (; lo < hi && lo < base + n_it; lo++) {
+            const long k = lo - base;
+            if (a->stats)
+                for (int t = 0; t < a->T; t++) attp_one(a, j->c, t, (int)k, s, w16);
+            else
+                attp_one(a, j->c, (int)(k / a->H), (int)(k % a->H), s, w16);
+        }
+        base += n_it;
+    }
+}
+
+static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, int n) {
+    cpu_ctx *c = C(b);
+    attpn_job j = {a, n, c, 0};
+    bool any_blas = false;
+    for (int i = 0; i < n; i++) {
+        for (int hk = 0; hk < a[i].Hkv; hk++) QI_ASSERT(a[i].n_slots[hk] <= c->att_len);
+        QI_ASSERT(a[i].D <= 1024 && a[i].H % a[i].Hkv == 0);
+        any_blas |= c->attn_blas && a[i].T >= 2;
+        j.total += attp_items(&a[i]);
+    }
+    if (any_blas) {
+        for (int i = 0; i < n; i++) cpu_attention_paged(b, &a[i]);
+        return;
+    }
+    if (j.total > 0) qi_pool_run(c->pool, attpn_work, &j);
+}
+
 /* ---- attention through OpenBLAS (attn_blas) ------------------------------------ */
 
 /* Both interfaces in one form: query t at position qpos(t), KV head hk
@@ -581,6 +631,7 @@ static const qi_backend_i k_cpu_iface = {
     .rope = cpu_rope,
     .attention = cpu_attention,
     .attention_paged = cpu_attention_paged,
+    .attention_paged_n = cpu_attention_paged_n,
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,

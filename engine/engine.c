@@ -83,6 +83,11 @@ struct qi_engine {
     float *vscore;
     float *probe_s; /* [n_ctx] */
     uint16_t *probe_q16;
+    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each */
+    qi_attn_paged_args *acall;
+    int *a_nslots;
+    const int32_t **a_pos;
+    const uint16_t *const **a_kb, *const **a_vb;
     qi_engine_prof prof;
 };
 
@@ -145,7 +150,8 @@ void qi_engine_free(qi_engine *e) {
     qi_backend_free(e->be);
     void *bufs[] = {e->tokens, e->q_pos, e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->segs,
                     e->out_rows, e->logits, e->stats, e->attn, e->vpos, e->vtier, e->fate, e->vscore,
-                    e->probe_s, e->probe_q16};
+                    e->probe_s, e->probe_q16, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb,
+                    (void *)e->a_vb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -218,6 +224,16 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->vscore = qi_malloc(sizeof(float) * N);
     e->probe_s = qi_malloc(sizeof(float) * (N + 16));
     e->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
+    const size_t ns = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
+    e->acall = qi_malloc(sizeof *e->acall * (size_t)o->max_seqs);
+    e->a_nslots = qi_malloc(sizeof *e->a_nslots * ns);
+    e->a_pos = qi_malloc(sizeof *e->a_pos * ns);
+    e->a_kb = qi_malloc(sizeof *e->a_kb * ns);
+    e->a_vb = qi_malloc(sizeof *e->a_vb * ns);
+    if (!e->acall || !e->a_nslots || !e->a_pos || !e->a_kb || !e->a_vb) {
+        st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
+        goto fail;
+    }
     if (!e->seqs || !e->tokens || !e->q_pos || !e->x || !e->xn || !e->q || !e->k || !e->v || !e->att ||
         !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->attn || !e->vpos || !e->vtier ||
         !e->fate || !e->vscore || !e->probe_s || !e->probe_q16) {
@@ -473,8 +489,11 @@ static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l,
     return qi_kv_stream_apply(e->pool, st, e->fate, err);
 }
 
-/* Attention of segment g at layer l: write its K/V, attend, then the policy. */
-static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
+/* Segment g (the i-th of the step) at layer l: write its K/V to its
+ * streams and fill its attention call, e->acall[i]. *policy: whether the
+ * layer's policy decides for it (it then needs the attention statistics,
+ * in e->stats, which one call at a time can use). */
+static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, bool *policy, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     seq_state *s = &e->seqs[g->id];
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
@@ -492,10 +511,9 @@ static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
             }
         PROF_END(e, QI_OP_KV);
     }
-    int n_slots[64];
-    const int32_t *pos[64];
-    const uint16_t *const *kb[64], *const *vb[64];
-    QI_ASSERT(Hkv <= 64);
+    int *n_slots = e->a_nslots + (size_t)i * Hkv;
+    const int32_t **pos = e->a_pos + (size_t)i * Hkv;
+    const uint16_t *const **kb = e->a_kb + (size_t)i * Hkv, *const **vb = e->a_vb + (size_t)i * Hkv;
     for (int hk = 0; hk < Hkv; hk++) {
         const qi_kv_tier *w = &stream_of(e, s, l, hk)->work;
         n_slots[hk] = w->n;
@@ -503,29 +521,47 @@ static qi_status attend(qi_engine *e, const segment *g, int l, qi_err *err) {
         kb[hk] = (const uint16_t *const *)w->k_blk;
         vb[hk] = (const uint16_t *const *)w->v_blk;
     }
-    const bool policy = !swa && !qi_kv_policy_exempt(e->pol, l);
-    for (int t = 0; t < g->n; t++) e->q_pos[t] = g->pos0 + t;
-    if (policy) {
+    *policy = !swa && !qi_kv_policy_exempt(e->pol, l);
+    for (int t = 0; t < g->n; t++) e->q_pos[g->off + t] = g->pos0 + t;
+    if (*policy) {
         int mx = 0;
         for (int hk = 0; hk < Hkv; hk++) mx = n_slots[hk] > mx ? n_slots[hk] : mx;
         for (int h = 0; h < H; h++) memset(e->stats + (size_t)h * e->o.n_ctx, 0, sizeof(float) * (size_t)mx);
     }
-    qi_attn_paged_args a = {.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos,
-                            .n_swa = swa ? hp->n_swa : 0,
-                            .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
-                            .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
-                            .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb, .shift = QI_KV_BLOCK_SHIFT,
-                            .stats = policy ? e->stats : NULL, .stats_stride = e->o.n_ctx};
-    {
-        PROF_BEGIN(e);
-        e->be->iface->attention_paged(e->be, &a);
-        PROF_END(e, QI_OP_ATTENTION);
-    }
-    if (policy) {
+    e->acall[i] = (qi_attn_paged_args){.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
+                                       .n_swa = swa ? hp->n_swa : 0,
+                                       .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
+                                       .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
+                                       .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb,
+                                       .shift = QI_KV_BLOCK_SHIFT, .stats = *policy ? e->stats : NULL,
+                                       .stats_stride = e->o.n_ctx};
+    return QI_OK;
+}
+
+/* The attention of a step's segments at layer l. Without a deciding policy
+ * every segment's call goes to the backend at once; with one, segment by
+ * segment, each call followed by the policy on its statistics. */
+static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
+    const int Hkv = e->m->hp.n_head_kv;
+    qi_status st;
+    bool policy = false;
+    for (int i = 0; i < n_seg; i++) {
+        if ((st = attend_prepare(e, &segs[i], i, l, &policy, err))) return st;
+        if (!policy) continue;
+        {
+            PROF_BEGIN(e);
+            e->be->iface->attention_paged(e->be, &e->acall[i]);
+            PROF_END(e, QI_OP_ATTENTION);
+        }
         PROF_BEGIN(e);
         for (int hk = 0; hk < Hkv; hk++)
-            if ((st = run_policy(e, s, g, l, hk, err))) return st;
+            if ((st = run_policy(e, &e->seqs[segs[i].id], &segs[i], l, hk, err))) return st;
         PROF_END(e, QI_OP_POLICY);
+    }
+    if (!policy) {
+        PROF_BEGIN(e);
+        e->be->iface->attention_paged_n(e->be, e->acall, n_seg);
+        PROF_END(e, QI_OP_ATTENTION);
     }
     return QI_OK;
 }
@@ -563,8 +599,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
                      hp->rope_mode);
         }
         if (hp->q_scale > 0) scale_rows(e->q, (long)T * H * D, hp->q_scale);
-        for (int i = 0; i < n_seg; i++)
-            if ((st = attend(e, &segs[i], l, err))) return st;
+        if ((st = attend_all(e, segs, n_seg, l, err))) return st;
         matmul(e, &ly->wo, e->att, T, e->xn);
         if (l == hp->n_layer - 1 && R < T) {
             /* carry on with the output rows only (ascending, so moving down is safe) */
