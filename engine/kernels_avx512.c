@@ -713,7 +713,7 @@ T5 static void attn_values_avx512(qi_k_order ord, int D, const uint16_t *w16, co
 
 #define PKT 16      /* tokens per pass */
 #ifndef PK_PF
-#define PK_PF 8192 /* bytes ahead that a one-token pass prefetches; 0: none */
+#define PK_PF 8192 /* bytes of packed groups prefetched ahead; 0: none */
 #endif
 #define PK_MAXB 512 /* blocks per row the prepared scales hold (n <= 16384); longer rows: the reference */
 
@@ -732,7 +732,7 @@ T5 static inline int32_t load_i32(const int8_t *p) {
         _Pragma("GCC unroll 16") for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();        \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             const uint8_t *gb = g + (size_t)b * gbb;                                               \
-            if (PK_PF && NT <= 2)                                                                  \
+            if (PK_PF)                                                                  \
                 for (size_t o = 0; o < gbb; o += 64) _mm_prefetch((const char *)gb + PK_PF + o, _MM_HINT_T0); \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb));            \
             const __m512 mw = HAS_M ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + 32))) \
