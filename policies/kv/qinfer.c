@@ -27,7 +27,10 @@
  *
  * Score is accumulated attention weight, as in H2O; with windows=1,
  * sinks=0, full_layers=0, offload=false and recall=false the fates are
- * exactly H2O's, which a unit test checks on random views.
+ * exactly H2O's, which a unit test checks on random views. mean=true ranks
+ * the scored region by accumulated weight divided by the steps a token has
+ * been cached (cur_pos - pos + 1) instead, an ablation of the sum's bias
+ * towards old tokens.
  *
  * Windows are by position span rather than by equal token counts so that a
  * window means a stretch of the text: after eviction the older region is
@@ -46,7 +49,7 @@ typedef struct {
     qi_kv_policy base;
     int sinks, windows, full_layers, probe_every;
     double heavy;
-    bool offload, recall;
+    bool offload, recall, mean;
     qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
 } qinfer_policy;
@@ -63,7 +66,7 @@ static void qinfer_free(qi_kv_policy *pp) {
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"sinks", "windows", "heavy", "full_layers",
-                                        "offload", "recall", "probe_every", NULL};
+                                        "offload", "recall", "probe_every", "mean", NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
@@ -76,6 +79,8 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     if (!st) st = qi_params_bool(params, who, "offload", true, &offload, err);
     if (!st) st = qi_params_bool(params, who, "recall", true, &recall, err);
     if (!st) st = qi_params_int(params, who, "probe_every", 16, 0, INT_MAX, &probe_every, err);
+    bool mean;
+    if (!st) st = qi_params_bool(params, who, "mean", false, &mean, err);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
@@ -87,6 +92,7 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->offload = offload;
     p->recall = recall;
     p->probe_every = (int)probe_every;
+    p->mean = mean;
     if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
         qinfer_free(&p->base);
         return st;
@@ -168,6 +174,8 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         /* m > budget, so the older region holds r > heavy >= 1 tokens */
         qi_kv_item *it = p->scratch.items;
         int r = qi_kv_rank_gather(v, fate, it);
+        if (p->mean) /* attention per step the token has been seen */
+            for (int i = 0; i < r; i++) it[i].score /= (float)(v->cur_pos - it[i].pos + 1);
         keep_per_window(p, v, it, it + m, r, heavy, fate);
     }
     qi_kv_rank_finish(v, fate, evict);
@@ -177,7 +185,7 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
-    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16",
+    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,

@@ -426,6 +426,29 @@ START_TEST(qinfer_offload_and_probe) {
 END_TEST
 
 /* An offloaded token whose score rises above a kept one comes back. */
+/* mean=true ranks by weight per step cached. 32 tokens, cur_pos 31,
+ * budget 4 = 2 recent (30, 31) + 2 heavy, one window, no sinks. Sums:
+ * position 0 has 3.2 (0.1 a step over 32 steps), 10 has 2.8 (0.127 over
+ * 22), 25 has 1.4 (0.2 over 7): the sum keeps 0 and 10, the mean 25 and 10. */
+START_TEST(qinfer_mean_score) {
+    const char *base = "windows=1,sinks=0,full_layers=0,offload=false,recall=false,heavy=0.5";
+    for (int mean = 0; mean < 2; mean++) {
+        char spec[160];
+        snprintf(spec, sizeof spec, "%s,mean=%s", base, mean ? "true" : "false");
+        qi_kv_policy *q = make("qinfer", spec);
+        tview *t = tv_new(32, 4, 3);
+        t->score[0] = 3.2f;
+        t->score[10] = 2.8f;
+        t->score[25] = 1.4f;
+        ck_assert_int_eq(sel(q, t), 4);
+        const int32_t kept_sum[] = {0, 10, 30, 31}, kept_mean[] = {10, 25, 30, 31};
+        expect_kept(t, mean ? kept_mean : kept_sum, 4, QI_KV_DROP);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+}
+END_TEST
+
 START_TEST(qinfer_recall) {
     qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
@@ -895,6 +918,7 @@ int main(void) {
     tcase_add_test(tc, qinfer_sinks_and_full_layers);
     tcase_add_test(tc, qinfer_offload_and_probe);
     tcase_add_test(tc, qinfer_recall);
+    tcase_add_test(tc, qinfer_mean_score);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
