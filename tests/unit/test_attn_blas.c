@@ -476,6 +476,16 @@ START_TEST(test_paged) {
 }
 END_TEST
 
+/* Every KV head holds keys at positions 0..n-1, in slot order. */
+static void keys_in_order(problem *p, int n) {
+    for (int hk = 0; hk < p->Hkv; hk++) {
+        p->n[hk] = n;
+        p->kpos[hk] = malloc(sizeof(int32_t) * (size_t)n);
+        ck_assert_ptr_nonnull(p->kpos[hk]);
+        for (int i = 0; i < n; i++) p->kpos[hk][i] = i;
+    }
+}
+
 /* One-token calls keep the exact path, bit for bit, with the option on. */
 START_TEST(test_decode_unchanged) {
     uint64_t rng = 3000;
@@ -483,12 +493,7 @@ START_TEST(test_decode_unchanged) {
     const int n = 300;
     fill_q(&p, &rng);
     p.qpos[0] = n - 1;
-    for (int hk = 0; hk < p.Hkv; hk++) {
-        p.n[hk] = n;
-        p.kpos[hk] = malloc(sizeof(int32_t) * n);
-        ck_assert_ptr_nonnull(p.kpos[hk]);
-        for (int i = 0; i < n; i++) p.kpos[hk][i] = i;
-    }
+    keys_in_order(&p, n);
     fill_kv(&p, &rng);
     paged pg;
     paged_init(&pg, &p);
@@ -514,10 +519,7 @@ START_TEST(test_planted_fault) {
     const int n = 100;
     fill_q(&p, &rng);
     for (int t = 0; t < p.T; t++) p.qpos[t] = n - p.T + t;
-    p.n[0] = n;
-    p.kpos[0] = malloc(sizeof(int32_t) * n);
-    ck_assert_ptr_nonnull(p.kpos[0]);
-    for (int i = 0; i < n; i++) p.kpos[0][i] = i;
+    keys_in_order(&p, n);
     fill_kv(&p, &rng);
     paged pg;
     paged_init(&pg, &p);
