@@ -80,9 +80,9 @@ typedef struct {
     void (*attention)(qi_backend *b, const qi_attn_args *a);
     void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
     /* n calls of attention_paged at once (independent sequences, outputs
-     * and stats not overlapping): the same results as n calls in turn, in
-     * one pass of the workers, so a decode step of many sequences does not
-     * pay n rounds of synchronisation. */
+     * not overlapping, no statistics: stats NULL): the same results as n
+     * calls in turn, in one pass of the workers, so a decode step of many
+     * sequences does not pay n rounds of synchronisation. */
     void (*attention_paged_n)(qi_backend *b, const qi_attn_paged_args *a, int n);
     /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
      * llama.cpp's op restart at every row) */

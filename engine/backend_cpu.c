@@ -371,10 +371,9 @@ static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     qi_pool_run(c->pool, attp_work, &j);
 }
 
-/* Several sequences' attention in one pool run: the work items of call i
- * (heads when it gathers stats, so a thread owns whole stats rows; else
- * (token, head) pairs) are numbered after those of calls 0..i-1 and split
- * evenly. Prompt chunks on the OpenBLAS path go one call at a time. */
+/* Several sequences' attention in one pool run: the (token, head) pairs
+ * of call i are numbered after those of calls 0..i-1 and split evenly.
+ * Prompt chunks on the OpenBLAS path go one call at a time. */
 typedef struct {
     const qi_attn_paged_args *a;
     int n;
@@ -382,7 +381,7 @@ typedef struct {
     long total;
 } attpn_job;
 
-static long attp_items(const qi_attn_paged_args *a) { return a->stats ? a->H : (long)a->T * a->H; }
+static long attp_items(const qi_attn_paged_args *a) { return (long)a->T * a->H; }
 
 static void attpn_work(void *arg, int ith, int nth) {
     attpn_job *j = arg;
@@ -395,10 +394,7 @@ static void attpn_work(void *arg, int ith, int nth) {
         const long n_it = attp_items(a);
         for (; lo < hi && lo < base + n_it; lo++) {
             const long k = lo - base;
-            if (a->stats)
-                for (int t = 0; t < a->T; t++) attp_one(a, j->c, t, (int)k, s, w16);
-            else
-                attp_one(a, j->c, (int)(k / a->H), (int)(k % a->H), s, w16);
+            attp_one(a, j->c, (int)(k / a->H), (int)(k % a->H), s, w16);
         }
         base += n_it;
     }
@@ -410,7 +406,7 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
     bool any_blas = false;
     for (int i = 0; i < n; i++) {
         for (int hk = 0; hk < a[i].Hkv; hk++) QI_ASSERT(a[i].n_slots[hk] <= c->att_len);
-        QI_ASSERT(a[i].D <= 1024 && a[i].H % a[i].Hkv == 0);
+        QI_ASSERT(a[i].D <= 1024 && a[i].H % a[i].Hkv == 0 && !a[i].stats);
         any_blas |= c->attn_blas && a[i].T >= 2;
         j.total += attp_items(&a[i]);
     }
