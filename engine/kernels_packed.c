@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "qinfer/quant.h"
+#include "qinfer/types.h"
 
 #define PR QI_K_PACK_ROWS
 
@@ -18,15 +19,8 @@ int qi_k_pack_supported(uint32_t type) {
     return type == QI_TYPE_Q4_0 || type == QI_TYPE_Q4_1 || type == QI_TYPE_Q8_0;
 }
 
-/* Bytes of one block of a group: the scales (and offsets), then the codes. */
-static size_t group_block_bytes(uint32_t type) {
-    switch (type) {
-    case QI_TYPE_Q4_0: return PR * sizeof(qi_block_q4_0);
-    case QI_TYPE_Q4_1: return PR * sizeof(qi_block_q4_1);
-    case QI_TYPE_Q8_0: return PR * sizeof(qi_block_q8_0);
-    default: return 0;
-    }
-}
+/* Bytes of one block of a group: 16 plain blocks' worth, rearranged. */
+static size_t group_block_bytes(uint32_t type) { return PR * qi_type_get(type)->size; }
 
 /* Offset of the codes within a group block: after d[16], and m[16] for q4_1. */
 static size_t codes_offset(uint32_t type) { return (type == QI_TYPE_Q4_1 ? 2 : 1) * PR * sizeof(uint16_t); }
@@ -80,8 +74,6 @@ static int32_t block_isum(const uint8_t *u, int ofs, const int8_t *a) {
     return s - ofs * sa;
 }
 
-static size_t plain_block_bytes(uint32_t type) { return group_block_bytes(type) / PR; }
-
 /* The order's step for one block: acc after block x (plain format) . y. */
 static float block_step(uint32_t type, const void *xb, const void *yb, float acc) {
     uint8_t u[QI_QK];
@@ -109,13 +101,8 @@ static float block_step(uint32_t type, const void *xb, const void *yb, float acc
     return fmaf(qi_fp16_to_f32(x->m), qi_fp16_to_f32(y->s), acc);
 }
 
-/* The activation partner's block size. */
-static size_t act_block_bytes(uint32_t type) {
-    return type == QI_TYPE_Q4_1 ? sizeof(qi_block_q8_1) : sizeof(qi_block_q8_0);
-}
-
 float qi_k_dot_packed_ref(uint32_t type, int64_t n, const void *w, const void *a) {
-    const size_t xs = plain_block_bytes(type), ys = act_block_bytes(type);
+    const size_t xs = qi_type_get(type)->size, ys = qi_type_get(qi_vec_dot_type(type))->size;
     float acc = 0.0f;
     for (int64_t b = 0; b < n / QI_QK; b++)
         acc = block_step(type, (const char *)w + (size_t)b * xs, (const char *)a + (size_t)b * ys, acc);
@@ -147,7 +134,7 @@ static void unpack_block(uint32_t type, const uint8_t *g, int r, void *out) {
  * to its plain format, then the order's step. */
 static void gemm_packed_ref(uint32_t type, int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
                             size_t a_stride, int n_a, float *y, size_t y_stride) {
-    const size_t gb = group_block_bytes(type), ys = act_block_bytes(type);
+    const size_t gb = group_block_bytes(type), ys = qi_type_get(qi_vec_dot_type(type))->size;
     for (int r = 0; r < n_w; r++) {
         const uint8_t *grp = (const uint8_t *)w + (size_t)(r / PR) * w_stride;
         for (int t = 0; t < n_a; t++) {
