@@ -97,31 +97,26 @@ static void mm_quantize(void *arg, int ith, int nth) {
                             (char *)j->xq + t * j->qrow_bytes, j->w->n_cols);
 }
 
-/* Packed weights: whole groups to each thread. */
-static void mm_groups(void *arg, int ith, int nth) {
-    mm_job *j = arg;
-    const qi_weight *w = j->w;
-    long lo, hi;
-    qi_split((w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS, ith, nth, &lo, &hi);
-    if (lo >= hi) return;
-    const long r0 = lo * QI_K_PACK_ROWS, r1 = hi * QI_K_PACK_ROWS < w->n_rows ? hi * QI_K_PACK_ROWS : w->n_rows;
-    for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
-        const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
-        j->gemm(w->n_cols, (const char *)w->packed + (uint64_t)lo * w->packed_group_bytes, w->packed_group_bytes,
-                (int)(r1 - r0), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes, nt,
-                j->y + (long)t0 * w->n_rows + r0, (size_t)w->n_rows);
-    }
-}
-
+/* Each thread takes a range of rows (of whole 16-row groups for packed
+ * weights) and runs the gemm over it, MM_TOKEN_BLOCK tokens at a time. */
 static void mm_rows(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const qi_weight *w = j->w;
-    if (j->packed) {
-        mm_groups(arg, ith, nth);
-        return;
-    }
     long lo, hi;
-    qi_split(w->n_rows, ith, nth, &lo, &hi);
+    const char *base;
+    uint64_t stride;
+    if (j->packed) {
+        long g0, g1;
+        qi_split((w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS, ith, nth, &g0, &g1);
+        base = (const char *)w->packed + (uint64_t)g0 * w->packed_group_bytes;
+        stride = w->packed_group_bytes;
+        lo = g0 * QI_K_PACK_ROWS;
+        hi = g1 * QI_K_PACK_ROWS < w->n_rows ? g1 * QI_K_PACK_ROWS : w->n_rows;
+    } else {
+        qi_split(w->n_rows, ith, nth, &lo, &hi);
+        base = (const char *)w->data + (uint64_t)lo * w->row_bytes;
+        stride = w->row_bytes;
+    }
     if (!j->gemm) {
         for (long r = lo; r < hi; r++) {
             const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
@@ -134,9 +129,8 @@ static void mm_rows(void *arg, int ith, int nth) {
     if (lo >= hi) return;
     for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
         const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
-        j->gemm(w->n_cols, (const char *)w->data + (uint64_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo),
-                (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes, nt,
-                j->y + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
+        j->gemm(w->n_cols, base, stride, (int)(hi - lo), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes,
+                j->qrow_bytes, nt, j->y + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
     }
 }
 
