@@ -345,9 +345,11 @@ static void release_pages(const void *p, uint64_t len) {
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+int qi_model_n_matrices(const qi_model *m) { return 7 * m->hp.n_layer + 1; }
+
 qi_status qi_model_repack(qi_model *m, qi_err *err) {
     if (m->packed_mem) return QI_OK;
-    const int n_max = 7 * m->hp.n_layer + 1;
+    const int n_max = qi_model_n_matrices(m);
     qi_weight **ws = qi_malloc(sizeof *ws * (size_t)n_max);
     if (!ws) return QI_ERR(err, QI_ERR_NOMEM, "repacking the weights: out of memory");
     const int n = model_matrices(m, ws);
@@ -373,14 +375,14 @@ qi_status qi_model_repack(qi_model *m, qi_err *err) {
         qi_weight *w = ws[i];
         if (!w->data || !qi_k_pack_supported(w->type)) continue;
         const uint64_t gb = qi_k_pack_group_bytes(w->type, w->n_cols);
+        w->packed = mem + off;
+        w->packed_group_bytes = gb;
         for (int64_t r0 = 0; r0 < w->n_rows; r0 += QI_K_PACK_ROWS) {
             const int rows = w->n_rows - r0 < QI_K_PACK_ROWS ? (int)(w->n_rows - r0) : QI_K_PACK_ROWS;
             qi_k_pack_group(w->type, w->n_cols, (const char *)w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes,
                             rows, mem + off);
             off += gb;
         }
-        w->packed = mem + off - gb * (uint64_t)((w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS);
-        w->packed_group_bytes = gb;
         packed++;
         /* the token embeddings are still read by row */
         if (w->data != m->tok_embd.data) release_pages(w->data, w->row_bytes * (uint64_t)w->n_rows);

@@ -115,6 +115,9 @@ void qi_model_free(qi_model *m);
  * creating contexts or engines; calling twice is a no-op. Fails only
  * for lack of memory (the model is then unchanged). */
 qi_status qi_model_repack(qi_model *m, qi_err *err);
+/* The matrices a forward pass multiplies by: seven per layer and the
+ * output head (what qi_model_repack considers). */
+int qi_model_n_matrices(const qi_model *m);
 
 /* ---- Evaluation context: one sequence, a KV cache, scratch --------------- */
 
