@@ -115,6 +115,8 @@ static void help(void) {
         "                        (the backend column then reads \"CPU (<kernels>, packed)\")\n"
         "      --attn-blas       prompts' attention through OpenBLAS sgemm (the pp row):\n"
         "                        faster, but not bit-exact with llama.cpp (needs libopenblas0)\n"
+        "      --profile         time every op of the batched rows (warm-up included) and\n"
+        "                        print each row's shares to stderr; the timers cost a little\n"
         "  -h, --help            this help\n\n"
         "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
         MAX_BATCH, BATCH_PROMPT,
@@ -902,7 +904,7 @@ int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
     int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1;
     int n_threads = qi_n_physical_cores();
-    bool repack = false;
+    bool repack = false, profile = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
     bool attn_blas = false;
     qi_cli_kv kv;
@@ -927,6 +929,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--probe-mib")) qi_args_int(&a, 0, 1 << 20, &probe_mib);
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
+        else if (qi_args_is(&a, NULL, "--profile")) profile = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -1103,11 +1106,13 @@ int qi_cmd_bench(int argc, char **argv) {
             run.ctx = NULL;
             qi_engine_opts o = eo;
             o.max_seqs = t->batch;
+            o.profile = profile;
             if (o.step_tokens < t->batch) o.step_tokens = t->batch;
             run.n_ids = 0;
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }
         if (run_test(&run, t, n_warmup, &err)) goto fail;
+        if (profile && run.eng) qi_cli_print_profile(cmd, t->name, run.eng);
         qi_engine_free(run.eng);
         run.eng = NULL;
     }

@@ -166,17 +166,7 @@ int qi_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
-    if (profile) {
-        qi_engine_prof pr;
-        qi_engine_profile(eng, &pr);
-        double tot = 0;
-        for (int k = 0; k < QI_OP_COUNT; k++) tot += pr.seconds[k];
-        fprintf(stderr, "qinfer generate: profile over %ld steps, %.3f s:", pr.steps, tot);
-        for (int k = 0; k < QI_OP_COUNT; k++)
-            fprintf(stderr, " %s %.1f%%", qi_op_kind_name((qi_op_kind)k), tot > 0 ? 100 * pr.seconds[k] / tot : 0.0);
-        fprintf(stderr, "; matmuls read %.1f GB/s of weights\n",
-                pr.seconds[QI_OP_MATMUL] > 0 ? pr.matmul_bytes / pr.seconds[QI_OP_MATMUL] / 1e9 : 0.0);
-    }
+    if (profile) qi_cli_print_profile(cmd, NULL, eng);
     if (kv_stats) {
         qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(eng, sid, &ks);

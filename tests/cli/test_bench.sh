@@ -112,6 +112,16 @@ for r in rows:
     assert abs(float(r["avg_seq_ts"]) * int(r["batch"]) - float(r["avg_ts"])) < 1e-3 * float(r["avg_ts"])
 EOF
 fi
+# --profile: one line per batched row, op shares summing to 100%.
+if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 --profile; then
+  for test in "tg8 @ b1" "tg8 @ b4"; do
+    line=$(grep "^qinfer bench: profile of $test over [0-9]* steps" "$tmp/err")
+    [[ -n $line ]] || { bad "no profile line for $test: $(cat "$tmp/err")"; continue; }
+    python3 -c 'import re, sys; v = [float(x) for x in re.findall(r" ([0-9.]+)%", sys.argv[1])]; assert len(v) == 5 and abs(sum(v) - 100) < 0.5, v' "$line" \
+      && ok || bad "profile shares of $test: $line"
+  done
+  grep -q "profile of tg8 over" "$tmp/err" && bad "a profile line for the single-sequence row"
+fi
 # A policy with a budget: named in the header and in the batched rows only.
 if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 8 -r 1 --warmup 0 --batch 2 --kv-policy window --kv-budget 4 \
   --probe-mib 0; then
