@@ -72,6 +72,11 @@ typedef struct {
     /* y[T][w->n_rows] = x[T][w->n_cols] . W^T, activations quantised per
      * row to the weight type's dot partner first (as llama.cpp does). */
     void (*matmul)(qi_backend *b, const qi_weight *w, const float *x, int T, float *y);
+    /* y[i] = matmul(w[i], x) for i < n, weights of equal n_cols reading the
+     * same x (Q, K and V; gate and up): the same results as n matmul calls,
+     * with the activations quantised once per dot type and the rows of all
+     * the weights shared out in one pass of the workers. */
+    void (*matmul_n)(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T);
     /* y[T][n] = x / rms(x) * w  (y may alias x) */
     void (*rmsnorm)(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y);
     /* In place on x[T][n_heads*D], token t at position pos0+t. */
@@ -98,7 +103,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 5u
+#define QI_BACKEND_VERSION 6u
 
 struct qi_backend {
     const qi_backend_i *iface;

@@ -76,16 +76,24 @@ static cpu_ctx *C(qi_backend *b) { return (cpu_ctx *)b->ctx; }
 
 /* ---- matmul ------------------------------------------------------------- */
 
+/* Up to MM_MAX_W weights that read the same activations (Q, K and V; gate
+ * and up) in one job: the activations are quantised once, and the rows of
+ * all of them are split over the threads in one pool run. */
+#define MM_MAX_W 4
+
 typedef struct {
-    const qi_weight *w;
+    const qi_weight *w[MM_MAX_W];
+    float *y[MM_MAX_W];
+    qi_k_gemm_fn gemm[MM_MAX_W]; /* NULL: quant.c's generic-order reference */
+    bool packed[MM_MAX_W];       /* gemm takes w->packed's 16-row groups */
+    int n_w;
+    long n_rows;                 /* of all the weights */
     const float *x;
     int T;
-    float *y;
+    int64_t n_cols;
     uint32_t dot_type;
     uint64_t qrow_bytes;
     void *xq;
-    qi_k_gemm_fn gemm; /* NULL: quant.c's generic-order reference */
-    bool packed;       /* gemm takes w->packed's 16-row groups */
 } mm_job;
 
 static void mm_quantize(void *arg, int ith, int nth) {
@@ -93,63 +101,90 @@ static void mm_quantize(void *arg, int ith, int nth) {
     long lo, hi;
     qi_split(j->T, ith, nth, &lo, &hi);
     for (long t = lo; t < hi; t++)
-        qi_quantize_act_row(j->dot_type, j->x + t * j->w->n_cols,
-                            (char *)j->xq + t * j->qrow_bytes, j->w->n_cols);
+        qi_quantize_act_row(j->dot_type, j->x + t * j->n_cols, (char *)j->xq + t * j->qrow_bytes, j->n_cols);
 }
 
-/* Each thread takes a range of rows (of whole 16-row groups for packed
- * weights) and runs the gemm over it, MM_TOKEN_BLOCK tokens at a time. */
-static void mm_rows(void *arg, int ith, int nth) {
-    mm_job *j = arg;
-    const qi_weight *w = j->w;
-    long lo, hi;
-    const char *base;
-    uint64_t stride;
-    if (j->packed) {
-        long g0, g1;
-        qi_split((w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS, ith, nth, &g0, &g1);
-        base = (const char *)w->packed + (uint64_t)g0 * w->packed_group_bytes;
-        stride = w->packed_group_bytes;
-        lo = g0 * QI_K_PACK_ROWS;
-        hi = g1 * QI_K_PACK_ROWS < w->n_rows ? g1 * QI_K_PACK_ROWS : w->n_rows;
-    } else {
-        qi_split(w->n_rows, ith, nth, &lo, &hi);
-        base = (const char *)w->data + (uint64_t)lo * w->row_bytes;
-        stride = w->row_bytes;
-    }
-    if (!j->gemm) {
+/* Rows [lo, hi) of weight i, MM_TOKEN_BLOCK tokens at a time. */
+static void mm_range(const mm_job *j, int i, long lo, long hi) {
+    const qi_weight *w = j->w[i];
+    if (!j->gemm[i]) {
         for (long r = lo; r < hi; r++) {
             const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
             for (int t = 0; t < j->T; t++)
-                j->y[(long)t * w->n_rows + r] =
+                j->y[i][(long)t * w->n_rows + r] =
                     qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + t * j->qrow_bytes);
         }
         return;
     }
-    if (lo >= hi) return;
+    const char *base;
+    uint64_t stride;
+    if (j->packed[i]) {
+        base = (const char *)w->packed + (uint64_t)(lo / QI_K_PACK_ROWS) * w->packed_group_bytes;
+        stride = w->packed_group_bytes;
+    } else {
+        base = (const char *)w->data + (uint64_t)lo * w->row_bytes;
+        stride = w->row_bytes;
+    }
     for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
         const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
-        j->gemm(w->n_cols, base, stride, (int)(hi - lo), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes,
-                j->qrow_bytes, nt, j->y + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
+        j->gemm[i](w->n_cols, base, stride, (int)(hi - lo), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes,
+                   j->qrow_bytes, nt, j->y[i] + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
+    }
+}
+
+/* The rows of all weights, numbered one after another, are split evenly;
+ * within a packed weight a split point moves up to a 16-row group boundary
+ * (the same point for the threads on both sides of it). */
+static long mm_snap(const mm_job *j, int i, long r) {
+    if (!j->packed[i] || r % QI_K_PACK_ROWS == 0) return r;
+    r += QI_K_PACK_ROWS - r % QI_K_PACK_ROWS;
+    return r < j->w[i]->n_rows ? r : j->w[i]->n_rows;
+}
+
+static void mm_rows(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    long lo, hi, off = 0;
+    qi_split(j->n_rows, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n_w; off += j->w[i]->n_rows, i++) {
+        const long n = j->w[i]->n_rows;
+        const long a = mm_snap(j, i, lo - off < 0 ? 0 : lo - off > n ? n : lo - off);
+        const long b = mm_snap(j, i, hi - off < 0 ? 0 : hi - off > n ? n : hi - off);
+        if (a < b) mm_range(j, i, a, b);
+    }
+}
+
+/* y_i[T][w_i->n_rows] = x . W_i^T for i < n, all of w_i->n_cols columns;
+ * weights whose activation types differ are taken in separate runs. */
+static void cpu_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
+    cpu_ctx *c = C(b);
+    for (int i0 = 0; i0 < n;) {
+        mm_job j = {.x = x, .T = T, .n_cols = w[i0]->n_cols, .dot_type = qi_vec_dot_type(w[i0]->type),
+                    .xq = c->scratch};
+        for (; i0 < n && j.n_w < MM_MAX_W && qi_vec_dot_type(w[i0]->type) == j.dot_type; i0++) {
+            const qi_weight *wi = w[i0];
+            QI_ASSERT(wi->n_cols == j.n_cols);
+            const int k = j.n_w++;
+            j.w[k] = wi;
+            j.y[k] = y[i0];
+            j.gemm[k] = T >= QI_K_WIDE_MIN && c->k->gemm_wide[wi->type] ? c->k->gemm_wide[wi->type]
+                                                                       : c->k->gemm[wi->type];
+            if (wi->packed && c->k->gemm_packed[wi->type]) {
+                j.gemm[k] = c->k->gemm_packed[wi->type];
+                j.packed[k] = true;
+            }
+            j.n_rows += wi->n_rows;
+        }
+        uint64_t rb = 0;
+        qi_type_row_bytes(j.dot_type, (uint64_t)j.n_cols, &rb);
+        j.qrow_bytes = rb;
+        QI_ASSERT(rb * (uint64_t)T <= c->scratch_bytes); /* sized by reserve() */
+        qi_pool_run(c->pool, mm_quantize, &j);
+        qi_pool_run(c->pool, mm_rows, &j);
     }
 }
 
 static void cpu_matmul(qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
-    cpu_ctx *c = C(b);
-    mm_job j = {.w = w, .x = x, .T = T, .y = y, .dot_type = qi_vec_dot_type(w->type),
-                .gemm = T >= QI_K_WIDE_MIN && c->k->gemm_wide[w->type] ? c->k->gemm_wide[w->type]
-                                                                        : c->k->gemm[w->type]};
-    if (w->packed && c->k->gemm_packed[w->type]) {
-        j.gemm = c->k->gemm_packed[w->type];
-        j.packed = true;
-    }
-    uint64_t rb = 0;
-    qi_type_row_bytes(j.dot_type, (uint64_t)w->n_cols, &rb);
-    j.qrow_bytes = rb;
-    QI_ASSERT(rb * (uint64_t)T <= c->scratch_bytes); /* sized by reserve() */
-    j.xq = c->scratch;
-    qi_pool_run(c->pool, mm_quantize, &j);
-    qi_pool_run(c->pool, mm_rows, &j);
+    cpu_matmul_n(b, &w, &y, 1, x, T);
 }
 
 /* ---- element-wise ops ------------------------------------------------------ */
@@ -617,6 +652,7 @@ static const qi_backend_i k_cpu_iface = {
     .version = QI_BACKEND_VERSION,
     .name = "cpu",
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,

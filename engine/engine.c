@@ -111,13 +111,17 @@ static double now_s(void) {
         }                                                        \
     } while (0)
 
-/* A weight matmul, timed, with the bytes it reads counted. */
-static void matmul(qi_engine *e, const qi_weight *w, const float *x, int T, float *y) {
+/* Weight matmuls reading the same x, timed, with the bytes they read
+ * counted. */
+static void matmul_n(qi_engine *e, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
     PROF_BEGIN(e);
-    e->be->iface->matmul(e->be, w, x, T, y);
+    e->be->iface->matmul_n(e->be, w, y, n, x, T);
     PROF_END(e, QI_OP_MATMUL);
-    if (e->o.profile) e->prof.matmul_bytes += (double)w->row_bytes * (double)w->n_rows;
+    if (e->o.profile)
+        for (int i = 0; i < n; i++) e->prof.matmul_bytes += (double)w[i]->row_bytes * (double)w[i]->n_rows;
 }
+
+static void matmul(qi_engine *e, const qi_weight *w, const float *x, int T, float *y) { matmul_n(e, &w, &y, 1, x, T); }
 
 void qi_engine_opts_default(qi_engine_opts *o) {
     memset(o, 0, sizeof *o);
@@ -586,9 +590,9 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         const bool swa = hp->n_swa > 0 && ly->swa;
         const float base = swa ? hp->rope_base_swa : hp->rope_base;
         be->rmsnorm(b, e->x, ly->attn_norm.data, T, E, hp->rms_eps, e->xn);
-        matmul(e, &ly->wq, e->xn, T, e->q);
-        matmul(e, &ly->wk, e->xn, T, e->k);
-        matmul(e, &ly->wv, e->xn, T, e->v);
+        const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+        float *const qkv_out[3] = {e->q, e->k, e->v};
+        matmul_n(e, qkv, qkv_out, 3, e->xn, T);
         if (ly->q_norm.data) be->rmsnorm(b, e->q, ly->q_norm.data, T * H, D, hp->rms_eps, e->q);
         if (ly->k_norm.data) be->rmsnorm(b, e->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, e->k);
         for (int i = 0; i < n_seg; i++) {
@@ -615,8 +619,9 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         if (ly->attn_post_norm.data) be->rmsnorm(b, e->xn, ly->attn_post_norm.data, rows, E, hp->rms_eps, e->xn);
         for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
         be->rmsnorm(b, e->x, ly->ffn_norm.data, rows, E, hp->rms_eps, e->xn);
-        matmul(e, &ly->w_gate, e->xn, rows, e->gate);
-        matmul(e, &ly->w_up, e->xn, rows, e->up);
+        const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
+        float *const gu_out[2] = {e->gate, e->up};
+        matmul_n(e, gu, gu_out, 2, e->xn, rows);
         if (hp->ffn_act == QI_FFN_GEGLU_TANH)
             be->geglu(b, e->gate, e->up, rows, hp->n_ff);
         else

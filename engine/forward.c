@@ -151,9 +151,9 @@ static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_ou
         const bool swa = hp->n_swa > 0 && ly->swa;
         const float base = swa ? hp->rope_base_swa : hp->rope_base;
         be->rmsnorm(b, c->x, ly->attn_norm.data, T, E, hp->rms_eps, c->xn);
-        be->matmul(b, &ly->wq, c->xn, T, c->q);
-        be->matmul(b, &ly->wk, c->xn, T, c->k);
-        be->matmul(b, &ly->wv, c->xn, T, c->v);
+        const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+        float *const qkv_out[3] = {c->q, c->k, c->v};
+        be->matmul_n(b, qkv, qkv_out, 3, c->xn, T);
         if (ly->q_norm.data) be->rmsnorm(b, c->q, ly->q_norm.data, T * H, D, hp->rms_eps, c->q);
         if (ly->k_norm.data) be->rmsnorm(b, c->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, c->k);
         be->rope(b, c->q, T, H, D, hp->n_rot, pos0, base, hp->rope_freq_scale, hp->rope_mode);
@@ -186,8 +186,9 @@ static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_ou
         for (long i = 0; i < (long)R * E; i++) c->x[i] += c->xn[i];
 
         be->rmsnorm(b, c->x, ly->ffn_norm.data, R, E, hp->rms_eps, c->xn);
-        be->matmul(b, &ly->w_gate, c->xn, R, c->gate);
-        be->matmul(b, &ly->w_up, c->xn, R, c->up);
+        const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
+        float *const gu_out[2] = {c->gate, c->up};
+        be->matmul_n(b, gu, gu_out, 2, c->xn, R);
         if (hp->ffn_act == QI_FFN_GEGLU_TANH)
             be->geglu(b, c->gate, c->up, R, hp->n_ff);
         else
