@@ -306,7 +306,7 @@ static void att_work(void *arg, int ith, int nth) {
         const int qpos = a->pos0 + t, last = a->pos0 + a->T - 1;
         int n_pos = a->n_cells > 0 ? (last + 1 < a->n_cells ? last + 1 : a->n_cells) : qpos + 1;
         const float *q = a->q + ((long)t * a->H + h) * D;
-        for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+        K->f32_to_f16(q, q16, D);
         K->attn_scores(ord, D, q16, a->k + (long)hk * D, (size_t)kv_stride, n_pos, s);
         for (int p = 0; p < n_pos; p++) s[p] *= a->scale;
         if (a->n_cells > 0) {
@@ -352,7 +352,7 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
     const int32_t *pos = a->pos[hk];
     uint16_t q16[1024];
     const float *q = a->q + ((long)t * a->H + h) * D;
-    for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+    K->f32_to_f16(q, q16, D);
     for (int i0 = 0; i0 < n; i0 += B)
         K->attn_scores(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B, s + i0);
     for (int i = 0; i < n; i++) s[i] *= a->scale;

@@ -427,7 +427,7 @@ static void probe_weights(qi_engine *e, const segment *g, qi_kv_stream *st, int 
         const int32_t qpos = g->pos0 + t;
         for (int h = hk * group; h < (hk + 1) * group; h++) {
             const float *q = e->q + ((long)(g->off + t) * H + h) * D;
-            for (int d = 0; d < D; d++) e->probe_q16[d] = qi_f32_to_fp16(q[d]);
+            K->f32_to_f16(q, e->probe_q16, D);
             const qi_kv_tier *tiers[2] = {&st->work, &st->off};
             int base = 0;
             for (int ti = 0; ti < 2; ti++) {

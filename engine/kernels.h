@@ -74,6 +74,9 @@ typedef struct qi_kernels {
     void (*quantize_q8)(const float *x, void *dst, int64_t n, int with_sum);
     /* y[i] = x[i] as a float for i < n (exact: every fp16 value is one). */
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    /* y[i] = qi_f32_to_fp16(x[i]) for i < n: rounded to nearest even, NaN
+     * to the quiet NaN 0x7e00 with its sign. */
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
     /* Matmuls over packed weights (see "Packed weights" below), indexed by
      * weight type, NULL where the type has no packed form: w is the first
      * 16-row group, w_stride the bytes of one group (qi_k_pack_group_bytes),
@@ -173,6 +176,7 @@ void qi_k_geglu_ref(int64_t n, float *g, const float *u);
 const uint16_t *qi_k_gelu_table(void);
 
 void qi_k_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n);
+void qi_k_f32_to_f16_ref(const float *x, uint16_t *y, int64_t n);
 
 /* llama.cpp's x86 activation quantiser for Q8_0 (with_sum 0) / Q8_1 (1). */
 void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum);

@@ -563,6 +563,20 @@ T2 static void f16_to_f32_avx2(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
 }
 
+/* F16C's conversion rounds to nearest even like qi_f32_to_fp16, subnormal
+ * results included; only a NaN keeps its payload there, so NaNs are set to
+ * the reference's quiet NaN afterwards. */
+T2 static void f32_to_f16_avx2(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, QI_RND));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+            for (int j = 0; j < 8; j++) y[i + j] = qi_f32_to_fp16(x[i + j]);
+    }
+    for (; i < n; i++) y[i] = qi_f32_to_fp16(x[i]);
+}
+
 T2 static void quantize_q8_avx2(const float *x, void *dst, int64_t n, int with_sum) {
     uint8_t *out = dst;
     const size_t bs = with_sum ? sizeof(qi_block_q8_1) : sizeof(qi_block_q8_0);
@@ -624,6 +638,7 @@ static const qi_kernels k_avx2 = {
     .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
+    .f32_to_f16 = f32_to_f16_avx2,
     /* no 256-bit packed kernels: the reference's (the packed layout is
      * made for 512-bit vectors) */
     .gemm_packed = {

@@ -455,13 +455,17 @@ void qi_k_swiglu_ref(int64_t n, float *g, const float *u) {
 
 /* ---- activation quantisation -------------------------------------------------------------- */
 
-/* llama.cpp's x86 quantize_row_q8_0/q8_1, one 32-element block at a time:
- * d = amax / 127, inverse 127 / amax (not 1 / d), x * inverse rounded half
- * to even, s = fp16(d * sum(q)) with d before its own fp16 rounding. */
 void qi_k_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = qi_fp16_to_f32(x[i]);
 }
 
+void qi_k_f32_to_f16_ref(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = qi_f32_to_fp16(x[i]);
+}
+
+/* llama.cpp's x86 quantize_row_q8_0/q8_1, one 32-element block at a time:
+ * d = amax / 127, inverse 127 / amax (not 1 / d), x * inverse rounded half
+ * to even, s = fp16(d * sum(q)) with d before its own fp16 rounding. */
 void qi_k_quantize_q8_ref(const float *x, void *dst, int64_t n, int with_sum) {
     uint8_t *out = dst;
     const size_t bs = with_sum ? sizeof(qi_block_q8_1) : sizeof(qi_block_q8_0);
@@ -548,6 +552,7 @@ static const qi_kernels k_ref = {
     .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,
     .f16_to_f32 = qi_k_f16_to_f32_ref,
+    .f32_to_f16 = qi_k_f32_to_f16_ref,
     .gemm_packed = {
         [QI_TYPE_Q4_0] = qi_k_gemm_packed_q4_0_ref,
         [QI_TYPE_Q4_1] = qi_k_gemm_packed_q4_1_ref,

@@ -15,6 +15,7 @@
 
 #include <string.h>
 
+#include "kernels.h"
 #include "kv/kv_policy.h"
 #include "qinfer/quant.h"
 
@@ -149,10 +150,9 @@ qi_status qi_kv_stream_push(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, const f
         t->n++;
     }
     uint16_t *kr = qi_kv_k_row(t, slot, p->D), *vr = qi_kv_v_row(t, slot, p->D);
-    for (int d = 0; d < p->D; d++) {
-        kr[d] = qi_f32_to_fp16(k[d]);
-        vr[d] = qi_f32_to_fp16(v[d]);
-    }
+    const qi_kernels *K = qi_kernels_get();
+    K->f32_to_f16(k, kr, p->D);
+    K->f32_to_f16(v, vr, p->D);
     t->pos[slot] = pos;
     t->score[slot] = 0.0f;
     return QI_OK;

@@ -935,6 +935,48 @@ START_TEST(test_f16_to_f32_variants) {
 }
 END_TEST
 
+/* Every float class: all exponents with random mantissas, the exact
+ * halfway points between fp16 neighbours (ties to even), the subnormal
+ * and overflow edges, infinities and NaNs with payloads. */
+START_TEST(test_f32_to_f16_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    const int64_t n = 70000 + 5;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    uint16_t *ref = malloc(sizeof(uint16_t) * (size_t)n), *got = malloc(sizeof(uint16_t) * (size_t)n);
+    uint64_t rng = 0xf16f16ull;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)qi_test_rand(&rng);
+        switch (i % 5) {
+        case 0: break;                                                   /* any bit pattern */
+        case 1: b = (b & 0x807fffffu) | (uint32_t)(96 + i % 48) << 23; break; /* around fp16's range */
+        case 2: b = (b & 0x80000000u) | (uint32_t)(102 + i % 40) << 23 | 0x1000u | (b & 0x3fe000u); break; /* ties */
+        case 3: b = (b & 0x80000000u) | (0x477fe000u + (b & 0x3fffu)); break; /* the overflow edge */
+        default: b = (b & 0x80000000u) | (0x33000000u + (b & 0xffffffu)); break; /* the subnormal edge */
+        }
+        memcpy(&x[i], &b, sizeof b);
+    }
+    const float specials[] = {INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, -0.0f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) x[100 + i] = specials[i];
+    const uint32_t payload_nan = 0x7fa00001u;
+    memcpy(&x[120], &payload_nan, sizeof payload_nan);
+    qi_k_f32_to_f16_ref(x, ref, n);
+    for (int k = 0; k < n_simd; k++)
+        for (int64_t len = n - 9; len <= n; len++) {
+            for (int64_t i = 0; i < n; i++) got[i] = 0x1234;
+            simd[k]->f32_to_f16(x, got, len);
+            for (int64_t i = 0; i < n; i++) {
+                const uint16_t want = i < len ? ref[i] : 0x1234;
+                ck_assert_msg(want == got[i], "%s n=%lld: element %lld (%a): %04x vs %04x", simd[k]->name,
+                              (long long)len, (long long)i, (double)x[i], want, got[i]);
+            }
+        }
+    free(x);
+    free(ref);
+    free(got);
+}
+END_TEST
+
 /* The run-time quantiser rounds halves to even, where the format's
  * reference (quant.c) rounds them away from zero: the test above is fed
  * ties, and here is proof that the two conventions really differ on them. */
@@ -966,6 +1008,7 @@ START_TEST(test_dispatch_sane) {
     ck_assert_ptr_nonnull(k->geglu);
     ck_assert_ptr_nonnull(k->quantize_q8);
     ck_assert_ptr_nonnull(k->f16_to_f32);
+    ck_assert_ptr_nonnull(k->f32_to_f16);
     for (int i = 0; i < N_DOT_TYPES; i++) ck_assert_ptr_nonnull(k->gemm[k_dot_types[i]]);
     const char *f = getenv("QI_FORCE_REF");
     if (!(f && *f && strcmp(f, "0"))) {
@@ -1019,6 +1062,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_quantize_q8_variants);
     tcase_add_test(tc, test_quantize_q8_ties);
     tcase_add_test(tc, test_f16_to_f32_variants);
+    tcase_add_test(tc, test_f32_to_f16_variants);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("numerics");
