@@ -61,7 +61,10 @@ typedef struct {
     const uint16_t *const *const *v_blk;
     int shift;
     /* Optional (NULL: none): stats[h * stats_stride + i] += the softmax
-     * weight query head h gave slot i, summed over the T queries. */
+     * weight query head h gave slot i, summed over the T queries in query
+     * order (t = 0 first), the same sums however the work is split.
+     * stats_stride >= every n_slots[hk]; the H rows must not overlap out
+     * or another call's stats. */
     float *stats;
     int stats_stride;
 } qi_attn_paged_args;
@@ -84,10 +87,11 @@ typedef struct {
                  float base, float freq_scale, int mode);
     void (*attention)(qi_backend *b, const qi_attn_args *a);
     void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
-    /* n calls of attention_paged at once (independent sequences, outputs
-     * not overlapping, no statistics: stats NULL): the same results as n
-     * calls in turn, in one pass of the workers, so a decode step of many
-     * sequences does not pay n rounds of synchronisation. */
+    /* n calls of attention_paged at once (independent sequences; no
+     * call's out or stats overlaps another's): the same results, outputs
+     * and statistics bit for bit, as n calls in turn, in one pass of the
+     * workers, so a decode step of many sequences does not pay n rounds of
+     * synchronisation. Calls with and without stats may be mixed. */
     void (*attention_paged_n)(qi_backend *b, const qi_attn_paged_args *a, int n);
     /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
      * llama.cpp's op restart at every row) */
@@ -103,7 +107,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 6u
+#define QI_BACKEND_VERSION 7u
 
 struct qi_backend {
     const qi_backend_i *iface;

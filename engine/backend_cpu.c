@@ -19,9 +19,11 @@
  *
  * Work split: matmuls by output rows (each weight row read once per block of
  * MM_TOKEN_BLOCK tokens, whose quantised activations stay in L1), attention
- * by (token, head) pairs, SwiGLU / GeGLU by rows, or by 16-element-aligned
- * ranges of each row when there are fewer rows than threads. A sliding
- * window masks the older scores to -inf rather than shortening the row.
+ * by (token, head) pairs (whole heads of a call that gathers statistics;
+ * several sequences' calls in one pool run), SwiGLU / GeGLU by rows, or by
+ * 16-element-aligned ranges of each row when there are fewer rows than
+ * threads. A sliding window masks the older scores to -inf rather than
+ * shortening the row.
  *
  * The attn_blas option trades that agreement for speed in prompts'
  * attention (T >= 2; one-token steps keep the exact path): per (sequence,
@@ -336,12 +338,25 @@ static void cpu_attention(qi_backend *b, const qi_attn_args *a) {
     qi_pool_run(c->pool, att_work, &j);
 }
 
-/* The paged variant: the same arithmetic as att_work over a block table.
- * Work is split by (token, head) pairs, or by heads when statistics are
- * gathered, so that each thread owns whole rows of stats. */
+/* The paged variant: the same arithmetic as att_work over a block table,
+ * for one call or for several independent ones (a step's sequences) in one
+ * pool run, so that a decode step of many sequences pays one round of
+ * synchronisation rather than one per sequence.
+ *
+ * Work split: a call's (token, head) pairs are numbered after those of the
+ * calls before it and the numbers are split evenly over the threads. A call
+ * without statistics is cut anywhere, pair by pair. A call with statistics
+ * is cut only between heads: head h's T pairs are one unit, run by the
+ * thread whose range holds the unit's first pair, queries in order, so
+ * that each row of stats has one writer and its sums the order of a
+ * single-threaded run whatever the thread count or the other calls. (Cut by
+ * pairs, a row would need per-thread partial sums, and adding those up
+ * changes the float summation order.) */
 typedef struct {
     const qi_attn_paged_args *a;
+    int n;
     cpu_ctx *c;
+    long total; /* pairs over all the calls */
 } attp_job;
 
 static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, float *s, uint16_t *w16) {
@@ -370,72 +385,58 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
     }
 }
 
+static long attp_items(const qi_attn_paged_args *a) { return (long)a->T * a->H; }
+
 static void attp_work(void *arg, int ith, int nth) {
     attp_job *j = arg;
-    const qi_attn_paged_args *a = j->a;
     float *s = j->c->att + (long)ith * j->c->att_len;
     uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
-    long lo, hi;
-    if (a->stats) {
-        qi_split(a->H, ith, nth, &lo, &hi);
-        for (long h = lo; h < hi; h++)
-            for (int t = 0; t < a->T; t++) attp_one(a, j->c, t, (int)h, s, w16);
-    } else {
-        qi_split((long)a->T * a->H, ith, nth, &lo, &hi);
-        for (long th = lo; th < hi; th++) attp_one(a, j->c, (int)(th / a->H), (int)(th % a->H), s, w16);
+    long lo, hi, next = 0;
+    qi_split(j->total, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n && next < hi; i++) {
+        const qi_attn_paged_args *a = &j->a[i];
+        const long n_it = attp_items(a), base = next; /* the call's pairs: base..next-1 */
+        next += n_it;
+        if (n_it == 0 || next <= lo) continue;
+        if (a->stats) {
+            /* the heads whose first pair, base + h * T, is in [lo, hi) */
+            const long h0 = lo <= base ? 0 : (lo - base + a->T - 1) / a->T;
+            const long h1 = hi >= next ? a->H : (hi - base + a->T - 1) / a->T;
+            for (long h = h0; h < h1; h++)
+                for (int t = 0; t < a->T; t++) attp_one(a, j->c, t, (int)h, s, w16);
+        } else {
+            const long k0 = lo > base ? lo - base : 0, k1 = (hi < next ? hi : next) - base;
+            for (long k = k0; k < k1; k++) attp_one(a, j->c, (int)(k / a->H), (int)(k % a->H), s, w16);
+        }
     }
+}
+
+static void attp_check(const cpu_ctx *c, const qi_attn_paged_args *a) {
+    QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
+    for (int hk = 0; hk < a->Hkv; hk++)
+        QI_ASSERT(a->n_slots[hk] <= c->att_len && (!a->stats || a->n_slots[hk] <= a->stats_stride));
 }
 
 static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a);
 
 static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     cpu_ctx *c = C(b);
-    for (int hk = 0; hk < a->Hkv; hk++) QI_ASSERT(a->n_slots[hk] <= c->att_len);
-    QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
+    attp_check(c, a);
     if (c->attn_blas && a->T >= 2) {
         blas_attention_paged(c, a);
         return;
     }
-    attp_job j = {a, c};
-    qi_pool_run(c->pool, attp_work, &j);
+    attp_job j = {a, 1, c, attp_items(a)};
+    if (j.total > 0) qi_pool_run(c->pool, attp_work, &j);
 }
 
-/* Several sequences' attention in one pool run: the (token, head) pairs
- * of call i are numbered after those of calls 0..i-1 and split evenly.
- * Prompt chunks on the OpenBLAS path go one call at a time. */
-typedef struct {
-    const qi_attn_paged_args *a;
-    int n;
-    cpu_ctx *c;
-    long total;
-} attpn_job;
-
-static long attp_items(const qi_attn_paged_args *a) { return (long)a->T * a->H; }
-
-static void attpn_work(void *arg, int ith, int nth) {
-    attpn_job *j = arg;
-    float *s = j->c->att + (long)ith * j->c->att_len;
-    uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
-    long lo, hi, base = 0;
-    qi_split(j->total, ith, nth, &lo, &hi);
-    for (int i = 0; i < j->n && lo < hi; i++) {
-        const qi_attn_paged_args *a = &j->a[i];
-        const long n_it = attp_items(a);
-        for (; lo < hi && lo < base + n_it; lo++) {
-            const long k = lo - base;
-            attp_one(a, j->c, (int)(k / a->H), (int)(k % a->H), s, w16);
-        }
-        base += n_it;
-    }
-}
-
+/* Prompt chunks on the OpenBLAS path go one call at a time. */
 static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, int n) {
     cpu_ctx *c = C(b);
-    attpn_job j = {a, n, c, 0};
+    attp_job j = {a, n, c, 0};
     bool any_blas = false;
     for (int i = 0; i < n; i++) {
-        for (int hk = 0; hk < a[i].Hkv; hk++) QI_ASSERT(a[i].n_slots[hk] <= c->att_len);
-        QI_ASSERT(a[i].D <= 1024 && a[i].H % a[i].Hkv == 0 && !a[i].stats);
+        attp_check(c, &a[i]);
         any_blas |= c->attn_blas && a[i].T >= 2;
         j.total += attp_items(&a[i]);
     }
@@ -443,7 +444,7 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
         for (int i = 0; i < n; i++) cpu_attention_paged(b, &a[i]);
         return;
     }
-    if (j.total > 0) qi_pool_run(c->pool, attpn_work, &j);
+    if (j.total > 0) qi_pool_run(c->pool, attp_work, &j);
 }
 
 /* ---- attention through OpenBLAS (attn_blas) ------------------------------------ */

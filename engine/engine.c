@@ -16,11 +16,17 @@
  * once per step) and RoPE, the KV writes and attention per segment (each
  * sequence at its own positions, over its own cache streams).
  *
- * After a layer's attention, on layers the policy does not exempt, each
- * segment's streams go through the policy: the softmax weights of the
- * segment's queries, summed over each KV head's query heads, are shown to
- * observe(); select() decides each token's fate within the budget; kv.c
- * applies it. On probe steps the weights are recomputed over both tiers
+ * A layer's attention is one backend call for all the segments (one pass
+ * of the workers, not one per sequence), under every policy: on layers the
+ * policy does not exempt each segment's call gathers its statistics into a
+ * region of its own, and after the call each segment's streams go through
+ * the policy in segment order: the softmax weights of the segment's
+ * queries, summed over each KV head's query heads, are shown to observe();
+ * select() decides each token's fate within the budget; kv.c applies it.
+ * A segment's streams are its own, so this equals running each segment's
+ * attention and policy in turn, except that every segment's new K/V rows
+ * are in the pool before any is evicted (a KV memory cap sees the step's
+ * rows together). On probe steps the weights are recomputed over both tiers
  * (one softmax over every held token) so that offloaded tokens can be
  * recalled; the attention output never reads the offload tier. The
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
@@ -75,8 +81,12 @@ struct qi_engine {
     int32_t *out_rows;
     float *logits;
     long cap_logit_rows;
-    /* policy scratch, [n_ctx] per stream */
-    float *stats;  /* [H][n_ctx] */
+    /* policy scratch: a layer's attention statistics, one region of
+     * [H][stride] per segment (stride: the segment's most working slots,
+     * rounded up to STATS_ALIGN), cap_stats floats, grown by the largest
+     * step; then [n_ctx] per stream */
+    float *stats;
+    size_t cap_stats;
     float *attn;   /* [n_ctx] */
     int32_t *vpos;
     uint8_t *vtier, *fate;
@@ -131,6 +141,13 @@ void qi_engine_opts_default(qi_engine_opts *o) {
     o->step_tokens = QI_ENGINE_CHUNK;
     o->kv_policy = "full";
 }
+
+/* Rows of statistics are padded to whole multiples of 16 floats (a 64-byte
+ * cache line), so rows of neighbouring heads, which different threads
+ * write, seldom share a line. */
+#define STATS_ALIGN 16
+
+static int stats_stride(int n_slots) { return (n_slots + STATS_ALIGN - 1) / STATS_ALIGN * STATS_ALIGN; }
 
 static qi_kv_stream *stream_of(const qi_engine *e, const seq_state *s, int l, int hk) {
     return &s->streams[(size_t)l * e->m->hp.n_head_kv + hk];
@@ -220,7 +237,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->up = qi_malloc(sizeof(float) * R * (size_t)hp->n_ff);
     e->segs = qi_malloc(sizeof(segment) * (size_t)o->max_seqs);
     e->out_rows = qi_malloc(sizeof(int32_t) * R);
-    e->stats = qi_malloc(sizeof(float) * (size_t)hp->n_head * N);
+    e->cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
+    e->stats = qi_malloc(sizeof(float) * e->cap_stats);
     e->attn = qi_malloc(sizeof(float) * N);
     e->vpos = qi_malloc(sizeof(int32_t) * N);
     e->vtier = qi_malloc(N);
@@ -357,6 +375,20 @@ void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out) {
         }
 }
 
+int qi_engine_kv_stream_tokens(const qi_engine *e, int id, int layer, int kv_head, int tier, const int32_t **pos,
+                               const float **score) {
+    *pos = NULL;
+    if (score) *score = NULL;
+    if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used || layer < 0 || layer >= e->m->hp.n_layer ||
+        kv_head < 0 || kv_head >= e->m->hp.n_head_kv || (tier != 0 && tier != 1))
+        return -1;
+    const qi_kv_stream *st = stream_of(e, &e->seqs[id], layer, kv_head);
+    const qi_kv_tier *t = tier == 0 ? &st->work : &st->off;
+    *pos = t->pos;
+    if (score) *score = t->score;
+    return t->n;
+}
+
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out) {
     const qi_kv_usage *u = qi_kv_pool_usage(e->pool);
     out->block_bytes = u->block_bytes;
@@ -455,8 +487,9 @@ static void probe_weights(qi_engine *e, const segment *g, qi_kv_stream *st, int 
 }
 
 /* Show stream (segment g, layer l, KV head hk) to the policy and apply its
- * decision. Stats of the segment's attention are in e->stats. */
-static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l, int hk, qi_err *err) {
+ * decision. The statistics of the segment's attention are in its call a. */
+static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, const qi_attn_paged_args *a, int l,
+                            int hk, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     qi_kv_stream *st = stream_of(e, s, l, hk);
     const int group = hp->n_head / hp->n_head_kv;
@@ -466,9 +499,9 @@ static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l,
         probe_weights(e, g, st, hk);
     } else {
         for (int i = 0; i < nw; i++) {
-            float a = 0.0f;
-            for (int h = hk * group; h < (hk + 1) * group; h++) a += e->stats[(size_t)h * e->o.n_ctx + i];
-            e->attn[i] = a;
+            float w = 0.0f;
+            for (int h = hk * group; h < (hk + 1) * group; h++) w += a->stats[(size_t)h * a->stats_stride + i];
+            e->attn[i] = w;
         }
         memset(e->attn + nw, 0, sizeof(float) * (size_t)no);
     }
@@ -494,16 +527,14 @@ static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, int l,
 }
 
 /* Segment g (the i-th of the step) at layer l: write its K/V to its
- * streams and fill its attention call, e->acall[i]. *policy: whether the
- * layer's policy decides for it (it then needs the attention statistics,
- * in e->stats, which one call at a time can use). */
-static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, bool *policy, qi_err *err) {
+ * streams and fill its attention call, e->acall[i], without statistics
+ * (attend_all places them). */
+static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     seq_state *s = &e->seqs[g->id];
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const long kvw = (long)Hkv * D;
-    const qi_layer *ly = &e->m->layers[l];
-    const bool swa = hp->n_swa > 0 && ly->swa;
+    const bool swa = hp->n_swa > 0 && e->m->layers[l].swa;
     qi_status st;
     {
         PROF_BEGIN(e);
@@ -525,48 +556,65 @@ static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, bo
         kb[hk] = (const uint16_t *const *)w->k_blk;
         vb[hk] = (const uint16_t *const *)w->v_blk;
     }
-    *policy = !swa && !qi_kv_policy_exempt(e->pol, l);
     for (int t = 0; t < g->n; t++) e->q_pos[g->off + t] = g->pos0 + t;
-    if (*policy) {
-        int mx = 0;
-        for (int hk = 0; hk < Hkv; hk++) mx = n_slots[hk] > mx ? n_slots[hk] : mx;
-        for (int h = 0; h < H; h++) memset(e->stats + (size_t)h * e->o.n_ctx, 0, sizeof(float) * (size_t)mx);
-    }
     e->acall[i] = (qi_attn_paged_args){.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
                                        .n_swa = swa ? hp->n_swa : 0,
                                        .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
                                        .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
                                        .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb,
-                                       .shift = QI_KV_BLOCK_SHIFT, .stats = *policy ? e->stats : NULL,
-                                       .stats_stride = e->o.n_ctx};
+                                       .shift = QI_KV_BLOCK_SHIFT};
     return QI_OK;
 }
 
-/* The attention of a step's segments at layer l. Without a deciding policy
- * every segment's call goes to the backend at once; with one, segment by
- * segment, each call followed by the policy on its statistics. */
+/* Give every call of the step its own zeroed region of e->stats, [H][its
+ * stride], growing the buffer when the step needs more than any before. */
+static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
+    const int H = e->m->hp.n_head, Hkv = e->m->hp.n_head_kv;
+    size_t need = 0;
+    for (int i = 0; i < n_seg; i++) {
+        int mx = 0;
+        for (int hk = 0; hk < Hkv; hk++) mx = e->acall[i].n_slots[hk] > mx ? e->acall[i].n_slots[hk] : mx;
+        e->acall[i].stats_stride = stats_stride(mx);
+        need += (size_t)H * (size_t)e->acall[i].stats_stride;
+    }
+    if (need > e->cap_stats) {
+        float *p = qi_realloc(e->stats, sizeof(float) * need);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the attention statistics of %d sequences", n_seg);
+        e->stats = p;
+        e->cap_stats = need;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n_seg; i++) {
+        const size_t n = (size_t)H * (size_t)e->acall[i].stats_stride;
+        e->acall[i].stats = e->stats + off;
+        memset(e->acall[i].stats, 0, sizeof(float) * n);
+        off += n;
+    }
+    return QI_OK;
+}
+
+/* The attention of a step's segments at layer l: every segment's K/V
+ * written, then one backend call for all of them. On a layer the policy
+ * decides, each call gathers its statistics into its own region, and the
+ * policy then runs on each segment's streams in segment order. */
 static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
     const int Hkv = e->m->hp.n_head_kv;
+    const bool policy = !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
     qi_status st;
-    bool policy = false;
-    for (int i = 0; i < n_seg; i++) {
-        if ((st = attend_prepare(e, &segs[i], i, l, &policy, err))) return st;
-        if (!policy) continue;
-        {
-            PROF_BEGIN(e);
-            e->be->iface->attention_paged(e->be, &e->acall[i]);
-            PROF_END(e, QI_OP_ATTENTION);
-        }
-        PROF_BEGIN(e);
-        for (int hk = 0; hk < Hkv; hk++)
-            if ((st = run_policy(e, &e->seqs[segs[i].id], &segs[i], l, hk, err))) return st;
-        PROF_END(e, QI_OP_POLICY);
-    }
-    if (!policy) {
+    for (int i = 0; i < n_seg; i++)
+        if ((st = attend_prepare(e, &segs[i], i, l, err))) return st;
+    if (policy && (st = place_stats(e, n_seg, err))) return st;
+    {
         PROF_BEGIN(e);
         e->be->iface->attention_paged_n(e->be, e->acall, n_seg);
         PROF_END(e, QI_OP_ATTENTION);
     }
+    if (!policy) return QI_OK;
+    PROF_BEGIN(e);
+    for (int i = 0; i < n_seg; i++)
+        for (int hk = 0; hk < Hkv; hk++)
+            if ((st = run_policy(e, &e->seqs[segs[i].id], &segs[i], &e->acall[i], l, hk, err))) return st;
+    PROF_END(e, QI_OP_POLICY);
     return QI_OK;
 }
 

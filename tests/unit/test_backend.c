@@ -23,6 +23,10 @@
  *     plain heads, head dims on and off the 16-lane grid, first and later
  *     positions, sliding window, and the ring cache (partly and fully
  *     wrapped), each score row masked from the positions the cache rows hold;
+ *   - paged attention over block tables with slots out of position order,
+ *     each call alone and several at once (attention_paged_n: decode rows,
+ *     prompt chunks and an empty call together, with statistics on every,
+ *     no or some calls), outputs and the added statistics;
  *   - get_rows for every weight type.
  * The expected side never goes through the backend, so a result that depends
  * on how work is split fails against it; each thread count is also compared
@@ -546,6 +550,195 @@ START_TEST(test_attention) {
 }
 END_TEST
 
+/* ---- paged attention, one call and several at once ------------------------------- */
+
+/* 4-row blocks, so short rows cross many block boundaries */
+#define PG_SHIFT 2
+#define PG_CALLS 6
+#define PG_MAX_HKV 4
+
+/* One call of qi_attn_paged_args over its own paged cache: KV head hk holds
+ * n_slots[hk] of the positions 0..q_pos[T-1] (every query position, some
+ * of the older ones left out as a policy would), shuffled, so slot order is
+ * not position order. */
+typedef struct {
+    qi_attn_paged_args a;
+    int n_slots[PG_MAX_HKV];
+    int32_t *q_pos, *pos[PG_MAX_HKV];
+    const int32_t *cpos[PG_MAX_HKV];
+    uint16_t **kb[PG_MAX_HKV], **vb[PG_MAX_HKV];
+    const uint16_t *const *ckb[PG_MAX_HKV], *const *cvb[PG_MAX_HKV];
+    float *q;
+    float *stats0; /* [H][stride] the statistics before the call (not zero: they are added to) */
+} pg_call;
+
+static void pg_call_init(pg_call *c, uint64_t *rng, int T, int H, int Hkv, int D, int n_swa, bool stats) {
+    memset(c, 0, sizeof *c);
+    const int pos0 = 3 + (int)(qi_test_rand(rng) % 20), P = pos0 + T; /* positions 0..P-1 */
+    c->q_pos = malloc(sizeof(int32_t) * (size_t)(T + 1));
+    for (int t = 0; t < T; t++) c->q_pos[t] = pos0 + t;
+    c->q = malloc(sizeof(float) * (size_t)(T * H * D + 1));
+    for (long i = 0; i < (long)T * H * D; i++) c->q[i] = randn(rng) * 2.0f;
+    int stride = 1;
+    for (int hk = 0; hk < Hkv; hk++) {
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)P);
+        int n = 0;
+        for (int p = 0; p < P; p++)
+            if (p >= pos0 || qi_test_rand(rng) % 4 != 0) pos[n++] = p;
+        for (int i = n - 1; i > 0; i--) {
+            const int j = (int)(qi_test_rand(rng) % (uint64_t)(i + 1));
+            const int32_t tmp = pos[i];
+            pos[i] = pos[j];
+            pos[j] = tmp;
+        }
+        const int n_blk = (n >> PG_SHIFT) + 1;
+        c->kb[hk] = malloc(sizeof(uint16_t *) * (size_t)n_blk);
+        c->vb[hk] = malloc(sizeof(uint16_t *) * (size_t)n_blk);
+        for (int b = 0; b < n_blk; b++) {
+            c->kb[hk][b] = malloc(sizeof(uint16_t) * ((size_t)D << PG_SHIFT));
+            c->vb[hk][b] = malloc(sizeof(uint16_t) * ((size_t)D << PG_SHIFT));
+            for (long i = 0; i < (long)D << PG_SHIFT; i++) {
+                c->kb[hk][b][i] = qi_f32_to_fp16(randn(rng) * 2.0f);
+                c->vb[hk][b][i] = qi_f32_to_fp16(randn(rng));
+            }
+        }
+        c->n_slots[hk] = n;
+        c->pos[hk] = pos;
+        c->cpos[hk] = pos;
+        c->ckb[hk] = (const uint16_t *const *)c->kb[hk];
+        c->cvb[hk] = (const uint16_t *const *)c->vb[hk];
+        stride = n + 3 > stride ? n + 3 : stride; /* rows longer than the slots: the tail stays as it was */
+    }
+    c->a = (qi_attn_paged_args){.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos = c->q_pos, .n_swa = n_swa,
+                                .scale = 1.0f / sqrtf((float)D), .q = c->q, .n_slots = c->n_slots, .pos = c->cpos,
+                                .k_blk = c->ckb, .v_blk = c->cvb, .shift = PG_SHIFT,
+                                .stats_stride = stats ? stride : 0};
+    if (stats) {
+        c->stats0 = malloc(sizeof(float) * (size_t)H * stride);
+        for (long i = 0; i < (long)H * stride; i++) c->stats0[i] = (float)(qi_test_rand(rng) % 8) / 64.0f;
+    }
+}
+
+static void pg_call_fini(pg_call *c) {
+    for (int hk = 0; hk < c->a.Hkv; hk++) {
+        for (int b = 0; b <= c->n_slots[hk] >> PG_SHIFT; b++) {
+            free(c->kb[hk][b]);
+            free(c->vb[hk][b]);
+        }
+        free(c->kb[hk]);
+        free(c->vb[hk]);
+        free(c->pos[hk]);
+    }
+    free(c->q_pos);
+    free(c->q);
+    free(c->stats0);
+}
+
+static long pg_out_len(const qi_attn_paged_args *a) { return (long)a->T * a->H * a->D; }
+static long pg_stats_len(const qi_attn_paged_args *a) { return (long)a->H * a->stats_stride; }
+
+/* The contract of qi_attn_paged_args from the references, one (token,
+ * head) at a time: scores block by block with the F16 order of the call's
+ * T, scaled, keys after the query or outside the window masked, fp16
+ * softmax weights, their sum of V rows; stats[h][i] += weight i, queries in
+ * order. */
+static void ref_attention_paged(const qi_attn_paged_args *a, float *out, float *stats) {
+    const int D = a->D, group = a->H / a->Hkv, B = 1 << a->shift;
+    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
+    uint16_t q16[128];
+    for (int t = 0; t < a->T; t++)
+        for (int h = 0; h < a->H; h++) {
+            const int hk = h / group, n = a->n_slots[hk];
+            const int32_t qpos = a->q_pos[t], *pos = a->pos[hk];
+            float *s = malloc(sizeof(float) * (size_t)(n + 1));
+            uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)(n + 1));
+            const float *q = a->q + ((long)t * a->H + h) * D;
+            for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
+            for (int i0 = 0; i0 < n; i0 += B)
+                qi_k_attn_scores_ref(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B,
+                                     s + i0);
+            for (int i = 0; i < n; i++) {
+                s[i] *= a->scale;
+                if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
+            }
+            qi_k_softmax_f16_ref(n, s, w16);
+            qi_k_attn_values_blk_ref(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n,
+                                     out + ((long)t * a->H + h) * D);
+            if (stats)
+                for (int i = 0; i < n; i++) stats[(long)h * a->stats_stride + i] += qi_fp16_to_f32(w16[i]);
+            free(s);
+            free(w16);
+        }
+}
+
+/* PG_CALLS calls of one shape, T and statistics varying by call (decode
+ * rows, prompt chunks, an empty call), on 1..4 threads: attention_paged_n,
+ * and each call through attention_paged, against the reference, outputs
+ * and statistics bit for bit, guard floats around each intact. */
+START_TEST(test_attention_paged) {
+    uint64_t rng = 606;
+    qi_backend *b[MAX_THREADS];
+    backends_create(b);
+    backends_reserve(b, 0, 64);
+    static const int Ts[PG_CALLS] = {1, 5, 1, 0, 3, 1};
+    for (int i = 0; i < 24; i++) {
+        const int H = i & 1 ? 4 : 6, Hkv = i & 1 ? 4 : 2, D = i & 2 ? 80 : 64, n_swa = i & 4 ? 6 : 0, mode = i >> 3;
+        pg_call c[PG_CALLS];
+        qi_attn_paged_args a[PG_CALLS];
+        float *want_out[PG_CALLS], *want_stats[PG_CALLS];
+        for (int k = 0; k < PG_CALLS; k++) {
+            /* statistics on every call, on none, or on every other call */
+            const bool stats = mode == 0 || (mode == 2 && k % 2 == 0);
+            pg_call_init(&c[k], &rng, Ts[k], H, Hkv, D, n_swa, stats);
+            a[k] = c[k].a;
+            want_out[k] = malloc(sizeof(float) * (size_t)(pg_out_len(&a[k]) + 1));
+            want_stats[k] = NULL;
+            if (stats) {
+                want_stats[k] = malloc(sizeof(float) * (size_t)pg_stats_len(&a[k]));
+                memcpy(want_stats[k], c[k].stats0, sizeof(float) * (size_t)pg_stats_len(&a[k]));
+            }
+            ref_attention_paged(&a[k], want_out[k], want_stats[k]);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "paged attention H=%d Hkv=%d D=%d n_swa=%d, stats %s", H, Hkv, D, n_swa,
+                 mode == 0 ? "on all" : mode == 1 ? "on none" : "on calls 0, 2, 4");
+        for (int nt = 1; nt <= MAX_THREADS; nt++)
+            for (int together = 0; together < 2; together++) {
+                gbuf go[PG_CALLS], gs[PG_CALLS];
+                for (int k = 0; k < PG_CALLS; k++) {
+                    a[k].out = gbuf_init(&go[k], pg_out_len(&a[k]));
+                    a[k].stats = NULL;
+                    if (c[k].stats0) {
+                        a[k].stats = gbuf_init(&gs[k], pg_stats_len(&a[k]));
+                        memcpy(a[k].stats, c[k].stats0, sizeof(float) * (size_t)pg_stats_len(&a[k]));
+                    }
+                }
+                if (together) b[nt - 1]->iface->attention_paged_n(b[nt - 1], a, PG_CALLS);
+                else
+                    for (int k = 0; k < PG_CALLS; k++) b[nt - 1]->iface->attention_paged(b[nt - 1], &a[k]);
+                for (int k = 0; k < PG_CALLS; k++) {
+                    const char *how = together ? "attention_paged_n" : "attention_paged";
+                    gbuf_check(&go[k], what, nt);
+                    expect_same(want_out[k], a[k].out, pg_out_len(&a[k]), D, "%s, %s call %d (T=%d), %d threads",
+                                what, how, k, a[k].T, nt);
+                    gbuf_fini(&go[k]);
+                    if (!a[k].stats) continue;
+                    gbuf_check(&gs[k], what, nt);
+                    expect_same(want_stats[k], a[k].stats, pg_stats_len(&a[k]), a[k].stats_stride,
+                                "%s, %s call %d (T=%d) stats [head][slot], %d threads", what, how, k, a[k].T, nt);
+                    gbuf_fini(&gs[k]);
+                }
+            }
+        for (int k = 0; k < PG_CALLS; k++) {
+            free(want_out[k]);
+            free(want_stats[k]);
+            pg_call_fini(&c[k]);
+        }
+    }
+    backends_free(b);
+}
+END_TEST
+
 /* ---- get_rows ------------------------------------------------------------------- */
 
 START_TEST(test_get_rows) {
@@ -670,6 +863,7 @@ static Suite *backend_suite(void) {
     tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_paged);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("planted");

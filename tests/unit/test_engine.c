@@ -10,6 +10,9 @@
  *     up, and offloading policies fill the offload tier;
  *   - under a budgeted policy a multi-chunk prompt gives the same logits
  *     beside a decoding neighbour as alone;
+ *   - under h2o and qinfer, evicting from the first chunk on, a batch of
+ *     sequences (some joining while others decode) gives the logits, kept
+ *     tokens and policy scores of the runs alone, bit for bit;
  *   - a KV memory cap fails the step with a clear error and marks the
  *     sequences failed, and bad options, ids and feeds are errors.
  * On the cached Gemma 3 270M: the ring of the sliding-window layers wraps
@@ -422,6 +425,180 @@ START_TEST(budgeted_policy_ignores_neighbours) {
 }
 END_TEST
 
+/* Deciding policies in a batch: their layers' attention is one backend
+ * call for every sequence, each gathering its statistics into a region of
+ * its own. S sequences under a budget well below their lengths (every
+ * budgeted stream evicts from the first chunk on), four of them joining
+ * once the others decode (steps with prompt chunks and decode rows in one
+ * call), and the batch on 3 threads against the runs alone on 2, so the
+ * work is cut elsewhere: every logit, and every stream's tokens (positions
+ * in slot order, both tiers) and policy scores, bit-identical. */
+#define PB_MAX_S 6
+#define PB_G 8
+#define PB_BUDGET 16
+
+typedef struct {
+    int n[2];
+    int32_t *pos[2];
+    float *score[2];
+} stream_copy;
+
+static qi_engine *make_policy_engine(const char *policy, const char *params, int n_threads, int max_seqs) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = n_threads;
+    o.n_ctx = 128;
+    o.max_seqs = max_seqs;
+    o.kv_policy = policy;
+    qi_params p;
+    qi_params_init(&p);
+    qi_err e = {0};
+    ck_assert_msg(qi_params_parse(&p, params, &e) == QI_OK, "%s", e.msg);
+    o.kv_params = &p;
+    o.kv_budget_tokens = PB_BUDGET;
+    qi_engine *eng = NULL;
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    return eng;
+}
+
+/* Copy (keep: cp[L * Hkv]) or compare with the copy (keep false) every
+ * stream of sequence id. Returns the tokens moved out of the working tier
+ * (offloaded or dropped) over all streams. */
+static long streams_match(const qi_engine *eng, int id, stream_copy *cp, bool keep, const char *what, int s) {
+    const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv, n_past = qi_engine_seq_n_past(eng, id);
+    long evicted = 0;
+    for (int l = 0; l < L; l++)
+        for (int hk = 0; hk < Hkv; hk++) {
+            stream_copy *c = &cp[l * Hkv + hk];
+            for (int tier = 0; tier < 2; tier++) {
+                const int32_t *pos;
+                const float *score;
+                const int n = qi_engine_kv_stream_tokens(eng, id, l, hk, tier, &pos, &score);
+                ck_assert_int_ge(n, 0);
+                if (tier == 0) evicted += n_past - n;
+                if (keep) {
+                    c->n[tier] = n;
+                    c->pos[tier] = malloc(sizeof(int32_t) * (size_t)(n + 1));
+                    c->score[tier] = malloc(sizeof(float) * (size_t)(n + 1));
+                    if (n > 0) {
+                        memcpy(c->pos[tier], pos, sizeof(int32_t) * (size_t)n);
+                        memcpy(c->score[tier], score, sizeof(float) * (size_t)n);
+                    }
+                    continue;
+                }
+                ck_assert_msg(n == c->n[tier], "%s: sequence %d layer %d head %d tier %d: %d tokens, alone %d", what,
+                              s, l, hk, tier, n, c->n[tier]);
+                ck_assert_msg(n == 0 || memcmp(pos, c->pos[tier], sizeof(int32_t) * (size_t)n) == 0,
+                              "%s: sequence %d layer %d head %d tier %d: kept positions differ from alone", what, s,
+                              l, hk, tier);
+                ck_assert_msg(n == 0 || memcmp(score, c->score[tier], sizeof(float) * (size_t)n) == 0,
+                              "%s: sequence %d layer %d head %d tier %d: policy scores differ from alone", what, s,
+                              l, hk, tier);
+            }
+        }
+    return evicted;
+}
+
+static void policy_batched_vs_separate(const char *policy, const char *params) {
+    const int S = qi_test_quick() ? 4 : PB_MAX_S, G = PB_G, V = g_model->hp.n_vocab;
+    const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", policy, params);
+    int32_t prompts[PB_MAX_S][48];
+    int plen[PB_MAX_S];
+    int32_t alone[PB_MAX_S][PB_G];
+    float *alone_logits = malloc(sizeof(float) * (size_t)S * G * V);
+    stream_copy *kept = calloc((size_t)S * L * Hkv, sizeof *kept);
+    ck_assert(alone_logits && kept);
+    qi_err e = {0};
+    for (int s = 0; s < S; s++) {
+        plen[s] = 24 + 4 * s;
+        make_ids(prompts[s], plen[s], 300 + (uint64_t)s, V);
+    }
+    /* alone */
+    qi_engine *one = make_policy_engine(policy, params, 2, 1);
+    long evicted = 0, offloaded = 0;
+    for (int s = 0; s < S; s++) {
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(one, &id, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(one, id, prompts[s], plen[s], false, &e), QI_OK);
+        for (int g = 0; g < G; g++) {
+            while (qi_engine_seq_pending(one, id) > 0)
+                ck_assert_msg(qi_engine_step(one, NULL, &e) == QI_OK, "%s: %s", what, e.msg);
+            const float *lg = qi_engine_seq_logits(one, id, -1);
+            memcpy(alone_logits + ((size_t)s * G + g) * V, lg, sizeof(float) * (size_t)V);
+            alone[s][g] = argmax(lg, V);
+            if (g < G - 1) ck_assert_int_eq(qi_engine_seq_feed(one, id, &alone[s][g], 1, false, &e), QI_OK);
+        }
+        evicted += streams_match(one, id, kept + (size_t)s * L * Hkv, true, what, s);
+        qi_engine_kv_seq st;
+        qi_engine_kv_seq_stats(one, id, &st);
+        offloaded += st.off_tokens;
+        ck_assert_int_eq(qi_engine_seq_remove(one, id, &e), QI_OK);
+    }
+    qi_engine_free(one);
+    /* the budgeted streams hold PB_BUDGET of their 24.. + G - 1 tokens */
+    ck_assert_msg(evicted > 0, "%s: nothing evicted", what);
+    if (strcmp(policy, "qinfer") == 0) ck_assert_msg(offloaded > 0, "%s: nothing offloaded", what);
+    /* together */
+    qi_engine *eng = make_policy_engine(policy, params, 3, S);
+    int ids[PB_MAX_S], got[PB_MAX_S] = {0};
+    const int late = S - 2; /* sequences 2.. join after 2 steps */
+    for (int s = 0; s < 2; s++) {
+        ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], prompts[s], plen[s], false, &e), QI_OK);
+    }
+    int steps = 0, max_batch = 0, mixed = 0;
+    for (;;) {
+        if (steps == 2)
+            for (int s = 2; s < S; s++) {
+                ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s], &e), QI_OK);
+                ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], prompts[s], plen[s], false, &e), QI_OK);
+            }
+        int n, in_batch = 0;
+        ck_assert_msg(qi_engine_step(eng, &n, &e) == QI_OK, "%s: %s", what, e.msg);
+        steps++;
+        if (n == 0 && steps > 2) break;
+        mixed += steps == 3 && n > 2;
+        for (int s = 0; s < S; s++) {
+            if ((steps <= 2 && s >= 2) || qi_engine_seq_n_logits(eng, ids[s]) == 0) continue;
+            in_batch++;
+            const int g = got[s];
+            const float *lg = qi_engine_seq_logits(eng, ids[s], -1);
+            ck_assert_msg(memcmp(lg, alone_logits + ((size_t)s * G + g) * V, sizeof(float) * (size_t)V) == 0,
+                          "%s: sequence %d step %d: logits differ from its run alone", what, s, g);
+            got[s]++;
+            if (got[s] < G) ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], &alone[s][g], 1, false, &e), QI_OK);
+        }
+        if (in_batch > max_batch) max_batch = in_batch;
+    }
+    for (int s = 0; s < S; s++) {
+        ck_assert_int_eq(got[s], G);
+        streams_match(eng, ids[s], kept + (size_t)s * L * Hkv, false, what, s);
+    }
+    ck_assert_int_eq(max_batch, S);
+    ck_assert_msg(mixed == 1, "%s: no step ran prompt chunks beside decode rows", what);
+    printf("%-6s %-28s budget %d: %d sequences (%d joining late) x %d tokens, logits, kept tokens and scores "
+           "identical to separate runs (%ld tokens evicted, %ld offloaded)\n",
+           policy, params, PB_BUDGET, S, late, G, evicted, offloaded);
+    qi_engine_free(eng);
+    for (int i = 0; i < S * L * Hkv; i++)
+        for (int tier = 0; tier < 2; tier++) {
+            free(kept[i].pos[tier]);
+            free(kept[i].score[tier]);
+        }
+    free(kept);
+    free(alone_logits);
+}
+
+START_TEST(policy_batched_equals_separate) {
+    if (!g_model) return;
+    policy_batched_vs_separate("h2o", "");
+    policy_batched_vs_separate("qinfer", "probe_every=2");
+    if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
+}
+END_TEST
+
 START_TEST(errors) {
     if (!g_model) return;
     qi_engine_opts o;
@@ -594,6 +771,7 @@ int main(void) {
     tcase_add_test(tc, policies_respect_budget);
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, budgeted_policy_ignores_neighbours);
+    tcase_add_test(tc, policy_batched_equals_separate);
     tcase_add_test(tc, errors);
     tcase_add_test(tc, perplexity_through_engine);
     tcase_add_test(tc, profile_counts);

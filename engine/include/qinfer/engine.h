@@ -93,6 +93,14 @@ typedef struct {
 } qi_engine_kv_pool;
 
 void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out);
+/* The tokens one stream of sequence id holds (layer, KV head, tier 0 the
+ * working tier, 1 the offload tier), in slot order: returns their number n
+ * and points *pos at their positions and *score (may be NULL) at the
+ * policy's per-token scores, n of each, borrowed until the next step or
+ * removal. A bad id, layer, head or tier gives -1 and NULL pointers. For
+ * inspecting what a policy kept. */
+int qi_engine_kv_stream_tokens(const qi_engine *e, int id, int layer, int kv_head, int tier, const int32_t **pos,
+                               const float **score);
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
 
