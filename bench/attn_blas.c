@@ -24,29 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "kernels.h"
 #include "qinfer/quant.h"
 
 void openblas_set_num_threads(int n);
 char *openblas_get_corename(void);
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static uint64_t rng_state = 88172645463325252ull;
 static float frand(void) {
@@ -98,15 +82,15 @@ static int bench_one(int T, int n, int D, int reps) {
     for (long i = 0; i < kd; i++) v[i] = qi_fp16_to_f32(v16[i] = qi_f32_to_fp16(frand()));
     for (long i = 0; i < sn; i++) p[i] = qi_fp16_to_f32(p16[i] = qi_f32_to_fp16(fabsf(frand()) / (float)n));
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < T; i++) K->attn_scores(QI_K_ORD_GEMM, D, q16 + (long)i * D, k16, (size_t)D, n, s_ours + (long)i * n);
-        double t1 = now();
+        double t1 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, D, 1.0f, q, D, k, D, 0.0f, s_blas, n);
-        double t2 = now();
+        double t2 = bench_now();
         for (int i = 0; i < T; i++) K->attn_values(QI_K_ORD_GEMM, D, p16 + (long)i * n, v16, (size_t)D, n, o_ours + (long)i * D);
-        double t3 = now();
+        double t3 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, n, 1.0f, p, n, v, D, 0.0f, o_blas, D);
-        double t4 = now();
+        double t4 = bench_now();
         if (r >= 0) {
             t[0][r] = t1 - t0;
             t[1][r] = t2 - t1;
@@ -117,7 +101,7 @@ static int bench_one(int T, int n, int D, int reps) {
     const double flops = 2.0 * T * n * D;
     const char *names[2] = {"scores  S = Q K^T", "outputs O = P V  "};
     for (int op = 0; op < 2; op++) {
-        const double ours = median(t[2 * op], reps), blas = median(t[2 * op + 1], reps);
+        const double ours = bench_median(t[2 * op], reps), blas = bench_median(t[2 * op + 1], reps);
         printf("| %4d | %4d | %4d | %s | %8.3f | %6.1f | %8.3f | %6.1f | %5.2f | %.1e |\n", T, n, D, names[op],
                ours * 1e3, flops / ours * 1e-9, blas * 1e3, flops / blas * 1e-9, blas / ours,
                op == 0 ? max_rel_diff(s_blas, s_ours, sn) : max_rel_diff(o_blas, o_ours, qd));

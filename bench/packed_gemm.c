@@ -16,23 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "kernels.h"
 #include "quant_act.h"
 #include "qinfer/quant.h"
 #include "qinfer/types.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint32_t rnd(void) {
@@ -140,17 +129,16 @@ int main(int argc, char **argv) {
             for (int rep = -1; rep < reps; rep++)
                 for (int k = 0; k < n_tabs; k++) {
                     float *yk = y + (size_t)k * (size_t)R * (size_t)max_t;
-                    const double t0 = now();
+                    const double t0 = bench_now();
                     tabs[k]->gemm_packed[t](n, pk, gb, R, a, ab, T, yk, (size_t)R);
-                    const double dt = now() - t0;
+                    const double dt = bench_now() - t0;
                     if (rep >= 0) ns[(size_t)k * (size_t)reps + (size_t)rep] = dt * 1e9;
                 }
             printf("%-5s %5d", qi_type_get(t)->name, T);
             double base = 0.0;
             for (int k = 0; k < n_tabs; k++) {
-                double *v = ns + (size_t)k * (size_t)reps;
-                qsort(v, (size_t)reps, sizeof *v, cmp_double);
-                const double med = v[reps / 2] / ((double)R * (double)T * (double)nb);
+                const double med =
+                    bench_median(ns + (size_t)k * (size_t)reps, reps) / ((double)R * (double)T * (double)nb);
                 if (k == 0) base = med;
                 printf(" %12.4f %7.2fx", med, base / med);
                 if (memcmp(y, y + (size_t)k * (size_t)R * (size_t)max_t, sizeof(float) * (size_t)R * (size_t)T)) {
