@@ -102,5 +102,6 @@ int qi_cmd_needle(int argc, char **argv);
 int qi_cmd_run(int argc, char **argv);
 int qi_cmd_lua(int argc, char **argv);
 int qi_cmd_results(int argc, char **argv);
+int qi_cmd_synth(int argc, char **argv);
 
 #endif

@@ -324,7 +324,8 @@ static const char *ftype_name(int64_t ft) {
     return NULL;
 }
 
-/* "llama 135M Q4_1": architecture, size label, file type (what is known). */
+/* "llama 135M Q4_1": architecture, size label, file type (what is known),
+ * and "synthetic" for random weights (qinfer synth). */
 static void model_desc(const qi_model *m, char *out, size_t cap) {
     qi_str label;
     int64_t ft;
@@ -333,9 +334,12 @@ static void model_desc(const qi_model *m, char *out, size_t cap) {
         n += (size_t)snprintf(out + n, cap - n, " %.*s", (int)(label.len < 32 ? label.len : 32), label.ptr);
     if (n < cap && qi_gguf_get_i64(m->gguf, "general.file_type", &ft)) {
         const char *name = ftype_name(ft);
-        if (name) snprintf(out + n, cap - n, " %s", name);
-        else snprintf(out + n, cap - n, " ftype %lld", (long long)ft);
+        if (name) n += (size_t)snprintf(out + n, cap - n, " %s", name);
+        else n += (size_t)snprintf(out + n, cap - n, " ftype %lld", (long long)ft);
     }
+    bool synthetic = false;
+    if (n < cap && qi_gguf_get_bool(m->gguf, "qinfer.synthetic", &synthetic) && synthetic)
+        snprintf(out + n, cap - n, " synthetic");
 }
 
 static uint64_t weight_bytes(const qi_weight *w) { return (uint64_t)w->n_rows * w->row_bytes; }

@@ -1,0 +1,327 @@
+/* cmd_synth.c - `qinfer synth`: a llama-architecture GGUF with random
+ * weights, of any size.
+ *
+ * Why: throughput depends on a model's shapes and weight types, not on its
+ * values, and the models at hand are small enough to live in this class of
+ * machine's last-level cache. A synthetic model of a larger shape shows the
+ * engine where its premise (decode bound by memory bandwidth) holds, and a
+ * machine without the model packages (the GPU machine) can make one for
+ * itself. Its text is noise: measure speed with it, never accuracy. The
+ * file says so in `qinfer.synthetic` = true, and `qinfer bench` prints it.
+ *
+ * The weights are random quant blocks, written as they are (no float
+ * matrix is quantised): codes uniform, the fp16 block scales small and
+ * finite, chosen so that a row's dot with a unit vector stays of order
+ * one, so activations neither vanish nor overflow through the layers. The
+ * vocabulary is the 256 GPT-2 byte tokens, then control tokens up to the
+ * requested size; norms are ones.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "qinfer/gguf.h"
+#include "qinfer/quant.h"
+#include "qinfer/types.h"
+
+typedef struct {
+    const char *name;
+    int n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
+    float rope_base;
+    bool tied;
+} synth_shape;
+
+/* The shapes of real models, to mimic by name. */
+static const synth_shape k_presets[] = {
+    {"smollm2-135m", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, true},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false},
+    {"llama-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false},
+};
+
+static void help(void) {
+    printf("usage: qinfer synth -o FILE [--preset NAME] [--type T] [shape options]\n\n"
+           "Write a llama-architecture GGUF with random weights: real throughput for a\n"
+           "model shape that is not at hand, never real text (the file is marked\n"
+           "qinfer.synthetic = true, and qinfer bench says so).\n\n"
+           "  -o, --output FILE   the GGUF to write (an existing file is replaced)\n"
+           "      --preset NAME   the shape to start from (default smollm2-135m):\n");
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
+        const synth_shape *p = &k_presets[i];
+        printf("                        %-15s embd %d, ff %d, %d layers, %d/%d heads, vocab %d%s\n", p->name,
+               p->n_embd, p->n_ff, p->n_layer, p->n_head, p->n_head_kv, p->n_vocab, p->tied ? ", tied output" : "");
+    }
+    printf("      --type T        weight type of the matrices: q4_0, q4_1 (default), q8_0,\n"
+           "                      q4_K, q6_K or f16 (norms are f32)\n"
+           "      --n-embd N      embedding width      --n-ff N       feed-forward width\n"
+           "      --n-layer N     layers               --n-head N     query heads\n"
+           "      --n-head-kv N   KV heads             --n-vocab N    vocabulary (>= 258)\n"
+           "      --n-ctx N       training context written to the file\n"
+           "      --seed S        random seed (default 1)\n"
+           "  -h, --help          this help\n");
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void put_f16(uint8_t *p, float v) {
+    const uint16_t h = qi_f32_to_fp16(v);
+    memcpy(p, &h, sizeof h);
+}
+
+/* Random rows of n elements of type t into buf (rows x row_bytes): random
+ * bytes, then each block's scale fields overwritten with finite values of
+ * about 1 / (code range * sqrt(n)). */
+static void fill_rows(uint32_t t, int64_t n, int64_t rows, uint8_t *buf, uint64_t rb, uint64_t *rng) {
+    const uint64_t total = rb * (uint64_t)rows;
+    for (uint64_t i = 0; i < total; i += 8) {
+        const uint64_t r = rng_next(rng);
+        memcpy(buf + i, &r, total - i < 8 ? total - i : 8);
+    }
+    const float unit = 1.0f / sqrtf((float)n);
+    if (t == QI_TYPE_F16) {
+        for (uint64_t i = 0; i < total; i += 2) put_f16(buf + i, unit * ((float)(rng_next(rng) % 2001) / 1000.0f - 1.0f));
+        return;
+    }
+    const qi_type_info *ti = qi_type_get(t);
+    for (uint64_t o = 0; o < total; o += ti->size) {
+        uint8_t *b = buf + o;
+        const float jitter = 0.75f + 0.5f * (float)(rng_next(rng) % 1000) / 1000.0f;
+        switch (t) {
+        case QI_TYPE_Q4_0: put_f16(b, jitter * unit / 8.0f); break;
+        case QI_TYPE_Q4_1:
+            put_f16(b, jitter * unit / 8.0f);
+            put_f16(b + 2, -jitter * unit);
+            break;
+        case QI_TYPE_Q8_0: put_f16(b, jitter * unit / 128.0f); break;
+        case QI_TYPE_Q4_K: /* d, dmin; 6-bit sub-block scales and mins up to 63 */
+            put_f16(b, jitter * unit / (8.0f * 32.0f));
+            put_f16(b + 2, jitter * unit / 32.0f);
+            break;
+        case QI_TYPE_Q6_K: /* d last; int8 sub-block scales */
+            put_f16(b + ti->size - 2, jitter * unit / (32.0f * 64.0f));
+            break;
+        default: break;
+        }
+    }
+}
+
+static bool parse_type(const char *s, uint32_t *t) {
+    static const uint32_t ok[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q8_0, QI_TYPE_Q4_K, QI_TYPE_Q6_K, QI_TYPE_F16};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcasecmp(s, qi_type_get(ok[i])->name)) {
+            *t = ok[i];
+            return true;
+        }
+    return false;
+}
+
+/* GPT-2's byte -> code point map, as UTF-8. */
+static void byte_token(int b, char out[4]) {
+    int cp = b;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+        int n = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static qi_status add_matrix(qi_gguf_writer *w, const char *name, uint32_t t, int64_t cols, int64_t rows,
+                            uint64_t *rng, uint64_t *bytes, qi_err *err) {
+    uint64_t rb = 0;
+    if (!qi_type_row_bytes(t, (uint64_t)cols, &rb))
+        return QI_ERR(err, QI_ERR_INVALID, "%s: %lld columns are not whole %s blocks", name, (long long)cols,
+                      qi_type_get(t)->name);
+    uint8_t *buf = qi_malloc(rb * (uint64_t)rows);
+    if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for %s (%.1f MiB)", name, rb * (double)rows / 1048576.0);
+    if (t == QI_TYPE_F32) {
+        for (int64_t i = 0; i < cols * rows; i++) ((float *)(void *)buf)[i] = 1.0f;
+    } else {
+        fill_rows(t, cols, rows, buf, rb, rng);
+    }
+    const uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    qi_status st = qi_gguf_writer_add_tensor(w, name, t, rows > 1 ? 2 : 1, ne, buf, rb * (uint64_t)rows);
+    qi_free(buf);
+    if (st) return QI_ERR(err, st, "cannot add tensor %s", name);
+    *bytes += rb * (uint64_t)rows;
+    return QI_OK;
+}
+
+int qi_cmd_synth(int argc, char **argv) {
+    const char *cmd = "synth", *out = NULL, *preset = "smollm2-135m", *type_arg = "q4_1";
+    int embd = 0, ff = 0, layers = 0, heads = 0, kv = 0, vocab = 0, ctx = 0;
+    uint64_t seed = 1;
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-o", "--output")) out = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--preset")) preset = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--type")) type_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--n-embd")) qi_args_int(&a, 32, 65536, &embd);
+        else if (qi_args_is(&a, NULL, "--n-ff")) qi_args_int(&a, 32, 262144, &ff);
+        else if (qi_args_is(&a, NULL, "--n-layer")) qi_args_int(&a, 1, 512, &layers);
+        else if (qi_args_is(&a, NULL, "--n-head")) qi_args_int(&a, 1, 1024, &heads);
+        else if (qi_args_is(&a, NULL, "--n-head-kv")) qi_args_int(&a, 1, 1024, &kv);
+        else if (qi_args_is(&a, NULL, "--n-vocab")) qi_args_int(&a, 258, 1 << 20, &vocab);
+        else if (qi_args_is(&a, NULL, "--n-ctx")) qi_args_int(&a, 16, 1 << 20, &ctx);
+        else if (qi_args_is(&a, NULL, "--seed")) qi_args_u64(&a, &seed);
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    if (!out) {
+        qi_cli_error(cmd, "no output file given: use -o FILE");
+        return QI_EXIT_USAGE;
+    }
+    const synth_shape *base = NULL;
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
+        if (!strcmp(preset, k_presets[i].name)) base = &k_presets[i];
+    if (!base) {
+        qi_cli_error(cmd, "unknown preset '%s' (qinfer synth --help lists them)", preset);
+        return QI_EXIT_USAGE;
+    }
+    uint32_t t;
+    if (!parse_type(type_arg, &t)) {
+        qi_cli_error(cmd, "unknown or unsupported weight type '%s' (q4_0, q4_1, q8_0, q4_K, q6_K, f16)", type_arg);
+        return QI_EXIT_USAGE;
+    }
+    synth_shape s = *base;
+    if (embd) s.n_embd = embd;
+    if (ff) s.n_ff = ff;
+    if (layers) s.n_layer = layers;
+    if (heads) s.n_head = heads;
+    if (kv) s.n_head_kv = kv;
+    if (vocab) s.n_vocab = vocab;
+    if (ctx) s.n_ctx = ctx;
+    if (s.n_embd % s.n_head || s.n_head % s.n_head_kv) {
+        qi_cli_error(cmd, "the heads must divide: n_embd %d by n_head %d, n_head by n_head_kv %d", s.n_embd, s.n_head,
+                     s.n_head_kv);
+        return QI_EXIT_USAGE;
+    }
+    const int D = s.n_embd / s.n_head;
+    if (D % 2 || D > 1024) {
+        qi_cli_error(cmd, "head size %d (n_embd / n_head) must be even and at most 1024", D);
+        return QI_EXIT_USAGE;
+    }
+    const int64_t blk = qi_type_get(t)->blck;
+    if (s.n_embd % blk || s.n_ff % blk) {
+        qi_cli_error(cmd, "n_embd %d and n_ff %d must be multiples of %s's block of %lld", s.n_embd, s.n_ff,
+                     qi_type_get(t)->name, (long long)blk);
+        return QI_EXIT_USAGE;
+    }
+
+    /* fail before the work, not after it: the output's folder must be writable */
+    {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        if (slash == dir) dir[1] = 0;
+        else if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+        if (access(dir, W_OK) != 0) {
+            qi_cli_error(cmd, "cannot write %s: folder %s is missing or not writable", out, dir);
+            return 1;
+        }
+    }
+    qi_err err = {0};
+    qi_status st = QI_OK;
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ seed, bytes = 0;
+    char **toks = NULL, *store = NULL;
+    int32_t *types = NULL;
+    qi_gguf_writer *w = qi_gguf_writer_create();
+    toks = qi_calloc((size_t)s.n_vocab, sizeof *toks);
+    store = qi_malloc((size_t)s.n_vocab * 16);
+    types = qi_malloc(sizeof *types * (size_t)s.n_vocab);
+    if (!w || !toks || !store || !types) {
+        st = QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const double params = (double)s.n_vocab * s.n_embd * (s.tied ? 1 : 2) +
+                          (double)s.n_layer * ((double)s.n_embd * (s.n_embd + 2.0 * s.n_head_kv * D + s.n_embd) +
+                                               3.0 * s.n_embd * s.n_ff);
+    char label[32], name[96];
+    if (params >= 1e9) snprintf(label, sizeof label, "%.1fB", params / 1e9);
+    else snprintf(label, sizeof label, "%.0fM", params / 1e6);
+    snprintf(name, sizeof name, "synthetic %s-shaped (random weights)", base->name);
+    qi_gguf_writer_set_str(w, "general.architecture", "llama");
+    qi_gguf_writer_set_str(w, "general.name", name);
+    qi_gguf_writer_set_str(w, "general.size_label", label);
+    qi_gguf_writer_set_bool(w, "qinfer.synthetic", true);
+    /* llama.cpp's file-type ids, which name the type in bench's model column */
+    const uint32_t ftype = t == QI_TYPE_F16    ? 1
+                           : t == QI_TYPE_Q4_0 ? 2
+                           : t == QI_TYPE_Q4_1 ? 3
+                           : t == QI_TYPE_Q8_0 ? 7
+                           : t == QI_TYPE_Q4_K ? 14
+                                               : 18;
+    qi_gguf_writer_set_u32(w, "general.file_type", ftype);
+    qi_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.n_embd);
+    qi_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.n_layer);
+    qi_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.n_ff);
+    qi_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.n_head);
+    qi_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.n_head_kv);
+    qi_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.n_ctx);
+    qi_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    qi_gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base);
+    qi_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)D);
+    for (int i = 0; i < s.n_vocab; i++) {
+        char *p = store + (size_t)i * 16;
+        if (i < 256) byte_token(i, p);
+        else snprintf(p, 16, "<|s%d|>", i - 256);
+        toks[i] = p;
+        types[i] = i < 256 ? 1 : 3;
+    }
+    qi_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    qi_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    qi_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)s.n_vocab);
+    qi_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", QI_GGUF_I32, types, (uint64_t)s.n_vocab);
+    const char *no_merges[1] = {""};
+    qi_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", no_merges, 0);
+    qi_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
+    qi_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 256);
+
+    const int kvw = s.n_head_kv * D;
+    if ((st = add_matrix(w, "token_embd.weight", t, s.n_embd, s.n_vocab, &rng, &bytes, &err)) ||
+        (st = add_matrix(w, "output_norm.weight", QI_TYPE_F32, s.n_embd, 1, &rng, &bytes, &err)) ||
+        (!s.tied && (st = add_matrix(w, "output.weight", t, s.n_embd, s.n_vocab, &rng, &bytes, &err))))
+        goto done;
+    for (int l = 0; l < s.n_layer; l++) {
+        static const char *const nm[9] = {"attn_norm", "attn_q", "attn_k",   "attn_v",  "attn_output",
+                                          "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
+        const int64_t cols[9] = {s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_ff};
+        const int64_t rows[9] = {1, s.n_embd, kvw, kvw, s.n_embd, 1, s.n_ff, s.n_ff, s.n_embd};
+        for (int i = 0; i < 9; i++) {
+            char tn[64];
+            snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, nm[i]);
+            if ((st = add_matrix(w, tn, rows[i] == 1 ? QI_TYPE_F32 : t, cols[i], rows[i], &rng, &bytes, &err)))
+                goto done;
+        }
+        if (l % 8 == 7 || l == s.n_layer - 1)
+            fprintf(stderr, "qinfer synth: %d/%d layers, %.1f MiB\n", l + 1, s.n_layer, bytes / 1048576.0);
+    }
+    if ((st = qi_gguf_writer_to_file(w, 3, out, &err))) goto done;
+    fprintf(stderr, "qinfer synth: wrote %s: %s, %s parameters, %s, %.1f MiB of weights\n", out, name, label,
+            qi_type_get(t)->name, bytes / 1048576.0);
+done:
+    qi_gguf_writer_free(w);
+    qi_free(toks);
+    qi_free(store);
+    qi_free(types);
+    return st ? qi_cli_fail(cmd, &err) : 0;
+}
