@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++)
         if (simd[k] && simd[k]->gemm_packed[QI_TYPE_Q4_0] != tabs[n_tabs - 1]->gemm_packed[QI_TYPE_Q4_0])
             tabs[n_tabs++] = simd[k];
-    static const uint32_t types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q8_0};
+    static const uint32_t types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q5_0, QI_TYPE_Q5_1, QI_TYPE_Q8_0};
     int max_t = 0;
     for (int i = 0; i < n_tok; i++) max_t = tok[i] > max_t ? tok[i] : max_t;
     printf("%d x %lld weights, one thread, median of %d; ns per row x token x block; ratio to %s\n", R,
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
             for (size_t b = 0; b < nb; b++) {
                 uint16_t *d = (uint16_t *)(void *)(w + (size_t)r * wb + b * bs);
                 d[0] = (uint16_t)(0x2000 | (rnd() & 0x3ff));
-                if (t == QI_TYPE_Q4_1) d[1] = (uint16_t)(0xa000 | (rnd() & 0x3ff));
+                if (t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_1) d[1] = (uint16_t)(0xa000 | (rnd() & 0x3ff));
             }
         for (int g = 0; g < n_g; g++) {
             const int rows = R - g * QI_K_PACK_ROWS < QI_K_PACK_ROWS ? R - g * QI_K_PACK_ROWS : QI_K_PACK_ROWS;

@@ -102,22 +102,25 @@ const qi_kernels *qi_kernels_avx512(void); /* + AVX-512 F/BW/VL/VNNI */
 
 /* ---- Packed weights (kernels_packed.c) ------------------------------------
  *
- * q4_0, q4_1 and q8_0 rows can be repacked in groups of QI_K_PACK_ROWS rows,
- * interleaved so that one 512-bit vpdpbusd multiplies four codes of each of
- * the 16 rows by four activation quants: block b of a group holds the rows'
- * fp16 scales d[16], for q4_1 their offsets m[16], then the codes in
+ * q4_0, q4_1, q5_0, q5_1 and q8_0 rows can be repacked in groups of
+ * QI_K_PACK_ROWS rows, interleaved so that one 512-bit vpdpbusd multiplies
+ * four codes of each of the 16 rows by four activation quants: block b of a
+ * group holds the rows' fp16 scales d[16], for q4_1 and q5_1 their offsets
+ * m[16], then the codes in
  * 64-byte vectors, row r's four bytes at 4r:
  *   q4_0, q4_1: 4 vectors; vector g holds bytes 4g..4g+3 of each row's
  *               qs[16] as they are: low nibbles elements 4g..4g+3, high
  *               nibbles elements 16+4g..16+4g+3;
+ *   q5_0, q5_1: as q4_0 and q4_1, then one vector of the fifth bits: row
+ *               r's qh[4] as they are (bit j: element j);
  *   q8_0:       8 vectors; vector g holds elements 4g..4g+3 + 128 (unsigned).
  * A group is as many bytes as its 16 rows were; a partial last group is
  * padded with zero rows.
  *
  * The packed order is not llama.cpp's: each row is one float lane that sums
  * its blocks in sequence, acc = fma(d_w * d_a, isum_b, acc), then for q4_1
- * acc = fma(m_w, s_a, acc), where isum_b is the block's exact integer dot.
- * It needs one convert, one multiply and one fused multiply-add per 16 rows
+ * and q5_1 acc = fma(m_w, s_a, acc), where isum_b is the block's exact
+ * integer dot. It needs one convert, one multiply and one fused multiply-add per 16 rows
  * per block, where llama.cpp's eight partial-sum lanes per row need them
  * per row, so a batch of tokens runs several times faster; the price is
  * logits that differ from llama.cpp's in the last bits. The order does not
@@ -141,6 +144,10 @@ void qi_k_gemm_packed_q4_0_ref(int64_t n, const void *w, size_t w_stride, int n_
 void qi_k_gemm_packed_q4_1_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
                                size_t a_stride, int n_a, float *y, size_t y_stride);
 void qi_k_gemm_packed_q8_0_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                               size_t a_stride, int n_a, float *y, size_t y_stride);
+void qi_k_gemm_packed_q5_0_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
+                               size_t a_stride, int n_a, float *y, size_t y_stride);
+void qi_k_gemm_packed_q5_1_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
                                size_t a_stride, int n_a, float *y, size_t y_stride);
 
 /* ---- the references (kernels_ref.c) -------------------------------------- */

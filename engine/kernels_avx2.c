@@ -645,6 +645,8 @@ static const qi_kernels k_avx2 = {
         [QI_TYPE_Q4_0] = qi_k_gemm_packed_q4_0_ref,
         [QI_TYPE_Q4_1] = qi_k_gemm_packed_q4_1_ref,
         [QI_TYPE_Q8_0] = qi_k_gemm_packed_q8_0_ref,
+        [QI_TYPE_Q5_0] = qi_k_gemm_packed_q5_0_ref,
+        [QI_TYPE_Q5_1] = qi_k_gemm_packed_q5_1_ref,
     },
 };
 

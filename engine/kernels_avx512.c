@@ -723,7 +723,21 @@ T5 static inline int32_t load_i32(const int8_t *p) {
     return v;
 }
 
-#define DEFINE_PACKED512(NAME, AT, NIB, HAS_M, OFS, REF)                                          \
+/* q5's fifth bits into the codes: u[v] holds elements 4v..4v+3 of each
+ * row (bytes 4r..4r+3), u[v + 4] elements 16+4v..16+4v+3; row r's bits are
+ * dword r of qh (bit j: element j). Shifting the dwords brings an element
+ * group's four bits to the bottom, vpshufb copies each dword's low byte to
+ * its four bytes, and byte i tests bit i. */
+T5 static inline __attribute__((always_inline)) void q5_fifth_bits(__m512i u[8], __m512i qh) {
+    const __m512i spread = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
+    const __m512i bit = _mm512_set1_epi32(0x08040201), five = _mm512_set1_epi8(0x10);
+    _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) {
+        const __m512i b = _mm512_shuffle_epi8(_mm512_srli_epi32(qh, v < 4 ? 4 * v : 16 + 4 * (v - 4)), spread);
+        u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(b, bit), u[v], five);
+    }
+}
+
+#define DEFINE_PACKED512(NAME, AT, NIB, Q5, HAS_M, OFS, REF)                                        \
     /* one group x NT tokens: da/sa/ca at [b * PKT + t] */                                        \
     T5 static inline __attribute__((always_inline)) void NAME##_grp(                               \
         int64_t nb, const uint8_t *g, size_t gbb, const AT *const *at, const float *da,           \
@@ -746,6 +760,7 @@ T5 static inline int32_t load_i32(const int8_t *p) {
                     u[v] = _mm512_and_si512(p, lo);                                                \
                     u[v + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), lo);                      \
                 }                                                                                  \
+                if (Q5) q5_fifth_bits(u, _mm512_loadu_si512((const void *)(cp + 256)));            \
             } else {                                                                               \
                 _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) u[v] = _mm512_loadu_si512((const void *)(cp + 64 * v)); \
             }                                                                                      \
@@ -815,11 +830,13 @@ T5 static inline int32_t load_i32(const int8_t *p) {
     PK_CASE(NAME, 16)
 
 #define ACT_S(blk) (blk).s
-DEFINE_PACKED512(gemm_packed_q4_1_avx512, qi_block_q8_1, 1, 1, 0, qi_k_gemm_packed_q4_1_ref)
+DEFINE_PACKED512(gemm_packed_q4_1_avx512, qi_block_q8_1, 1, 0, 1, 0, qi_k_gemm_packed_q4_1_ref)
+DEFINE_PACKED512(gemm_packed_q5_1_avx512, qi_block_q8_1, 1, 1, 1, 0, qi_k_gemm_packed_q5_1_ref)
 #undef ACT_S
 #define ACT_S(blk) (blk).d
-DEFINE_PACKED512(gemm_packed_q4_0_avx512, qi_block_q8_0, 1, 0, 8, qi_k_gemm_packed_q4_0_ref)
-DEFINE_PACKED512(gemm_packed_q8_0_avx512, qi_block_q8_0, 0, 0, 128, qi_k_gemm_packed_q8_0_ref)
+DEFINE_PACKED512(gemm_packed_q4_0_avx512, qi_block_q8_0, 1, 0, 0, 8, qi_k_gemm_packed_q4_0_ref)
+DEFINE_PACKED512(gemm_packed_q5_0_avx512, qi_block_q8_0, 1, 1, 0, 16, qi_k_gemm_packed_q5_0_ref)
+DEFINE_PACKED512(gemm_packed_q8_0_avx512, qi_block_q8_0, 0, 0, 0, 128, qi_k_gemm_packed_q8_0_ref)
 #undef ACT_S
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -845,6 +862,8 @@ static void build(void) {
     k_avx512.gemm_packed[QI_TYPE_Q4_0] = gemm_packed_q4_0_avx512;
     k_avx512.gemm_packed[QI_TYPE_Q4_1] = gemm_packed_q4_1_avx512;
     k_avx512.gemm_packed[QI_TYPE_Q8_0] = gemm_packed_q8_0_avx512;
+    k_avx512.gemm_packed[QI_TYPE_Q5_0] = gemm_packed_q5_0_avx512;
+    k_avx512.gemm_packed[QI_TYPE_Q5_1] = gemm_packed_q5_1_avx512;
 }
 
 const qi_kernels *qi_kernels_avx512(void) {

@@ -16,14 +16,19 @@
 #define PR QI_K_PACK_ROWS
 
 int qi_k_pack_supported(uint32_t type) {
-    return type == QI_TYPE_Q4_0 || type == QI_TYPE_Q4_1 || type == QI_TYPE_Q8_0;
+    return type == QI_TYPE_Q4_0 || type == QI_TYPE_Q4_1 || type == QI_TYPE_Q5_0 || type == QI_TYPE_Q5_1 ||
+           type == QI_TYPE_Q8_0;
 }
+
+static int has_m(uint32_t type) { return type == QI_TYPE_Q4_1 || type == QI_TYPE_Q5_1; }
 
 /* Bytes of one block of a group: 16 plain blocks' worth, rearranged. */
 static size_t group_block_bytes(uint32_t type) { return PR * qi_type_get(type)->size; }
 
-/* Offset of the codes within a group block: after d[16], and m[16] for q4_1. */
-static size_t codes_offset(uint32_t type) { return (type == QI_TYPE_Q4_1 ? 2 : 1) * PR * sizeof(uint16_t); }
+/* Offset of the codes within a group block: after d[16], and m[16] for
+ * q4_1 and q5_1. The fifth bits of q5 follow the four nibble vectors. */
+static size_t codes_offset(uint32_t type) { return (has_m(type) ? 2 : 1) * PR * sizeof(uint16_t); }
+static size_t qh_offset(uint32_t type) { return codes_offset(type) + 4 * 64; }
 
 uint64_t qi_k_pack_group_bytes(uint32_t type, int64_t n) {
     return (uint64_t)(n / QI_QK) * group_block_bytes(type);
@@ -50,6 +55,17 @@ void qi_k_pack_group(uint32_t type, int64_t n, const void *w, size_t w_stride, i
                     const qi_block_q4_1 *x = (const qi_block_q4_1 *)(const void *)row + b;
                     d[r] = x->d;
                     d[PR + r] = x->m;
+                    qs = x->qs;
+                } else if (type == QI_TYPE_Q5_0) {
+                    const qi_block_q5_0 *x = (const qi_block_q5_0 *)(const void *)row + b;
+                    d[r] = x->d;
+                    memcpy(g + qh_offset(type) + 4 * r, x->qh, 4);
+                    qs = x->qs;
+                } else if (type == QI_TYPE_Q5_1) {
+                    const qi_block_q5_1 *x = (const qi_block_q5_1 *)(const void *)row + b;
+                    d[r] = x->d;
+                    d[PR + r] = x->m;
+                    memcpy(g + qh_offset(type) + 4 * r, x->qh, 4);
                     qs = x->qs;
                 } else {
                     const qi_block_q4_0 *x = (const qi_block_q4_0 *)(const void *)row + b;
@@ -91,6 +107,24 @@ static float block_step(uint32_t type, const void *xb, const void *yb, float acc
         }
         return fmaf(qi_fp16_to_f32(x->d) * qi_fp16_to_f32(y->d), (float)block_isum(u, 8, y->qs), acc);
     }
+    if (type == QI_TYPE_Q5_0 || type == QI_TYPE_Q5_1) {
+        const uint8_t *qs = type == QI_TYPE_Q5_0 ? ((const qi_block_q5_0 *)xb)->qs : ((const qi_block_q5_1 *)xb)->qs;
+        const uint8_t *qhb = type == QI_TYPE_Q5_0 ? ((const qi_block_q5_0 *)xb)->qh : ((const qi_block_q5_1 *)xb)->qh;
+        const uint32_t qh = (uint32_t)qhb[0] | (uint32_t)qhb[1] << 8 | (uint32_t)qhb[2] << 16 | (uint32_t)qhb[3] << 24;
+        for (int j = 0; j < 16; j++) {
+            u[j] = (uint8_t)((qs[j] & 15) | (qh >> j & 1) << 4);
+            u[j + 16] = (uint8_t)((qs[j] >> 4) | (qh >> (j + 16) & 1) << 4);
+        }
+        if (type == QI_TYPE_Q5_0) {
+            const qi_block_q8_0 *y = yb;
+            return fmaf(qi_fp16_to_f32(((const qi_block_q5_0 *)xb)->d) * qi_fp16_to_f32(y->d),
+                        (float)block_isum(u, 16, y->qs), acc);
+        }
+        const qi_block_q5_1 *x = xb;
+        const qi_block_q8_1 *y = yb;
+        acc = fmaf(qi_fp16_to_f32(x->d) * qi_fp16_to_f32(y->d), (float)block_isum(u, 0, y->qs), acc);
+        return fmaf(qi_fp16_to_f32(x->m), qi_fp16_to_f32(y->s), acc);
+    }
     const qi_block_q4_1 *x = xb;
     const qi_block_q8_1 *y = yb;
     for (int j = 0; j < 16; j++) {
@@ -122,6 +156,17 @@ static void unpack_block(uint32_t type, const uint8_t *g, int r, void *out) {
         qi_block_q4_1 *x = out;
         x->d = d[r];
         x->m = d[PR + r];
+        for (int v = 0; v < 4; v++) memcpy(x->qs + 4 * v, codes + 64 * v + 4 * r, 4);
+    } else if (type == QI_TYPE_Q5_0) {
+        qi_block_q5_0 *x = out;
+        x->d = d[r];
+        memcpy(x->qh, g + qh_offset(type) + 4 * r, 4);
+        for (int v = 0; v < 4; v++) memcpy(x->qs + 4 * v, codes + 64 * v + 4 * r, 4);
+    } else if (type == QI_TYPE_Q5_1) {
+        qi_block_q5_1 *x = out;
+        x->d = d[r];
+        x->m = d[PR + r];
+        memcpy(x->qh, g + qh_offset(type) + 4 * r, 4);
         for (int v = 0; v < 4; v++) memcpy(x->qs + 4 * v, codes + 64 * v + 4 * r, 4);
     } else {
         qi_block_q4_0 *x = out;
@@ -159,4 +204,6 @@ static void gemm_packed_ref(uint32_t type, int64_t n, const void *w, size_t w_st
 DEFINE_GEMM_PACKED_REF(qi_k_gemm_packed_q4_0_ref, QI_TYPE_Q4_0)
 DEFINE_GEMM_PACKED_REF(qi_k_gemm_packed_q4_1_ref, QI_TYPE_Q4_1)
 DEFINE_GEMM_PACKED_REF(qi_k_gemm_packed_q8_0_ref, QI_TYPE_Q8_0)
+DEFINE_GEMM_PACKED_REF(qi_k_gemm_packed_q5_0_ref, QI_TYPE_Q5_0)
+DEFINE_GEMM_PACKED_REF(qi_k_gemm_packed_q5_1_ref, QI_TYPE_Q5_1)
 

@@ -235,7 +235,7 @@ qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err 
     }
     const int n_mat = st == QI_OK ? qi_model_n_matrices(*m) : 0;
     if (st == QI_OK && repack && (*m)->n_packed < n_mat)
-        fprintf(stderr, "qinfer: --repack: %d of the %d matrices have a packed form (q4_0, q4_1, q8_0); the others "
+        fprintf(stderr, "qinfer: --repack: %d of the %d matrices have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0); the others "
                         "keep llama.cpp's order\n", (*m)->n_packed, n_mat);
     return st;
 }

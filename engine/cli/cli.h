@@ -82,9 +82,9 @@ void qi_cli_kv_help(void);
 /* --repack's help line; the model loader the commands share: path loaded,
  * then repacked (qi_model_repack) when repack is set. */
 #define QI_CLI_REPACK_HELP                                                                       \
-    "      --repack          repack q4_0/q4_1/q8_0 matrices into 16-row groups: faster,\n"   \
-    "                        batched above all, but summed in another order than\n"         \
-    "                        llama.cpp's (logits differ in the last bits)\n"
+    "      --repack          repack q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row groups:\n" \
+    "                        faster, batched above all, but summed in another order\n"     \
+    "                        than llama.cpp's (logits differ in the last bits)\n"
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err);
 
 /* The engine's op profile (qi_engine_profile) as one stderr line:

@@ -797,8 +797,8 @@ END_TEST
 
 /* ---- packed weights ------------------------------------------------------------------ */
 
-static const uint32_t k_packed_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q8_0};
-#define N_PACKED_TYPES 3
+static const uint32_t k_packed_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q8_0, QI_TYPE_Q5_0, QI_TYPE_Q5_1};
+#define N_PACKED_TYPES 5
 
 /* Every table's gemm_packed, over packed groups, against the packed-order
  * reference dot on the plain rows: bit-identical, for 1..40 rows (partial

@@ -105,8 +105,8 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err);
 qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err);
 void qi_model_free(qi_model *m);
 
-/* Repack the matrices whose type has a packed form (q4_0, q4_1, q8_0: see
- * engine/kernels.h) into 16-row groups, for faster matmuls, above all
+/* Repack the matrices whose type has a packed form (q4_0, q4_1, q5_0, q5_1,
+ * q8_0: see engine/kernels.h) into 16-row groups, for faster matmuls, above all
  * batched ones. The result is no longer bit-identical to llama.cpp: each row
  * sums its blocks in one float lane, where llama.cpp keeps eight partial
  * sums, so logits differ in the last bits; a batched step still equals
