@@ -113,14 +113,26 @@ bool qi_tok_find_bytes(const char *hay, size_t n, const char *needle, size_t m, 
 
 /* ---- Loading ---------------------------------------------------------------- */
 
+/* GPT-2's printable bytes stand for themselves; the others, in byte
+ * order, for U+0100 upwards. */
+static uint32_t byte_cp(int b) {
+    const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (self) return (uint32_t)b;
+    int n = 0;
+    for (int x = 0; x < b; x++) n += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    return 256u + (uint32_t)n;
+}
+
+size_t qi_tok_byte_char(int b, char out[5]) {
+    const size_t n = qi_utf8_encode(byte_cp(b), (unsigned char *)out);
+    out[n] = 0;
+    return n;
+}
+
 static void byte_tables(qi_tokenizer *t) {
-    /* GPT-2's printable bytes stand for themselves; the others, in byte
-     * order, for U+0100 upwards. */
-    int next = 256;
     for (int i = 0; i < 0x144; i++) t->char_dec[i] = -1;
     for (int b = 0; b < 256; b++) {
-        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        uint32_t cp = self ? (uint32_t)b : (uint32_t)next++;
+        const uint32_t cp = byte_cp(b);
         unsigned char u[4];
         t->byte_enc_len[b] = (uint8_t)qi_utf8_encode(cp, u);
         memcpy(t->byte_enc[b], u, t->byte_enc_len[b]);

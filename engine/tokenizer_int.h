@@ -124,4 +124,8 @@ qi_status qi_tok_spm_text(const qi_tokenizer *t, qi_tok_spm_work *w, const char 
 size_t qi_tok_spm_detokenize(const qi_tokenizer *t, const int32_t *ids, size_t n,
                              bool remove_special, bool unparse_special, char *out, size_t cap);
 
+/* The byte-level character GPT-2's vocabularies spell byte b (0..255)
+ * with, as NUL-terminated UTF-8; returns its length (1 or 2). */
+size_t qi_tok_byte_char(int b, char out[5]);
+
 #endif

@@ -27,6 +27,7 @@
 #include "qinfer/gguf.h"
 #include "qinfer/quant.h"
 #include "qinfer/types.h"
+#include "tokenizer_int.h"
 
 typedef struct {
     const char *name;
@@ -121,25 +122,6 @@ static bool parse_type(const char *s, uint32_t *t) {
             return true;
         }
     return false;
-}
-
-/* GPT-2's byte -> code point map, as UTF-8. */
-static void byte_token(int b, char out[4]) {
-    int cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
-        int n = 0;
-        for (int x = 0; x < b; x++)
-            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
 }
 
 static qi_status add_matrix(qi_gguf_writer *w, const char *name, uint32_t t, int64_t cols, int64_t rows,
@@ -282,7 +264,7 @@ int qi_cmd_synth(int argc, char **argv) {
     qi_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)D);
     for (int i = 0; i < s.n_vocab; i++) {
         char *p = store + (size_t)i * 16;
-        if (i < 256) byte_token(i, p);
+        if (i < 256) qi_tok_byte_char(i, p);
         else snprintf(p, 16, "<|s%d|>", i - 256);
         toks[i] = p;
         types[i] = i < 256 ? 1 : 3;
