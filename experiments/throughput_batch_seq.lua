@@ -30,6 +30,14 @@
 --   qinfer results throughput_batch_seq --by kv_policy,prompt,batch --metric decode.tokens_per_s
 --   bash plots/make_all.sh        -> plots/out/throughput_vs_batch.png, plots/out/tpot_vs_seq_len.png
 --
+-- --set repack=true packs the weights (bench/README.md, "Packed weights");
+-- --set model=PATH takes any GGUF, e.g. a synthetic one of a larger shape
+-- (qinfer synth) whose weights outgrow the last-level cache:
+--
+--   qinfer synth -o /tmp/tl.gguf --preset tinyllama-1.1b
+--   qinfer run experiments/throughput_batch_seq.lua -t 2 --set model=/tmp/tl.gguf --set repack=true \
+--       --set prompt=64 --set kv_policy=full --db /tmp/tl.db
+--
 -- Needs models/fetch.sh smollm2-135m.
 local qinfer = require "qinfer"
 
@@ -37,17 +45,18 @@ return {
   name = "throughput_batch_seq",
   params = {
     model = { "smollm2-135m" },
+    repack = { false },
     kv_policy = { "full", "qinfer" },
     kv_budget = { 0.5 },
     prompt = { 64, 256, 1024 },
     batch = { 1, 2, 4, 8, 16 },
     n_gen = { 32 },
   },
-  order = { "model", "kv_policy", "kv_budget", "prompt", "batch" },
+  order = { "model", "repack", "kv_policy", "kv_budget", "prompt", "batch" },
   repetitions = 3,
   warmup = 1,
   run = function(cfg, ctx)
-    local m = qinfer.load(cfg.model)
+    local m = qinfer.load(cfg.model, { repack = cfg.repack })
     if ctx.warmup then
       -- threads started, weights paged in, the policy's code run: a short
       -- call does it, the full-size prefill would only cost time
