@@ -72,6 +72,7 @@ static void help(void) {
         "  -o, --output FMT      md (default), csv or json, to stdout\n"
         "      --attn-blas       prompts' attention through OpenBLAS sgemm: faster, but\n"
         "                        not bit-exact with llama.cpp (needs libopenblas0)\n"
+        QI_CLI_REPACK_HELP
         "  -h, --help            this help\n\n"
         "The KV policy, applied throughout (prefill and decode):\n",
         N_GEN);
@@ -360,7 +361,7 @@ int qi_cmd_needle(int argc, char **argv) {
     double lengths[MAX_LIST] = {1024, 2048, 4096}, depths[MAX_LIST] = {0, 0.25, 0.5, 0.75, 1};
     int n_len = 3, n_dep = 5, n_trials = 3, batch = 4, n_threads = qi_n_physical_cores();
     uint64_t seed = 1;
-    bool attn_blas = false;
+    bool attn_blas = false, repack = false;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
     qi_args a;
@@ -377,6 +378,7 @@ int qi_cmd_needle(int argc, char **argv) {
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -392,7 +394,7 @@ int qi_cmd_needle(int argc, char **argv) {
     char *piece = NULL;
     int32_t *ids = NULL;
     int rc = 0;
-    if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) || qi_model_load(mpath, &m, &err)) goto fail;
+    if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) || qi_cli_load_model(mpath, repack, &m, &err)) goto fail;
     int max_len = 0;
     for (int l = 0; l < n_len; l++) {
         if (lengths[l] > m->hp.n_ctx_train) {
@@ -454,8 +456,9 @@ int qi_cmd_needle(int argc, char **argv) {
         for (int l = 0; l < n_len; l++) printf("%s%.0f", l ? "," : " ", lengths[l]);
         printf(", depths");
         for (int d = 0; d < n_dep; d++) printf("%s%g", d ? "," : " ", depths[d]);
-        printf(", %d trial%s per cell, batch %d, seed %llu, %d threads%s\n\n", n_trials, n_trials == 1 ? "" : "s",
-               batch, (unsigned long long)seed, n_threads, attn_blas ? ", prompt attention through OpenBLAS" : "");
+        printf(", %d trial%s per cell, batch %d, seed %llu, %d threads%s%s\n\n", n_trials, n_trials == 1 ? "" : "s",
+               batch, (unsigned long long)seed, n_threads, attn_blas ? ", prompt attention through OpenBLAS" : "",
+               repack ? ", packed weights" : "");
         fflush(stdout);
     }
 

@@ -27,6 +27,7 @@ expect_fail 2 "no prompt given" "$Q" agree
 expect_fail 2 "both given" "$Q" agree -p x -f y
 expect_fail 2 "not an integer" "$Q" agree -p x -n 0
 expect_fail 2 "not an output format" "$Q" agree -p x -o xml
+"$Q" needle --help | grep -q -- "--repack" && ok || bad "needle --help does not mention --repack"
 expect_fail 2 "option --lengths: '1024,abc'" "$Q" needle --lengths 1024,abc
 expect_fail 2 "option --lengths: '512,'" "$Q" needle --lengths 512,
 expect_fail 2 "option --depths: '1.5'" "$Q" needle --depths 1.5
