@@ -77,19 +77,20 @@ static void put_f16(uint8_t *p, float v) {
     memcpy(p, &h, sizeof h);
 }
 
-/* Random rows of n elements of type t into buf (rows x row_bytes): random
- * bytes, then each block's scale fields overwritten with finite values of
- * about 1 / (code range * sqrt(n)). */
+/* Random rows of n elements of type t into buf (rows x row_bytes): f16
+ * values of about 1 / sqrt(n); for the block types random bytes, then each
+ * block's scale fields overwritten with finite values of about
+ * 1 / (code range * sqrt(n)). */
 static void fill_rows(uint32_t t, int64_t n, int64_t rows, uint8_t *buf, uint64_t rb, uint64_t *rng) {
     const uint64_t total = rb * (uint64_t)rows;
-    for (uint64_t i = 0; i < total; i += 8) {
-        const uint64_t r = rng_next(rng);
-        memcpy(buf + i, &r, total - i < 8 ? total - i : 8);
-    }
     const float unit = 1.0f / sqrtf((float)n);
     if (t == QI_TYPE_F16) {
         for (uint64_t i = 0; i < total; i += 2) put_f16(buf + i, unit * ((float)(rng_next(rng) % 2001) / 1000.0f - 1.0f));
         return;
+    }
+    for (uint64_t i = 0; i < total; i += 8) {
+        const uint64_t r = rng_next(rng);
+        memcpy(buf + i, &r, total - i < 8 ? total - i : 8);
     }
     const qi_type_info *ti = qi_type_get(t);
     for (uint64_t o = 0; o < total; o += ti->size) {
