@@ -82,8 +82,10 @@ typedef struct {
     void (*matmul_n)(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T);
     /* y[T][n] = x / rms(x) * w  (y may alias x) */
     void (*rmsnorm)(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y);
-    /* In place on x[T][n_heads*D], token t at position pos0+t. */
-    void (*rope)(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
+    /* RoPE in place on q[T][Hq*D] and, unless k is NULL, k[T][Hk*D]: row
+     * t at position pos[t], the first n_rot values of each head rotated
+     * (n_rot even, <= D); the angles are computed once per row for both. */
+    void (*rope)(qi_backend *b, float *q, int Hq, float *k, int Hk, int T, int D, int n_rot, const int32_t *pos,
                  float base, float freq_scale, int mode);
     void (*attention)(qi_backend *b, const qi_attn_args *a);
     void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
@@ -100,14 +102,16 @@ typedef struct {
     void (*geglu)(qi_backend *b, float *gate, const float *up, int T, int n);
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
-    /* Size scratch for activations of up to scratch_bytes (quantised rows)
-     * and attention over up to max_pos positions of Hkv KV heads of D values;
-     * called before any op, so nothing allocates inside a step. */
-    qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err);
+    /* Size scratch for activations of up to scratch_bytes (quantised rows),
+     * ops of up to max_rows rows (tokens), and attention over up to max_pos
+     * positions of Hkv KV heads of D values; called before any op, so
+     * nothing allocates inside a step. */
+    qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
+                         qi_err *err);
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 7u
+#define QI_BACKEND_VERSION 8u
 
 struct qi_backend {
     const qi_backend_i *iface;

@@ -45,9 +45,21 @@
 #include "quant_act.h"
 #include "threadpool.h"
 
+/* One kept table of RoPE angles (see cpu_rope): rows' cosines and sines,
+ * [rope_rows][rope_pairs], for positions pos[0..T) and these parameters;
+ * T = 0: empty. */
+typedef struct {
+    float *cs, *sn;
+    int32_t *pos;
+    int T, n_rot;
+    float base, freq_scale;
+} rope_tab;
+
 typedef struct {
     qi_pool *pool;
     const qi_kernels *k;
+    rope_tab rope[2];
+    int rope_rows, rope_pairs, rope_next;
     void *scratch; /* quantised activations */
     size_t scratch_bytes;
     float *att;     /* per-thread score rows, [n_threads][att_len] */
@@ -191,53 +203,115 @@ static void cpu_matmul(qi_backend *b, const qi_weight *w, const float *x, int T,
 
 /* ---- element-wise ops ------------------------------------------------------ */
 
+/* Rows per pass of rmsnorm. Each row's sum of squares is one chain of
+ * double additions in element order, as ggml's; NORM_ROWS rows' chains
+ * advance together, so their additions overlap instead of each waiting on
+ * the one before it (one chain is bound by the latency of an addition). */
+#define NORM_ROWS 8
+
+static void norm_row(const float *xr, const float *w, int n, double sum, float eps, float *yr) {
+    const float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+}
+
 static void cpu_rmsnorm(qi_backend *b, const float *x, const float *w, int T, int n, float eps,
                         float *y) {
-    for (int t = 0; t < T; t++) {
+    int t = 0;
+    for (; t + NORM_ROWS <= T; t += NORM_ROWS) {
+        const float *x0 = x + (long)t * n;
+        double sum[NORM_ROWS] = {0};
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < NORM_ROWS; r++) {
+                const float v = x0[(long)r * n + i];
+                sum[r] += (double)(v * v);
+            }
+        /* every sum is taken before any row is written (y may alias x) */
+        for (int r = 0; r < NORM_ROWS; r++) norm_row(x0 + (long)r * n, w, n, sum[r], eps, y + (long)(t + r) * n);
+    }
+    for (; t < T; t++) {
         const float *xr = x + (long)t * n;
-        float *yr = y + (long)t * n;
         double sum = 0.0;
         for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
-        float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-        for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+        norm_row(xr, w, n, sum, eps, y + (long)t * n);
     }
 }
 
-/* ggml's rotation, with the fusion GCC gave it (checked against the library
- * for NORMAL and NEOX and head sizes 2..256): x0*cos - x1*sin becomes
- * fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos becomes fma(x0, sin, x1*cos),
- * except that in NORMAL mode (adjacent pairs) the vector loop covers whole
- * groups of four pairs and the last n_pairs % 4 pairs are computed unfused. */
-static void cpu_rope(qi_backend *b, float *x, int T, int n_heads, int D, int n_rot, int pos0,
-                     float base, float freq_scale, int mode) {
-    QI_ASSERT(n_rot <= 1024 && n_rot % 2 == 0);
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    const int neox = mode == QI_ROPE_NEOX, n_pairs = n_rot / 2;
-    const int n_fused = neox ? n_pairs : n_pairs / 4 * 4;
-    float cs[512], sn[512];
-    for (int t = 0; t < T; t++) {
-        float theta = (float)(pos0 + t);
-        for (int i = 0; i < n_pairs; i++) {
-            const float th = theta * freq_scale;
-            cs[i] = cosf(th);
-            sn[i] = sinf(th);
-            theta *= theta_scale;
-        }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((long)t * n_heads + h) * D;
-            for (int i = 0; i < n_pairs; i++) {
-                const int a = neox ? i : 2 * i, bb = neox ? i + n_pairs : 2 * i + 1;
-                const float x0 = v[a], x1 = v[bb];
-                if (i < n_fused) {
-                    v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
-                    v[bb] = fmaf(x0, sn[i], x1 * cs[i]);
-                } else {
-                    v[a] = x0 * cs[i] - x1 * sn[i];
-                    v[bb] = x0 * sn[i] + x1 * cs[i];
-                }
-            }
-        }
+/* ---- RoPE ---------------------------------------------------------------------- */
+
+/* The rotation itself is the kernel table's rope (ggml's fused
+ * multiply-adds); here are the angles, as ggml computes them: theta starts
+ * at the position and is multiplied by base^(-2/n_rot) pair by pair. They
+ * depend only on the row's position and the parameters, so the tables of
+ * the last two calls' rows are kept: the layers of a step share its
+ * positions, and Gemma 3's two bases take a slot each. Rows beyond what
+ * reserve() sized are computed per call. */
+#define ROPE_POOL_MIN 16384 /* rotated pairs from which a call is shared out */
+
+static void rope_angles(int32_t pos, int n_pairs, float theta_scale, float freq_scale, float *cs, float *sn) {
+    float theta = (float)pos;
+    for (int i = 0; i < n_pairs; i++) {
+        const float th = theta * freq_scale;
+        cs[i] = cosf(th);
+        sn[i] = sinf(th);
+        theta *= theta_scale;
     }
+}
+
+typedef struct {
+    const qi_kernels *K;
+    float *q, *k;
+    int Hq, Hk, T, D, n_pairs, neox;
+    const int32_t *pos;
+    float theta_scale, freq_scale;
+    float *cs, *sn; /* [T][n_pairs], or NULL: each row's angles on the stack */
+    bool fill;      /* the table's rows are to be computed */
+} rope_job;
+
+static void rope_work(void *arg, int ith, int nth) {
+    rope_job *j = arg;
+    float cs_row[512], sn_row[512];
+    long lo, hi;
+    qi_split(j->T, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        float *cs = j->cs ? j->cs + t * j->n_pairs : cs_row, *sn = j->cs ? j->sn + t * j->n_pairs : sn_row;
+        if (!j->cs || j->fill) rope_angles(j->pos[t], j->n_pairs, j->theta_scale, j->freq_scale, cs, sn);
+        j->K->rope(j->q + t * j->Hq * j->D, j->Hq, j->D, j->n_pairs, j->neox, cs, sn);
+        if (j->k) j->K->rope(j->k + t * j->Hk * j->D, j->Hk, j->D, j->n_pairs, j->neox, cs, sn);
+    }
+}
+
+static void cpu_rope(qi_backend *b, float *q, int Hq, float *k, int Hk, int T, int D, int n_rot,
+                     const int32_t *pos, float base, float freq_scale, int mode) {
+    cpu_ctx *c = C(b);
+    QI_ASSERT(n_rot <= 1024 && n_rot % 2 == 0 && n_rot <= D);
+    rope_job j = {.K = c->k, .q = q, .k = k, .Hq = Hq, .Hk = k ? Hk : 0, .T = T, .D = D, .n_pairs = n_rot / 2,
+                  .neox = mode == QI_ROPE_NEOX, .pos = pos, .theta_scale = powf(base, -2.0f / (float)n_rot),
+                  .freq_scale = freq_scale};
+    if (T <= c->rope_rows && j.n_pairs <= c->rope_pairs) {
+        rope_tab *hit = NULL;
+        for (int i = 0; i < 2 && !hit; i++) {
+            rope_tab *r = &c->rope[i];
+            if (r->T == T && r->n_rot == n_rot && r->base == base && r->freq_scale == freq_scale &&
+                memcmp(r->pos, pos, sizeof(int32_t) * (size_t)T) == 0)
+                hit = r;
+        }
+        if (!hit) {
+            hit = &c->rope[c->rope_next];
+            c->rope_next ^= 1;
+            hit->T = T;
+            hit->n_rot = n_rot;
+            hit->base = base;
+            hit->freq_scale = freq_scale;
+            memcpy(hit->pos, pos, sizeof(int32_t) * (size_t)T);
+            j.fill = true;
+        }
+        j.cs = hit->cs;
+        j.sn = hit->sn;
+    }
+    if ((long)T * (j.Hq + j.Hk) * j.n_pairs >= ROPE_POOL_MIN)
+        qi_pool_run(c->pool, rope_work, &j);
+    else
+        rope_work(&j, 0, 1);
 }
 
 typedef struct {
@@ -642,12 +716,18 @@ static void cpu_free(qi_backend *b) {
         qi_free(c->bs);
         qi_free(c->bq);
         qi_free(c->bpos);
+        for (int i = 0; i < 2; i++) {
+            qi_free(c->rope[i].cs);
+            qi_free(c->rope[i].sn);
+            qi_free(c->rope[i].pos);
+        }
         qi_free(c);
     }
     qi_free(b);
 }
 
-static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err);
+static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
+                             qi_err *err);
 
 static const qi_backend_i k_cpu_iface = {
     .version = QI_BACKEND_VERSION,
@@ -702,8 +782,24 @@ static bool grow_f32(float **p, size_t n) {
     return true;
 }
 
-static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_pos, int Hkv, int D, qi_err *err) {
+static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
+                             qi_err *err) {
     cpu_ctx *c = C(b);
+    if (max_rows > c->rope_rows || D / 2 > c->rope_pairs) {
+        const int rows = max_rows > c->rope_rows ? max_rows : c->rope_rows;
+        const int pairs = D / 2 > c->rope_pairs ? D / 2 : c->rope_pairs;
+        const size_t n = (size_t)rows * (size_t)pairs;
+        for (int i = 0; i < 2; i++) {
+            rope_tab *r = &c->rope[i];
+            int32_t *pos = qi_realloc(r->pos, sizeof(int32_t) * (size_t)rows);
+            if (pos) r->pos = pos;
+            if (!pos || !grow_f32(&r->cs, n) || !grow_f32(&r->sn, n))
+                return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving RoPE tables for %d rows", rows);
+            r->T = 0; /* the row stride changed: nothing kept is valid */
+        }
+        c->rope_rows = rows;
+        c->rope_pairs = pairs;
+    }
     if (scratch_bytes > c->scratch_bytes) {
         void *p = qi_realloc(c->scratch, scratch_bytes);
         if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving %zu scratch bytes", scratch_bytes);

@@ -263,7 +263,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
                     (int)R, o->n_ctx);
         goto fail;
     }
-    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, o->n_ctx, hp->n_head_kv,
+    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, (int)R, o->n_ctx, hp->n_head_kv,
                                     hp->head_dim, err)))
         goto fail;
     *out = e;
@@ -556,7 +556,6 @@ static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, qi
         kb[hk] = (const uint16_t *const *)w->k_blk;
         vb[hk] = (const uint16_t *const *)w->v_blk;
     }
-    for (int t = 0; t < g->n; t++) e->q_pos[g->off + t] = g->pos0 + t;
     e->acall[i] = (qi_attn_paged_args){.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
                                        .n_swa = swa ? hp->n_swa : 0,
                                        .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
@@ -630,6 +629,8 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     qi_status st;
 
+    for (int i = 0; i < n_seg; i++)
+        for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
     be->get_rows(b, &m->tok_embd, e->tokens, T, e->x);
     if (hp->embd_scale != 1.0f) scale_rows(e->x, (long)T * E, hp->embd_scale);
     int rows = T;
@@ -643,13 +644,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         matmul_n(e, qkv, qkv_out, 3, e->xn, T);
         if (ly->q_norm.data) be->rmsnorm(b, e->q, ly->q_norm.data, T * H, D, hp->rms_eps, e->q);
         if (ly->k_norm.data) be->rmsnorm(b, e->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, e->k);
-        for (int i = 0; i < n_seg; i++) {
-            const segment *g = &segs[i];
-            be->rope(b, e->q + (long)g->off * H * D, g->n, H, D, hp->n_rot, g->pos0, base, hp->rope_freq_scale,
-                     hp->rope_mode);
-            be->rope(b, e->k + (long)g->off * Hkv * D, g->n, Hkv, D, hp->n_rot, g->pos0, base, hp->rope_freq_scale,
-                     hp->rope_mode);
-        }
+        be->rope(b, e->q, H, e->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode);
         if (hp->q_scale > 0) scale_rows(e->q, (long)T * H * D, hp->q_scale);
         if ((st = attend_all(e, segs, n_seg, l, err))) return st;
         matmul(e, &ly->wo, e->att, T, e->xn);

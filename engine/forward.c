@@ -39,6 +39,7 @@ struct qi_ctx {
     uint16_t *k_cache, *v_cache; /* [L][n_ctx][Hkv*D] fp16 */
     /* scratch, [QI_MAX_CHUNK] rows each */
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    int32_t *pos; /* [QI_MAX_CHUNK] a chunk's positions */
     float *logits; /* [cap_logits][V] */
     int cap_logits, n_logits;
 };
@@ -81,15 +82,16 @@ qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **o
     c->att = qi_malloc(sizeof(float) * R * q);
     c->gate = qi_malloc(sizeof(float) * R * hp->n_ff);
     c->up = qi_malloc(sizeof(float) * R * hp->n_ff);
+    c->pos = qi_malloc(sizeof(int32_t) * R);
     c->cap_logits = 1;
     c->logits = qi_malloc(sizeof(float) * hp->n_vocab);
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att ||
-        !c->gate || !c->up || !c->logits) {
+        !c->gate || !c->up || !c->pos || !c->logits) {
         qi_ctx_free(c);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory allocating a %d-token context", n_ctx);
     }
-    if ((st = c->be->iface->reserve(c->be, qi_backend_max_act_row_bytes(m) * R, n_ctx, hp->n_head_kv, hp->head_dim,
-                                    err))) {
+    if ((st = c->be->iface->reserve(c->be, qi_backend_max_act_row_bytes(m) * R, (int)R, n_ctx, hp->n_head_kv,
+                                    hp->head_dim, err))) {
         qi_ctx_free(c);
         return st;
     }
@@ -110,6 +112,7 @@ void qi_ctx_free(qi_ctx *c) {
     qi_free(c->att);
     qi_free(c->gate);
     qi_free(c->up);
+    qi_free(c->pos);
     qi_free(c->logits);
     qi_free(c);
 }
@@ -143,6 +146,7 @@ static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_ou
     const long kvw = (long)Hkv * D;
     const int pos0 = c->n_past;
 
+    for (int t = 0; t < T; t++) c->pos[t] = pos0 + t;
     be->get_rows(b, &m->tok_embd, tokens, T, c->x);
     if (hp->embd_scale != 1.0f) scale_rows(c->x, (long)T * E, hp->embd_scale);
     int R = T; /* rows still carried */
@@ -156,8 +160,7 @@ static void eval_chunk(qi_ctx *c, const int32_t *tokens, int T, float *logits_ou
         be->matmul_n(b, qkv, qkv_out, 3, c->xn, T);
         if (ly->q_norm.data) be->rmsnorm(b, c->q, ly->q_norm.data, T * H, D, hp->rms_eps, c->q);
         if (ly->k_norm.data) be->rmsnorm(b, c->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, c->k);
-        be->rope(b, c->q, T, H, D, hp->n_rot, pos0, base, hp->rope_freq_scale, hp->rope_mode);
-        be->rope(b, c->k, T, Hkv, D, hp->n_rot, pos0, base, hp->rope_freq_scale, hp->rope_mode);
+        be->rope(b, c->q, H, c->k, Hkv, T, D, hp->n_rot, c->pos, base, hp->rope_freq_scale, hp->rope_mode);
         if (hp->q_scale > 0) scale_rows(c->q, (long)T * H * D, hp->q_scale);
         uint16_t *kc = c->k_cache + (size_t)l * c->n_ctx * kvw;
         uint16_t *vc = c->v_cache + (size_t)l * c->n_ctx * kvw;

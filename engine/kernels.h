@@ -64,6 +64,12 @@ typedef struct qi_kernels {
      * same n_pos rows (they depend on p, not on where the row lives). */
     void (*attn_values_blk)(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *const *blk,
                             int shift, size_t v_stride, int n_pos, float *out);
+    /* RoPE on n_heads heads of D floats in place, head h at x + h * D:
+     * pair i < n_pairs, elements (i, i + n_pairs) when neox, else
+     * (2i, 2i + 1), turned by the angle whose cosine and sine are cs[i]
+     * and sn[i], with ggml's fused multiply-adds (see the ref); elements
+     * from 2 * n_pairs on are left as they are. */
+    void (*rope)(float *x, int n_heads, int D, int n_pairs, int neox, const float *cs, const float *sn);
     /* g[i] = silu(g[i]) * u[i] for i < n, n a row length (see the ref). */
     void (*swiglu)(int64_t n, float *g, const float *u);
     /* g[i] = gelu_tanh(g[i]) * u[i] for i < n, through ggml's fp16 table
@@ -177,6 +183,7 @@ void qi_k_attn_values_blk_ref(qi_k_order ord, int D, const uint16_t *w16, const 
                               int shift, size_t v_stride, int n_pos, float *out);
 void qi_k_attn_values_ref(qi_k_order ord, int D, const uint16_t *w16, const uint16_t *v,
                           size_t v_stride, int n_pos, float *out);
+void qi_k_rope_ref(float *x, int n_heads, int D, int n_pairs, int neox, const float *cs, const float *sn);
 void qi_k_swiglu_ref(int64_t n, float *g, const float *u);
 void qi_k_geglu_ref(int64_t n, float *g, const float *u);
 /* ggml's GELU table: [65536] fp16 results indexed by fp16 input bits. */

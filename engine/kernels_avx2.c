@@ -521,6 +521,43 @@ T2 static void softmax_f16_avx2(int n, float *s, uint16_t *w16) {
     for (; i < n; i++) w16[i] = qi_f32_to_fp16(s[i] * _mm256_cvtss_f32(inv));
 }
 
+/* RoPE, eight pairs (NEOX) or four (NORMAL) per vector with the
+ * reference's fused multiply-adds: fmsub(x0, c, x1*s) is fma(x0, c,
+ * -(x1*s)). NORMAL pairs are adjacent, so each vector also holds its pairs
+ * swapped (x1, x0), and the even lanes take the first result, the odd lanes
+ * the second. NORMAL's unfused remainder goes through the reference. */
+T2 static void rope_avx2(float *x, int n_heads, int D, int n_pairs, int neox, const float *cs, const float *sn) {
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (long)h * D;
+        int i = 0;
+        if (neox) {
+            for (; i + 8 <= n_pairs; i += 8) {
+                const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + n_pairs);
+                const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+                _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+                _mm256_storeu_ps(v + i + n_pairs, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+            }
+            for (; i < n_pairs; i++) { /* the last pairs, fused as in the reference */
+                const float x0 = v[i], x1 = v[i + n_pairs];
+                v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                v[i + n_pairs] = fmaf(x0, sn[i], x1 * cs[i]);
+            }
+        } else {
+            for (; i + 4 <= n_pairs; i += 4) {
+                const __m256 xv = _mm256_loadu_ps(v + 2 * i), xs = _mm256_permute_ps(xv, 0xB1);
+                const __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + i)), dup);
+                const __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sn + i)), dup);
+                const __m256 ev = _mm256_fmsub_ps(xv, c, _mm256_mul_ps(xs, s)); /* lane 2j: x0*c - x1*s */
+                const __m256 od = _mm256_fmadd_ps(xs, s, _mm256_mul_ps(xv, c)); /* lane 2j+1: x0*s + x1*c */
+                _mm256_storeu_ps(v + 2 * i, _mm256_blend_ps(ev, od, 0xAA));
+            }
+            /* fewer than four pairs left: unfused, as the reference (offsets keep pairs adjacent) */
+            if (i < n_pairs) qi_k_rope_ref(v + 2 * i, 1, D, n_pairs - i, 0, cs + i, sn + i);
+        }
+    }
+}
+
 T2 static void swiglu_avx2(int64_t n, float *g, const float *u) {
     const int64_t nv = n & ~(int64_t)15;
     const __m256 one = _mm256_set1_ps(1.0f);
@@ -634,6 +671,7 @@ static const qi_kernels k_avx2 = {
     .exp_sum = exp_sum_avx2,
     .attn_values = attn_values_avx2,
     .attn_values_blk = attn_values_blk_avx2,
+    .rope = rope_avx2,
     .swiglu = swiglu_avx2,
     .geglu = geglu_avx2,
     .quantize_q8 = quantize_q8_avx2,

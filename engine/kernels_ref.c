@@ -82,6 +82,12 @@
  * one row, which is the same thing whenever n_ff % 16 == 0 (SmolLM2-135M:
  * 1536; Gemma 3 270M: 2048).
  *
+ * RoPE (ggml_rope_f32 as GCC built it; checked against the library for
+ * NORMAL and NEOX and head sizes 2..256): x0*cos - x1*sin became
+ * fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos became fma(x0, sin, x1*cos),
+ * except that in NORMAL mode (adjacent pairs) the vector loop covers whole
+ * groups of four pairs and the last n_pairs % 4 pairs are computed unfused.
+ *
  * GeGLU (ggml_vec_geglu_f32 as built, GGML_GELU_FP16 defined): no SIMD and
  * no tanh at run time. x <= -10 gives 0, x >= 10 gives x * g; otherwise
  * gelu is looked up in a 65536-entry fp16 table indexed by fp16(x) and
@@ -447,6 +453,24 @@ void qi_k_softmax_f16_ref(int n, float *s, uint16_t *w16) {
     for (int i = 0; i < n; i++) w16[i] = qi_f32_to_fp16(s[i] * inv);
 }
 
+void qi_k_rope_ref(float *x, int n_heads, int D, int n_pairs, int neox, const float *cs, const float *sn) {
+    const int n_fused = neox ? n_pairs : n_pairs / 4 * 4;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (long)h * D;
+        for (int i = 0; i < n_pairs; i++) {
+            const int a = neox ? i : 2 * i, b = neox ? i + n_pairs : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            if (i < n_fused) {
+                v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                v[b] = fmaf(x0, sn[i], x1 * cs[i]);
+            } else {
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
 void qi_k_swiglu_ref(int64_t n, float *g, const float *u) {
     const int64_t nv = n & ~(int64_t)15;
     for (int64_t i = 0; i < nv; i++) g[i] = (g[i] / (1.0f + qi_k_expf_ref(0.0f - g[i]))) * u[i];
@@ -548,6 +572,7 @@ static const qi_kernels k_ref = {
     .exp_sum = qi_k_exp_sum_ref,
     .attn_values = qi_k_attn_values_ref,
     .attn_values_blk = qi_k_attn_values_blk_ref,
+    .rope = qi_k_rope_ref,
     .swiglu = qi_k_swiglu_ref,
     .geglu = qi_k_geglu_ref,
     .quantize_q8 = qi_k_quantize_q8_ref,

@@ -142,13 +142,18 @@ static void backends_create(qi_backend *b[MAX_THREADS]) {
     }
 }
 
-static void backends_reserve(qi_backend *b[MAX_THREADS], size_t scratch_bytes, int max_pos) {
+/* max_rows and D size the RoPE angle tables (0: none kept). */
+static void backends_reserve_rows(qi_backend *b[MAX_THREADS], size_t scratch_bytes, int max_rows, int max_pos, int D) {
     for (int n = 1; n <= MAX_THREADS; n++) {
         qi_err err = {0};
-        /* no KV geometry: these backends run the exact attention only */
-        ck_assert_msg(b[n - 1]->iface->reserve(b[n - 1], scratch_bytes, max_pos, 0, 0, &err) == QI_OK, "%s",
-                      err.msg);
+        /* no KV heads: these backends run the exact attention only */
+        ck_assert_msg(b[n - 1]->iface->reserve(b[n - 1], scratch_bytes, max_rows, max_pos, 0, D, &err) == QI_OK,
+                      "%s", err.msg);
     }
+}
+
+static void backends_reserve(qi_backend *b[MAX_THREADS], size_t scratch_bytes, int max_pos) {
+    backends_reserve_rows(b, scratch_bytes, 0, max_pos, 0);
 }
 
 static void backends_free(qi_backend *b[MAX_THREADS]) {
@@ -292,9 +297,10 @@ START_TEST(test_rmsnorm) {
     uint64_t rng = 101;
     qi_backend *b[MAX_THREADS];
     backends_create(b);
-    static const int Ts[] = {1, 3};
+    /* one row; fewer than the 8 rows summed side by side; 8; 8 and a rest */
+    static const int Ts[] = {1, 3, 8, 19};
     for (int li = 0; li < N_ROW_LENS; li++)
-        for (int ti = 0; ti < 2; ti++) {
+        for (int ti = 0; ti < 4; ti++) {
             const int n = k_row_lens[li], T = Ts[ti];
             const long len = (long)T * n;
             float *x = malloc(sizeof(float) * (size_t)len), *w = malloc(sizeof(float) * (size_t)n);
@@ -335,16 +341,17 @@ START_TEST(test_rmsnorm) {
 END_TEST
 
 /* ggml's rotation as GCC compiled it: angles advance by repeated float
- * multiplication; each pair is rotated with fused multiply-adds, except the
- * last n_pairs % 4 pairs of NORMAL mode (outside its vector loop). */
-static void ref_rope(float *x, int T, int n_heads, int D, int n_rot, int pos0, float base, float freq_scale,
-                     int mode) {
+ * multiplication from the row's position; each pair is rotated with fused
+ * multiply-adds, except the last n_pairs % 4 pairs of NORMAL mode (outside
+ * its vector loop). */
+static void ref_rope(float *x, int T, int n_heads, int D, int n_rot, const int32_t *pos, float base,
+                     float freq_scale, int mode) {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     const int n_pairs = n_rot / 2;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((long)t * n_heads + h) * D;
-            float theta = (float)(pos0 + t);
+            float theta = (float)pos[t];
             for (int i = 0; i < n_pairs; i++, theta *= theta_scale) {
                 const float c = cosf(theta * freq_scale), s = sinf(theta * freq_scale);
                 float *x0 = mode == QI_ROPE_NEOX ? &v[i] : &v[2 * i];
@@ -362,48 +369,75 @@ static void ref_rope(float *x, int T, int n_heads, int D, int n_rot, int pos0, f
 }
 
 typedef struct {
-    int D, n_rot, T, H, pos0, mode;
+    int D, n_rot, T, Hq, Hk, mode; /* Hk = 0: no k */
+    const int32_t *pos;
     float base, freq_scale;
 } rope_case;
 
 static void check_rope(qi_backend *b[MAX_THREADS], uint64_t *rng, const rope_case *c) {
-    const long len = (long)c->T * c->H * c->D;
-    float *x = malloc(sizeof(float) * (size_t)len), *want = malloc(sizeof(float) * (size_t)len);
-    fill_row(rng, x, len, 0);
-    memcpy(want, x, sizeof(float) * (size_t)len);
-    ref_rope(want, c->T, c->H, c->D, c->n_rot, c->pos0, c->base, c->freq_scale, c->mode);
-    char what[128];
-    snprintf(what, sizeof what, "rope %s D=%d n_rot=%d T=%d H=%d pos0=%d base=%g freq_scale=%g",
-             c->mode == QI_ROPE_NEOX ? "NEOX" : "NORMAL", c->D, c->n_rot, c->T, c->H, c->pos0, c->base,
+    const long lq = (long)c->T * c->Hq * c->D, lk = (long)c->T * c->Hk * c->D;
+    float *x = malloc(sizeof(float) * (size_t)(lq + lk)), *want = malloc(sizeof(float) * (size_t)(lq + lk));
+    fill_row(rng, x, lq + lk, 0);
+    memcpy(want, x, sizeof(float) * (size_t)(lq + lk));
+    ref_rope(want, c->T, c->Hq, c->D, c->n_rot, c->pos, c->base, c->freq_scale, c->mode);
+    ref_rope(want + lq, c->T, c->Hk, c->D, c->n_rot, c->pos, c->base, c->freq_scale, c->mode);
+    char what[160];
+    snprintf(what, sizeof what, "rope %s D=%d n_rot=%d T=%d Hq=%d Hk=%d pos[0]=%d base=%g freq_scale=%g",
+             c->mode == QI_ROPE_NEOX ? "NEOX" : "NORMAL", c->D, c->n_rot, c->T, c->Hq, c->Hk, c->pos[0], c->base,
              c->freq_scale);
     for (int nt = 1; nt <= MAX_THREADS; nt++) {
-        gbuf g;
-        float *y = gbuf_init(&g, len);
-        memcpy(y, x, sizeof(float) * (size_t)len);
-        b[nt - 1]->iface->rope(b[nt - 1], y, c->T, c->H, c->D, c->n_rot, c->pos0, c->base, c->freq_scale,
-                               c->mode);
-        gbuf_check(&g, what, nt);
-        expect_same(want, y, len, c->D, "%s, %d threads", what, nt);
-        gbuf_fini(&g);
+        gbuf gq, gk;
+        float *yq = gbuf_init(&gq, lq), *yk = gbuf_init(&gk, lk > 0 ? lk : 1);
+        memcpy(yq, x, sizeof(float) * (size_t)lq);
+        memcpy(yk, x + lq, sizeof(float) * (size_t)lk);
+        b[nt - 1]->iface->rope(b[nt - 1], yq, c->Hq, c->Hk ? yk : NULL, c->Hk, c->T, c->D, c->n_rot, c->pos,
+                               c->base, c->freq_scale, c->mode);
+        gbuf_check(&gq, what, nt);
+        gbuf_check(&gk, what, nt);
+        expect_same(want, yq, lq, c->D, "%s (q), %d threads", what, nt);
+        if (lk > 0) expect_same(want + lq, yk, lk, c->D, "%s (k), %d threads", what, nt);
+        gbuf_fini(&gq);
+        gbuf_fini(&gk);
     }
     free(x);
     free(want);
 }
 
+/* Rows go up to 64; the angle tables are reserved for 32 rows of 64 pairs,
+ * so calls of 40 or 64 rows, or of 128-value heads, take the per-call path,
+ * and those of 1 or 3 rows are cached: the calls alternate bases,
+ * positions and scales so that a table kept under the wrong key would show. */
 START_TEST(test_rope) {
     uint64_t rng = 202;
     qi_backend *b[MAX_THREADS];
     backends_create(b);
+    backends_reserve_rows(b, 0, 32, 1, 128);
     /* (D, n_rot): one pair; full rotation; half; 10 pairs (an unfused
      * remainder of 2 in NORMAL mode) at a head dim off the 16-lane grid */
-    static const int shapes[][2] = {{2, 2}, {16, 16}, {64, 64}, {64, 32}, {80, 20}, {128, 128}};
+    static const int shapes[][2] = {{2, 2}, {16, 16}, {64, 64}, {64, 32}, {80, 20}, {128, 128}, {256, 256}};
     static const float bases[][2] = {{10000.0f, 1.0f}, {1e6f, 0.25f}};
+    static const int Ts[] = {1, 3, 40, 64};
+    int32_t from0[64], from4097[64], scattered[64];
+    for (int t = 0; t < 64; t++) {
+        from0[t] = t;
+        from4097[t] = 4097 + t;
+        scattered[t] = (t * 7919) % 5000 + (t & 1 ? 100000 : 0); /* out of order, some far */
+    }
+    const int32_t *const pos_sets[] = {from0, from4097, scattered};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int i = 0; i < 32; i++) {
-            const rope_case c = {.D = shapes[si][0], .n_rot = shapes[si][1], .mode = i & 1,
-                                 .T = i & 2 ? 3 : 1, .H = i & 4 ? 3 : 1, .pos0 = i & 8 ? 4097 : 0,
-                                 .base = bases[i >> 4][0], .freq_scale = bases[i >> 4][1]};
+        for (int i = 0; i < 96; i++) {
+            const int big = i & 8; /* q and k with several heads, else q alone */
+            const rope_case c = {.D = shapes[si][0], .n_rot = shapes[si][1], .mode = i & 1, .T = Ts[(i >> 1) & 3],
+                                 .Hq = big ? 4 : 1, .Hk = big ? 2 : 0, .pos = pos_sets[(i >> 4) % 3],
+                                 .base = bases[(i >> 4) / 3][0], .freq_scale = bases[(i >> 4) / 3][1]};
             check_rope(b, &rng, &c);
+            /* the same call again (a table hit), then with the other base */
+            check_rope(b, &rng, &c);
+            rope_case o = c;
+            o.base = c.base == bases[0][0] ? bases[1][0] : bases[0][0];
+            check_rope(b, &rng, &o);
+            o.freq_scale = c.freq_scale;
+            check_rope(b, &rng, &o);
         }
     backends_free(b);
 }

@@ -646,6 +646,44 @@ START_TEST(test_swiglu_variants) {
 }
 END_TEST
 
+/* RoPE: both pair layouts, head sizes whose pair counts leave a remainder
+ * for the vector loops (NORMAL's last n_pairs % 4 pairs are unfused), and a
+ * partial rotation whose last elements must stay as they are. */
+START_TEST(test_rope_variants) {
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    uint64_t rng = 4242;
+    static const int shapes[][2] = {{64, 64}, {256, 256}, {6, 6}, {10, 8}, {128, 34}, {2, 2}, {80, 80}, {64, 30}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int neox = 0; neox < 2; neox++)
+            for (int n_heads = 1; n_heads <= 3; n_heads++) {
+                const int D = shapes[si][0], n_pairs = shapes[si][1] / 2, n = n_heads * D;
+                float *x = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+                float *got = malloc(sizeof(float) * (size_t)n), cs[128], sn[128];
+                for (int i = 0; i < n_pairs; i++) {
+                    const float th = qi_test_randf(&rng) * 1000.0f;
+                    cs[i] = cosf(th);
+                    sn[i] = sinf(th);
+                }
+                for (int i = 0; i < n; i++) x[i] = randn(&rng) * (i % 3 ? 1.0f : 100.0f);
+                memcpy(ref, x, sizeof(float) * (size_t)n);
+                qi_k_rope_ref(ref, n_heads, D, n_pairs, neox, cs, sn);
+                for (int h = 0; h < n_heads; h++)
+                    for (int i = 2 * n_pairs; i < D; i++) ck_assert(f32_bits(ref[h * D + i]) == f32_bits(x[h * D + i]));
+                for (int k = 0; k < n_simd; k++) {
+                    memcpy(got, x, sizeof(float) * (size_t)n);
+                    simd[k]->rope(got, n_heads, D, n_pairs, neox, cs, sn);
+                    const long d = first_diff(ref, got, n);
+                    ck_assert_msg(d < 0, "%s D=%d pairs=%d neox=%d heads=%d i=%ld: %.9g vs %.9g", simd[k]->name, D,
+                                  n_pairs, neox, n_heads, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
+                }
+                free(x);
+                free(ref);
+                free(got);
+            }
+}
+END_TEST
+
 /* GeGLU: every fp16 input value, the branch edges, and ordinary floats
  * (which are rounded to fp16 for the lookup), SIMD against the reference. */
 START_TEST(test_geglu_variants) {
@@ -1057,6 +1095,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_softmax_variants);
     tcase_add_test(tc, test_exp_sum_variants);
     tcase_add_test(tc, test_swiglu_variants);
+    tcase_add_test(tc, test_rope_variants);
     tcase_add_test(tc, test_exp_sweep_variants);
     tcase_add_test(tc, test_geglu_variants);
     tcase_add_test(tc, test_quantize_q8_variants);
