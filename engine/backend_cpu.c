@@ -95,6 +95,12 @@ static cpu_ctx *C(qi_backend *b) { return (cpu_ctx *)b->ctx; }
  * all of them are split over the threads in one pool run. */
 #define MM_MAX_W 4
 
+/* Activation values from which quantising them is shared out over the
+ * pool; below, the caller quantises alone, which costs less than a round
+ * of waking the workers (a decode step of a few sequences: one row of
+ * SmolLM2's 576 values takes well under a microsecond). */
+#define MM_QUANT_POOL_MIN 8192
+
 typedef struct {
     const qi_weight *w[MM_MAX_W];
     float *y[MM_MAX_W];
@@ -192,7 +198,10 @@ static void cpu_matmul_n(qi_backend *b, const qi_weight *const *w, float *const 
         qi_type_row_bytes(j.dot_type, (uint64_t)j.n_cols, &rb);
         j.qrow_bytes = rb;
         QI_ASSERT(rb * (uint64_t)T <= c->scratch_bytes); /* sized by reserve() */
-        qi_pool_run(c->pool, mm_quantize, &j);
+        if ((long)T * j.n_cols >= MM_QUANT_POOL_MIN)
+            qi_pool_run(c->pool, mm_quantize, &j);
+        else
+            mm_quantize(&j, 0, 1);
         qi_pool_run(c->pool, mm_rows, &j);
     }
 }
