@@ -9,14 +9,15 @@
  *          on an emptied context (llama-bench times its first token too; one
  *          position of difference is noise).
  *   tg<N> @ b<B>  (--batch) the batched engine (qi_engine) with B sequences
- *          at once: each gets a distinct BATCH_PROMPT-token prompt (BOS
- *          first), untimed, then N steps that each feed one random token to
+ *          at once: each gets a distinct prompt of --depth tokens (default
+ *          BATCH_PROMPT; BOS first), untimed, then N steps that each feed one
+ *          random token to
  *          every sequence; the rate is aggregate, B * N / seconds, and the
  *          per-sequence rate is that over B. The plain pp/tg rows keep using
  *          qi_ctx, so a list with 1 in it gives tg<N> @ b1 too: the engine's
  *          own single-sequence baseline. The KV policy flags apply to these
  *          rows only (qi_ctx has no policy). Each batch size gets its own
- *          engine, sized for B sequences of BATCH_PROMPT + N positions, made
+ *          engine, sized for B sequences of depth + N positions, made
  *          after the qi_ctx is freed so two thread pools never compete.
  * Each repetition gives tokens / seconds; the table shows the mean and the
  * sample standard deviation of those rates, as llama-bench does. --warmup N
@@ -42,8 +43,8 @@
  * rows, each repetition's rate included, to a SQLite table; SQLite is
  * optional at build time (QI_HAVE_SQLITE), and without it --db is refused
  * before anything runs. Columns added after the first schema (batch,
- * kv_policy, avg_seq_ts, attn_blas) are added to an older table when it is
- * opened, so one file keeps every run's rows.
+ * kv_policy, avg_seq_ts, attn_blas, depth) are added to an older table when
+ * it is opened, so one file keeps every run's rows.
  *
  * --attn-blas runs prompts' attention through OpenBLAS sgemm (qi_ctx and the
  * engine alike). Only the pp row has prompts of more than one token (the tg
@@ -81,7 +82,7 @@
 
 #define MAX_BATCHES 16  /* sizes in one --batch list */
 #define MAX_BATCH 256   /* sequences in one batched test */
-#define BATCH_PROMPT 4  /* prompt tokens of each sequence of a batched test */
+#define BATCH_PROMPT 4  /* prompt tokens of each sequence of a batched test, by default */
 #define BENCH_MAX_TESTS (2 + MAX_BATCHES)
 #define PROBE_PASSES 5
 
@@ -102,8 +103,12 @@ static void help(void) {
         "  -n, --n-gen N         decoded tokens for the tg test (default 128; 0 = no tg test)\n"
         "  -b, --batch LIST      batch sizes, a comma list of 1..%d (default 1: no batched\n"
         "                        rows); each size B adds a tg<N> @ b<B> row: B sequences\n"
-        "                        with a %d-token prompt each, then N steps of one token\n"
-        "                        for every sequence\n"
+        "                        with a prompt of --depth tokens each, then N steps of\n"
+        "                        one token for every sequence\n"
+        "  -d, --depth N         prompt tokens of each sequence of the batched rows, run\n"
+        "                        untimed before the steps (default %d); rows then read\n"
+        "                        tg<N> @ b<B> d<N> when N is not the default. A KV\n"
+        "                        policy's budget applies from the prompt on\n"
         "  -t, --threads N       worker threads (default: physical cores)\n"
         "  -r, --repetitions N   timed runs of each test (default 5)\n"
         "      --warmup N        untimed runs of each test first (default 1)\n"
@@ -363,6 +368,7 @@ typedef struct {
     char name[32]; /* "pp512", "tg128 @ b16" */
     int n_prompt, n_gen;
     int batch;     /* sequences decoded at once (1 for the qi_ctx tests) */
+    int depth;     /* batched tests: each sequence's prompt tokens before the steps */
     bool engine;   /* run in the batched engine */
     int n_reps;
     double *ts; /* [n_reps] tokens/s */
@@ -388,7 +394,7 @@ static int32_t first_token(const qi_model *m) {
 typedef struct {
     const qi_model *m;
     qi_ctx *ctx;
-    int32_t *toks; /* [max(n_prompt, BATCH_PROMPT)] */
+    int32_t *toks; /* [max(n_prompt, depth)] */
     qi_engine *eng;
     int ids[MAX_BATCH];
     int n_ids;
@@ -415,8 +421,8 @@ static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *se
         if ((st = qi_engine_seq_add(r->eng, &r->ids[r->n_ids], err))) return st;
         r->n_ids++;
         r->toks[0] = first_token(r->m);
-        for (int i = 1; i < BATCH_PROMPT; i++) r->toks[i] = random_token(V);
-        if ((st = qi_engine_seq_feed(r->eng, r->ids[b], r->toks, BATCH_PROMPT, false, err))) return st;
+        for (int i = 1; i < t->depth; i++) r->toks[i] = random_token(V);
+        if ((st = qi_engine_seq_feed(r->eng, r->ids[b], r->toks, t->depth, false, err))) return st;
     }
     if ((st = engine_drain(r->eng, err))) return st;
     double t0 = qi_now_s();
@@ -634,7 +640,7 @@ static void json_str(const char *s) {
 enum {
     FLD_VERSION, FLD_TIMESTAMP, FLD_CPU, FLD_N_CORES, FLD_N_LOGICAL, FLD_GPU, FLD_MODEL_TYPE, FLD_MODEL_NAME,
     FLD_MODEL_FILENAME, FLD_MODEL_SHA256, FLD_MODEL_SIZE, FLD_MODEL_N_PARAMS, FLD_BACKEND, FLD_N_THREADS,
-    FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_KV_POLICY, FLD_ATTN_BLAS, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
+    FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_DEPTH, FLD_KV_POLICY, FLD_ATTN_BLAS, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
     FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
 };
 static const char *k_fields[N_FIELDS] = {
@@ -643,7 +649,7 @@ static const char *k_fields[N_FIELDS] = {
     [FLD_MODEL_TYPE] = "model_type", [FLD_MODEL_NAME] = "model_name", [FLD_MODEL_FILENAME] = "model_filename",
     [FLD_MODEL_SHA256] = "model_sha256", [FLD_MODEL_SIZE] = "model_size", [FLD_MODEL_N_PARAMS] = "model_n_params",
     [FLD_BACKEND] = "backend", [FLD_N_THREADS] = "n_threads", [FLD_TEST] = "test",
-    [FLD_N_PROMPT] = "n_prompt", [FLD_N_GEN] = "n_gen", [FLD_BATCH] = "batch",
+    [FLD_N_PROMPT] = "n_prompt", [FLD_N_GEN] = "n_gen", [FLD_BATCH] = "batch", [FLD_DEPTH] = "depth",
     [FLD_KV_POLICY] = "kv_policy", [FLD_ATTN_BLAS] = "attn_blas", [FLD_N_REPS] = "n_reps", [FLD_AVG_TS] = "avg_ts",
     [FLD_STDDEV_TS] = "stddev_ts", [FLD_AVG_SEQ_TS] = "avg_seq_ts", [FLD_SAMPLES_TS] = "samples_ts",
     [FLD_MEM_BW] = "mem_bw_gbs", [FLD_BYTES_TOK] = "weight_bytes_per_token", [FLD_ROOFLINE] = "roofline_share",
@@ -673,6 +679,7 @@ static void print_field(out_format fmt, int f, const bench_info *bi, const bench
     case FLD_N_PROMPT: printf("%d", t->n_prompt); break;
     case FLD_N_GEN: printf("%d", t->n_gen); break;
     case FLD_BATCH: printf("%d", t->batch); break;
+    case FLD_DEPTH: printf("%d", t->depth); break;
     case FLD_KV_POLICY: str(row_kv(bi, t)); break;
     case FLD_ATTN_BLAS: printf("%d", bi->attn_blas); break;
     case FLD_N_REPS: printf("%d", t->n_reps); break;
@@ -753,6 +760,7 @@ static const struct {
     {"kv_policy", "TEXT NOT NULL DEFAULT 'full'"},
     {"avg_seq_ts", "REAL"},                  /* avg_ts / batch */
     {"attn_blas", "INTEGER NOT NULL DEFAULT 0"}, /* 1: --attn-blas */
+    {"depth", "INTEGER"}, /* batched rows' prompt tokens per sequence, 0 for pp/tg; NULL in rows made before it */
 };
 
 /* Add the k_added columns the table lacks. */
@@ -800,8 +808,8 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         "INSERT INTO bench (timestamp, qinfer_version, cpu, n_cores, n_logical, gpu, model_type, model_name,"
         " model_filename, model_sha256, model_size, model_n_params, backend, n_threads, test, n_prompt, n_gen,"
         " n_reps, avg_ts, stddev_ts, samples_ts, mem_bw_gbs, weight_bytes_per_token, roofline_share,"
-        " peak_rss_bytes, batch, kv_policy, avg_seq_ts, attn_blas)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        " peak_rss_bytes, batch, kv_policy, avg_seq_ts, attn_blas, depth)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     sqlite3_stmt *s = NULL;
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_fail(db, file, err);
     if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) goto fail;
@@ -846,6 +854,7 @@ static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, 
         sqlite3_bind_text(s, c++, row_kv(bi, t), -1, SQLITE_STATIC);
         sqlite3_bind_double(s, c++, t->mean / t->batch);
         sqlite3_bind_int(s, c++, bi->attn_blas);
+        sqlite3_bind_int(s, c++, t->depth);
         if (sqlite3_step(s) != SQLITE_DONE) goto fail;
     }
     sqlite3_finalize(s);
@@ -906,7 +915,7 @@ static uint64_t batch_kv_bytes(const qi_model *m, int batch, int n_pos) {
 
 int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
-    int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1;
+    int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1, depth = -1;
     int n_threads = qi_n_physical_cores();
     bool repack = false, profile = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
@@ -925,6 +934,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-p", "--n-prompt")) qi_args_int(&a, 0, 1 << 20, &n_prompt);
         else if (qi_args_is(&a, "-n", "--n-gen")) qi_args_int(&a, 0, 1 << 20, &n_gen);
+        else if (qi_args_is(&a, "-d", "--depth")) qi_args_int(&a, 1, 1 << 20, &depth);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, "-r", "--repetitions")) qi_args_int(&a, 0, 1000, &n_reps);
         else if (qi_args_is(&a, NULL, "--warmup")) qi_args_int(&a, 0, 1000, &n_warmup);
@@ -953,6 +963,12 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_cli_error(cmd, "--batch: the batched rows decode -n tokens, and -n is 0");
         return QI_EXIT_USAGE;
     }
+    if (!batched && depth >= 0) {
+        qi_cli_error(cmd, "--depth applies to the batched rows only: add --batch");
+        return QI_EXIT_USAGE;
+    }
+    const bool depth_set = depth >= 0;
+    if (!depth_set) depth = BATCH_PROMPT;
     if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
         qi_cli_error(cmd, "the KV policy flags apply to the batched rows only: add --batch");
         return QI_EXIT_USAGE;
@@ -985,7 +1001,7 @@ int qi_cmd_bench(int argc, char **argv) {
     qi_engine_opts_default(&eo);
     qi_cli_kv_apply(&kv, &eo);
     eo.n_threads = n_threads;
-    eo.n_ctx = BATCH_PROMPT + n_gen;
+    eo.n_ctx = depth + n_gen;
     eo.attn_blas = attn_blas;
     /* a missing OpenBLAS fails now, not after the bandwidth probe */
     if (attn_blas && qi_blas_load(&err)) goto fail;
@@ -1004,7 +1020,7 @@ int qi_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
         if (eo.n_ctx > m->hp.n_ctx_train) {
             QI_ERR(&err, QI_ERR_INVALID,
-                   "--batch: %d prompt + %d decoded tokens per sequence exceed the model's context of %d", BATCH_PROMPT,
+                   "--batch: %d prompt + %d decoded tokens per sequence exceed the model's context of %d", depth,
                    n_gen, m->hp.n_ctx_train);
             goto fail;
         }
@@ -1071,7 +1087,7 @@ int qi_cmd_bench(int argc, char **argv) {
 
     int n_ctx = n_prompt > n_gen + 1 ? n_prompt : n_gen + 1;
     run.m = m;
-    run.toks = qi_malloc(sizeof *run.toks * (size_t)(n_prompt > BATCH_PROMPT ? n_prompt : BATCH_PROMPT));
+    run.toks = qi_malloc(sizeof *run.toks * (size_t)(n_prompt > depth ? n_prompt : depth));
     if (!run.toks) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
@@ -1090,9 +1106,13 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     for (int i = 0; batched && i < n_batches; i++) {
         bench_test *t = &tests[n_tests++];
-        snprintf(t->name, sizeof t->name, "tg%d @ b%d", n_gen, batches[i]);
+        if (depth_set && depth != BATCH_PROMPT)
+            snprintf(t->name, sizeof t->name, "tg%d @ b%d d%d", n_gen, batches[i], depth);
+        else
+            snprintf(t->name, sizeof t->name, "tg%d @ b%d", n_gen, batches[i]);
         t->n_gen = n_gen;
         t->engine = true;
+        t->depth = depth;
     }
     for (int i = 0; i < n_tests; i++) {
         tests[i].batch = tests[i].engine ? batches[i - (n_tests - n_batches)] : 1;

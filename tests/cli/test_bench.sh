@@ -34,6 +34,9 @@ expect_fail 2 "'-4' is not a comma list" "$Q" bench -b -4
 expect_fail 2 "listed twice" "$Q" bench --batch 4,1,4
 expect_fail 2 "needs a value" "$Q" bench --batch
 expect_fail 2 "-n is 0" "$Q" bench --batch 4 -n 0
+expect_fail 2 "--depth applies to the batched rows only" "$Q" bench -d 64
+expect_fail 2 "not an integer in 1.." "$Q" bench --batch 2 -d 0
+expect_fail 2 "not an integer" "$Q" bench --batch 2 --depth 1k
 expect_fail 2 "apply to the batched rows only" "$Q" bench --kv-policy window --kv-budget 8
 expect_fail 2 "unknown policy" "$Q" bench --batch 4 --kv-policy nope
 ((sqlite)) || expect_fail 2 "built without SQLite" "$Q" bench --db "$tmp/x.db"
@@ -50,6 +53,7 @@ expect_fail 2 "exceeds the model's context" "$Q" bench -m smollm2-135m -p 8000 -
 # The batched rows' positions (4 prompt tokens + -n) must fit too, and the
 # policy must be usable: both refused before any run.
 expect_fail 2 "exceed the model's context" "$Q" bench -m smollm2-135m -p 0 -n 8190 --batch 2 --probe-mib 0
+expect_fail 2 "8000 prompt + 500 decoded" "$Q" bench -m smollm2-135m -p 0 -n 500 -d 8000 --batch 2 --probe-mib 0
 expect_fail 2 "needs a budget" "$Q" bench -m smollm2-135m -p 0 -n 8 --batch 2 --kv-policy window --probe-mib 0
 
 # A tiny run: a markdown table with pp16 and tg4 rows and positive rates.
@@ -122,6 +126,16 @@ if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 --profile; then
   done
   grep -q "profile of tg8 over" "$tmp/err" && bad "a profile line for the single-sequence row"
 fi
+# --depth: the batched rows' prompts, in their names and the depth field; a
+# budget of half the sequence then evicts from the prompt on.
+if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 1,2 -d 40 --kv-policy h2o \
+  --kv-budget 50% --probe-mib 0 -o csv; then
+  python3 - "$tmp/out" <<'EOF' && ok || bad "csv rows with --depth: $(cat "$tmp/out")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [(r["test"], r["depth"]) for r in rows] == [("tg4", "0"), ("tg4 @ b1 d40", "40"), ("tg4 @ b2 d40", "40")], rows
+EOF
+fi
 # A policy with a budget: named in the header and in the batched rows only.
 if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 8 -r 1 --warmup 0 --batch 2 --kv-policy window --kv-budget 4 \
   --probe-mib 0; then
@@ -164,13 +178,13 @@ db.execute("INSERT INTO bench (timestamp, qinfer_version, cpu, backend, n_thread
 db.commit()
 EOF
   if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$old"; then
-    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || attn_blas || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
+    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || attn_blas || '|' || ifnull(depth, 'null') || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
     if command -v sqlite3 >/dev/null; then
       got=$(sqlite3 "$old" "$query")
     else
       got=$(python3 -c 'import sqlite3, sys; print("\n".join(r[0] for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$old" "$query")
     fi
-    want=$'tg4|1|full|0|1\ntg4|1|full|0|1\ntg4 @ b2|2|full|0|1'
+    want=$'tg4|1|full|0|null|1\ntg4|1|full|0|0|1\ntg4 @ b2|2|full|0|4|1'
     [[ $got == "$want" ]] && ok || bad "old-schema db rows: got '$got', want '$want'"
   fi
   expect_fail 1 "x.db" "$Q" bench "${T[@]}" --probe-mib 0 --db "$tmp/no/such/dir/x.db"
