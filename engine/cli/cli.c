@@ -240,15 +240,13 @@ qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err 
     return st;
 }
 
-void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine *eng) {
-    qi_engine_prof pr;
-    qi_engine_profile(eng, &pr);
+void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine_prof *pr) {
     double tot = 0;
-    for (int k = 0; k < QI_OP_COUNT; k++) tot += pr.seconds[k];
+    for (int k = 0; k < QI_OP_COUNT; k++) tot += pr->seconds[k];
     fprintf(stderr, "qinfer %s: profile %s%s%sover %ld steps, %.3f s:", cmd, label ? "of " : "", label ? label : "",
-            label ? " " : "", pr.steps, tot);
+            label ? " " : "", pr->steps, tot);
     for (int k = 0; k < QI_OP_COUNT; k++)
-        fprintf(stderr, " %s %.1f%%", qi_op_kind_name((qi_op_kind)k), tot > 0 ? 100 * pr.seconds[k] / tot : 0.0);
+        fprintf(stderr, " %s %.1f%%", qi_op_kind_name((qi_op_kind)k), tot > 0 ? 100 * pr->seconds[k] / tot : 0.0);
     fprintf(stderr, "; matmuls read %.1f GB/s of weights\n",
-            pr.seconds[QI_OP_MATMUL] > 0 ? pr.matmul_bytes / pr.seconds[QI_OP_MATMUL] / 1e9 : 0.0);
+            pr->seconds[QI_OP_MATMUL] > 0 ? pr->matmul_bytes / pr->seconds[QI_OP_MATMUL] / 1e9 : 0.0);
 }

@@ -87,9 +87,9 @@ void qi_cli_kv_help(void);
     "                        than llama.cpp's (logits differ in the last bits)\n"
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err);
 
-/* The engine's op profile (qi_engine_profile) as one stderr line:
+/* An op profile (qi_engine_profile, or a part of one) as one stderr line:
  * "qinfer CMD: profile [of LABEL ]over N steps, T s: matmul X% ...". */
-void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine *eng);
+void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine_prof *pr);
 
 int qi_cmd_generate(int argc, char **argv);
 int qi_cmd_ppl(int argc, char **argv);

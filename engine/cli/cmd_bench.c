@@ -120,8 +120,9 @@ static void help(void) {
         "                        (the backend column then reads \"CPU (<kernels>, packed)\")\n"
         "      --attn-blas       prompts' attention through OpenBLAS sgemm (the pp row):\n"
         "                        faster, but not bit-exact with llama.cpp (needs libopenblas0)\n"
-        "      --profile         time every op of the batched rows (warm-up included) and\n"
-        "                        print each row's shares to stderr; the timers cost a little\n"
+        "      --profile         time every op of the batched rows' timed decode steps (not\n"
+        "                        the prompts, not the warm-up) and print each row's shares\n"
+        "                        to stderr; the timers cost a little\n"
         "  -h, --help            this help\n\n"
         "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
         MAX_BATCH, BATCH_PROMPT,
@@ -398,7 +399,20 @@ typedef struct {
     qi_engine *eng;
     int ids[MAX_BATCH];
     int n_ids;
+    qi_engine_prof prof; /* --profile: the timed decode steps of a batched test's repetitions */
 } bench_runner;
+
+/* acc += the engine's profile now less before. */
+static void prof_add_since(qi_engine_prof *acc, const qi_engine *e, const qi_engine_prof *before) {
+    qi_engine_prof now;
+    qi_engine_profile(e, &now);
+    for (int k = 0; k < QI_OP_COUNT; k++) {
+        acc->seconds[k] += now.seconds[k] - before->seconds[k];
+        acc->calls[k] += now.calls[k] - before->calls[k];
+    }
+    acc->matmul_bytes += now.matmul_bytes - before->matmul_bytes;
+    acc->steps += now.steps - before->steps;
+}
 
 /* Run every pending token of the engine's sequences. */
 static qi_status engine_drain(qi_engine *e, qi_err *err) {
@@ -425,6 +439,8 @@ static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *se
         if ((st = qi_engine_seq_feed(r->eng, r->ids[b], r->toks, t->depth, false, err))) return st;
     }
     if ((st = engine_drain(r->eng, err))) return st;
+    qi_engine_prof before;
+    qi_engine_profile(r->eng, &before);
     double t0 = qi_now_s();
     for (int i = 0; i < t->n_gen; i++) {
         for (int b = 0; b < t->batch; b++) {
@@ -438,6 +454,7 @@ static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *se
                           t->batch);
     }
     *secs = qi_now_s() - t0;
+    prof_add_since(&r->prof, r->eng, &before);
     return QI_OK;
 }
 
@@ -478,6 +495,7 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
         qi_status st = run_once(r, t, &secs, err);
         if (st) return st;
     }
+    memset(&r->prof, 0, sizeof r->prof); /* the profile covers the timed repetitions */
     double sum = 0;
     for (int i = 0; i < t->n_reps; i++) {
         qi_status st = run_once(r, t, &secs, err);
@@ -1136,7 +1154,7 @@ int qi_cmd_bench(int argc, char **argv) {
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }
         if (run_test(&run, t, n_warmup, &err)) goto fail;
-        if (profile && run.eng) qi_cli_print_profile(cmd, t->name, run.eng);
+        if (profile && run.eng) qi_cli_print_profile(cmd, t->name, &run.prof);
         qi_engine_free(run.eng);
         run.eng = NULL;
     }

@@ -166,7 +166,11 @@ int qi_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
-    if (profile) qi_cli_print_profile(cmd, NULL, eng);
+    if (profile) {
+        qi_engine_prof pr;
+        qi_engine_profile(eng, &pr);
+        qi_cli_print_profile(cmd, NULL, &pr);
+    }
     if (kv_stats) {
         qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(eng, sid, &ks);

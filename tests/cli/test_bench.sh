@@ -116,10 +116,11 @@ for r in rows:
     assert abs(float(r["avg_seq_ts"]) * int(r["batch"]) - float(r["avg_ts"])) < 1e-3 * float(r["avg_ts"])
 EOF
 fi
-# --profile: one line per batched row, op shares summing to 100%.
+# --profile: one line per batched row, op shares summing to 100%, over the
+# timed steps only (-r 1, -n 8: 8 steps; not the warm-up's, not the prompts').
 if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 --profile; then
   for test in "tg8 @ b1" "tg8 @ b4"; do
-    line=$(grep "^qinfer bench: profile of $test over [0-9]* steps" "$tmp/err")
+    line=$(grep "^qinfer bench: profile of $test over 8 steps" "$tmp/err")
     [[ -n $line ]] || { bad "no profile line for $test: $(cat "$tmp/err")"; continue; }
     python3 -c 'import re, sys; v = [float(x) for x in re.findall(r" ([0-9.]+)%", sys.argv[1])]; assert len(v) == 5 and abs(sum(v) - 100) < 0.5, v' "$line" \
       && ok || bad "profile shares of $test: $line"
