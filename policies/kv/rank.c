@@ -1,8 +1,10 @@
 /* rank.c - position and score ranking for the KV policies.
  *
- * Position ranks ("the k newest undecided tokens", ties broken by slot) are
- * a binary search for the k-th position, counting in one pass per probe: no
- * memory and about log2 of the positions' span in passes, so window and
+ * Position ranks ("the k newest undecided tokens", ties broken by slot)
+ * find the k-th position by a radix select over the positions' offsets from
+ * the smallest, eight bits a pass with a histogram on the stack: no memory
+ * and one pass per byte of the positions' span (two for a span under 65536)
+ * where a binary search over the span took one pass per bit, so window and
  * streaming need no state at all and every policy has an allocation-free
  * fallback. Score ranks select the k best of an item array (a quickselect)
  * under one total order over (score, position, slot): no two tokens tie, so
@@ -24,14 +26,35 @@ int qi_kv_rank_begin(const qi_kv_view *v, bool with_offloaded, uint8_t *fate) {
     return m;
 }
 
-/* Undecided tokens at a position beyond t: >= t (newest) or <= t. */
-static int count_beyond(const qi_kv_view *v, const uint8_t *fate, int64_t t, bool newest) {
-    int c = 0;
-    for (int i = 0; i < v->n; i++) {
-        if (fate[i] != QI_KV_UNDECIDED) continue;
-        c += newest ? v->pos[i] >= t : v->pos[i] <= t;
+/* The k-th newest (newest) or oldest position among the c undecided tokens
+ * (1 <= k <= c, counting equal positions apart), whose positions lie in
+ * [lo, hi]: a most-significant-digit radix select over pos - lo, 8 bits a
+ * pass, each pass counting the tokens that share the digits chosen so far. */
+static int64_t kth_position(const qi_kv_view *v, const uint8_t *fate, int k, bool newest, int64_t lo, int64_t hi) {
+    const uint64_t span = (uint64_t)(hi - lo);
+    int bits = 0;
+    while (bits < 64 && (span >> bits) != 0) bits++;
+    uint64_t prefix = 0, mask = 0;
+    for (int shift = bits > 0 ? (bits - 1) / 8 * 8 : 0; shift >= 0; shift -= 8) {
+        int hist[256] = {0};
+        for (int i = 0; i < v->n; i++) {
+            if (fate[i] != QI_KV_UNDECIDED) continue;
+            const uint64_t d = (uint64_t)((int64_t)v->pos[i] - lo);
+            if ((d & mask) == prefix) hist[(d >> shift) & 255]++;
+        }
+        int digit = 0;
+        for (int j = 0; j < 256; j++) {
+            const int b = newest ? 255 - j : j;
+            if (hist[b] >= k) {
+                digit = b;
+                break;
+            }
+            k -= hist[b];
+        }
+        prefix |= (uint64_t)digit << shift;
+        mask |= (uint64_t)255 << shift;
     }
-    return c;
+    return lo + (int64_t)prefix;
 }
 
 void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newest, uint8_t to) {
@@ -50,20 +73,8 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
         return;
     }
     /* The threshold position P: newest, the largest with k tokens at P or
-     * newer; oldest, the smallest with k tokens at P or older. One pass per
-     * probe over positions (about log2 of their span), not over (position,
-     * slot) keys. */
-    while (lo < hi) {
-        if (newest) {
-            const int64_t mid = lo + (hi - lo + 1) / 2;
-            if (count_beyond(v, fate, mid, true) >= k) lo = mid;
-            else hi = mid - 1;
-        } else {
-            const int64_t mid = lo + (hi - lo) / 2;
-            if (count_beyond(v, fate, mid, false) >= k) hi = mid;
-            else lo = mid + 1;
-        }
-    }
+     * newer; oldest, the smallest with k tokens at P or older. */
+    lo = kth_position(v, fate, k, newest, lo, hi);
     /* Everything strictly beyond P, then ties at P by slot: the larger slot
      * counts as newer. */
     int left = k;

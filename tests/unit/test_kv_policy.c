@@ -183,12 +183,13 @@ static void expect_oracle(const tview *t, rule r, const char *what, int iter) {
 }
 
 /* Random positions with gaps (0 sometimes: duplicates must still be
- * decided deterministically), shuffled slots, tied scores. */
-static void random_view(tview *t, uint64_t *rng, int n, double p_off) {
+ * decided deterministically; every gap times `stride`, so that positions
+ * span more than one byte, or several), shuffled slots, tied scores. */
+static void random_view(tview *t, uint64_t *rng, int n, double p_off, int32_t stride) {
     int32_t p = (int32_t)(qi_test_rand(rng) % 50);
     for (int i = 0; i < n; i++) {
         uint64_t g = qi_test_rand(rng) % 100;
-        p += g < 3 ? 0 : g < 80 ? 1 : (int32_t)(g % 17);
+        p += (g < 3 ? 0 : g < 80 ? 1 : (int32_t)(g % 17)) * stride;
         t->pos[i] = p;
         t->tier[i] = (qi_test_rand(rng) % 1000) < (uint64_t)(p_off * 1000) ? QI_KV_OFFLOADED : QI_KV_WORKING;
         t->score[i] = (float)(qi_test_rand(rng) % 9) * 0.125f;
@@ -550,7 +551,8 @@ START_TEST(policies_match_oracle_on_random_views) {
     const int iters = qi_test_quick() ? 150 : 600;
     for (int it = 0; it < iters; it++) {
         int n = 1 + (int)(qi_test_rand(&rng) % 150);
-        random_view(t, &rng, n, it % 2 ? 0.25 : 0.0);
+        /* positions spanning one byte or less, two, and four */
+        random_view(t, &rng, n, it % 2 ? 0.25 : 0.0, it % 3 == 0 ? 1 : it % 3 == 1 ? 61 : 40009);
         t->v.budget = 1 + (int)(qi_test_rand(&rng) % (uint64_t)(n + 3));
         for (int c = 0; c < N_CONFIGS; c++) {
             int keep = sel(pol[c], t), compete = 0;
@@ -664,7 +666,7 @@ START_TEST(qinfer_reduces_to_h2o) {
         const int iters = qi_test_quick() ? 15 : 60;
         for (int it = 0; it < iters; it++) {
             int n = 1 + (int)(qi_test_rand(&rng) % 80);
-            random_view(t, &rng, n, it % 3 == 0 ? 0.2 : 0.0);
+            random_view(t, &rng, n, it % 3 == 0 ? 0.2 : 0.0, it % 2 ? 1 : 40009);
             *u = *t;
             u->v.pos = u->pos;
             u->v.tier = u->tier;
@@ -717,7 +719,7 @@ START_TEST(reduction_check_catches_a_difference) {
     int differ = 0;
     for (int it = 0; it < 50 && !differ; it++) {
         int n = 10 + (int)(qi_test_rand(&rng) % 60);
-        random_view(t, &rng, n, 0);
+        random_view(t, &rng, n, 0, 1);
         t->v.budget = n / 2;
         sel(h, t);
         memcpy(hf, t->fate, (size_t)n);
