@@ -102,6 +102,11 @@ typedef struct {
     void (*geglu)(qi_backend *b, float *gate, const float *up, int T, int n);
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
+    /* fn(ctx, ith, nth) on each of the backend's host threads, the caller
+     * being ith 0, returning when all have finished; nth is at most the
+     * thread count the backend was made with. For a step's host work that
+     * is not an op (the KV policy's decisions over a layer's streams). */
+    void (*host_run)(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx);
     /* Size scratch for activations of up to scratch_bytes (quantised rows),
      * ops of up to max_rows rows (tokens), and attention over up to max_pos
      * positions of Hkv KV heads of D values; called before any op, so
@@ -111,7 +116,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 8u
+#define QI_BACKEND_VERSION 9u
 
 struct qi_backend {
     const qi_backend_i *iface;

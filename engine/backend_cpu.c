@@ -713,6 +713,10 @@ static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a) {
     blas_run(&j);
 }
 
+static void cpu_host_run(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    qi_pool_run(C(b)->pool, fn, ctx);
+}
+
 static void cpu_free(qi_backend *b) {
     cpu_ctx *c = C(b);
     if (c) {
@@ -751,6 +755,7 @@ static const qi_backend_i k_cpu_iface = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,
+    .host_run = cpu_host_run,
     .reserve = cpu_reserve,
     .free = cpu_free,
 };

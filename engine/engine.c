@@ -19,14 +19,17 @@
  * A layer's attention is one backend call for all the segments (one pass
  * of the workers, not one per sequence), under every policy: on layers the
  * policy does not exempt each segment's call gathers its statistics into a
- * region of its own, and after the call each segment's streams go through
- * the policy in segment order: the softmax weights of the segment's
- * queries, summed over each KV head's query heads, are shown to observe();
- * select() decides each token's fate within the budget; kv.c applies it.
- * A segment's streams are its own, so this equals running each segment's
- * attention and policy in turn, except that every segment's new K/V rows
- * are in the pool before any is evicted (a KV memory cap sees the step's
- * rows together). On probe steps the weights are recomputed over both tiers
+ * region of its own, and after the call every stream of the layer goes
+ * through the policy: the softmax weights of the segment's queries, summed
+ * over each KV head's query heads, are shown to observe(); select()
+ * decides each token's fate within the budget. Those decisions touch only
+ * their own stream, so they are shared out over the backend's host threads
+ * (one policy object per thread); kv.c then applies the fates stream by
+ * stream in segment order, since that takes and returns blocks of the
+ * shared pool. A segment's streams are its own, so this equals running
+ * each segment's attention and policy in turn, except that every segment's
+ * new K/V rows are in the pool before any is evicted (a KV memory cap sees
+ * the step's rows together). On probe steps the weights are recomputed over both tiers
  * (one softmax over every held token) so that offloaded tokens can be
  * recalled; the attention output never reads the offload tier. The
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
@@ -60,6 +63,24 @@ typedef struct {
     qi_kv_stream *streams;   /* [n_layer][Hkv] */
 } seq_state;
 
+/* A host thread's policy scratch, [n_ctx] each: the view of one stream, its
+ * attention weights, the probe's scores. The policy object is the thread's
+ * own (a policy keeps no state across streams, kv_policy.h), so selects of
+ * different streams run at once. */
+typedef struct {
+    qi_kv_policy *pol;
+    float *attn;
+    int32_t *vpos;
+    uint8_t *vtier;
+    float *vscore;
+    float *probe_s; /* [n_ctx + 16] */
+    uint16_t *probe_q16; /* [head_dim] */
+    /* the first failure in this thread's share: stream number, status */
+    long err_k;
+    qi_status err_st;
+    qi_err err;
+} pol_scratch;
+
 typedef struct {
     int id, off, n, pos0;
     int out_first, n_out; /* rows of this segment whose logits are wanted: out_first.. within the segment */
@@ -87,12 +108,13 @@ struct qi_engine {
      * step; then [n_ctx] per stream */
     float *stats;
     size_t cap_stats;
-    float *attn;   /* [n_ctx] */
-    int32_t *vpos;
-    uint8_t *vtier, *fate;
-    float *vscore;
-    float *probe_s; /* [n_ctx] */
-    uint16_t *probe_q16;
+    /* the policy's pass over a layer's streams, shared out over the
+     * backend's host threads: one scratch (and one policy object) per
+     * thread, then every stream's fates, kept for the serial apply */
+    pol_scratch *ps;     /* [n_threads] */
+    uint8_t *fates;      /* the streams' fates one after another, cap_fates bytes */
+    size_t cap_fates;
+    size_t *fate_off;    /* [max_seqs * Hkv + 1] */
     /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each */
     qi_attn_paged_args *acall;
     int *a_nslots;
@@ -166,12 +188,20 @@ void qi_engine_free(qi_engine *e) {
         }
         qi_free(e->seqs);
     }
+    if (e->ps)
+        for (int t = 0; t < e->o.n_threads; t++) {
+            pol_scratch *ps = &e->ps[t];
+            if (ps->pol != e->pol) qi_kv_policy_free(ps->pol);
+            void *pb[] = {ps->attn, ps->vpos, ps->vtier, ps->vscore, ps->probe_s, ps->probe_q16};
+            for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++) qi_free(pb[i]);
+        }
+    qi_free(e->ps);
     qi_kv_policy_free(e->pol);
     qi_kv_pool_free(e->pool);
     qi_backend_free(e->be);
     void *bufs[] = {e->tokens, e->q_pos, e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->segs,
-                    e->out_rows, e->logits, e->stats, e->attn, e->vpos, e->vtier, e->fate, e->vscore,
-                    e->probe_s, e->probe_q16, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb,
+                    e->out_rows, e->logits, e->stats, e->fates, e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos,
+                    (void *)e->a_kb,
                     (void *)e->a_vb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
@@ -239,13 +269,30 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->out_rows = qi_malloc(sizeof(int32_t) * R);
     e->cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
     e->stats = qi_malloc(sizeof(float) * e->cap_stats);
-    e->attn = qi_malloc(sizeof(float) * N);
-    e->vpos = qi_malloc(sizeof(int32_t) * N);
-    e->vtier = qi_malloc(N);
-    e->fate = qi_malloc(N);
-    e->vscore = qi_malloc(sizeof(float) * N);
-    e->probe_s = qi_malloc(sizeof(float) * (N + 16));
-    e->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
+    e->fate_off = qi_malloc(sizeof(size_t) * ((size_t)o->max_seqs * (size_t)hp->n_head_kv + 1));
+    e->ps = qi_calloc((size_t)o->n_threads, sizeof *e->ps);
+    if (!e->ps) {
+        st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d threads", o->n_threads);
+        goto fail;
+    }
+    for (int t = 0; t < o->n_threads; t++) {
+        pol_scratch *ps = &e->ps[t];
+        if (t == 0)
+            ps->pol = e->pol;
+        else if ((st = qi_kv_policy_create(e->o.kv_policy, o->kv_params ? o->kv_params : &none, hp->n_layer,
+                                           &ps->pol, err)))
+            goto fail;
+        ps->attn = qi_malloc(sizeof(float) * N);
+        ps->vpos = qi_malloc(sizeof(int32_t) * N);
+        ps->vtier = qi_malloc(N);
+        ps->vscore = qi_malloc(sizeof(float) * N);
+        ps->probe_s = qi_malloc(sizeof(float) * (N + 16));
+        ps->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
+        if (!ps->attn || !ps->vpos || !ps->vtier || !ps->vscore || !ps->probe_s || !ps->probe_q16) {
+            st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the KV policy's scratch of %d positions", o->n_ctx);
+            goto fail;
+        }
+    }
     const size_t ns = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
     e->acall = qi_malloc(sizeof *e->acall * (size_t)o->max_seqs);
     e->a_nslots = qi_malloc(sizeof *e->a_nslots * ns);
@@ -257,8 +304,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         goto fail;
     }
     if (!e->seqs || !e->tokens || !e->q_pos || !e->x || !e->xn || !e->q || !e->k || !e->v || !e->att ||
-        !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->attn || !e->vpos || !e->vtier ||
-        !e->fate || !e->vscore || !e->probe_s || !e->probe_q16) {
+        !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->fate_off) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);
         goto fail;
@@ -446,26 +492,26 @@ static int resolve_budget(const qi_engine *e, int32_t cur_pos) {
 
 /* Probe: the weights every query head of kv head hk gives every held token
  * of both tiers, from one softmax over them all, summed over the segment's
- * queries and the group's heads, into e->attn (working tokens first). */
-static void probe_weights(qi_engine *e, const segment *g, qi_kv_stream *st, int hk) {
+ * queries and the group's heads, into ps->attn (working tokens first). */
+static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g, const qi_kv_stream *st, int hk) {
     const qi_hparams *hp = &e->m->hp;
     const qi_kernels *K = qi_kernels_get();
     const int D = hp->head_dim, H = hp->n_head, group = H / hp->n_head_kv;
     const int nw = st->work.n, n = nw + st->off.n;
-    float *s = e->probe_s;
+    float *s = ps->probe_s;
     const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D);
-    memset(e->attn, 0, sizeof(float) * (size_t)n);
+    memset(ps->attn, 0, sizeof(float) * (size_t)n);
     for (int t = 0; t < g->n; t++) {
         const int32_t qpos = g->pos0 + t;
         for (int h = hk * group; h < (hk + 1) * group; h++) {
             const float *q = e->q + ((long)(g->off + t) * H + h) * D;
-            K->f32_to_f16(q, e->probe_q16, D);
+            K->f32_to_f16(q, ps->probe_q16, D);
             const qi_kv_tier *tiers[2] = {&st->work, &st->off};
             int base = 0;
             for (int ti = 0; ti < 2; ti++) {
                 const qi_kv_tier *tr = tiers[ti];
                 for (int i0 = 0; i0 < tr->n; i0 += QI_KV_BLOCK)
-                    K->attn_scores(QI_K_ORD_VEC, D, e->probe_q16, tr->k_blk[i0 >> QI_KV_BLOCK_SHIFT], (size_t)D,
+                    K->attn_scores(QI_K_ORD_VEC, D, ps->probe_q16, tr->k_blk[i0 >> QI_KV_BLOCK_SHIFT], (size_t)D,
                                    tr->n - i0 < QI_KV_BLOCK ? tr->n - i0 : QI_KV_BLOCK, s + base + i0);
                 for (int i = 0; i < tr->n; i++)
                     if (tr->pos[i] > qpos) s[base + i] = -INFINITY;
@@ -481,49 +527,123 @@ static void probe_weights(qi_engine *e, const segment *g, qi_kv_stream *st, int 
                 s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx);
                 sum += s[i];
             }
-            for (int i = 0; i < n; i++) e->attn[i] += (float)(s[i] / sum);
+            for (int i = 0; i < n; i++) ps->attn[i] += (float)(s[i] / sum);
         }
     }
 }
 
-/* Show stream (segment g, layer l, KV head hk) to the policy and apply its
- * decision. The statistics of the segment's attention are in its call a. */
-static qi_status run_policy(qi_engine *e, seq_state *s, const segment *g, const qi_attn_paged_args *a, int l,
-                            int hk, qi_err *err) {
+/* Show stream (segment g, layer l, KV head hk) to the policy and write its
+ * decision to fate (the stream's working then offloaded tokens); the
+ * scores go back to the stream, the fates are applied later. The
+ * statistics of the segment's attention are in its call a. Touches only
+ * this stream and ps, so streams run on different threads at once. */
+static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s, const segment *g,
+                               const qi_attn_paged_args *a, int l, int hk, uint8_t *fate, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     qi_kv_stream *st = stream_of(e, s, l, hk);
     const int group = hp->n_head / hp->n_head_kv;
     const int nw = st->work.n, no = st->off.n, n = nw + no;
-    const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(e->pol, s->decode_steps + 1);
+    const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(ps->pol, s->decode_steps + 1);
     if (probed) {
-        probe_weights(e, g, st, hk);
+        probe_weights(e, ps, g, st, hk);
     } else {
         for (int i = 0; i < nw; i++) {
             float w = 0.0f;
             for (int h = hk * group; h < (hk + 1) * group; h++) w += a->stats[(size_t)h * a->stats_stride + i];
-            e->attn[i] = w;
+            ps->attn[i] = w;
         }
-        memset(e->attn + nw, 0, sizeof(float) * (size_t)no);
+        memset(ps->attn + nw, 0, sizeof(float) * (size_t)no);
     }
     /* an empty offload tier has no arrays yet (NULL), and memcpy's pointers must be valid even for 0 bytes */
-    memcpy(e->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
-    memcpy(e->vscore, st->work.score, sizeof(float) * (size_t)nw);
+    memcpy(ps->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
+    memcpy(ps->vscore, st->work.score, sizeof(float) * (size_t)nw);
     if (no > 0) {
-        memcpy(e->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
-        memcpy(e->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+        memcpy(ps->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
+        memcpy(ps->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
     }
-    memset(e->vtier, QI_KV_WORKING, (size_t)nw);
-    memset(e->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
+    memset(ps->vtier, QI_KV_WORKING, (size_t)nw);
+    memset(ps->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
     const int32_t cur = g->pos0 + g->n - 1;
-    qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = e->vpos,
-                    .tier = e->vtier, .score = e->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
+    qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = ps->vpos,
+                    .tier = ps->vtier, .score = ps->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
                     .budget = resolve_budget(e, cur), .probed = probed};
-    qi_kv_policy_observe(e->pol, &v, e->attn);
-    qi_status rc = qi_kv_policy_select(e->pol, &v, e->fate, err);
+    qi_kv_policy_observe(ps->pol, &v, ps->attn);
+    qi_status rc = qi_kv_policy_select(ps->pol, &v, fate, err);
     if (rc) return rc;
-    memcpy(st->work.score, e->vscore, sizeof(float) * (size_t)nw);
-    if (no > 0) memcpy(st->off.score, e->vscore + nw, sizeof(float) * (size_t)no);
-    return qi_kv_stream_apply(e->pool, st, e->fate, err);
+    memcpy(st->work.score, ps->vscore, sizeof(float) * (size_t)nw);
+    if (no > 0) memcpy(st->off.score, ps->vscore + nw, sizeof(float) * (size_t)no);
+    return QI_OK;
+}
+
+/* The policy's decisions for a layer's streams, stream k = segment k / Hkv,
+ * KV head k % Hkv, shared out over the host threads in ranges of k. */
+typedef struct {
+    qi_engine *e;
+    const segment *segs;
+    int n_seg, l;
+} policy_job;
+
+static void policy_work(void *arg, int ith, int nth) {
+    policy_job *j = arg;
+    qi_engine *e = j->e;
+    const int Hkv = e->m->hp.n_head_kv;
+    pol_scratch *ps = &e->ps[ith];
+    ps->err_k = -1;
+    long lo, hi;
+    qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
+    for (long k = lo; k < hi; k++) {
+        const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
+        const segment *g = &j->segs[i];
+        qi_status st = decide_stream(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, e->fates + e->fate_off[k],
+                                     &ps->err);
+        if (st) {
+            ps->err_k = k;
+            ps->err_st = st;
+            return;
+        }
+    }
+}
+
+/* The policy over every stream of layer l's segments: the decisions in
+ * parallel (each stream's own arithmetic, so the same fates and scores
+ * whatever the split), then the fates applied stream by stream in order,
+ * since applying takes and gives back blocks of the shared pool. */
+static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
+    const int Hkv = e->m->hp.n_head_kv;
+    const long n_streams = (long)n_seg * Hkv;
+    size_t need = 0;
+    for (long k = 0; k < n_streams; k++) {
+        const qi_kv_stream *st = stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv));
+        e->fate_off[k] = need;
+        need += (size_t)st->work.n + (size_t)st->off.n;
+    }
+    if (need > e->cap_fates) {
+        uint8_t *p = qi_realloc(e->fates, need);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the KV fates of %d sequences", n_seg);
+        e->fates = p;
+        e->cap_fates = need;
+    }
+    policy_job j = {e, segs, n_seg, l};
+    if (n_streams > 1)
+        e->be->iface->host_run(e->be, policy_work, &j);
+    else
+        policy_work(&j, 0, 1);
+    /* the first failure in stream order, whichever thread met it */
+    const pol_scratch *bad = NULL;
+    for (int t = 0; t < e->o.n_threads; t++) {
+        const pol_scratch *ps = &e->ps[t];
+        if (ps->err_k >= 0 && (!bad || ps->err_k < bad->err_k)) bad = ps;
+    }
+    if (bad) {
+        *err = bad->err;
+        return bad->err_st;
+    }
+    for (long k = 0; k < n_streams; k++) {
+        qi_status st = qi_kv_stream_apply(e->pool, stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv)),
+                                          e->fates + e->fate_off[k], err);
+        if (st) return st;
+    }
+    return QI_OK;
 }
 
 /* Segment g (the i-th of the step) at layer l: write its K/V to its
@@ -595,9 +715,8 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
 /* The attention of a step's segments at layer l: every segment's K/V
  * written, then one backend call for all of them. On a layer the policy
  * decides, each call gathers its statistics into its own region, and the
- * policy then runs on each segment's streams in segment order. */
+ * policy then decides every segment's streams (policy_all). */
 static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
-    const int Hkv = e->m->hp.n_head_kv;
     const bool policy = !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
     qi_status st;
     for (int i = 0; i < n_seg; i++)
@@ -610,11 +729,9 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l,
     }
     if (!policy) return QI_OK;
     PROF_BEGIN(e);
-    for (int i = 0; i < n_seg; i++)
-        for (int hk = 0; hk < Hkv; hk++)
-            if ((st = run_policy(e, &e->seqs[segs[i].id], &segs[i], &e->acall[i], l, hk, err))) return st;
+    st = policy_all(e, segs, n_seg, l, err);
     PROF_END(e, QI_OP_POLICY);
-    return QI_OK;
+    return st;
 }
 
 static void scale_rows(float *x, long n, float sc) {

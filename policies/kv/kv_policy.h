@@ -22,10 +22,12 @@
  * A policy sizes its state in create() and allocates nothing in observe()
  * or select() (a scratch array for ranking may grow in select() when a view
  * holds more tokens than any before; if growing fails the policy still
- * decides, without it). One policy object serves every stream of a model:
- * per-token state lives in the view's score array, so calls for different
- * streams may interleave, but not run at once (the scratch is shared). A
- * new policy is one file plus one line in registry.c.
+ * decides, without it). Per-token state lives in the view's score array,
+ * and a policy keeps no state across streams beyond its parameters and its
+ * scratch: the cache makes one policy object per host thread and gives each
+ * a share of a step's streams, so calls on one object come one at a time
+ * (its scratch is its own) while different objects run at once. A new
+ * policy is one file plus one line in registry.c.
  */
 #ifndef QI_KV_POLICY_H
 #define QI_KV_POLICY_H
