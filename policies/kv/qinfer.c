@@ -32,6 +32,23 @@
  * been cached (cur_pos - pos + 1) instead, an ablation of the sum's bias
  * towards old tokens.
  *
+ * decay (in (0, 1], default 1: the plain sum) makes the score a decayed sum,
+ * score = decay * score + attn at each step the token's weight is measured,
+ * so attention from k steps back counts decay^k and a token that was heavy
+ * long ago but is no longer attended to gives way to one that is attended to
+ * now. A step is one observe() call (one token in decode; a prefill chunk
+ * counts as one step). Only measured weights decay: working tokens every
+ * step, offloaded tokens only on probe steps. Between probes an offloaded
+ * token has no weight measured, not zero weight; decaying it there would
+ * read the missing measurements as zeros: at decay 0.9 and probe_every=16 a
+ * token drawing the same weight as a kept one would score about an eighth of
+ * it even on the probe step where recall is decided, so recall would all but
+ * stop. Decayed per measurement, a token drawing a steady weight a tends to
+ * a / (1 - decay) in either tier, and the two compete on one scale; the
+ * price is that an offloaded score is staler (it spans probe_every times as
+ * many steps). With mean=true the decayed sum is divided by the steps
+ * cached, as the plain sum is.
+ *
  * Windows are by position span rather than by equal token counts so that a
  * window means a stretch of the text: after eviction the older region is
  * sparse, and equal counts would let the surviving clusters define the
@@ -49,6 +66,7 @@ typedef struct {
     qi_kv_policy base;
     int sinks, windows, full_layers, probe_every;
     double heavy;
+    float decay; /* per measured step, (0, 1] */
     bool offload, recall, mean;
     qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
@@ -66,7 +84,7 @@ static void qinfer_free(qi_kv_policy *pp) {
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"sinks", "windows", "heavy", "full_layers",
-                                        "offload", "recall", "probe_every", "mean", NULL};
+                                        "offload", "recall", "probe_every", "mean", "decay", NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
@@ -81,6 +99,12 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     if (!st) st = qi_params_int(params, who, "probe_every", 16, 0, INT_MAX, &probe_every, err);
     bool mean;
     if (!st) st = qi_params_bool(params, who, "mean", false, &mean, err);
+    double decay = 1.0;
+    /* (0, 1]: the range check is inclusive, so 0 is refused here, with one
+     * message for every bad value */
+    if (!st && (qi_params_double(params, who, "decay", 1.0, 0.0, 1.0, &decay, NULL) || !(decay > 0)))
+        st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'decay' must be a number in (0, 1], got '%s'",
+                    qi_params_get(params, "decay"));
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
@@ -93,6 +117,7 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->recall = recall;
     p->probe_every = (int)probe_every;
     p->mean = mean;
+    p->decay = (float)decay;
     if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
         qinfer_free(&p->base);
         return st;
@@ -105,8 +130,12 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     return QI_OK;
 }
 
-static void qinfer_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
-    for (int i = 0; i < v->n; i++) v->score[i] += attn[i];
+static void qinfer_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
+    /* at decay 1 this is the plain sum exactly: 1 * s is s, and a skipped
+     * (unmeasured) token's weight is 0 */
+    const float d = ((const qinfer_policy *)pp)->decay;
+    for (int i = 0; i < v->n; i++)
+        if (v->probed || v->tier[i] == QI_KV_WORKING) v->score[i] = d * v->score[i] + attn[i];
 }
 
 static bool qinfer_exempt(const qi_kv_policy *pp, int layer) {
@@ -185,7 +214,7 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
-    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false",
+    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,

@@ -450,6 +450,55 @@ START_TEST(qinfer_mean_score) {
 }
 END_TEST
 
+/* decay: token 1 drew 1.0 a step for 10 steps, then nothing; token 6
+ * nothing, then 1.0 a step for the last 5. 12 tokens, budget 2 = 1 recent
+ * (11) + 1 heavy, one window, no sinks. The plain sum keeps 1 (10 against
+ * 5); at decay 0.8 token 1 is down to 0.8^5 (1 - 0.8^10) / 0.2 = 1.4625
+ * and token 6 has (1 - 0.8^5) / 0.2 = 3.3616, so 6 is kept. */
+START_TEST(qinfer_decay_prefers_recent_weight) {
+    const char *base = "windows=1,sinks=0,full_layers=0,offload=false,recall=false,heavy=0.5";
+    static const char *const decays[] = {"", ",decay=1", ",decay=0.8"};
+    for (int k = 0; k < 3; k++) {
+        char spec[160];
+        snprintf(spec, sizeof spec, "%s%s", base, decays[k]);
+        qi_kv_policy *q = make("qinfer", spec);
+        tview *t = tv_new(12, 2, 3);
+        for (int step = 0; step < 15; step++) {
+            float attn[12] = {0};
+            attn[step < 10 ? 1 : 6] = 1.0f;
+            qi_kv_policy_observe(q, &t->v, attn);
+        }
+        const bool decayed = k == 2;
+        ck_assert_msg(fabsf(t->score[1] - (decayed ? 1.4625f : 10.0f)) < 1e-3f, "%s: score %g", spec, t->score[1]);
+        ck_assert_msg(fabsf(t->score[6] - (decayed ? 3.3616f : 5.0f)) < 1e-3f, "%s: score %g", spec, t->score[6]);
+        ck_assert_int_eq(sel(q, t), 2);
+        expect_kept(t, (int32_t[]){decayed ? 6 : 1, 11}, 2, QI_KV_DROP);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+}
+END_TEST
+
+/* An offloaded token has no weight measured between probes: its score
+ * waits, and decays only on probe steps. */
+START_TEST(qinfer_decay_waits_for_probes) {
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,decay=0.5");
+    tview *t = tv_new(4, 2, 3);
+    const float s0[4] = {2.0f, 2.0f, 0, 0};
+    memcpy(t->score, s0, sizeof s0);
+    t->tier[1] = QI_KV_OFFLOADED;
+    float attn[4] = {0.25f, 0, 0.5f, 1.0f};
+    qi_kv_policy_observe(q, &t->v, attn); /* not probed */
+    ck_assert(t->score[0] == 1.25f && t->score[1] == 2.0f && t->score[2] == 0.5f && t->score[3] == 1.0f);
+    t->v.probed = true;
+    attn[1] = 0.5f;
+    qi_kv_policy_observe(q, &t->v, attn);
+    ck_assert(t->score[0] == 0.875f && t->score[1] == 1.5f && t->score[2] == 0.75f && t->score[3] == 1.5f);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
 START_TEST(qinfer_recall) {
     qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
@@ -661,7 +710,8 @@ START_TEST(qinfer_reduces_to_h2o) {
     for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
         char hspec[32], qspec[128];
         snprintf(hspec, sizeof hspec, "heavy=%s", fracs[f]);
-        snprintf(qspec, sizeof qspec, "%s,heavy=%s", REDUCED, fracs[f]);
+        /* decay=1 is the plain sum: given, or as the default */
+        snprintf(qspec, sizeof qspec, "%s,heavy=%s%s", REDUCED, fracs[f], f % 2 ? ",decay=1" : "");
         qi_kv_policy *h = make("h2o", hspec), *q = make("qinfer", qspec);
         const int iters = qi_test_quick() ? 15 : 60;
         for (int it = 0; it < iters; it++) {
@@ -842,6 +892,11 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("qinfer", "sinks=nan", N_LAYER, (const char *[]){"qinfer", "'sinks'", NULL});
     expect_create_fails("qinfer", "heavy=0.5,wndows=2", N_LAYER,
                         (const char *[]){"qinfer", "'wndows'", "windows", "probe_every", NULL});
+    static const char *const bad_decays[] = {"decay=0", "decay=-0.5", "decay=1.5", "decay=abc", "decay=nan",
+                                             "decay=0.9x"};
+    for (int k = 0; k < 6; k++)
+        expect_create_fails("qinfer", bad_decays[k], N_LAYER, (const char *[]){"qinfer", "'decay'", "(0, 1]", NULL});
+    qi_kv_policy_free(make("qinfer", "decay=1e-6"));
     expect_create_fails("h2o", "", 0, (const char *[]){"h2o", "n_layer", NULL});
     /* a one-layer model: full_layers defaults to 1, not 2 */
     qi_kv_policy *p = NULL;
@@ -921,6 +976,8 @@ int main(void) {
     tcase_add_test(tc, qinfer_offload_and_probe);
     tcase_add_test(tc, qinfer_recall);
     tcase_add_test(tc, qinfer_mean_score);
+    tcase_add_test(tc, qinfer_decay_prefers_recent_weight);
+    tcase_add_test(tc, qinfer_decay_waits_for_probes);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
