@@ -25,7 +25,7 @@ vendor="$src/vendor/llama.cpp"
 build="$root/build"
 venv="$cache/llama-venv"
 jobs="${JOBS:-$(nproc)}"
-targets=(llama llama-tokenize llama-perplexity llama-bench llama-simple)
+targets=(llama llama-tokenize llama-perplexity llama-bench llama-batched-bench llama-simple)
 cmake_flags=(
     -DCMAKE_BUILD_TYPE=Release
     -DBUILD_SHARED_LIBS=ON
@@ -110,7 +110,7 @@ cat <<EOF
 llama.cpp (llama-cpp-python $version, vendored llama.cpp commit $commit):
   sources       $vendor
   build         $build
-  binaries      $build/bin/{llama-perplexity,llama-tokenize,llama-bench,llama-simple}
+  binaries      $build/bin/{llama-perplexity,llama-tokenize,llama-bench,llama-batched-bench,llama-simple}
   libraries     $build/bin/libllama.so, libggml*.so
   venv          $venv
 To use the Python bindings:
