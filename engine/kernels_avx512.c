@@ -575,6 +575,32 @@ T5 static inline __m512 ld16(const uint16_t *p) {
 
 #define QF_MAX 1024
 
+/* _mm512_reduce_add_ps of 16 vectors at once: lane p of the result is
+ * what _mm512_reduce_add_ps(v[p]) gives, bit for bit. GCC's reduction adds
+ * the upper 256 bits to the lower (lane i + 8 to lane i), then the upper
+ * 128 of that to the lower, then lanes (2, 3) to (0, 1), then lane 1 to
+ * lane 0; here each of those steps is done for several vectors in one
+ * instruction, their halves first gathered side by side by shuffles, so
+ * every addition adds the same two values in the same operand order (which
+ * even decides a NaN's payload). A key's row of scores then costs about 3
+ * vector operations for its reduction instead of 8. */
+T5 static inline __m512 reduce16(const __m512 v[16]) {
+    __m512 w[8], x[4], y[2];
+    for (int i = 0; i < 8; i++) /* vectors 2i, 2i+1: upper 256 + lower 256 */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44));
+    for (int i = 0; i < 4; i++) /* 128-bit lane q of x[i]: vector 4i + q, upper 128 + lower 128 */
+        x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD),
+                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88));
+    for (int i = 0; i < 2; i++) /* elements (0, 1) + (2, 3) */
+        y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* element 0 + element 1; element 4q + m then holds vector 4m + q */
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+
 T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
                                   size_t k_stride, int n_pos, float *s) {
     if (D % 16 != 0 || D > QF_MAX) {
@@ -584,7 +610,18 @@ T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, co
     __m512 qv[QF_MAX / 16];
     for (int i = 0; i < D / 16; i++) qv[i] = ld16(q16 + 16 * i);
     if (ord == QI_K_ORD_GEMM) {
-        for (int p = 0; p < n_pos; p++) {
+        int p = 0;
+        for (; p + 16 <= n_pos; p += 16) {
+            __m512 v[16];
+            for (int j = 0; j < 16; j++) {
+                const uint16_t *kp = k + (size_t)(p + j) * k_stride;
+                __m512 acc = _mm512_setzero_ps();
+                for (int i = 0; i < D / 16; i++) acc = _mm512_fmadd_ps(ld16(kp + 16 * i), qv[i], acc);
+                v[j] = acc;
+            }
+            _mm512_storeu_ps(s + p, reduce16(v));
+        }
+        for (; p < n_pos; p++) {
             const uint16_t *kp = k + (size_t)p * k_stride;
             __m512 acc = _mm512_setzero_ps();
             for (int i = 0; i < D / 16; i++) acc = _mm512_fmadd_ps(ld16(kp + 16 * i), qv[i], acc);
@@ -593,7 +630,26 @@ T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, co
         return;
     }
     const int np = D & ~63;
-    for (int p = 0; p < n_pos; p++) {
+    int p = 0;
+    /* no elements past the 64-element steps: the double sum of one float
+     * gives it back unchanged, so 16 keys can be reduced together */
+    if (np == D)
+        for (; p + 16 <= n_pos; p += 16) {
+            __m512 v[16];
+            for (int j = 0; j < 16; j++) {
+                const uint16_t *kp = k + (size_t)(p + j) * k_stride;
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int i = 0; i < np; i += 64) {
+                    a0 = _mm512_fmadd_ps(ld16(kp + i), qv[i / 16], a0);
+                    a1 = _mm512_fmadd_ps(ld16(kp + i + 16), qv[i / 16 + 1], a1);
+                    a2 = _mm512_fmadd_ps(ld16(kp + i + 32), qv[i / 16 + 2], a2);
+                    a3 = _mm512_fmadd_ps(ld16(kp + i + 48), qv[i / 16 + 3], a3);
+                }
+                v[j] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+            }
+            _mm512_storeu_ps(s + p, reduce16(v));
+        }
+    for (; p < n_pos; p++) {
         const uint16_t *kp = k + (size_t)p * k_stride;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int i = 0; i < np; i += 64) {
