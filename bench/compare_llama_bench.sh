@@ -28,9 +28,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=smollm2-135m threads="" n_prompt=512 n_gen=128 rounds=3 reps=1 qinfer=build/qinfer llama_args="" qinfer_args=""
-die() { echo "compare_llama_bench: $*" >&2; exit 2; }
-need_val() { [[ $# -ge 2 ]] || die "option $1 needs a value (see --help)"; }
-posint() { [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3)) || die "option $1: '$2' is not an integer >= $3"; }
+prog=compare_llama_bench
+# shellcheck source=bench/compare_common.sh
+source bench/compare_common.sh
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -48,26 +48,12 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
 [[ -x $qinfer ]] || die "no qinfer binary at $qinfer (build it: cmake -S . -B build && cmake --build build, or pass --qinfer)"
 command -v python3 >/dev/null || die "python3 is needed to read the CSV rows"
-llama_bench=$cache/llama.cpp/build/bin/llama-bench
-if [[ ! -x $llama_bench ]]; then
-  echo "compare_llama_bench: llama-bench missing; building it with tests/golden/build_llama.sh" >&2
-  bash tests/golden/build_llama.sh >&2
-  [[ -x $llama_bench ]] || die "tests/golden/build_llama.sh did not produce $llama_bench"
-fi
 
-# The model file: a path, or a short name from models/manifest.tsv.
-if [[ -f $model ]]; then
-  path=$model
-else
-  file=$(awk -F'\t' -v n="$model" '$1 == n && $2 == "model" { print $5 }' models/manifest.tsv)
-  [[ -n $file ]] || die "'$model' is neither a file nor a model name in models/manifest.tsv"
-  path=$cache/models/$file
-  [[ -f $path ]] || die "$model is not fetched: run models/fetch.sh $model"
-fi
-[[ -n $threads ]] || threads=$(awk -F: '/^physical id/ { p = $2 } /^core id/ { c[p "," $2] = 1 } END { print length(c) > 0 ? length(c) : 1 }' /proc/cpuinfo)
+path=$(model_path "$model")
+[[ -n $threads ]] || threads=$(physical_cores)
+llama_bench=$(llama_tool llama-bench)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

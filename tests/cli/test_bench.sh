@@ -40,6 +40,22 @@ expect_fail 2 "not an integer" "$Q" bench --batch 2 --depth 1k
 expect_fail 2 "apply to the batched rows only" "$Q" bench --kv-policy window --kv-budget 8
 expect_fail 2 "unknown policy" "$Q" bench --batch 4 --kv-policy nope
 ((sqlite)) || expect_fail 2 "built without SQLite" "$Q" bench --db "$tmp/x.db"
+# The comparison scripts refuse bad arguments before they need llama.cpp.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+for script in compare_llama_bench.sh compare_llama_batched.sh; do
+  name=${script%.sh}
+  expect_fail 2 "$name: unknown option '--bogus'" bash "$root/bench/$script" --bogus
+  expect_fail 2 "option -t: '0' is not an integer >= 1" bash "$root/bench/$script" -t 0 --qinfer "$Q"
+  expect_fail 2 "needs a value" bash "$root/bench/$script" -m
+  expect_fail 2 "neither a file nor a model name" bash "$root/bench/$script" -m "$tmp/none.gguf" --qinfer "$Q"
+  expect_fail 2 "no qinfer binary" bash "$root/bench/$script" --qinfer "$tmp/no-qinfer"
+done
+expect_fail 2 "not a comma list of batch sizes" bash "$root/bench/compare_llama_batched.sh" -b 1,,4
+expect_fail 2 "batch size 300 is outside 1..256" bash "$root/bench/compare_llama_batched.sh" -b 1,300
+# Their default thread count: a positive number on stdout, and no stray file
+# (an unparenthesised awk ternary after print once redirected it to "1").
+mkdir -p "$tmp/cores" && n=$(cd "$tmp/cores" && bash -c "prog=t; source '$root/bench/compare_common.sh'; physical_cores")
+[[ $n =~ ^[1-9][0-9]*$ && -z $(ls -A "$tmp/cores") ]] && ok || bad "physical_cores gave '$n', left: $(ls -A "$tmp/cores")"
 
 cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
 if [[ ! -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
