@@ -601,6 +601,27 @@ T5 static inline __m512 reduce16(const __m512 v[16]) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 
+/* ggml_vec_dot_f16's vector part over the first np (a multiple of 64)
+ * elements of key row kp: four 16-lane accumulators, one per 16 elements
+ * of each 64-element step, added (0 + 2) + (1 + 3) before the reduction. */
+T5 static inline __m512 vec_lanes(const uint16_t *kp, const __m512 *qv, int np) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < np; i += 64) {
+        a0 = _mm512_fmadd_ps(ld16(kp + i), qv[i / 16], a0);
+        a1 = _mm512_fmadd_ps(ld16(kp + i + 16), qv[i / 16 + 1], a1);
+        a2 = _mm512_fmadd_ps(ld16(kp + i + 32), qv[i / 16 + 2], a2);
+        a3 = _mm512_fmadd_ps(ld16(kp + i + 48), qv[i / 16 + 3], a3);
+    }
+    return _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+}
+
+/* tinyBLAS's one accumulator over all D elements of key row kp. */
+T5 static inline __m512 gemm_lanes(const uint16_t *kp, const __m512 *qv, int D) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < D / 16; i++) acc = _mm512_fmadd_ps(ld16(kp + 16 * i), qv[i], acc);
+    return acc;
+}
+
 T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
                                   size_t k_stride, int n_pos, float *s) {
     if (D % 16 != 0 || D > QF_MAX) {
@@ -613,20 +634,10 @@ T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, co
         int p = 0;
         for (; p + 16 <= n_pos; p += 16) {
             __m512 v[16];
-            for (int j = 0; j < 16; j++) {
-                const uint16_t *kp = k + (size_t)(p + j) * k_stride;
-                __m512 acc = _mm512_setzero_ps();
-                for (int i = 0; i < D / 16; i++) acc = _mm512_fmadd_ps(ld16(kp + 16 * i), qv[i], acc);
-                v[j] = acc;
-            }
+            for (int j = 0; j < 16; j++) v[j] = gemm_lanes(k + (size_t)(p + j) * k_stride, qv, D);
             _mm512_storeu_ps(s + p, reduce16(v));
         }
-        for (; p < n_pos; p++) {
-            const uint16_t *kp = k + (size_t)p * k_stride;
-            __m512 acc = _mm512_setzero_ps();
-            for (int i = 0; i < D / 16; i++) acc = _mm512_fmadd_ps(ld16(kp + 16 * i), qv[i], acc);
-            s[p] = _mm512_reduce_add_ps(acc);
-        }
+        for (; p < n_pos; p++) s[p] = _mm512_reduce_add_ps(gemm_lanes(k + (size_t)p * k_stride, qv, D));
         return;
     }
     const int np = D & ~63;
@@ -636,29 +647,12 @@ T5 static void attn_scores_avx512(qi_k_order ord, int D, const uint16_t *q16, co
     if (np == D)
         for (; p + 16 <= n_pos; p += 16) {
             __m512 v[16];
-            for (int j = 0; j < 16; j++) {
-                const uint16_t *kp = k + (size_t)(p + j) * k_stride;
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                for (int i = 0; i < np; i += 64) {
-                    a0 = _mm512_fmadd_ps(ld16(kp + i), qv[i / 16], a0);
-                    a1 = _mm512_fmadd_ps(ld16(kp + i + 16), qv[i / 16 + 1], a1);
-                    a2 = _mm512_fmadd_ps(ld16(kp + i + 32), qv[i / 16 + 2], a2);
-                    a3 = _mm512_fmadd_ps(ld16(kp + i + 48), qv[i / 16 + 3], a3);
-                }
-                v[j] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
-            }
+            for (int j = 0; j < 16; j++) v[j] = vec_lanes(k + (size_t)(p + j) * k_stride, qv, np);
             _mm512_storeu_ps(s + p, reduce16(v));
         }
     for (; p < n_pos; p++) {
         const uint16_t *kp = k + (size_t)p * k_stride;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int i = 0; i < np; i += 64) {
-            a0 = _mm512_fmadd_ps(ld16(kp + i), qv[i / 16], a0);
-            a1 = _mm512_fmadd_ps(ld16(kp + i + 16), qv[i / 16 + 1], a1);
-            a2 = _mm512_fmadd_ps(ld16(kp + i + 32), qv[i / 16 + 2], a2);
-            a3 = _mm512_fmadd_ps(ld16(kp + i + 48), qv[i / 16 + 3], a3);
-        }
-        double sum = (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+        double sum = (double)_mm512_reduce_add_ps(vec_lanes(kp, qv, np));
         for (int i = np; i < D; i++) sum += (double)(h2f(kp[i]) * h2f(q16[i]));
         s[p] = (float)sum;
     }
