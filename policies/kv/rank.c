@@ -59,12 +59,19 @@ static int64_t kth_position(const qi_kv_view *v, const uint8_t *fate, int k, boo
 
 void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newest, uint8_t to) {
     if (k <= 0) return;
-    int c = 0;
+    /* A guess at the threshold: the k newest are usually the positions
+     * cur_pos - k + 1 .. cur_pos (the recent window is kept every step),
+     * the k oldest 0 .. k - 1 (sinks). Whatever the guess g, if exactly k
+     * tokens lie at g or beyond, they are the k newest (oldest), and
+     * marking from P = g gives the same set as from the k-th position. */
+    const int64_t g = newest ? (int64_t)v->cur_pos - k + 1 : (int64_t)k - 1;
+    int c = 0, at_g = 0;
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int i = 0; i < v->n; i++) {
         if (fate[i] != QI_KV_UNDECIDED) continue;
         if (v->pos[i] < lo) lo = v->pos[i];
         if (v->pos[i] > hi) hi = v->pos[i];
+        at_g += newest ? v->pos[i] >= g : v->pos[i] <= g;
         c++;
     }
     if (c == 0) return;
@@ -73,8 +80,9 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
         return;
     }
     /* The threshold position P: newest, the largest with k tokens at P or
-     * newer; oldest, the smallest with k tokens at P or older. */
-    lo = kth_position(v, fate, k, newest, lo, hi);
+     * newer; oldest, the smallest with k tokens at P or older (or the
+     * guess, when it holds exactly k). */
+    lo = at_g == k ? g : kth_position(v, fate, k, newest, lo, hi);
     /* Everything strictly beyond P, then ties at P by slot: the larger slot
      * counts as newer. */
     int left = k;
