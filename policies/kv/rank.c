@@ -1,7 +1,9 @@
 /* rank.c - position and score ranking for the KV policies.
  *
  * Position ranks ("the k newest undecided tokens", ties broken by slot)
- * find the k-th position by a radix select over the positions' offsets from
+ * first count the tokens beyond a dense guess at the threshold (the recent
+ * window and the sinks are usually whole), and otherwise find the k-th
+ * position by a radix select over the positions' offsets from
  * the smallest, eight bits a pass with a histogram on the stack: no memory
  * and one pass per byte of the positions' span (two for a span under 65536)
  * where a binary search over the span took one pass per bit, so window and
