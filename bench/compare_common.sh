@@ -39,3 +39,18 @@ model_path() {
 physical_cores() {
   awk -F: '/^physical id/ { p = $2 } /^core id/ { c[p "," $2] = 1 } END { print (length(c) > 0 ? length(c) : 1) }' /proc/cpuinfo
 }
+
+# run_rounds N: rounds 1..N, each running the sourcing script's run_llama R
+# and run_qinfer R, the first program alternating so that drift in the
+# machine's load (other jobs, thermals) does not always favour the same one.
+# Sets load0 and load1 (the load averages before and after) and secs.
+run_rounds() {
+  local t0 r
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
+  t0=$(date +%s)
+  for ((r = 1; r <= $1; r++)); do
+    if ((r % 2)); then run_llama $r; run_qinfer $r; else run_qinfer $r; run_llama $r; fi
+  done
+  load1=$(cut -d' ' -f1-3 /proc/loadavg)
+  secs=$(($(date +%s) - t0))
+}

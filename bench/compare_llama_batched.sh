@@ -81,14 +81,9 @@ run_qinfer() {
     { tail -n 5 "$tmp/qinfer.$r.err" >&2; die "qinfer bench failed in round $r"; }
 }
 
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
-t0=$(date +%s)
-for ((r = 1; r <= rounds; r++)); do
-  if ((r % 2)); then run_llama $r; run_qinfer $r; else run_qinfer $r; run_llama $r; fi
-done
-load1=$(cut -d' ' -f1-3 /proc/loadavg)
+run_rounds "$rounds"
 
-python3 - "$tmp" "$rounds" "$n_gen" "$batches" "$threads" "$path" "$load0" "$load1" "$(($(date +%s) - t0))" <<'EOF'
+python3 - "$tmp" "$rounds" "$n_gen" "$batches" "$threads" "$path" "$load0" "$load1" "$secs" <<'EOF'
 import csv, json, statistics, sys
 tmp, rounds, n_gen, batches, threads, path, load0, load1, secs = sys.argv[1:]
 rounds, bl = int(rounds), [int(b) for b in batches.split(",")]

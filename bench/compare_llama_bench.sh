@@ -89,16 +89,9 @@ run_qinfer() {
     { tail -n 5 "$tmp/qinfer.$r.err" >&2; die "qinfer bench failed in round $r"; }
 }
 
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
-t0=$(date +%s)
-for ((r = 1; r <= rounds; r++)); do
-  # Alternate which program goes first, so drift in the machine's load
-  # (other jobs, thermals) does not always favour the same one.
-  if ((r % 2)); then run_llama $r; run_qinfer $r; else run_qinfer $r; run_llama $r; fi
-done
-load1=$(cut -d' ' -f1-3 /proc/loadavg)
+run_rounds "$rounds"
 
-python3 - "$tmp" "$rounds" "$n_prompt" "$n_gen" "$threads" "$path" "$load0" "$load1" "$(($(date +%s) - t0))" <<'EOF'
+python3 - "$tmp" "$rounds" "$n_prompt" "$n_gen" "$threads" "$path" "$load0" "$load1" "$secs" <<'EOF'
 import csv, statistics, sys
 tmp, rounds, n_prompt, n_gen, threads, path, load0, load1, secs = sys.argv[1:]
 rounds = int(rounds)
