@@ -588,7 +588,6 @@ static void policy_work(void *arg, int ith, int nth) {
     qi_engine *e = j->e;
     const int Hkv = e->m->hp.n_head_kv;
     pol_scratch *ps = &e->ps[ith];
-    ps->err_k = -1;
     long lo, hi;
     qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
     for (long k = lo; k < hi; k++) {
@@ -622,6 +621,13 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the KV fates of %d sequences", n_seg);
         e->fates = p;
         e->cap_fates = need;
+    }
+    /* every thread's record, not only those this run uses: a failure of an
+     * earlier step must not be reported again, and qi_err keeps its first
+     * message until cleared */
+    for (int t = 0; t < e->o.n_threads; t++) {
+        e->ps[t].err_k = -1;
+        qi_err_clear(&e->ps[t].err);
     }
     policy_job j = {e, segs, n_seg, l};
     if (n_streams > 1)
