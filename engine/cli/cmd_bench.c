@@ -985,8 +985,7 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_cli_error(cmd, "--depth applies to the batched rows only: add --batch");
         return QI_EXIT_USAGE;
     }
-    const bool depth_set = depth >= 0;
-    if (!depth_set) depth = BATCH_PROMPT;
+    if (depth < 0) depth = BATCH_PROMPT;
     if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
         qi_cli_error(cmd, "the KV policy flags apply to the batched rows only: add --batch");
         return QI_EXIT_USAGE;
@@ -1124,7 +1123,7 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     for (int i = 0; batched && i < n_batches; i++) {
         bench_test *t = &tests[n_tests++];
-        if (depth_set && depth != BATCH_PROMPT)
+        if (depth != BATCH_PROMPT)
             snprintf(t->name, sizeof t->name, "tg%d @ b%d d%d", n_gen, batches[i], depth);
         else
             snprintf(t->name, sizeof t->name, "tg%d @ b%d", n_gen, batches[i]);
