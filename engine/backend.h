@@ -1,7 +1,7 @@
 /* backend.h - the ops a forward pass is made of, behind an interface.
  *
  * A backend is a table of op functions plus its own context (thread pool,
- * device handles). The forward pass in forward.c only calls through this
+ * device handles). The forward pass in engine.c only calls through this
  * table, so a CUDA backend, or a split plan that sends attention to one
  * backend and the MLP to another, slots in without touching the model code.
  * The CPU backend is the reference every other backend is tested against.
@@ -21,33 +21,14 @@
 
 typedef struct qi_backend qi_backend;
 
-/* One attention call: T new queries of one sequence at positions
- * pos0..pos0+T-1 attending causally over the cache rows 0..pos0+t (the
- * last n_swa of them when n_swa > 0; the others are masked to -inf before
- * the softmax, as llama.cpp masks them, so the summation lanes stay those of
- * the full row). */
-typedef struct {
-    int T, H, Hkv, D;
-    int pos0;
-    int n_swa;          /* > 0: sliding window, query at p sees keys p-n_swa+1..p */
-    int n_cells;        /* > 0: the cache is a ring of n_cells rows, position p in row
-                           p % n_cells, and has wrapped; every query then scores all
-                           min(pos0 + T, n_cells) rows in row order, masking by position */
-    float scale;        /* usually 1/sqrt(D) */
-    const float *q;     /* [T][H*D] */
-    const uint16_t *k;  /* fp16 cache [n_pos][Hkv*D] */
-    const uint16_t *v;  /* fp16 cache [n_pos][Hkv*D] */
-    float *out;         /* [T][H*D] */
-} qi_attn_args;
-
 /* Attention of one sequence over a paged cache (engine/kv.c): KV head hk
  * holds n_slots[hk] tokens, slot i at row i & (2^shift - 1) of block
  * k_blk[hk][i >> shift] (rows of D fp16 values), position pos[hk][i]. Slot
  * order need not be position order: masking is by position only (a key at
  * a position after the query's is -inf, and so is one at or beyond n_swa
  * positions back when n_swa > 0), and every query scores all the slots, so
- * for slots in position order the lanes are those of qi_attn_args' causal
- * rows. */
+ * for slots in position order the lanes are those of a causal attention
+ * over a contiguous cache. */
 typedef struct {
     int T, H, Hkv, D;
     const int32_t *q_pos;            /* [T] query positions */
@@ -69,6 +50,7 @@ typedef struct {
     int stats_stride;
 } qi_attn_paged_args;
 
+
 typedef struct {
     uint32_t version; /* QI_BACKEND_VERSION */
     const char *name;
@@ -87,7 +69,6 @@ typedef struct {
      * (n_rot even, <= D); the angles are computed once per row for both. */
     void (*rope)(qi_backend *b, float *q, int Hq, float *k, int Hk, int T, int D, int n_rot, const int32_t *pos,
                  float base, float freq_scale, int mode);
-    void (*attention)(qi_backend *b, const qi_attn_args *a);
     void (*attention_paged)(qi_backend *b, const qi_attn_paged_args *a);
     /* n calls of attention_paged at once (independent sequences; no
      * call's out or stats overlaps another's): the same results, outputs
@@ -116,7 +97,7 @@ typedef struct {
     void (*free)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 9u
+#define QI_BACKEND_VERSION 10u
 
 struct qi_backend {
     const qi_backend_i *iface;

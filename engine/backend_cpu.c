@@ -71,7 +71,6 @@ typedef struct {
     float *bk, *bv;  /* a call's K and V rows as float, [Hkv][blas_len][D] */
     float *bs;       /* per-thread scores, then weights, [n_threads][BLAS_QCHUNK * blas_len] */
     float *bq;       /* per-thread queries rounded to fp16, [n_threads][BLAS_QCHUNK * blas_d] */
-    int32_t *bpos;   /* the position each cache row holds, [blas_len] (qi_attn_args calls) */
     int blas_len, blas_hkv, blas_d;
 } cpu_ctx;
 
@@ -368,59 +367,6 @@ static void cpu_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, 
 
 /* ---- attention --------------------------------------------------------------- */
 
-typedef struct {
-    const qi_attn_args *a;
-    cpu_ctx *c;
-} att_job;
-
-static void att_work(void *arg, int ith, int nth) {
-    att_job *j = arg;
-    const qi_attn_args *a = j->a;
-    const qi_kernels *K = j->c->k;
-    const int D = a->D, kv_stride = a->Hkv * D, group = a->H / a->Hkv;
-    /* llama.cpp multiplies one token's F16 operands with ggml_vec_dot_f16
-     * and a batch's with tinyBLAS: different orders, same as theirs */
-    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
-    float *s = j->c->att + (long)ith * j->c->att_len;
-    uint16_t *w16 = j->c->w16 + (long)ith * j->c->att_len;
-    uint16_t q16[1024];
-    long lo, hi;
-    qi_split((long)a->T * a->H, ith, nth, &lo, &hi);
-    for (long th = lo; th < hi; th++) {
-        int t = (int)(th / a->H), h = (int)(th % a->H), hk = h / group;
-        const int qpos = a->pos0 + t, last = a->pos0 + a->T - 1;
-        int n_pos = a->n_cells > 0 ? (last + 1 < a->n_cells ? last + 1 : a->n_cells) : qpos + 1;
-        const float *q = a->q + ((long)t * a->H + h) * D;
-        K->f32_to_f16(q, q16, D);
-        K->attn_scores(ord, D, q16, a->k + (long)hk * D, (size_t)kv_stride, n_pos, s);
-        for (int p = 0; p < n_pos; p++) s[p] *= a->scale;
-        if (a->n_cells > 0) {
-            for (int r = 0; r < n_pos; r++) {
-                const int p = r + a->n_cells * ((last - r) / a->n_cells); /* newest position in row r */
-                if (p > qpos || (a->n_swa > 0 && qpos - p >= a->n_swa)) s[r] = -INFINITY;
-            }
-        } else if (a->n_swa > 0) {
-            for (int p = 0; p < n_pos - a->n_swa; p++) s[p] = -INFINITY;
-        }
-        K->softmax_f16(n_pos, s, w16);
-        K->attn_values(ord, D, w16, a->v + (long)hk * D, (size_t)kv_stride, n_pos,
-                       a->out + ((long)t * a->H + h) * D);
-    }
-}
-
-static void blas_attention(cpu_ctx *c, const qi_attn_args *a);
-
-static void cpu_attention(qi_backend *b, const qi_attn_args *a) {
-    cpu_ctx *c = C(b);
-    QI_ASSERT(a->pos0 + a->T <= c->att_len && a->D <= 1024);
-    if (c->attn_blas && a->T >= 2) {
-        blas_attention(c, a);
-        return;
-    }
-    att_job j = {a, c};
-    qi_pool_run(c->pool, att_work, &j);
-}
-
 /* The paged variant: the same arithmetic as att_work over a block table,
  * for one call or for several independent ones (a step's sequences) in one
  * pool run, so that a decode step of many sequences pays one round of
@@ -444,10 +390,17 @@ typedef struct {
 
 static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, float *s, uint16_t *w16) {
     const qi_kernels *K = c->k;
-    const int D = a->D, hk = h / (a->H / a->Hkv), n = a->n_slots[hk], B = 1 << a->shift;
+    const int D = a->D, hk = h / (a->H / a->Hkv), B = 1 << a->shift;
     const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
     const int32_t qpos = a->q_pos[t];
     const int32_t *pos = a->pos[hk];
+    /* Slots after the last one the query sees would get weight 0: they are
+     * left out (a prompt's causal triangle in a cache in position order).
+     * The sums are unchanged: the softmax adds 16-element chunks padded
+     * with zeros, and a zero weight adds nothing to an output or a
+     * statistic. */
+    int n = a->n_slots[hk];
+    while (n > 0 && pos[n - 1] > qpos) n--;
     uint16_t q16[1024];
     const float *q = a->q + ((long)t * a->H + h) * D;
     K->f32_to_f16(q, q16, D);
@@ -532,9 +485,8 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
 
 /* ---- attention through OpenBLAS (attn_blas) ------------------------------------ */
 
-/* Both interfaces in one form: query t at position qpos(t), KV head hk
- * with n_keys(hk) keys, key i at position kpos(hk)[i] and rows of D fp16
- * values wherever the interface keeps them. A key is masked to -inf,
+/* Query t at position q_pos[t], KV head hk with n_slots[hk] keys, key i
+ * at position pos[hk][i], its rows of D fp16 values in the block table. A key is masked to -inf,
  * exactly as in the exact path, when its position is after the query's or,
  * with a window, n_swa or more before it.
  *
@@ -563,7 +515,6 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
  * single-threaded inside OpenBLAS. */
 typedef struct {
     cpu_ctx *c;
-    const qi_attn_args *att;        /* one of the two */
     const qi_attn_paged_args *pg;
     int T, H, Hkv, D, n_swa;
     float scale;
@@ -571,13 +522,12 @@ typedef struct {
     float *out;
     float *stats;
     int stats_stride;
-    int n_att;  /* att: keys (cache rows) of every KV head */
     int max_n;  /* most keys of any KV head */
 } blas_job;
 
-static int bj_n_keys(const blas_job *j, int hk) { return j->pg ? j->pg->n_slots[hk] : j->n_att; }
-static const int32_t *bj_kpos(const blas_job *j, int hk) { return j->pg ? j->pg->pos[hk] : j->c->bpos; }
-static int bj_qpos(const blas_job *j, int t) { return j->pg ? j->pg->q_pos[t] : j->att->pos0 + t; }
+static int bj_n_keys(const blas_job *j, int hk) { return j->pg->n_slots[hk]; }
+static const int32_t *bj_kpos(const blas_job *j, int hk) { return j->pg->pos[hk]; }
+static int bj_qpos(const blas_job *j, int t) { return j->pg->q_pos[t]; }
 static float *bj_keys(const blas_job *j, float *base, int hk) {
     return base + (long)hk * j->c->blas_len * j->D;
 }
@@ -591,17 +541,9 @@ static void blas_convert(void *arg, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         const int hk = (int)(r / j->max_n), i = (int)(r % j->max_n);
         if (i >= bj_n_keys(j, hk)) continue;
-        const uint16_t *kr, *vr;
-        if (j->pg) {
-            const int blk = i >> j->pg->shift;
-            const long row = (long)(i & ((1 << j->pg->shift) - 1)) * D;
-            kr = j->pg->k_blk[hk][blk] + row;
-            vr = j->pg->v_blk[hk][blk] + row;
-        } else {
-            const long off = (long)i * j->Hkv * D + (long)hk * D;
-            kr = j->att->k + off;
-            vr = j->att->v + off;
-        }
+        const int blk = i >> j->pg->shift;
+        const long row = (long)(i & ((1 << j->pg->shift) - 1)) * D;
+        const uint16_t *kr = j->pg->k_blk[hk][blk] + row, *vr = j->pg->v_blk[hk][blk] + row;
         K->f16_to_f32(kr, bj_keys(j, j->c->bk, hk) + (long)i * D, D);
         K->f16_to_f32(vr, bj_keys(j, j->c->bv, hk) + (long)i * D, D);
     }
@@ -692,18 +634,6 @@ static void blas_run(blas_job *j) {
     qi_pool_run(c->pool, blas_work, j);
 }
 
-static void blas_attention(cpu_ctx *c, const qi_attn_args *a) {
-    const int last = a->pos0 + a->T - 1;
-    const int n = a->n_cells > 0 ? (last + 1 < a->n_cells ? last + 1 : a->n_cells) : last + 1;
-    QI_ASSERT(n <= c->blas_len);
-    /* the position each row holds: its index, or in a wrapped ring the
-     * newest position that landed in it (as att_work computes it) */
-    for (int r = 0; r < n; r++) c->bpos[r] = a->n_cells > 0 ? r + a->n_cells * ((last - r) / a->n_cells) : r;
-    blas_job j = {.c = c, .att = a, .T = a->T, .H = a->H, .Hkv = a->Hkv, .D = a->D, .n_swa = a->n_swa,
-                  .scale = a->scale, .q = a->q, .out = a->out, .n_att = n, .max_n = n};
-    blas_run(&j);
-}
-
 static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a) {
     int max_n = 0;
     for (int hk = 0; hk < a->Hkv; hk++) max_n = a->n_slots[hk] > max_n ? a->n_slots[hk] : max_n;
@@ -728,7 +658,6 @@ static void cpu_free(qi_backend *b) {
         qi_free(c->bv);
         qi_free(c->bs);
         qi_free(c->bq);
-        qi_free(c->bpos);
         for (int i = 0; i < 2; i++) {
             qi_free(c->rope[i].cs);
             qi_free(c->rope[i].sn);
@@ -749,7 +678,6 @@ static const qi_backend_i k_cpu_iface = {
     .matmul_n = cpu_matmul_n,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
-    .attention = cpu_attention,
     .attention_paged = cpu_attention_paged,
     .attention_paged_n = cpu_attention_paged_n,
     .swiglu = cpu_swiglu,
@@ -833,9 +761,7 @@ static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, 
         const int len = max_pos > c->blas_len ? max_pos : c->blas_len;
         const int hkv = Hkv > c->blas_hkv ? Hkv : c->blas_hkv, d = D > c->blas_d ? D : c->blas_d;
         const size_t nt = (size_t)qi_pool_size(c->pool), kv = (size_t)len * (size_t)hkv * (size_t)d;
-        int32_t *pos = qi_realloc(c->bpos, sizeof(int32_t) * (size_t)len);
-        if (pos) c->bpos = pos;
-        if (!pos || !grow_f32(&c->bk, kv) || !grow_f32(&c->bv, kv) ||
+        if (!grow_f32(&c->bk, kv) || !grow_f32(&c->bv, kv) ||
             !grow_f32(&c->bs, nt * BLAS_QCHUNK * (size_t)len) || !grow_f32(&c->bq, nt * BLAS_QCHUNK * (size_t)d))
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory reserving attn_blas scratch for %d positions", len);
         c->blas_len = len;

@@ -11,10 +11,25 @@
  * policy evicts (after each segment, at a budget set by its last position),
  * never depend on what else is in the batch. Cutting a chunk to fill the
  * room would let a neighbour's decode rows move those points and change a
- * sequence's result. The forward pass is forward.c's, op for op, with the
- * matmuls and element-wise ops over all the step's rows (each weight read
- * once per step) and RoPE, the KV writes and attention per segment (each
- * sequence at its own positions, over its own cache streams).
+ * sequence's result.
+ *
+ * The forward pass (llama and gemma3), per layer: x += Wo . attn(rope(Wq .
+ * n), rope(Wk . n), Wv . n) with n = rmsnorm(x); then x += Wdown .
+ * (silu(Wgate . m) * (Wup . m)) with m = rmsnorm(x). Gemma3 adds, in
+ * llama.cpp's order: embeddings scaled by sqrt(n_embd); a per-head RMSNorm
+ * of q and k before RoPE; q scaled after RoPE (the softmax then unscaled);
+ * RMSNorms of the attention and FFN outputs before each residual add;
+ * GeGLU instead of SwiGLU; local layers with a sliding window and their own
+ * RoPE base. The window is a mask over the cache, as llama.cpp's. Its local
+ * layers' cache is a ring of n_swa + n_ubatch cells rounded up to 256 (1024
+ * for Gemma 3 270M), position p landing in cell p % size; once it has
+ * wrapped, attention runs over the cells in cell order, which decides the
+ * summation order, so the local layers here keep the same ring (kv.c). K
+ * and V are kept as fp16, as llama.cpp's default cache keeps them, so
+ * attention reads the same rounded values. The matmuls and element-wise
+ * ops run over all the step's rows (each weight read once per step); RoPE,
+ * the KV writes and attention per segment (each sequence at its own
+ * positions, over its own cache streams).
  *
  * A layer's attention is one backend call for all the segments (one pass
  * of the workers, not one per sequence), under every policy: on layers the
@@ -35,8 +50,11 @@
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
  * the policy: the window is their budget.
  *
- * As in forward.c, the last layer carries on only with the rows whose logits
- * are wanted, and every buffer is sized at creation except the logits,
+ * The last layer carries on only with the rows whose logits are wanted
+ * (all of a segment fed with logits_all, its last row, or none for an inner
+ * chunk of a prompt), as llama.cpp selects its output rows there: the
+ * remaining matmuls then run with that many tokens, which decides the
+ * K-quant summation order (QI_K_WIDE_MIN). Every buffer is sized at creation except the logits,
  * which grow to the largest step's output rows.
  */
 #include "qinfer/engine.h"

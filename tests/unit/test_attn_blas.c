@@ -2,8 +2,8 @@
  * CPU backend (engine/backend_cpu.c: OpenBLAS sgemm per head and chunk of
  * queries, float softmax).
  *
- * Both interfaces (qi_attn_args over a contiguous or ring cache,
- * qi_attn_paged_args over block tables with statistics) run on seeded
+ * Paged attention calls (block tables holding a whole cache, a wrapped
+ * ring, or what a policy kept, with statistics) run on seeded
  * random data with the option on and off, and both results are held to a
  * reference computed here in double from the same fp16-rounded queries,
  * keys and values: scores, mask (causal by position, sliding window), an
@@ -257,16 +257,10 @@ static void result_fini(result *r) {
     free(r->stats);
 }
 
-/* Run p through a backend: as qi_attn_args when att is non-NULL (its k, v
- * and row layout given), else as qi_attn_paged_args over pg. */
-static void run(const problem *p, const qi_attn_args *att, const paged *pg, int n_threads, bool attn_blas,
-                result *r) {
+/* Run p through a backend over the block tables pg. */
+static void run(const problem *p, const paged *pg, int n_threads, bool attn_blas, result *r) {
     qi_backend *b = backend(n_threads, attn_blas, p->Hkv, p->D);
-    if (att) {
-        qi_attn_args a = *att;
-        a.out = r->out;
-        b->iface->attention(b, &a);
-    } else {
+    {
         int n_slots[MAX_HKV];
         const int32_t *pos[MAX_HKV];
         for (int hk = 0; hk < p->Hkv; hk++) {
@@ -325,7 +319,7 @@ static double max_abs(const float *x, long n) {
     return m;
 }
 
-static void check_problem(const problem *p, const qi_attn_args *att, const paged *pg, bool stats, const char *what) {
+static void check_problem(const problem *p, const paged *pg, bool stats, const char *what) {
     const long ql = (long)p->T * p->H * p->D;
     reference ref;
     ref_compute(p, &ref);
@@ -334,9 +328,9 @@ static void check_problem(const problem *p, const qi_attn_args *att, const paged
     result_init(&exact, p, stats, 99);
     result_init(&blas1, p, stats, 99);
     result_init(&blas3, p, stats, 99);
-    run(p, att, pg, 2, false, &exact);
-    run(p, att, pg, 1, true, &blas1);
-    run(p, att, pg, 3, true, &blas3);
+    run(p, pg, 2, false, &exact);
+    run(p, pg, 1, true, &blas1);
+    run(p, pg, 3, true, &blas3);
     result_check_guard(&exact, p, what);
     result_check_guard(&blas1, p, what);
     result_check_guard(&blas3, p, what);
@@ -391,9 +385,11 @@ static const int k_D[] = {64, 256};
 /* Quick mode drops the largest shape (130 queries of 256). */
 static bool skip_shape(int T, int D) { return qi_test_quick() && T == 130 && D == 256; }
 
-/* qi_attn_args variants: plain heads from position 0; groups of 3 at 470
- * (600 keys at T = 130); groups of 3 with a window of 64 at 300; one KV
- * head for 4 query heads, a window of 100, a ring of 256 wrapped. */
+/* A whole cache as a single sequence holds it (slot r holds position r, or
+ * in a wrapped ring the newest position that landed in row r): plain heads
+ * from position 0; groups of 3 at 470 (600 keys at T = 130); groups of 3
+ * with a window of 64 at 300; one KV head for 4 query heads, a window of
+ * 100, a ring of 256 wrapped. */
 START_TEST(test_att) {
     const int T = k_T[_i % 3], D = k_D[_i / 3 % 2], var = _i / N_SHAPES;
     if (skip_shape(T, D)) return;
@@ -413,23 +409,13 @@ START_TEST(test_att) {
         for (int r = 0; r < n; r++) p.kpos[hk][r] = n_cells ? r + n_cells * ((last - r) / n_cells) : r;
     }
     fill_kv(&p, &rng);
-    /* the cache as qi_attn_args holds it: [row][Hkv*D] */
-    const long kvw = (long)p.Hkv * D;
-    uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)(n * kvw)), *vc = malloc(sizeof(uint16_t) * (size_t)(n * kvw));
-    ck_assert(kc && vc);
-    for (int r = 0; r < n; r++)
-        for (int hk = 0; hk < p.Hkv; hk++) {
-            memcpy(kc + r * kvw + hk * D, p.k[hk] + (long)r * D, sizeof(uint16_t) * D);
-            memcpy(vc + r * kvw + hk * D, p.v[hk] + (long)r * D, sizeof(uint16_t) * D);
-        }
-    const qi_attn_args a = {.T = T, .H = p.H, .Hkv = p.Hkv, .D = D, .pos0 = pos0, .n_swa = p.n_swa,
-                            .n_cells = n_cells, .scale = p.scale, .q = p.q, .k = kc, .v = vc};
+    paged pg;
+    paged_init(&pg, &p);
     char what[160];
-    snprintf(what, sizeof what, "attention T=%d H=%d Hkv=%d D=%d pos0=%d n_swa=%d n_cells=%d", T, p.H, p.Hkv, D, pos0,
-             p.n_swa, n_cells);
-    check_problem(&p, &a, NULL, false, what);
-    free(kc);
-    free(vc);
+    snprintf(what, sizeof what, "contiguous T=%d H=%d Hkv=%d D=%d pos0=%d n_swa=%d n_cells=%d", T, p.H, p.Hkv, D,
+             pos0, p.n_swa, n_cells);
+    check_problem(&p, &pg, false, what);
+    paged_fini(&pg, p.Hkv);
     problem_free(&p);
 }
 END_TEST
@@ -470,7 +456,7 @@ START_TEST(test_paged) {
     char what[160];
     snprintf(what, sizeof what, "paged T=%d H=%d Hkv=%d D=%d n_swa=%d %s%s", T, p.H, p.Hkv, D, p.n_swa,
              shuffled[var] ? "shuffled" : "in order", with_stats[var] ? ", stats" : "");
-    check_problem(&p, NULL, &pg, with_stats[var], what);
+    check_problem(&p, &pg, with_stats[var], what);
     paged_fini(&pg, p.Hkv);
     problem_free(&p);
 }
@@ -500,8 +486,8 @@ START_TEST(test_decode_unchanged) {
     result off, on;
     result_init(&off, &p, true, 5);
     result_init(&on, &p, true, 5);
-    run(&p, NULL, &pg, 2, false, &off);
-    run(&p, NULL, &pg, 2, true, &on);
+    run(&p, &pg, 2, false, &off);
+    run(&p, &pg, 2, true, &on);
     ck_assert(memcmp(off.out, on.out, sizeof(float) * (size_t)p.H * p.D) == 0);
     ck_assert(memcmp(off.stats, on.stats, sizeof(float) * (size_t)p.H * MAX_N) == 0);
     result_fini(&off);
@@ -527,7 +513,7 @@ START_TEST(test_planted_fault) {
     ref_compute(&p, &ref);
     result r;
     result_init(&r, &p, false, 1);
-    run(&p, NULL, &pg, 1, true, &r);
+    run(&p, &pg, 1, true, &r);
     long at;
     ck_assert(worst_out(&p, &ref, r.out, &at) <= TOL_BLAS);
     /* query 3, head 1: 1e-4 of the weight moved from key 0 to key 1 in the

@@ -19,11 +19,10 @@
  *     rotation, pair counts that leave an unfused remainder), swiglu and
  *     geglu (row lengths 1, 15, 16, 17, 1000; fewer rows than threads, where
  *     one row is split in 16-element units);
- *   - attention: one token and a batch (the two F16 orders), grouped and
- *     plain heads, head dims on and off the 16-lane grid, first and later
- *     positions, sliding window, and the ring cache (partly and fully
- *     wrapped), each score row masked from the positions the cache rows hold;
- *   - paged attention over block tables with slots out of position order,
+ *   - paged attention, one token and a batch (the two F16 orders), grouped
+ *     and plain heads, head dims on and off the 16-lane grid, sliding
+ *     window, over block tables with slots out of position order (as a
+ *     wrapped ring or an evicting policy leaves them),
  *     each call alone and several at once (attention_paged_n: decode rows,
  *     prompt chunks and an empty call together, with statistics on every,
  *     no or some calls), outputs and the added statistics;
@@ -494,96 +493,6 @@ END_TEST
 
 /* ---- attention ------------------------------------------------------------------ */
 
-/* The contract of qi_attn_args, one (token, head) at a time: the cache row
- * r holds the newest position p <= pos0 + T - 1 written to it (row p, or row
- * p % n_cells in a ring); a query at qpos scores rows 0..qpos (all
- * min(pos0 + T, n_cells) rows in a ring) with the F16 order of the batch
- * size, scales, masks rows holding positions after qpos or outside the
- * window to -inf, and takes the fp16 softmax weights' sum of V rows. */
-static void ref_attention(const qi_attn_args *a, float *out) {
-    const int D = a->D, stride = a->Hkv * D, group = a->H / a->Hkv, last = a->pos0 + a->T - 1;
-    const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
-    const int n_rows = a->n_cells > 0 && a->n_cells < last + 1 ? a->n_cells : last + 1;
-    int *row_pos = malloc(sizeof(int) * (size_t)n_rows);
-    for (int p = 0; p <= last; p++) row_pos[a->n_cells > 0 ? p % a->n_cells : p] = p;
-    float *s = malloc(sizeof(float) * (size_t)(n_rows + 1));
-    uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)n_rows), *q16 = malloc(sizeof(uint16_t) * (size_t)D);
-    for (int t = 0; t < a->T; t++)
-        for (int h = 0; h < a->H; h++) {
-            const int qpos = a->pos0 + t, hk = h / group;
-            const int n_pos = a->n_cells > 0 ? n_rows : qpos + 1;
-            const float *q = a->q + ((long)t * a->H + h) * D;
-            for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
-            qi_k_attn_scores_ref(ord, D, q16, a->k + (long)hk * D, (size_t)stride, n_pos, s);
-            for (int r = 0; r < n_pos; r++) {
-                s[r] *= a->scale;
-                if (row_pos[r] > qpos || (a->n_swa > 0 && row_pos[r] <= qpos - a->n_swa)) s[r] = -INFINITY;
-            }
-            qi_k_softmax_f16_ref(n_pos, s, w16);
-            qi_k_attn_values_ref(ord, D, w16, a->v + (long)hk * D, (size_t)stride, n_pos,
-                                 out + ((long)t * a->H + h) * D);
-        }
-    free(row_pos);
-    free(s);
-    free(w16);
-    free(q16);
-}
-
-static void check_attention(qi_backend *b[MAX_THREADS], uint64_t *rng, qi_attn_args a) {
-    a.scale = 1.0f / sqrtf((float)a.D);
-    const int n_cache = a.n_cells > 0 ? a.n_cells : a.pos0 + a.T;
-    const long qlen = (long)a.T * a.H * a.D, kvlen = (long)n_cache * a.Hkv * a.D;
-    float *q = malloc(sizeof(float) * (size_t)qlen), *want = malloc(sizeof(float) * (size_t)qlen);
-    float *one = malloc(sizeof(float) * (size_t)qlen);
-    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)kvlen), *v = malloc(sizeof(uint16_t) * (size_t)kvlen);
-    for (long i = 0; i < qlen; i++) q[i] = randn(rng) * 2.0f;
-    for (long i = 0; i < kvlen; i++) {
-        k[i] = qi_f32_to_fp16(randn(rng) * 2.0f);
-        v[i] = qi_f32_to_fp16(randn(rng));
-    }
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    ref_attention(&a, want);
-    char what[128];
-    snprintf(what, sizeof what, "attention T=%d H=%d Hkv=%d D=%d pos0=%d n_swa=%d n_cells=%d", a.T, a.H, a.Hkv,
-             a.D, a.pos0, a.n_swa, a.n_cells);
-    for (int nt = 1; nt <= MAX_THREADS; nt++) {
-        gbuf g;
-        a.out = gbuf_init(&g, qlen);
-        b[nt - 1]->iface->attention(b[nt - 1], &a);
-        gbuf_check(&g, what, nt);
-        if (nt == 1) memcpy(one, a.out, sizeof(float) * (size_t)qlen);
-        else expect_same(one, a.out, qlen, a.D, "%s: %d threads against 1", what, nt);
-        expect_same(want, a.out, qlen, a.D, "%s, %d threads ([token * H + head][dim])", what, nt);
-        gbuf_fini(&g);
-    }
-    free(q);
-    free(want);
-    free(one);
-    free(k);
-    free(v);
-}
-
-START_TEST(test_attention) {
-    uint64_t rng = 404;
-    qi_backend *b[MAX_THREADS];
-    backends_create(b);
-    backends_reserve(b, 0, 64);
-    /* the ring of 16 rows is unwrapped at pos0 0, partly wrapped at 14 (the
-     * batch overwrites rows 0..2), fully at 37 */
-    static const int pos0s[] = {0, 14, 37};
-    for (int pi = 0; pi < 3; pi++)
-        for (int i = 0; i < 32; i++) {
-            const qi_attn_args a = {.T = i & 1 ? 5 : 1, .H = i & 2 ? 4 : 6, .Hkv = i & 2 ? 4 : 2,
-                                    .D = i & 4 ? 80 : 64, .pos0 = pos0s[pi], .n_swa = i & 8 ? 8 : 0,
-                                    .n_cells = i & 16 ? 16 : 0};
-            check_attention(b, &rng, a);
-        }
-    backends_free(b);
-}
-END_TEST
-
 /* ---- paged attention, one call and several at once ------------------------------- */
 
 /* 4-row blocks, so short rows cross many block boundaries */
@@ -896,7 +805,6 @@ static Suite *backend_suite(void) {
 
     tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_paged);
     suite_add_tcase(s, tc);
 

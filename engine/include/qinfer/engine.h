@@ -17,8 +17,8 @@
  * sequence's own segments, which the batch does not change), for weight
  * types whose dot does not depend on the number of tokens in a matmul (all
  * but the K-quants, where llama.cpp's order changes at 8 tokens and a batch
- * decides which applies). With the full policy they are also bit-identical
- * to the single-sequence engine's (qi_ctx) for the same chunking.
+ * decides which applies). The single-sequence context (qi_ctx, model.h) is
+ * this engine with one sequence under the full policy.
  */
 #ifndef QINFER_ENGINE_H
 #define QINFER_ENGINE_H

@@ -119,7 +119,10 @@ qi_status qi_model_repack(qi_model *m, qi_err *err);
  * output head (what qi_model_repack considers). */
 int qi_model_n_matrices(const qi_model *m);
 
-/* ---- Evaluation context: one sequence, a KV cache, scratch --------------- */
+/* ---- Evaluation context: one sequence ----------------------------------- *
+ * A facade over the batched engine (engine.h): an engine of one sequence
+ * under the full policy, prompts in chunks of QI_ENGINE_CHUNK tokens, so it
+ * runs the one forward path every other command runs. */
 
 typedef struct qi_ctx qi_ctx;
 
@@ -141,7 +144,9 @@ void qi_ctx_reset(qi_ctx *c); /* forget the sequence */
 
 /* Run n tokens at positions n_past..n_past+n-1 (a prompt chunk or one decode
  * step). With logits_all, logits for every token are kept (for perplexity);
- * otherwise only the last token's. Fails if the context would overflow. */
+ * otherwise only the last token's. Fails if the context would overflow;
+ * a failure inside the step (out of memory for KV blocks) leaves the
+ * context reset (empty). */
 qi_status qi_ctx_eval(qi_ctx *c, const int32_t *tokens, int n, bool logits_all, qi_err *err);
 /* Logits of the i-th token of the last eval (i = -1: the last one). [n_vocab] */
 const float *qi_ctx_logits(const qi_ctx *c, int i);
