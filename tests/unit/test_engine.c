@@ -759,14 +759,8 @@ END_TEST
  * matmul has QI_K_WIDE_MIN tokens or more, so a batch of 16 decodes sums
  * them differently from one, exactly as llama.cpp does.) */
 START_TEST(gemma_packed) {
-    if (qi_test_quick()) return;
     qi_model *m = load(GEMMA_FILE), *pm = load(GEMMA_FILE);
-    if (!m || !pm) {
-        printf("gemma3-270m not cached: skipped\n");
-        qi_model_free(m);
-        qi_model_free(pm);
-        return;
-    }
+    ck_assert(m && pm);
     qi_err e = {0};
     ck_assert_msg(qi_model_repack(pm, &e) == QI_OK, "%s", e.msg);
     int want = qi_k_pack_supported(m->output.type);
@@ -786,23 +780,20 @@ END_TEST
 
 /* Gemma 3: a prompt past 1024 positions wraps the local layers' ring. */
 START_TEST(gemma_ring_equals_ctx) {
-    if (qi_test_quick()) return;
     qi_model *m = load(GEMMA_FILE);
-    if (!m) {
-        printf("gemma3-270m not cached: skipped\n");
-        return;
-    }
+    ck_assert_ptr_nonnull(m);
     same_as_ctx(m, 1100, 8, 1200);
     qi_model_free(m);
 }
 END_TEST
 
 int main(void) {
+    const bool gemma = strcmp(qi_test_case(), "gemma") == 0;
+    if (gemma && qi_test_quick()) return qi_test_skip("test_engine_gemma", "quick mode (QI_TEST_QUICK=1)");
+    if (gemma && !qi_test_cached(GEMMA_FILE))
+        return qi_test_skip("test_engine_gemma", GEMMA_FILE " not cached (models/fetch.sh gemma3-270m)");
     g_model = load(SMOL_FILE);
-    if (!g_model) {
-        printf("SmolLM2-135M not cached (models/fetch.sh smollm2-135m): skipped\n");
-        return 77;
-    }
+    if (!g_model) return qi_test_skip("test_engine", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
     Suite *s = suite_create("engine");
     TCase *tc = tcase_create("engine");
     tcase_set_timeout(tc, 900);
@@ -816,6 +807,10 @@ int main(void) {
     tcase_add_test(tc, errors);
     tcase_add_test(tc, perplexity_through_engine);
     tcase_add_test(tc, profile_counts);
+    suite_add_tcase(s, tc);
+    /* Gemma 3: a CTest entry of its own (test_engine_gemma), skipped without the model and in quick mode */
+    tc = tcase_create("gemma");
+    tcase_set_timeout(tc, 900);
     tcase_add_test(tc, gemma_ring_equals_ctx);
     tcase_add_test(tc, gemma_packed);
     suite_add_tcase(s, tc);

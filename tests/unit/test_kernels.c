@@ -1120,6 +1120,14 @@ static Suite *kernels_suite(void) {
 int main(void) {
     /* loaded once here; forked test processes inherit the parsed cases */
     if (!load_golden_dots()) fprintf(stderr, "test_kernels: %s\n", g_load_err);
+    /* which variants this CPU let the suite hold to the reference */
+    const qi_kernels *t[2];
+    const int n = simd_tables(t);
+    printf("test_kernels: SIMD variants covered on this CPU: %s%s%s%s (in use: %s)\n", n ? "" : "none",
+           n ? t[0]->name : "", n > 1 ? ", " : "", n > 1 ? t[1]->name : "", qi_kernels_get()->name);
+    if (n < 2) printf("test_kernels: variants this CPU cannot run were not covered: %s%s\n",
+                      qi_kernels_avx2() ? "" : "avx2 ", qi_kernels_avx512() ? "" : "avx512");
+    fflush(stdout);
     SRunner *sr = srunner_create(kernels_suite());
     srunner_run_all(sr, CK_NORMAL);
     const int failed = srunner_ntests_failed(sr);

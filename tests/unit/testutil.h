@@ -53,19 +53,29 @@ void qi_tok_golden_free(qi_tok_golden *v, size_t n);
 size_t qi_tok_golden_check(const struct qi_tokenizer *t, qi_tok_golden *v, size_t n, const char *label);
 
 /* llama.cpp's greedy goldens decoded as they were recorded: the prompt as
- * one batch, then one token per step fed with llama.cpp's tokens; at every
- * step our argmax must be llama.cpp's token unless llama.cpp's own top-2
- * logits are within 1e-3 (a near-tie, printed). Prints a summary; fills the
+ * one batch, then one token per step fed with llama.cpp's tokens. Each
+ * step's argmax and llama.cpp's top-2 logits are compared (the logits
+ * exactly: the files round-trip to the float). Prints a summary; fills the
  * counts (window > 0: also counts prompts longer than it). QI_TEST_QUICK=1
  * checks the first 3 prompts. The caller asserts on the counts. */
 typedef struct {
-    int n_prompts, n_long, steps, agree, hard;
-    float worst_top1; /* max |our logit - llama.cpp's| of its chosen token */
+    int n_prompts, n_long, steps;
+    int agree;   /* steps whose argmax is llama.cpp's token */
+    int exact;   /* steps whose logits of llama.cpp's top-2 ids equal its logits bit for bit */
+    float worst; /* max |our logit - llama.cpp's| over those */
 } qi_test_greedy;
 struct qi_model;
 void qi_test_golden_greedy(const struct qi_model *m, const char *path, int window, qi_test_greedy *out);
-/* The first generated position's top-10 logits must be within 1e-2. */
+/* The first generated position's top-10 logits must equal llama.cpp's bit
+ * for bit. */
 void qi_test_golden_first_logits(const struct qi_model *m, const char *path);
+
+/* The Check test case a CTest entry selects (CK_RUN_CASE, set by
+ * CMakeLists.txt where one suite is several entries), or "" for all. Its
+ * main exits 77 (skipped) with the reason when that case cannot run here. */
+const char *qi_test_case(void);
+/* Print "name: skipped: why" and return 77, CTest's skip code. */
+int qi_test_skip(const char *name, const char *why);
 
 /* Run a Check suite (fork mode unless CK_FORK=no) and return the process
  * exit code: 0 when every test passed, 1 otherwise. Takes ownership. */
