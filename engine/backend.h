@@ -48,8 +48,40 @@ typedef struct {
      * or another call's stats. */
     float *stats;
     int stats_stride;
+    /* A partial result (split attention; NULL: none). With part_m and
+     * part_l, the call attends over its slots only and writes, per query
+     * and head (row t * H + h of [T][H]): out, the output normalised over
+     * these slots; part_m, their largest scaled score (-inf when the query
+     * sees none of them, out then 0); part_l, the sum of exp(score -
+     * part_m). l * out is the un-normalised output, so partial results
+     * over disjoint slot sets merge exactly (attention_merge). The weights
+     * are rounded to fp16 as the whole attention rounds them, so a call
+     * that holds all of a query's slots gives out bit for bit. No stats. */
+    float *part_m, *part_l;
+    /* The statistics alone of a split attention (NULL: none): with stats,
+     * tot_m and tot_l (the merged max and sum of [T][H], attention_merge's),
+     * the call writes no out and adds to stats each of its slots' weight in
+     * the softmax over all the parts, exp(score - tot_m) / tot_l rounded to
+     * fp16 as the whole attention rounds it. */
+    const float *tot_m, *tot_l;
 } qi_attn_paged_args;
 
+/* The most partial results one merge takes. */
+#define QI_ATTN_MAX_PARTS 8
+
+/* Merging n_parts partial results of rows = T * H (query, head) rows of D
+ * values: per row, M = max_p m[p], a_p = l[p] exp(m[p] - M), out =
+ * sum_p a_p o[p] / sum_p a_p, in double. A row that only one part sees
+ * gets that part's o bit for bit. tot_m and tot_l (may be NULL) receive
+ * M and sum_p a_p, for a statistics pass. */
+typedef struct {
+    int rows, D, n_parts;
+    const float *const *o;   /* [n_parts] -> [rows][D] */
+    const float *const *m;   /* [n_parts] -> [rows] */
+    const float *const *l;   /* [n_parts] -> [rows] */
+    float *out;              /* [rows][D] */
+    float *tot_m, *tot_l;    /* [rows] each, or NULL */
+} qi_attn_merge_args;
 
 typedef struct {
     uint32_t version; /* QI_BACKEND_VERSION */
@@ -76,6 +108,7 @@ typedef struct {
      * workers, so a decode step of many sequences does not pay n rounds of
      * synchronisation. Calls with and without stats may be mixed. */
     void (*attention_paged_n)(qi_backend *b, const qi_attn_paged_args *a, int n);
+    void (*attention_merge)(qi_backend *b, const qi_attn_merge_args *a);
     /* gate[T][n] = silu(gate) * up, row by row (the SIMD chunks of
      * llama.cpp's op restart at every row) */
     void (*swiglu)(qi_backend *b, float *gate, const float *up, int T, int n);

@@ -388,12 +388,17 @@ typedef struct {
     long total; /* pairs over all the calls */
 } attp_job;
 
+/* One (query, head) of a call, in one of three modes (backend.h):
+ * attention (out, and stats when given), a partial (out normalised over
+ * the call's slots, and their max score and sum of exponentials), or the
+ * statistics alone against given totals. */
 static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, float *s, uint16_t *w16) {
     const qi_kernels *K = c->k;
     const int D = a->D, hk = h / (a->H / a->Hkv), B = 1 << a->shift;
     const qi_k_order ord = a->T >= 2 ? QI_K_ORD_GEMM : QI_K_ORD_VEC;
     const int32_t qpos = a->q_pos[t];
     const int32_t *pos = a->pos[hk];
+    const long th = (long)t * a->H + h;
     /* Slots after the last one the query sees would get weight 0: they are
      * left out (a prompt's causal triangle in a cache in position order).
      * The sums are unchanged: the softmax adds 16-element chunks padded
@@ -402,15 +407,45 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
     int n = a->n_slots[hk];
     while (n > 0 && pos[n - 1] > qpos) n--;
     uint16_t q16[1024];
-    const float *q = a->q + ((long)t * a->H + h) * D;
+    const float *q = a->q + th * D;
     K->f32_to_f16(q, q16, D);
     for (int i0 = 0; i0 < n; i0 += B)
         K->attn_scores(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B, s + i0);
-    for (int i = 0; i < n; i++) s[i] *= a->scale;
-    for (int i = 0; i < n; i++)
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        s[i] *= a->scale;
         if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
-    K->softmax_f16(n, s, w16);
-    K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, a->out + ((long)t * a->H + h) * D);
+        mx = s[i] > mx ? s[i] : mx;
+    }
+    if (a->tot_m) {
+        /* statistics against the totals of every part */
+        const float m = a->tot_m[th];
+        const double l = a->tot_l[th];
+        if (!(l > 0.0)) return;
+        K->exp_sum(n, s, m);
+        const float inv = (float)(1.0 / l);
+        for (int i = 0; i < n; i++) s[i] *= inv;
+        K->f32_to_f16(s, w16, n);
+    } else if (a->part_m) {
+        float *out = a->out + th * D;
+        a->part_m[th] = mx;
+        if (mx == -INFINITY) { /* nothing this query sees */
+            a->part_l[th] = 0.0f;
+            memset(out, 0, sizeof(float) * (size_t)D);
+            return;
+        }
+        /* softmax_f16's steps, with the max and the sum kept */
+        const double l = K->exp_sum(n, s, mx);
+        const float inv = (float)(1.0 / l);
+        for (int i = 0; i < n; i++) s[i] *= inv;
+        K->f32_to_f16(s, w16, n);
+        a->part_l[th] = (float)l;
+        K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, out);
+        return;
+    } else {
+        K->softmax_f16(n, s, w16);
+        K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, a->out + th * D);
+    }
     if (a->stats) {
         float *st = a->stats + (long)h * a->stats_stride, wf[256];
         for (int i0 = 0; i0 < n; i0 += 256) {
@@ -449,6 +484,8 @@ static void attp_work(void *arg, int ith, int nth) {
 
 static void attp_check(const cpu_ctx *c, const qi_attn_paged_args *a) {
     QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
+    QI_ASSERT(!a->part_m || (a->part_l && !a->stats && !a->tot_m));
+    QI_ASSERT(!a->tot_m || (a->tot_l && a->stats));
     for (int hk = 0; hk < a->Hkv; hk++)
         QI_ASSERT(a->n_slots[hk] <= c->att_len && (!a->stats || a->n_slots[hk] <= a->stats_stride));
 }
@@ -458,7 +495,7 @@ static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a);
 static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     cpu_ctx *c = C(b);
     attp_check(c, a);
-    if (c->attn_blas && a->T >= 2) {
+    if (c->attn_blas && a->T >= 2 && !a->part_m && !a->tot_m) {
         blas_attention_paged(c, a);
         return;
     }
@@ -473,7 +510,7 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
     bool any_blas = false;
     for (int i = 0; i < n; i++) {
         attp_check(c, &a[i]);
-        any_blas |= c->attn_blas && a[i].T >= 2;
+        any_blas |= c->attn_blas && a[i].T >= 2 && !a[i].part_m && !a[i].tot_m;
         j.total += attp_items(&a[i]);
     }
     if (any_blas) {
@@ -481,6 +518,60 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
         return;
     }
     if (j.total > 0) qi_pool_run(c->pool, attp_work, &j);
+}
+
+/* ---- merging partial attention results -------------------------------------- */
+
+typedef struct {
+    const qi_attn_merge_args *a;
+} merge_job;
+
+static void merge_work(void *arg, int ith, int nth) {
+    const qi_attn_merge_args *a = ((merge_job *)arg)->a;
+    const int D = a->D, P = a->n_parts;
+    long lo, hi;
+    qi_split(a->rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        float M = -INFINITY;
+        int seen = 0, only = -1;
+        for (int p = 0; p < P; p++)
+            if (a->l[p][r] > 0.0f) {
+                M = a->m[p][r] > M ? a->m[p][r] : M;
+                seen++;
+                only = p;
+            }
+        float *out = a->out + r * D;
+        double L = 0.0;
+        if (seen == 1) {
+            memcpy(out, a->o[only] + r * D, sizeof(float) * (size_t)D);
+            L = a->l[only][r];
+        } else if (seen > 1) {
+            double acc[1024] = {0}, w[QI_ATTN_MAX_PARTS];
+            for (int p = 0; p < P; p++) {
+                w[p] = a->l[p][r] > 0.0f ? (double)a->l[p][r] * exp((double)a->m[p][r] - (double)M) : 0.0;
+                L += w[p];
+            }
+            for (int p = 0; p < P; p++) {
+                if (w[p] == 0.0) continue;
+                const float *o = a->o[p] + r * D;
+                for (int d = 0; d < D; d++) acc[d] += w[p] * (double)o[d];
+            }
+            for (int d = 0; d < D; d++) out[d] = (float)(acc[d] / L);
+        } else {
+            memset(out, 0, sizeof(float) * (size_t)D);
+        }
+        if (a->tot_m) a->tot_m[r] = M;
+        if (a->tot_l) a->tot_l[r] = (float)L;
+    }
+}
+
+static void cpu_attention_merge(qi_backend *b, const qi_attn_merge_args *a) {
+    QI_ASSERT(a->D <= 1024 && a->n_parts >= 1 && a->n_parts <= QI_ATTN_MAX_PARTS);
+    merge_job j = {a};
+    if ((long)a->rows * a->D * a->n_parts >= 16384)
+        qi_pool_run(C(b)->pool, merge_work, &j);
+    else
+        merge_work(&j, 0, 1);
 }
 
 /* ---- attention through OpenBLAS (attn_blas) ------------------------------------ */
@@ -680,6 +771,7 @@ static const qi_backend_i k_cpu_iface = {
     .rope = cpu_rope,
     .attention_paged = cpu_attention_paged,
     .attention_paged_n = cpu_attention_paged_n,
+    .attention_merge = cpu_attention_merge,
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,
