@@ -1,0 +1,78 @@
+/* plan.h - a placement plan: which device runs each block of the forward
+ * pass. Plain data: placement policies produce plans, the engine executes
+ * them, and a plan is printed with --profile and stored with every run.
+ *
+ * The forward pass is a sequence of blocks: the token embedding; per layer
+ * an attention block (norm, Q/K/V, RoPE, KV write, attention, output
+ * projection, residual) and an MLP block (norm, gate/up, GLU, down,
+ * residual); the output head (final norm, logits). A plan names, for
+ * every block, a device by its index in the engine's device list (0 is the
+ * host CPU). A layer's attention may be split: the first 1 - r of each
+ * stream's working KV slots are attended on the attention's device, the
+ * rest on split_dev, and the partial results are merged exactly
+ * (backend.h). The FFN neuron split (rows of gate/up and the matching
+ * columns of down on a second device) is reserved here for the
+ * hot-neuron placement that fills it; a plan that sets it is refused
+ * until then.
+ */
+#ifndef QINFER_PLAN_H
+#define QINFER_PLAN_H
+
+#include <stddef.h>
+
+#include "qinfer/status.h"
+
+#define QI_PLAN_MAX_DEVICES 4
+#define QI_PLAN_DEV_NAME 24
+
+typedef struct {
+    int attn_dev;   /* device of the attention block */
+    int mlp_dev;    /* device of the MLP block */
+    float split;    /* r in [0, 1]: the share of the working KV attended on split_dev */
+    int split_dev;  /* the second attention device; -1 when split is 0 */
+    int ffn_dev;    /* reserved: the second device of an FFN neuron split (-1: none) */
+    int ffn_rows;   /* reserved: gate/up rows kept on mlp_dev (0 with ffn_dev -1) */
+} qi_plan_layer;
+
+typedef struct {
+    int n_layer;
+    int n_devices;
+    char devices[QI_PLAN_MAX_DEVICES][QI_PLAN_DEV_NAME]; /* names, [0] the host CPU */
+    int embd_dev, head_dev;
+    qi_plan_layer *layers; /* [n_layer] */
+} qi_plan;
+
+/* The device list of --devices: comma-separated names, the first of which
+ * must be "cpu" (the host, where the embeddings, the KV offload tier and
+ * the sampler live). Names are checked for syntax and repeats only; which
+ * names exist is the engine's affair. */
+qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
+
+/* Fill p for n_layer layers over the devices already in p (from
+ * qi_plan_devices_parse, or just "cpu") from a --placement value:
+ *   all-cpu  every block on device 0 (the default);
+ *   ngl=N    llama.cpp's -ngl: the last N layers (attention and MLP) on
+ *            device 1, and the output head too when N exceeds the layer
+ *            count (N up to n_layer + 1);
+ *   a file   one line per layer, in order: ATTN MLP [SPLIT [SPLIT_DEV]]
+ *            (devices by name or index, SPLIT a ratio in [0, 1], its
+ *            device by default the other of a two-device list), and
+ *            optionally `embd DEV` and `head DEV` lines; '#' starts a
+ *            comment. Errors name the file and the line.
+ * Allocates p->layers (qi_plan_free). */
+qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err);
+/* Every block on device 0 of the devices in p. */
+qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err);
+/* Checks indices, ratios and the reserved fields. */
+qi_status qi_plan_validate(const qi_plan *p, qi_err *err);
+void qi_plan_free(qi_plan *p);
+
+/* The plan in a few words ("all-cpu", "ngl=N" when it is one, else "plan"
+ * with per-device counts), and in full as text in the plan-file format
+ * (loadable by qi_plan_parse) or as canonical JSON for the results DB.
+ * Each returns what snprintf would (bytes needed, without the NUL). */
+int qi_plan_summary(const qi_plan *p, char *buf, size_t len);
+int qi_plan_format(const qi_plan *p, char *buf, size_t len);
+int qi_plan_json(const qi_plan *p, char *buf, size_t len);
+
+#endif

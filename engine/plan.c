@@ -1,0 +1,293 @@
+/* plan.c - placement plans (qinfer/plan.h): the device list, the
+ * --placement forms, validation, and the plan as text and JSON. */
+#include "qinfer/plan.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void qi_plan_free(qi_plan *p) {
+    if (!p) return;
+    qi_free(p->layers);
+    p->layers = NULL;
+    p->n_layer = 0;
+}
+
+static bool name_ok(const char *s, size_t n) {
+    if (n == 0 || n >= QI_PLAN_DEV_NAME) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != ':') return false;
+    return true;
+}
+
+qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err) {
+    int n = 0;
+    char names[QI_PLAN_MAX_DEVICES][QI_PLAN_DEV_NAME];
+    for (const char *s = spec;;) {
+        const char *e = strchr(s, ',');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (!name_ok(s, len))
+            return QI_ERR(err, QI_ERR_INVALID, "devices '%s': '%.*s' is not a device name (letters, digits, _ - :)",
+                          spec, (int)len, s);
+        if (n == QI_PLAN_MAX_DEVICES)
+            return QI_ERR(err, QI_ERR_INVALID, "devices '%s': more than %d devices", spec, QI_PLAN_MAX_DEVICES);
+        memcpy(names[n], s, len);
+        names[n][len] = 0;
+        for (int i = 0; i < n; i++)
+            if (strcmp(names[i], names[n]) == 0)
+                return QI_ERR(err, QI_ERR_INVALID, "devices '%s': '%s' named twice", spec, names[n]);
+        n++;
+        if (!e) break;
+        s = e + 1;
+    }
+    if (strcmp(names[0], "cpu") != 0)
+        return QI_ERR(err, QI_ERR_INVALID, "devices '%s': the first device must be cpu (the host)", spec);
+    p->n_devices = n;
+    memcpy(p->devices, names, sizeof names);
+    return QI_OK;
+}
+
+static qi_status alloc_layers(int n_layer, qi_plan *p, qi_err *err) {
+    if (n_layer < 1 || n_layer > 4096) return QI_ERR(err, QI_ERR_INVALID, "plan for %d layers", n_layer);
+    if (p->n_devices < 1) {
+        p->n_devices = 1;
+        strcpy(p->devices[0], "cpu");
+    }
+    qi_free(p->layers);
+    p->layers = qi_calloc((size_t)n_layer, sizeof *p->layers);
+    if (!p->layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", n_layer);
+    p->n_layer = n_layer;
+    p->embd_dev = p->head_dev = 0;
+    for (int l = 0; l < n_layer; l++)
+        p->layers[l] = (qi_plan_layer){.attn_dev = 0, .mlp_dev = 0, .split = 0.0f, .split_dev = -1, .ffn_dev = -1};
+    return QI_OK;
+}
+
+qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err) { return alloc_layers(n_layer, p, err); }
+
+qi_status qi_plan_validate(const qi_plan *p, qi_err *err) {
+    const int nd = p->n_devices;
+    if (nd < 1 || nd > QI_PLAN_MAX_DEVICES) return QI_ERR(err, QI_ERR_INVALID, "plan has %d devices", nd);
+    if (p->embd_dev < 0 || p->embd_dev >= nd || p->head_dev < 0 || p->head_dev >= nd)
+        return QI_ERR(err, QI_ERR_INVALID, "plan: embedding or output head on device %d of %d",
+                      p->embd_dev < 0 || p->embd_dev >= nd ? p->embd_dev : p->head_dev, nd);
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (y->attn_dev < 0 || y->attn_dev >= nd || y->mlp_dev < 0 || y->mlp_dev >= nd)
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: device %d out of range 0..%d", l,
+                          y->attn_dev < 0 || y->attn_dev >= nd ? y->attn_dev : y->mlp_dev, nd - 1);
+        if (!(y->split >= 0.0f && y->split <= 1.0f))
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: split ratio %g outside [0, 1]", l, y->split);
+        if (y->split > 0.0f && (y->split_dev < 0 || y->split_dev >= nd || y->split_dev == y->attn_dev))
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: split attention needs a second device (got %d)", l,
+                          y->split_dev);
+        if (y->split == 0.0f && y->split_dev != -1)
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: a split device without a split ratio", l);
+        if (y->ffn_dev != -1 || y->ffn_rows != 0)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "plan layer %d: FFN neuron splits are not executed yet", l);
+    }
+    return QI_OK;
+}
+
+/* A device by name or index. */
+static int device_of(const qi_plan *p, const char *tok) {
+    for (int i = 0; i < p->n_devices; i++)
+        if (strcmp(p->devices[i], tok) == 0) return i;
+    char *end;
+    errno = 0;
+    const long v = strtol(tok, &end, 10);
+    if (*tok && !*end && !errno && v >= 0 && v < p->n_devices) return (int)v;
+    return -1;
+}
+
+static qi_status parse_file(const char *path, int n_layer, qi_plan *p, qi_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return QI_ERR(err, QI_ERR_IO, "placement '%s': not all-cpu or ngl=N, and not a readable plan file (%s)", path,
+                      strerror(errno));
+    qi_status st = alloc_layers(n_layer, p, err);
+    char line[512];
+    int lineno = 0, l = 0;
+    while (!st && fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *tok[6];
+        int nt = 0;
+        for (char *s = strtok(line, " \t\r\n"); s; s = strtok(NULL, " \t\r\n")) {
+            if (nt == 6) {
+                st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: too many fields", path, lineno);
+                break;
+            }
+            tok[nt++] = s;
+        }
+        if (st || nt == 0) continue;
+        if (strcmp(tok[0], "embd") == 0 || strcmp(tok[0], "head") == 0) {
+            const int d = nt == 2 ? device_of(p, tok[1]) : -1;
+            if (d < 0) {
+                st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: '%s' takes one device (a name or index of %d devices)", path,
+                            lineno, tok[0], p->n_devices);
+                break;
+            }
+            *(tok[0][0] == 'e' ? &p->embd_dev : &p->head_dev) = d;
+            continue;
+        }
+        if (l == n_layer) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: more layer lines than the model's %d layers", path, lineno,
+                        n_layer);
+            break;
+        }
+        if (nt < 2 || nt > 4) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: a layer line is ATTN MLP [SPLIT [SPLIT_DEV]]", path, lineno);
+            break;
+        }
+        qi_plan_layer *y = &p->layers[l];
+        y->attn_dev = device_of(p, tok[0]);
+        y->mlp_dev = device_of(p, tok[1]);
+        if (y->attn_dev < 0 || y->mlp_dev < 0) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: no device '%s' (devices: %d, first 'cpu')", path, lineno,
+                        y->attn_dev < 0 ? tok[0] : tok[1], p->n_devices);
+            break;
+        }
+        if (nt >= 3) {
+            char *end;
+            errno = 0;
+            const double r = strtod(tok[2], &end);
+            if (*end || errno || !(r >= 0.0 && r <= 1.0)) {
+                st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: split ratio '%s' is not a number in [0, 1]", path, lineno,
+                            tok[2]);
+                break;
+            }
+            y->split = (float)r;
+            if (r > 0.0) {
+                y->split_dev = nt == 4 ? device_of(p, tok[3]) : p->n_devices == 2 ? 1 - y->attn_dev : -1;
+                if (y->split_dev < 0 || y->split_dev == y->attn_dev) {
+                    st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: split attention needs a second device%s", path, lineno,
+                                nt == 4 ? " other than the attention's" : " (name it with more than two devices)");
+                    break;
+                }
+            }
+        }
+        l++;
+    }
+    fclose(f);
+    if (!st && l != n_layer)
+        st = QI_ERR(err, QI_ERR_FORMAT, "%s: %d layer lines for a model of %d layers", path, l, n_layer);
+    if (!st) st = qi_plan_validate(p, err);
+    if (st) qi_plan_free(p);
+    return st;
+}
+
+qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err) {
+    if (strcmp(spec, "all-cpu") == 0) return alloc_layers(n_layer, p, err);
+    if (strncmp(spec, "ngl=", 4) == 0) {
+        char *end;
+        errno = 0;
+        const long n = strtol(spec + 4, &end, 10);
+        if (!spec[4] || *end || errno || n < 0 || n > (long)n_layer + 1)
+            return QI_ERR(err, QI_ERR_INVALID, "placement '%s': N must be an integer in 0..%d (layers + the output head)",
+                          spec, n_layer + 1);
+        if (n > 0 && p->n_devices < 2)
+            return QI_ERR(err, QI_ERR_INVALID, "placement '%s' needs a second device (--devices cpu,NAME)", spec);
+        qi_status st = alloc_layers(n_layer, p, err);
+        if (st) return st;
+        for (int l = n_layer - (n > n_layer ? n_layer : (int)n); l < n_layer; l++)
+            p->layers[l].attn_dev = p->layers[l].mlp_dev = 1;
+        if (n > n_layer) p->head_dev = 1;
+        return QI_OK;
+    }
+    return parse_file(spec, n_layer, p, err);
+}
+
+/* ---- as text ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *buf;
+    size_t len, at;
+} out_buf;
+
+static void put(out_buf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out_buf *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(o->at < o->len ? o->buf + o->at : NULL, o->at < o->len ? o->len - o->at : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) o->at += (size_t)n;
+}
+
+/* N when the plan is exactly ngl=N over two or more devices, else -1. */
+static int as_ngl(const qi_plan *p) {
+    int n = 0;
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (y->split > 0.0f || y->attn_dev != y->mlp_dev || y->attn_dev > 1) return -1;
+        if (y->attn_dev == 1) n++;
+        else if (n > 0) return -1; /* device 1 must hold a suffix */
+    }
+    if (p->embd_dev != 0) return -1;
+    if (p->head_dev == 1) return n == p->n_layer ? n + 1 : -1;
+    return p->head_dev == 0 ? n : -1;
+}
+
+int qi_plan_summary(const qi_plan *p, char *buf, size_t len) {
+    out_buf o = {buf, len, 0};
+    if (len) buf[0] = 0;
+    const int n = as_ngl(p);
+    if (n == 0)
+        put(&o, "all-cpu");
+    else if (n > 0)
+        put(&o, "ngl=%d (%s)", n, p->devices[1]);
+    else {
+        int attn[QI_PLAN_MAX_DEVICES] = {0}, mlp[QI_PLAN_MAX_DEVICES] = {0}, split = 0;
+        for (int l = 0; l < p->n_layer; l++) {
+            attn[p->layers[l].attn_dev]++;
+            mlp[p->layers[l].mlp_dev]++;
+            split += p->layers[l].split > 0.0f;
+        }
+        put(&o, "plan:");
+        for (int d = 0; d < p->n_devices; d++) put(&o, " %s attn %d mlp %d;", p->devices[d], attn[d], mlp[d]);
+        put(&o, " split layers %d; head %s", split, p->devices[p->head_dev]);
+    }
+    return (int)o.at;
+}
+
+int qi_plan_format(const qi_plan *p, char *buf, size_t len) {
+    out_buf o = {buf, len, 0};
+    if (len) buf[0] = 0;
+    put(&o, "# devices:");
+    for (int d = 0; d < p->n_devices; d++) put(&o, " %d=%s", d, p->devices[d]);
+    put(&o, "\n# layer: ATTN MLP SPLIT SPLIT_DEV\nembd %s\n", p->devices[p->embd_dev]);
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        put(&o, "%s %s", p->devices[y->attn_dev], p->devices[y->mlp_dev]);
+        if (y->split > 0.0f) put(&o, " %.9g %s", y->split, p->devices[y->split_dev]);
+        put(&o, "   # layer %d\n", l);
+    }
+    put(&o, "head %s\n", p->devices[p->head_dev]);
+    return (int)o.at;
+}
+
+int qi_plan_json(const qi_plan *p, char *buf, size_t len) {
+    out_buf o = {buf, len, 0};
+    if (len) buf[0] = 0;
+    put(&o, "{\"devices\":[");
+    for (int d = 0; d < p->n_devices; d++) put(&o, "%s\"%s\"", d ? "," : "", p->devices[d]);
+    put(&o, "],\"embd\":%d,\"head\":%d,\"layers\":[", p->embd_dev, p->head_dev);
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        put(&o, "%s[%d,%d", l ? "," : "", y->attn_dev, y->mlp_dev);
+        if (y->split > 0.0f) put(&o, ",%.9g,%d", y->split, y->split_dev);
+        put(&o, "]");
+    }
+    put(&o, "]}");
+    return (int)o.at;
+}
