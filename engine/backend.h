@@ -21,6 +21,84 @@
 
 typedef struct qi_backend qi_backend;
 
+/* ---- devices, buffers, copies, events --------------------------------------
+ *
+ * A backend is a device: a name, a kind, a capacity, and memory in buffers
+ * that only it addresses. The engine keeps (buffer, offset) views, never a
+ * raw pointer of one device in another's op; the device resolves a view of
+ * its own buffer (qi_buf_ptr) and refuses anybody else's.
+ *
+ * Each device has one stream: copies and uploads/downloads are queued on
+ * it and run in order, and may return before they have run (a device may
+ * run them on a worker, as a GPU's copy engine does). Events mark points
+ * in a stream: the host waits for one (qi_event_sync), another device's
+ * stream waits for one (qi_event_wait), and two completed events give the
+ * device time between them. A failure inside the stream is recorded, the
+ * first one sticks, and qi_dev_synchronize returns it (and clears it)
+ * after waiting for the stream, as cudaDeviceSynchronize does. Failures
+ * the caller can see at once (a bad view, a buffer over the capacity) are
+ * returned at once. Every message names the device and the bytes.
+ */
+typedef enum { QI_DEV_CPU = 0, QI_DEV_TEST = 1, QI_DEV_CUDA = 2, QI_DEV_SIM = 3 } qi_dev_kind;
+
+typedef struct qi_buf qi_buf;
+typedef struct qi_event qi_event;
+
+typedef struct {
+    qi_buf *buf;
+    size_t off;
+} qi_view;
+
+typedef struct {
+    char name[24];
+    qi_dev_kind kind;
+    size_t capacity; /* bytes its buffers may hold in all (0: no limit) */
+    size_t in_use;   /* bytes in its buffers now */
+    size_t peak;     /* the most in use at once */
+    bool host_visible; /* its buffers are host memory the host may read and write (the CPU) */
+} qi_dev_info;
+
+const qi_dev_info *qi_dev_info_get(const qi_backend *b);
+/* A buffer of n bytes on b ("what" names it in messages). Fails, naming
+ * the device, the bytes asked and those free, when it would pass the
+ * capacity or memory runs out; nothing is then allocated. */
+qi_status qi_buf_alloc(qi_backend *b, size_t n, const char *what, qi_buf **out, qi_err *err);
+void qi_buf_free(qi_buf *buf); /* NULL is a no-op; the device's stream must not use it any more */
+size_t qi_buf_size(const qi_buf *buf);
+qi_backend *qi_buf_device(const qi_buf *buf);
+static inline qi_view qi_view_of(qi_buf *buf, size_t off) { return (qi_view){buf, off}; }
+/* The address of bytes [v.off, v.off + n) of v.buf, for b's own ops: NULL
+ * (and a message) when the buffer is another device's or the range is
+ * outside it. */
+void *qi_buf_ptr(qi_backend *b, qi_view v, size_t n, qi_err *err);
+
+/* Queued on b's stream: n bytes from src to dst, each a buffer of b or of
+ * a host-visible device (one of them b's); from or to host memory that
+ * must stay valid until the copy has run (an event after it, or a
+ * synchronise, says when). */
+qi_status qi_dev_copy(qi_backend *b, qi_view dst, qi_view src, size_t n, qi_err *err);
+qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err);
+qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_err *err);
+
+/* An event at the current end of b's stream. */
+qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err);
+/* b's later work (copies and ops) runs after ev, an event of any device. */
+qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err);
+/* The host waits for ev. */
+void qi_event_sync(qi_event *ev);
+/* Seconds of device time from a to b, both completed (qi_event_sync). */
+double qi_event_elapsed(const qi_event *a, const qi_event *b);
+void qi_event_free(qi_event *ev);
+/* Wait for everything queued on b; the first failure recorded since the
+ * last call, or QI_OK. */
+qi_status qi_dev_synchronize(qi_backend *b, qi_err *err);
+/* For devices: record a failure met inside the stream (the first sticks). */
+void qi_dev_fail(qi_backend *b, qi_status st, const qi_err *e);
+/* Tests: the n-th copy, upload or download queued on b from now fails
+ * inside the stream (not performed; recorded as the device's failure); 0
+ * turns it off. */
+void qi_dev_inject_fail(qi_backend *b, long n);
+
 /* Attention of one sequence over a paged cache (engine/kv.c): KV head hk
  * holds n_slots[hk] tokens, slot i at row i & (2^shift - 1) of block
  * k_blk[hk][i >> shift] (rows of D fp16 values), position pos[hk][i]. Slot
@@ -128,6 +206,17 @@ typedef struct {
     qi_status (*reserve)(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
                          qi_err *err);
     void (*free)(qi_backend *b);
+    /* The device (see the top): memory of a buffer (NULL: out of memory),
+     * its release, a queued copy of n bytes between addresses its
+     * buf_ptr gave or host memory, an event marker queued on the stream
+     * (its time written and *done set when the stream reaches it), making
+     * the stream wait for another event, and waiting for the stream. */
+    void *(*buf_mem)(qi_backend *b, size_t n);
+    void (*buf_release)(qi_backend *b, void *mem);
+    void (*copy)(qi_backend *b, void *dst, const void *src, size_t n);
+    void (*mark)(qi_backend *b, qi_event *ev);
+    void (*wait)(qi_backend *b, qi_event *ev);
+    void (*drain)(qi_backend *b);
 } qi_backend_i;
 
 #define QI_BACKEND_VERSION 10u
@@ -135,7 +224,18 @@ typedef struct {
 struct qi_backend {
     const qi_backend_i *iface;
     void *ctx;
+    qi_dev_info info;
+    /* the first failure inside the stream since the last synchronise */
+    void *lock; /* pthread_mutex_t *, devices with a worker */
+    qi_status fail_st;
+    qi_err fail;
+    long inject; /* tests: > 0, the inject-th stream command from now fails */
 };
+
+/* The parts of an event a device fills (device.c owns the rest). */
+void qi_event_complete(qi_event *ev, double t);
+/* A clock for device timelines, in seconds. */
+double qi_dev_now(void);
 
 /* The largest row of quantised activations any matmul of m needs (the
  * scratch reserve() sizes per token). */
@@ -146,6 +246,18 @@ size_t qi_backend_max_act_row_bytes(const qi_model *m);
  * bit-identical to llama.cpp; see backend_cpu.c); it loads OpenBLAS here
  * and fails (QI_ERR_UNSUPPORTED, naming the library) when it cannot. */
 qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err);
+
+/* A second CPU device for tests and CI ("testdev"): its own buffers up to
+ * capacity bytes (0: no limit), which other devices' ops cannot address,
+ * and a stream run by a worker thread of its own, so copies complete
+ * later than they are queued and only events order them. Its ops are the
+ * CPU backend's arithmetic on n_threads threads, run after its stream has
+ * drained, so results equal the CPU's bit for bit. Every copy first fills
+ * its destination with 0xff bytes (NaN as fp32 and fp16), so a read that
+ * skips the wait sees garbage rather than, by luck, the right bytes. */
+qi_status qi_backend_testdev_create(int n_threads, size_t capacity, qi_backend **out, qi_err *err);
+/* Tests: hold the worker (queued work waits) or let it go. */
+void qi_testdev_hold(qi_backend *b, bool hold);
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */
 
 #endif

@@ -762,6 +762,31 @@ static void cpu_free(qi_backend *b) {
 static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
                              qi_err *err);
 
+/* ---- the device: host memory, a stream that runs at once ------------------------ */
+
+static void *cpu_buf_mem(qi_backend *b, size_t n) {
+    (void)b;
+    return qi_malloc(n);
+}
+static void cpu_buf_release(qi_backend *b, void *mem) {
+    (void)b;
+    qi_free(mem);
+}
+static void cpu_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+    (void)b;
+    memmove(dst, src, n);
+}
+static void cpu_mark(qi_backend *b, qi_event *ev) {
+    (void)b;
+    qi_event_complete(ev, qi_dev_now());
+}
+/* The host is the CPU's stream: waiting is waiting on the host. */
+static void cpu_wait(qi_backend *b, qi_event *ev) {
+    (void)b;
+    qi_event_sync(ev);
+}
+static void cpu_drain(qi_backend *b) { (void)b; }
+
 static const qi_backend_i k_cpu_iface = {
     .version = QI_BACKEND_VERSION,
     .name = "cpu",
@@ -778,6 +803,12 @@ static const qi_backend_i k_cpu_iface = {
     .host_run = cpu_host_run,
     .reserve = cpu_reserve,
     .free = cpu_free,
+    .buf_mem = cpu_buf_mem,
+    .buf_release = cpu_buf_release,
+    .copy = cpu_copy,
+    .mark = cpu_mark,
+    .wait = cpu_wait,
+    .drain = cpu_drain,
 };
 
 qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err) {
@@ -795,6 +826,7 @@ qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out,
     }
     b->iface = &k_cpu_iface;
     b->ctx = c;
+    b->info = (qi_dev_info){.name = "cpu", .kind = QI_DEV_CPU, .host_visible = true};
     c->k = qi_kernels_get();
     c->attn_blas = attn_blas;
     qi_status st = qi_pool_create(n_threads, &c->pool, err);

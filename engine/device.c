@@ -1,0 +1,194 @@
+/* device.c - the device half of the backend interface (backend.h):
+ * buffers with capacity accounting, views checked against their device,
+ * queued copies, events and the sticky failure record. The devices
+ * themselves supply memory, a stream and markers (buf_mem, copy, mark,
+ * wait, drain); everything checked or counted is done here once.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+struct qi_buf {
+    qi_backend *dev;
+    void *mem;
+    size_t size;
+    char what[40];
+};
+
+struct qi_event {
+    qi_backend *dev;
+    atomic_int done;
+    double t;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+double qi_dev_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const qi_dev_info *qi_dev_info_get(const qi_backend *b) { return &b->info; }
+
+static void lock(qi_backend *b) {
+    if (b->lock) pthread_mutex_lock(b->lock);
+}
+static void unlock(qi_backend *b) {
+    if (b->lock) pthread_mutex_unlock(b->lock);
+}
+
+qi_status qi_buf_alloc(qi_backend *b, size_t n, const char *what, qi_buf **out, qi_err *err) {
+    *out = NULL;
+    qi_dev_info *in = &b->info;
+    if (n == 0) return QI_ERR(err, QI_ERR_INVALID, "%s: a buffer of 0 bytes for %s", in->name, what);
+    if (in->capacity && (in->in_use > in->capacity || n > in->capacity - in->in_use))
+        return QI_ERR(err, QI_ERR_NOMEM, "%s: %zu bytes for %s do not fit: %zu of %zu bytes in use", in->name, n,
+                      what, in->in_use, in->capacity);
+    qi_buf *buf = qi_calloc(1, sizeof *buf);
+    void *mem = buf ? b->iface->buf_mem(b, n) : NULL;
+    if (!mem) {
+        qi_free(buf);
+        return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory allocating %zu bytes for %s", in->name, n, what);
+    }
+    buf->dev = b;
+    buf->mem = mem;
+    buf->size = n;
+    snprintf(buf->what, sizeof buf->what, "%s", what);
+    in->in_use += n;
+    if (in->in_use > in->peak) in->peak = in->in_use;
+    *out = buf;
+    return QI_OK;
+}
+
+void qi_buf_free(qi_buf *buf) {
+    if (!buf) return;
+    buf->dev->info.in_use -= buf->size;
+    buf->dev->iface->buf_release(buf->dev, buf->mem);
+    qi_free(buf);
+}
+
+size_t qi_buf_size(const qi_buf *buf) { return buf->size; }
+qi_backend *qi_buf_device(const qi_buf *buf) { return buf->dev; }
+
+static qi_status check_view(const qi_backend *b, qi_view v, size_t n, bool any_host, qi_err *err) {
+    if (!v.buf) return QI_ERR(err, QI_ERR_INVALID, "%s: a view of no buffer", b->info.name);
+    if (v.buf->dev != b && !(any_host && v.buf->dev->info.host_visible))
+        return QI_ERR(err, QI_ERR_INVALID, "%s: buffer '%s' of device %s given to device %s (a copy is missing)",
+                      b->info.name, v.buf->what, v.buf->dev->info.name, b->info.name);
+    if (v.off > v.buf->size || n > v.buf->size - v.off)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: bytes %zu..%zu of buffer '%s' of %zu bytes", b->info.name, v.off,
+                      v.off + n, v.buf->what, v.buf->size);
+    return QI_OK;
+}
+
+void *qi_buf_ptr(qi_backend *b, qi_view v, size_t n, qi_err *err) {
+    if (check_view(b, v, n, false, err)) return NULL;
+    return (char *)v.buf->mem + v.off;
+}
+
+void qi_dev_inject_fail(qi_backend *b, long n) { b->inject = n; }
+
+/* A command that an injected failure stops: recorded, not performed. */
+static bool injected(qi_backend *b, size_t n) {
+    if (b->inject <= 0 || --b->inject > 0) return false;
+    qi_err e = {0};
+    QI_ERR(&e, QI_ERR_BACKEND, "%s: injected failure of a %zu-byte copy", b->info.name, n);
+    qi_dev_fail(b, QI_ERR_BACKEND, &e);
+    return true;
+}
+
+qi_status qi_dev_copy(qi_backend *b, qi_view dst, qi_view src, size_t n, qi_err *err) {
+    qi_status st;
+    if ((st = check_view(b, dst, n, true, err)) || (st = check_view(b, src, n, true, err))) return st;
+    if (dst.buf->dev != b && src.buf->dev != b)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: a copy from %s to %s queued on neither's stream", b->info.name,
+                      src.buf->dev->info.name, dst.buf->dev->info.name);
+    if (n && !injected(b, n))
+        b->iface->copy(b, (char *)dst.buf->mem + dst.off, (const char *)src.buf->mem + src.off, n);
+    return QI_OK;
+}
+
+qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err) {
+    qi_status st = check_view(b, dst, n, false, err);
+    if (st) return st;
+    if (n && !injected(b, n)) b->iface->copy(b, (char *)dst.buf->mem + dst.off, src, n);
+    return QI_OK;
+}
+
+qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_err *err) {
+    qi_status st = check_view(b, src, n, false, err);
+    if (st) return st;
+    if (n && !injected(b, n)) b->iface->copy(b, dst, (const char *)src.buf->mem + src.off, n);
+    return QI_OK;
+}
+
+qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err) {
+    *out = NULL;
+    qi_event *ev = qi_calloc(1, sizeof *ev);
+    if (!ev) return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory for an event", b->info.name);
+    ev->dev = b;
+    atomic_init(&ev->done, 0);
+    pthread_mutex_init(&ev->mu, NULL);
+    pthread_cond_init(&ev->cv, NULL);
+    b->iface->mark(b, ev);
+    *out = ev;
+    return QI_OK;
+}
+
+void qi_event_complete(qi_event *ev, double t) {
+    pthread_mutex_lock(&ev->mu);
+    ev->t = t;
+    atomic_store(&ev->done, 1);
+    pthread_cond_broadcast(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+}
+
+void qi_event_sync(qi_event *ev) {
+    if (atomic_load(&ev->done)) return;
+    pthread_mutex_lock(&ev->mu);
+    while (!atomic_load(&ev->done)) pthread_cond_wait(&ev->cv, &ev->mu);
+    pthread_mutex_unlock(&ev->mu);
+}
+
+qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err) {
+    (void)err;
+    if (ev->dev != b) b->iface->wait(b, ev);
+    return QI_OK;
+}
+
+double qi_event_elapsed(const qi_event *a, const qi_event *b) { return b->t - a->t; }
+
+void qi_event_free(qi_event *ev) {
+    if (!ev) return;
+    qi_event_sync(ev); /* a queued marker still points at it */
+    pthread_mutex_destroy(&ev->mu);
+    pthread_cond_destroy(&ev->cv);
+    qi_free(ev);
+}
+
+void qi_dev_fail(qi_backend *b, qi_status st, const qi_err *e) {
+    lock(b);
+    if (!b->fail_st) {
+        b->fail_st = st;
+        b->fail = *e;
+    }
+    unlock(b);
+}
+
+qi_status qi_dev_synchronize(qi_backend *b, qi_err *err) {
+    b->iface->drain(b);
+    lock(b);
+    const qi_status st = b->fail_st;
+    if (st) {
+        *err = b->fail;
+        b->fail_st = QI_OK;
+        qi_err_clear(&b->fail);
+    }
+    unlock(b);
+    return st;
+}

@@ -1,0 +1,292 @@
+/* test_device.c - Check suite for the device contract of backend.h, on
+ * both devices that run here (the CPU and testdev):
+ *   - capacity accounting: bytes in use and peak; a buffer over the
+ *     capacity refused with the device and the bytes named, nothing taken;
+ *     an allocation that fails for lack of memory (injected) likewise;
+ *   - views: a device refuses another device's buffer (a missing copy is
+ *     an error, not a silent read) and ranges outside a buffer;
+ *   - copies run in stream order and complete later than they are queued
+ *     on testdev: with its worker held, the destination is not yet
+ *     written; an event recorded after the copies, waited on by the other
+ *     device or synced by the host, orders everything after it;
+ *   - round trips host -> cpu -> testdev -> cpu -> host keep every byte;
+ *   - failures inside the stream stick: an injected copy failure is
+ *     returned by the next synchronise, once, naming the device;
+ *   - event times are ordered;
+ *   - ops on testdev equal the CPU's bit for bit (a matmul and an
+ *     attention over its own buffers).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "qinfer/quant.h"
+#include "testutil.h"
+
+static qi_backend *make(int which, size_t capacity) {
+    qi_backend *b = NULL;
+    qi_err e = {0};
+    if (which == 0)
+        ck_assert_msg(qi_backend_cpu_create(2, false, &b, &e) == QI_OK, "%s", e.msg);
+    else
+        ck_assert_msg(qi_backend_testdev_create(2, capacity, &b, &e) == QI_OK, "%s", e.msg);
+    return b;
+}
+
+START_TEST(test_capacity) {
+    qi_backend *b = make(1, 1000);
+    qi_err e = {0};
+    qi_buf *a = NULL, *c = NULL, *d = NULL;
+    ck_assert_str_eq(qi_dev_info_get(b)->name, "testdev");
+    ck_assert_int_eq(qi_dev_info_get(b)->kind, QI_DEV_TEST);
+    ck_assert(!qi_dev_info_get(b)->host_visible);
+    ck_assert_int_eq(qi_buf_alloc(b, 600, "weights", &a, &e), QI_OK);
+    ck_assert_uint_eq(qi_dev_info_get(b)->in_use, 600);
+    ck_assert_int_eq(qi_buf_alloc(b, 401, "kv pool", &c, &e), QI_ERR_NOMEM);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(e.msg, "testdev") && strstr(e.msg, "401 bytes for kv pool") && strstr(e.msg, "600 of 1000"),
+                  "%s", e.msg);
+    ck_assert_uint_eq(qi_dev_info_get(b)->in_use, 600);
+    ck_assert_int_eq(qi_buf_alloc(b, 400, "kv pool", &c, &e), QI_OK);
+    qi_buf_free(a);
+    ck_assert_uint_eq(qi_dev_info_get(b)->in_use, 400);
+    ck_assert_uint_eq(qi_dev_info_get(b)->peak, 1000);
+    /* out of memory (injected) is an error naming the device, nothing counted */
+    for (int k = 1; k <= 2; k++) { /* the record, then the memory */
+        qi_alloc_fail_after(k);
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_buf_alloc(b, 100, "activations", &d, &e), QI_ERR_NOMEM);
+        qi_alloc_fail_after(0);
+        ck_assert_msg(strstr(e.msg, "testdev: out of memory allocating 100 bytes for activations"), "%s", e.msg);
+        ck_assert_ptr_null(d);
+        ck_assert_uint_eq(qi_dev_info_get(b)->in_use, 400);
+    }
+    ck_assert_int_eq(qi_buf_alloc(b, 0, "nothing", &d, &e), QI_ERR_INVALID);
+    qi_buf_free(c);
+    qi_buf_free(NULL);
+    ck_assert_uint_eq(qi_dev_info_get(b)->in_use, 0);
+    qi_backend_free(b);
+}
+END_TEST
+
+START_TEST(test_views) {
+    qi_backend *cpu = make(0, 0), *td = make(1, 0);
+    qi_err e = {0};
+    qi_buf *hc = NULL, *ht = NULL;
+    ck_assert_int_eq(qi_buf_alloc(cpu, 64, "x", &hc, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(td, 64, "x", &ht, &e), QI_OK);
+    ck_assert_ptr_nonnull(qi_buf_ptr(cpu, qi_view_of(hc, 0), 64, &e));
+    ck_assert_ptr_nonnull(qi_buf_ptr(td, qi_view_of(ht, 32), 32, &e));
+    /* another device's buffer: refused both ways */
+    ck_assert_ptr_null(qi_buf_ptr(cpu, qi_view_of(ht, 0), 4, &e));
+    ck_assert_msg(strstr(e.msg, "buffer 'x' of device testdev given to device cpu"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_ptr_null(qi_buf_ptr(td, qi_view_of(hc, 0), 4, &e));
+    ck_assert_msg(strstr(e.msg, "of device cpu given to device testdev"), "%s", e.msg);
+    /* out of range */
+    qi_err_clear(&e);
+    ck_assert_ptr_null(qi_buf_ptr(td, qi_view_of(ht, 40), 32, &e));
+    ck_assert_msg(strstr(e.msg, "bytes 40..72 of buffer 'x' of 64 bytes"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_ptr_null(qi_buf_ptr(td, qi_view_of(ht, (size_t)-8), 16, &e));
+    /* copies: one side must be the stream's device; host-visible buffers may be the other */
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(ht, 0), qi_view_of(hc, 0), 64, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(ht, 8), qi_view_of(hc, 0), 64, &e), QI_ERR_INVALID);
+    qi_buf *ht2 = NULL;
+    qi_backend *td2 = make(1, 0);
+    ck_assert_int_eq(qi_buf_alloc(td2, 64, "y", &ht2, &e), QI_OK);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_dev_copy(cpu, qi_view_of(ht2, 0), qi_view_of(ht, 0), 64, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "given to device cpu"), "%s", e.msg);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK);
+    qi_buf_free(ht2);
+    qi_buf_free(hc);
+    qi_buf_free(ht);
+    qi_backend_free(td2);
+    qi_backend_free(cpu);
+    qi_backend_free(td);
+}
+END_TEST
+
+/* Copies complete later than they are queued, in order, and events order
+ * them with the other device and the host. */
+START_TEST(test_stream_order) {
+    qi_backend *cpu = make(0, 0), *td = make(1, 0);
+    qi_err e = {0};
+    enum { N = 4096 };
+    qi_buf *hc = NULL, *ht = NULL, *back = NULL;
+    ck_assert_int_eq(qi_buf_alloc(cpu, N * sizeof(float), "src", &hc, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(cpu, N * sizeof(float), "back", &back, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(td, N * sizeof(float), "dst", &ht, &e), QI_OK);
+    float *src = qi_buf_ptr(cpu, qi_view_of(hc, 0), N * sizeof(float), &e);
+    float *bk = qi_buf_ptr(cpu, qi_view_of(back, 0), N * sizeof(float), &e);
+    for (int i = 0; i < N; i++) {
+        src[i] = (float)i;
+        bk[i] = -1.0f;
+    }
+    qi_testdev_hold(td, true);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(ht, 0), qi_view_of(hc, 0), N * sizeof(float), &e), QI_OK);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(back, 0), qi_view_of(ht, 0), N * sizeof(float), &e), QI_OK);
+    qi_event *ev = NULL;
+    ck_assert_int_eq(qi_event_record(td, &ev, &e), QI_OK);
+    /* held: nothing has run, the host still sees the old bytes */
+    for (int i = 0; i < N; i++) ck_assert_float_eq(bk[i], -1.0f);
+    qi_testdev_hold(td, false);
+    ck_assert_int_eq(qi_event_wait(cpu, ev, &e), QI_OK); /* the CPU's stream is the host: it waits here */
+    for (int i = 0; i < N; i++) ck_assert_float_eq(bk[i], (float)i);
+    qi_event_free(ev);
+    /* testdev fills a copy's destination with 0xff before writing it: a
+     * copy of a buffer onto itself therefore leaves NaNs, which is what a
+     * reader that skips an event sees while a copy is under way */
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(ht, 0), qi_view_of(ht, 0), N * sizeof(float), &e), QI_OK);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(back, 0), qi_view_of(ht, 0), N * sizeof(float), &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK);
+    for (int i = 0; i < N; i++) ck_assert(isnan(bk[i]));
+    qi_buf_free(hc);
+    qi_buf_free(back);
+    qi_buf_free(ht);
+    qi_backend_free(cpu);
+    qi_backend_free(td);
+}
+END_TEST
+
+START_TEST(test_round_trip_and_events) {
+    qi_backend *cpu = make(0, 0), *td = make(1, 1 << 20);
+    qi_err e = {0};
+    enum { N = 100000 };
+    unsigned char *host = malloc(N), *out = malloc(N);
+    uint64_t r = 5;
+    for (int i = 0; i < N; i++) host[i] = (unsigned char)qi_test_rand(&r);
+    memset(out, 0, N);
+    qi_buf *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(qi_buf_alloc(cpu, N, "a", &a, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(td, N + 100, "b", &b, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(cpu, N, "c", &c, &e), QI_OK);
+    qi_event *t0 = NULL, *t1 = NULL;
+    ck_assert_int_eq(qi_event_record(td, &t0, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_upload(cpu, qi_view_of(a, 0), host, N, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(b, 100), qi_view_of(a, 0), N, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_copy(td, qi_view_of(c, 0), qi_view_of(b, 100), N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record(td, &t1, &e), QI_OK);
+    ck_assert_int_eq(qi_event_wait(cpu, t1, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_download(cpu, out, qi_view_of(c, 0), N, &e), QI_OK);
+    ck_assert(memcmp(host, out, N) == 0);
+    qi_event_sync(t0);
+    ck_assert(qi_event_elapsed(t0, t1) >= 0.0);
+    /* a download from testdev straight to host memory, ordered by an event */
+    memset(out, 0, N);
+    ck_assert_int_eq(qi_dev_download(td, out, qi_view_of(b, 100), N, &e), QI_OK);
+    qi_event *t2 = NULL;
+    ck_assert_int_eq(qi_event_record(td, &t2, &e), QI_OK);
+    qi_event_sync(t2);
+    ck_assert(memcmp(host, out, N) == 0);
+    ck_assert(qi_event_elapsed(t1, t2) >= 0.0);
+    /* the host cannot download another device's buffer through the CPU */
+    ck_assert_int_eq(qi_dev_download(cpu, out, qi_view_of(b, 0), 10, &e), QI_ERR_INVALID);
+    qi_event_free(t0);
+    qi_event_free(t1);
+    qi_event_free(t2);
+    qi_buf_free(a);
+    qi_buf_free(b);
+    qi_buf_free(c);
+    free(host);
+    free(out);
+    qi_backend_free(cpu);
+    qi_backend_free(td);
+}
+END_TEST
+
+START_TEST(test_sticky_failure) {
+    for (int which = 0; which < 2; which++) {
+        qi_backend *b = make(which, 0);
+        qi_err e = {0};
+        qi_buf *x = NULL;
+        ck_assert_int_eq(qi_buf_alloc(b, 256, "x", &x, &e), QI_OK);
+        char host[256] = {0};
+        qi_dev_inject_fail(b, 2);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), host, 256, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), host, 128, &e), QI_OK); /* fails in the stream */
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), host, 64, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+        ck_assert_msg(strstr(e.msg, "injected failure of a 128-byte copy") && strstr(e.msg, which ? "testdev" : "cpu"),
+                      "%s", e.msg);
+        /* reported once: the record is cleared */
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+        /* the first failure sticks over later ones */
+        qi_dev_inject_fail(b, 1);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), host, 16, &e), QI_OK);
+        qi_dev_inject_fail(b, 1);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), host, 32, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+        ck_assert_msg(strstr(e.msg, "16-byte copy"), "%s", e.msg);
+        qi_buf_free(x);
+        qi_backend_free(b);
+    }
+}
+END_TEST
+
+/* testdev's ops are the CPU's arithmetic: a matmul and an attention on its
+ * own buffers give the CPU's bits. */
+START_TEST(test_ops_equal_cpu) {
+    qi_backend *cpu = make(0, 0), *td = make(1, 0);
+    qi_err e = {0};
+    enum { COLS = 256, ROWS = 40, TOK = 3 };
+    uint64_t r = 9;
+    /* a q8_0 weight, uploaded to each device */
+    const uint64_t rb = (COLS / 32) * 34;
+    char *wraw = malloc(rb * ROWS);
+    float *row = malloc(sizeof(float) * COLS);
+    for (int i = 0; i < ROWS; i++) {
+        for (int j = 0; j < COLS; j++) row[j] = qi_test_randf(&r);
+        qi_quantize_row_ref(QI_TYPE_Q8_0, row, wraw + (size_t)i * rb, COLS);
+    }
+    float x[TOK * COLS], ycpu[TOK * ROWS];
+    for (int i = 0; i < TOK * COLS; i++) x[i] = qi_test_randf(&r);
+    qi_backend *dev[2] = {cpu, td};
+    float got[2][TOK * ROWS];
+    for (int d = 0; d < 2; d++) {
+        qi_backend *b = dev[d];
+        ck_assert_int_eq(b->iface->reserve(b, 4096, TOK, 16, 1, 64, &e), QI_OK);
+        qi_buf *wb = NULL, *xb = NULL, *yb = NULL;
+        ck_assert_int_eq(qi_buf_alloc(b, rb * ROWS, "w", &wb, &e), QI_OK);
+        ck_assert_int_eq(qi_buf_alloc(b, sizeof x, "x", &xb, &e), QI_OK);
+        ck_assert_int_eq(qi_buf_alloc(b, sizeof ycpu, "y", &yb, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(wb, 0), wraw, rb * ROWS, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(xb, 0), x, sizeof x, &e), QI_OK);
+        const qi_weight w = {.type = QI_TYPE_Q8_0, .n_cols = COLS, .n_rows = ROWS, .row_bytes = rb,
+                             .data = qi_buf_ptr(b, qi_view_of(wb, 0), rb * ROWS, &e)};
+        /* the op runs after the stream's uploads (testdev drains first) */
+        b->iface->matmul(b, &w, qi_buf_ptr(b, qi_view_of(xb, 0), sizeof x, &e), TOK,
+                         qi_buf_ptr(b, qi_view_of(yb, 0), sizeof ycpu, &e));
+        ck_assert_int_eq(qi_dev_download(b, got[d], qi_view_of(yb, 0), sizeof ycpu, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+        qi_buf_free(wb);
+        qi_buf_free(xb);
+        qi_buf_free(yb);
+    }
+    ck_assert(memcmp(got[0], got[1], sizeof got[0]) == 0);
+    free(wraw);
+    free(row);
+    qi_backend_free(cpu);
+    qi_backend_free(td);
+}
+END_TEST
+
+static Suite *device_suite(void) {
+    Suite *s = suite_create("device");
+    TCase *tc = tcase_create("device");
+    tcase_add_test(tc, test_capacity);
+    tcase_add_test(tc, test_views);
+    tcase_add_test(tc, test_stream_order);
+    tcase_add_test(tc, test_round_trip_and_events);
+    tcase_add_test(tc, test_sticky_failure);
+    tcase_add_test(tc, test_ops_equal_cpu);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return qi_test_run_suite(device_suite()); }
