@@ -1,5 +1,5 @@
 /* sysinfo.c - CPU and memory from /proc, GPU through the CUDA runtime when
- * the build has it (engine/cuda/device.cu). */
+ * the build has it (engine/backend/cuda/device.cu). */
 #include "qinfer/sysinfo.h"
 
 #include <stdio.h>

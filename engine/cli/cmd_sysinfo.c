@@ -1,6 +1,6 @@
 /* cmd_sysinfo.c - `qinfer sysinfo`: the hardware every figure is labelled
  * with (CPU, cores, memory, GPU and CUDA versions when present), and with
- * --probe the measured copy bandwidths of the GPU (engine/cuda/device.h),
+ * --probe the measured copy bandwidths of the GPU (engine/backend/cuda/device.h),
  * the link and HBM figures the placement cost model starts from. */
 #include <stdbool.h>
 #include <stdio.h>

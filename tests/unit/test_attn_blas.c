@@ -1,5 +1,5 @@
 /* test_attn_blas.c - Check suite for the attn_blas attention path of the
- * CPU backend (engine/backend_cpu.c: OpenBLAS sgemm per head and chunk of
+ * CPU backend (engine/backend/cpu/backend_cpu.c: OpenBLAS sgemm per head and chunk of
  * queries, float softmax).
  *
  * Paged attention calls (block tables holding a whole cache, a wrapped

@@ -1,4 +1,4 @@
-/* test_attn_split.c - Check suite for split attention (engine/backend.h):
+/* test_attn_split.c - Check suite for split attention (engine/backend/backend.h):
  * partial results over disjoint ranges of a stream's slots, the exact
  * merge, and the statistics pass against the merged totals, held to the
  * unsplit attention of the CPU backend.

@@ -1,4 +1,4 @@
-/* test_backend.c - Check suite for the CPU backend (engine/backend_cpu.c)
+/* test_backend.c - Check suite for the CPU backend (engine/backend/cpu/backend_cpu.c)
  * across thread counts.
  *
  * test_kernels.c holds every SIMD kernel to its scalar reference on one
