@@ -59,7 +59,10 @@
  */
 #include "qinfer/engine.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -104,18 +107,38 @@ typedef struct {
     int out_first, n_out; /* rows of this segment whose logits are wanted: out_first.. within the segment */
 } segment;
 
+/* A device of the plan: its backend, its activations (one buffer, [R]
+ * rows of each), the weights of the blocks it runs (the model's own views
+ * on the CPU, an uploaded copy elsewhere), and the pool of the working KV
+ * of the layers whose attention it runs. */
+typedef struct {
+    qi_backend *be;
+    qi_buf *act;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    qi_buf *wbuf;
+    qi_layer *layers;       /* [n_layer]: weights of its blocks (others zero) */
+    qi_weight tok_embd, out_norm, output;
+    qi_buf *lbuf;           /* logits rows when it runs the output head (not the CPU) */
+    float *logits;
+    long cap_logit_rows;
+    qi_kv_pool *pool;       /* NULL: no attention here */
+} dev_state;
+
 struct qi_engine {
     const qi_model *m;
     qi_engine_opts o;
-    qi_backend *be;
-    qi_kv_pool *pool;
+    qi_backend *be;         /* the CPU device, dev[0].be */
+    qi_kv_pool *pool;       /* the CPU's KV pool: its attention layers' working tiers, every offload tier */
     qi_kv_policy *pol;
+    qi_plan plan;
+    dev_state dev[QI_PLAN_MAX_DEVICES];
     int swa_cells;
     seq_state *seqs;
     int cursor;
     /* step scratch, [step_tokens + max_seqs] rows */
     int32_t *tokens, *q_pos;
-    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    const float **kv_src;   /* a layer's K/V rows to write, [2 R Hkv] */
+    uint16_t **kv_dst;
     segment *segs;
     int32_t *out_rows;
     float *logits;
@@ -161,17 +184,20 @@ static double now_s(void) {
         }                                                        \
     } while (0)
 
-/* Weight matmuls reading the same x, timed, with the bytes they read
- * counted. */
-static void matmul_n(qi_engine *e, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
+/* Weight matmuls reading the same x, on device b, timed, with the bytes
+ * they read counted. */
+static void matmul_n(qi_engine *e, qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x,
+                     int T) {
     PROF_BEGIN(e);
-    e->be->iface->matmul_n(e->be, w, y, n, x, T);
+    b->iface->matmul_n(b, w, y, n, x, T);
     PROF_END(e, QI_OP_MATMUL);
     if (e->o.profile)
         for (int i = 0; i < n; i++) e->prof.matmul_bytes += (double)w[i]->row_bytes * (double)w[i]->n_rows;
 }
 
-static void matmul(qi_engine *e, const qi_weight *w, const float *x, int T, float *y) { matmul_n(e, &w, &y, 1, x, T); }
+static void matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
+    matmul_n(e, b, &w, &y, 1, x, T);
+}
 
 void qi_engine_opts_default(qi_engine_opts *o) {
     memset(o, 0, sizeof *o);
@@ -193,6 +219,9 @@ static qi_kv_stream *stream_of(const qi_engine *e, const seq_state *s, int l, in
     return &s->streams[(size_t)l * e->m->hp.n_head_kv + hk];
 }
 
+/* The pool of layer l's working KV: its attention device's. */
+static qi_kv_pool *work_pool(const qi_engine *e, int l) { return e->dev[e->plan.layers[l].attn_dev].pool; }
+
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
     if (e->seqs) {
@@ -200,7 +229,8 @@ void qi_engine_free(qi_engine *e) {
             seq_state *s = &e->seqs[i];
             if (s->streams)
                 for (int l = 0; l < e->m->hp.n_layer; l++)
-                    for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(e->pool, stream_of(e, s, l, h));
+                    for (int h = 0; h < e->m->hp.n_head_kv; h++)
+                        qi_kv_stream_release(work_pool(e, l), e->pool, stream_of(e, s, l, h));
             qi_free(s->streams);
             qi_free(s->pending);
         }
@@ -215,14 +245,202 @@ void qi_engine_free(qi_engine *e) {
         }
     qi_free(e->ps);
     qi_kv_policy_free(e->pol);
+    for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
+        dev_state *D = &e->dev[d];
+        if (D->pool != e->pool) qi_kv_pool_free(D->pool);
+        qi_buf_free(D->act);
+        qi_buf_free(D->wbuf);
+        qi_buf_free(D->lbuf);
+        qi_free(D->layers);
+        if (d > 0) qi_backend_free(D->be);
+    }
     qi_kv_pool_free(e->pool);
     qi_backend_free(e->be);
-    void *bufs[] = {e->tokens, e->q_pos, e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->segs,
-                    e->out_rows, e->logits, e->stats, e->fates, e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos,
-                    (void *)e->a_kb,
-                    (void *)e->a_vb};
+    qi_plan_free(&e->plan);
+    void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
+                    e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
+}
+
+/* ---- devices and the plan ---------------------------------------------------------- */
+
+/* A device of --devices by name: "cpu" is the engine's own; "testdev" or
+ * "testdev:BYTES" (K, M or G suffixes) the test device. */
+static qi_status open_device(const qi_engine *e, const char *name, qi_backend **out, qi_err *err) {
+    if (strncmp(name, "testdev", 7) == 0 && (name[7] == 0 || name[7] == ':')) {
+        size_t cap = 0;
+        if (name[7] == ':') {
+            char *end;
+            errno = 0;
+            const double v = strtod(name + 8, &end);
+            const double mul = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+            if (mul != 1.0) end++;
+            if (end == name + 8 || *end || errno || !(v > 0) || v * mul > 1e15)
+                return QI_ERR(err, QI_ERR_INVALID, "device '%s': capacity is not a size (BYTES, or with K, M or G)",
+                              name);
+            cap = (size_t)(v * mul);
+        }
+        return qi_backend_testdev_create(e->o.n_threads, cap, out, err);
+    }
+    return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, testdev[:BYTES])", name);
+}
+
+#define WALIGN 64
+static size_t walign(size_t n) { return (n + WALIGN - 1) / WALIGN * WALIGN; }
+
+/* Upload w into D's weight buffer at *off (or, with D->wbuf NULL, only
+ * count the bytes), *dst its view there. */
+static qi_status put_weight(dev_state *D, const qi_weight *w, qi_weight *dst, size_t *off, qi_err *err) {
+    *dst = *w;
+    if (!w->data) return QI_OK;
+    const size_t n = (size_t)w->row_bytes * (size_t)w->n_rows;
+    const size_t np = w->packed ? (size_t)w->packed_group_bytes * (size_t)((w->n_rows + 15) / 16) : 0;
+    if (D->wbuf) {
+        qi_status st;
+        if ((st = qi_dev_upload(D->be, qi_view_of(D->wbuf, *off), w->data, n, err))) return st;
+        dst->data = qi_buf_ptr(D->be, qi_view_of(D->wbuf, *off), n, err);
+        if (np) {
+            if ((st = qi_dev_upload(D->be, qi_view_of(D->wbuf, *off + walign(n)), w->packed, np, err))) return st;
+            dst->packed = qi_buf_ptr(D->be, qi_view_of(D->wbuf, *off + walign(n)), np, err);
+        }
+    }
+    *off += walign(n) + (np ? walign(np) : 0);
+    return QI_OK;
+}
+
+/* The weights of device d's blocks, counted (D->wbuf NULL) or uploaded;
+ * *at_layer receives, while counting, the first block whose weights pass
+ * `limit` bytes in all (-1: none; n_layer: the output head). */
+static qi_status place_weights(qi_engine *e, int d, size_t *off, size_t limit, int *at_layer, qi_err *err) {
+    const qi_model *m = e->m;
+    const qi_plan *p = &e->plan;
+    dev_state *D = &e->dev[d];
+    qi_status st = QI_OK;
+    *at_layer = -1;
+    if (p->embd_dev == d && (st = put_weight(D, &m->tok_embd, &D->tok_embd, off, err))) return st;
+    for (int l = 0; l < m->hp.n_layer && !st; l++) {
+        const qi_layer *ly = &m->layers[l];
+        qi_layer *dl = &D->layers[l];
+        dl->swa = ly->swa;
+        if (p->layers[l].attn_dev == d) {
+            const qi_weight *src[] = {&ly->attn_norm, &ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->q_norm, &ly->k_norm,
+                                      &ly->attn_post_norm};
+            qi_weight *dst[] = {&dl->attn_norm, &dl->wq, &dl->wk, &dl->wv, &dl->wo, &dl->q_norm, &dl->k_norm,
+                                &dl->attn_post_norm};
+            for (size_t i = 0; i < sizeof src / sizeof src[0] && !st; i++) st = put_weight(D, src[i], dst[i], off, err);
+        }
+        if (p->layers[l].mlp_dev == d) {
+            const qi_weight *src[] = {&ly->ffn_norm, &ly->w_gate, &ly->w_up, &ly->w_down, &ly->ffn_post_norm};
+            qi_weight *dst[] = {&dl->ffn_norm, &dl->w_gate, &dl->w_up, &dl->w_down, &dl->ffn_post_norm};
+            for (size_t i = 0; i < sizeof src / sizeof src[0] && !st; i++) st = put_weight(D, src[i], dst[i], off, err);
+        }
+        if (*at_layer < 0 && limit && *off > limit) *at_layer = l;
+    }
+    if (!st && p->head_dev == d) {
+        st = put_weight(D, &m->out_norm, &D->out_norm, off, err);
+        if (!st) st = put_weight(D, &m->output, &D->output, off, err);
+        if (*at_layer < 0 && limit && *off > limit) *at_layer = m->hp.n_layer;
+    }
+    return st;
+}
+
+/* The activations of R rows on device d: one buffer, the arrays in it. */
+static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    dev_state *D = &e->dev[d];
+    const size_t E = (size_t)hp->n_embd, qw = (size_t)hp->n_head * hp->head_dim,
+                 kvw = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff;
+    const size_t widths[8] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F};
+    float **arr[8] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up};
+    size_t total = 0;
+    for (int i = 0; i < 8; i++) total += walign(sizeof(float) * R * widths[i]);
+    qi_status st = qi_buf_alloc(D->be, total, "activations", &D->act, err);
+    if (st) return st;
+    size_t off = 0;
+    for (int i = 0; i < 8; i++) {
+        *arr[i] = qi_buf_ptr(D->be, qi_view_of(D->act, off), sizeof(float) * R * widths[i], err);
+        off += walign(sizeof(float) * R * widths[i]);
+    }
+    return QI_OK;
+}
+
+/* Parse and check the plan, open its devices, and give each its weights,
+ * activations and KV pool. A plan that does not fit a device is refused
+ * here, before any work, naming the block and the bytes short. */
+static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
+    const qi_model *m = e->m;
+    const int L = m->hp.n_layer;
+    qi_plan *p = &e->plan;
+    qi_status st = qi_plan_devices_parse(e->o.devices ? e->o.devices : "cpu", p, err);
+    if (!st) st = qi_plan_parse(e->o.placement ? e->o.placement : "all-cpu", L, p, err);
+    if (!st) st = qi_plan_validate(p, err);
+    if (st) return st;
+    for (int l = 0; l < L; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (y->split > 0.0f)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: split attention is not run by the engine yet (split ratio 0 or 1 runs)", l);
+        const bool policy = !(m->hp.n_swa > 0 && m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
+        if (policy && y->attn_dev != 0)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: KV policy '%s' evicts on this layer, which needs its attention on cpu "
+                          "(the policies run on the host for now)",
+                          l, e->o.kv_policy);
+    }
+    e->dev[0].be = e->be;
+    e->dev[0].pool = e->pool;
+    for (int d = 0; d < p->n_devices; d++) {
+        dev_state *D = &e->dev[d];
+        if (d > 0 && (st = open_device(e, p->devices[d], &D->be, err))) return st;
+        /* the name as --devices gave it, so the plan prints as it was asked */
+        snprintf(D->be->info.name, sizeof D->be->info.name, "%s", p->devices[d]);
+        if (!(D->layers = qi_calloc((size_t)L, sizeof *D->layers)))
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", L);
+        if ((st = place_activations(e, d, R, err))) return st;
+        if (d == 0) {
+            /* the CPU runs on the model's own views */
+            memcpy(D->layers, m->layers, sizeof *D->layers * (size_t)L);
+            D->tok_embd = m->tok_embd;
+            D->out_norm = m->out_norm;
+            D->output = m->output;
+            continue;
+        }
+        /* count first: refuse a plan that does not fit, naming the block */
+        size_t need = 0;
+        int at = -1;
+        const qi_dev_info *in = qi_dev_info_get(D->be);
+        const size_t room = in->capacity ? (in->capacity > in->in_use ? in->capacity - in->in_use : 0) : 0;
+        if ((st = place_weights(e, d, &need, room, &at, err))) return st;
+        if (at >= 0)
+            return QI_ERR(err, QI_ERR_NOMEM,
+                          "plan does not fit device %s: its weights up to %s%d need more than the %zu bytes left "
+                          "after its activations (%zu bytes in all, %zu short)",
+                          in->name, at == L ? "the output head, after layer " : "layer ", at == L ? L - 1 : at, room,
+                          need, need - room);
+        if (need > 0) {
+            if ((st = qi_buf_alloc(D->be, need, "weights", &D->wbuf, err))) return st;
+            size_t off = 0;
+            if ((st = place_weights(e, d, &off, 0, &at, err))) return st;
+            if ((st = qi_dev_synchronize(D->be, err))) return st;
+        }
+        bool attn = false;
+        for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d;
+        if (attn && (st = qi_kv_pool_create(D->be, m->hp.head_dim, e->o.kv_max_bytes, &D->pool, err))) return st;
+    }
+    return QI_OK;
+}
+
+const qi_plan *qi_engine_plan(const qi_engine *e) { return &e->plan; }
+
+bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
+    if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be) return false;
+    const qi_dev_info *in = qi_dev_info_get(e->dev[d].be);
+    snprintf(out->name, sizeof out->name, "%s", e->plan.devices[d]);
+    out->capacity = in->capacity;
+    out->in_use = in->in_use;
+    out->peak = in->peak;
+    return true;
 }
 
 qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err) {
@@ -266,23 +484,17 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
     }
     if ((st = qi_backend_cpu_create(o->n_threads, o->attn_blas, &e->be, err))) goto fail;
-    if ((st = qi_kv_pool_create(hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
+    if ((st = qi_kv_pool_create(e->be, hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
 
     /* rows of a step: the prompt room plus one decode row per sequence */
-    const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs, E = (size_t)hp->n_embd;
-    const size_t qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
+    if ((st = setup_devices(e, R, err))) goto fail;
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
     e->q_pos = qi_malloc(sizeof(int32_t) * R);
-    e->x = qi_malloc(sizeof(float) * R * E);
-    e->xn = qi_malloc(sizeof(float) * R * (E > qw ? E : qw));
-    e->q = qi_malloc(sizeof(float) * R * qw);
-    e->k = qi_malloc(sizeof(float) * R * kvw);
-    e->v = qi_malloc(sizeof(float) * R * kvw);
-    e->att = qi_malloc(sizeof(float) * R * qw);
-    e->gate = qi_malloc(sizeof(float) * R * (size_t)hp->n_ff);
-    e->up = qi_malloc(sizeof(float) * R * (size_t)hp->n_ff);
+    e->kv_src = qi_malloc(sizeof *e->kv_src * 2 * R * (size_t)hp->n_head_kv);
+    e->kv_dst = qi_malloc(sizeof *e->kv_dst * 2 * R * (size_t)hp->n_head_kv);
     e->segs = qi_malloc(sizeof(segment) * (size_t)o->max_seqs);
     e->out_rows = qi_malloc(sizeof(int32_t) * R);
     e->cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
@@ -321,15 +533,16 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (!e->seqs || !e->tokens || !e->q_pos || !e->x || !e->xn || !e->q || !e->k || !e->v || !e->att ||
-        !e->gate || !e->up || !e->segs || !e->out_rows || !e->stats || !e->fate_off) {
+    if (!e->seqs || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->segs || !e->out_rows || !e->stats ||
+        !e->fate_off) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);
         goto fail;
     }
-    if ((st = e->be->iface->reserve(e->be, qi_backend_max_act_row_bytes(m) * R, (int)R, o->n_ctx, hp->n_head_kv,
-                                    hp->head_dim, err)))
-        goto fail;
+    for (int d = 0; d < e->plan.n_devices; d++)
+        if ((st = e->dev[d].be->iface->reserve(e->dev[d].be, qi_backend_max_act_row_bytes(m) * R, (int)R, o->n_ctx,
+                                               hp->n_head_kv, hp->head_dim, err)))
+            goto fail;
     *out = e;
     return QI_OK;
 fail:
@@ -376,7 +589,7 @@ qi_status qi_engine_seq_remove(qi_engine *e, int id, qi_err *err) {
     if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return QI_ERR(err, QI_ERR_INVALID, "no sequence %d", id);
     seq_state *s = &e->seqs[id];
     for (int l = 0; l < e->m->hp.n_layer; l++)
-        for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(e->pool, stream_of(e, s, l, h));
+        for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(work_pool(e, l), e->pool, stream_of(e, s, l, h));
     qi_free(s->streams);
     qi_free(s->pending);
     memset(s, 0, sizeof *s);
@@ -522,7 +735,7 @@ static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g,
     for (int t = 0; t < g->n; t++) {
         const int32_t qpos = g->pos0 + t;
         for (int h = hk * group; h < (hk + 1) * group; h++) {
-            const float *q = e->q + ((long)(g->off + t) * H + h) * D;
+            const float *q = e->dev[0].q + ((long)(g->off + t) * H + h) * D; /* policy layers attend on the CPU */
             K->f32_to_f16(q, ps->probe_q16, D);
             const qi_kv_tier *tiers[2] = {&st->work, &st->off};
             int base = 0;
@@ -663,33 +876,37 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         return bad->err_st;
     }
     for (long k = 0; k < n_streams; k++) {
-        qi_status st = qi_kv_stream_apply(e->pool, stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv)),
+        qi_status st = qi_kv_stream_apply(work_pool(e, l), e->pool,
+                                          stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv)),
                                           e->fates + e->fate_off[k], err);
         if (st) return st;
     }
     return QI_OK;
 }
 
-/* Segment g (the i-th of the step) at layer l: write its K/V to its
- * streams and fill its attention call, e->acall[i], without statistics
- * (attend_all places them). */
-static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, qi_err *err) {
+/* Segment g (the i-th of the step) at layer l: slots in its streams for
+ * its K/V rows (their writes gathered into e->kv_src/kv_dst from *n_kv on,
+ * for one kv_write of the layer), and its attention call, e->acall[i],
+ * without statistics (attend_all places them). */
+static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, int *n_kv, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     seq_state *s = &e->seqs[g->id];
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const long kvw = (long)Hkv * D;
     const bool swa = hp->n_swa > 0 && e->m->layers[l].swa;
+    const dev_state *A = &e->dev[e->plan.layers[l].attn_dev];
+    qi_kv_pool *pool = work_pool(e, l);
     qi_status st;
-    {
-        PROF_BEGIN(e);
-        for (int t = 0; t < g->n; t++)
-            for (int hk = 0; hk < Hkv; hk++) {
-                const long o = (long)(g->off + t) * kvw + (long)hk * D;
-                if ((st = qi_kv_stream_push(e->pool, stream_of(e, s, l, hk), g->pos0 + t, e->k + o, e->v + o, err)))
-                    return st;
-            }
-        PROF_END(e, QI_OP_KV);
-    }
+    for (int t = 0; t < g->n; t++)
+        for (int hk = 0; hk < Hkv; hk++) {
+            const long o = (long)(g->off + t) * kvw + (long)hk * D;
+            uint16_t *kr, *vr;
+            if ((st = qi_kv_stream_slot(pool, stream_of(e, s, l, hk), g->pos0 + t, &kr, &vr, err))) return st;
+            e->kv_src[*n_kv] = A->k + o;
+            e->kv_dst[(*n_kv)++] = kr;
+            e->kv_src[*n_kv] = A->v + o;
+            e->kv_dst[(*n_kv)++] = vr;
+        }
     int *n_slots = e->a_nslots + (size_t)i * Hkv;
     const int32_t **pos = e->a_pos + (size_t)i * Hkv;
     const uint16_t *const **kb = e->a_kb + (size_t)i * Hkv, *const **vb = e->a_vb + (size_t)i * Hkv;
@@ -703,7 +920,7 @@ static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, qi
     e->acall[i] = (qi_attn_paged_args){.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
                                        .n_swa = swa ? hp->n_swa : 0,
                                        .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
-                                       .q = e->q + (long)g->off * H * D, .out = e->att + (long)g->off * H * D,
+                                       .q = A->q + (long)g->off * H * D, .out = A->att + (long)g->off * H * D,
                                        .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb,
                                        .shift = QI_KV_BLOCK_SHIFT};
     return QI_OK;
@@ -742,13 +959,20 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
  * policy then decides every segment's streams (policy_all). */
 static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
     const bool policy = !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
+    qi_backend *b = e->dev[e->plan.layers[l].attn_dev].be;
     qi_status st;
+    int n_kv = 0;
     for (int i = 0; i < n_seg; i++)
-        if ((st = attend_prepare(e, &segs[i], i, l, err))) return st;
+        if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, err))) return st;
+    {
+        PROF_BEGIN(e);
+        b->iface->kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim);
+        PROF_END(e, QI_OP_KV);
+    }
     if (policy && (st = place_stats(e, n_seg, err))) return st;
     {
         PROF_BEGIN(e);
-        e->be->iface->attention_paged_n(e->be, e->acall, n_seg);
+        b->iface->attention_paged_n(b, e->acall, n_seg);
         PROF_END(e, QI_OP_ATTENTION);
     }
     if (!policy) return QI_OK;
@@ -758,70 +982,144 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l,
     return st;
 }
 
-static void scale_rows(float *x, long n, float sc) {
-    for (long i = 0; i < n; i++) x[i] *= sc;
+/* The hidden state (rows of n_embd) moves to device d where the next block
+ * runs. A copy to a device is queued on its stream, so its ops, which run
+ * in stream order, see it; a copy back to the CPU is queued on the
+ * device's stream and the host waits for an event after it. */
+static qi_status move_x(qi_engine *e, int *x_dev, int d, int rows, qi_err *err) {
+    if (*x_dev == d || rows == 0) {
+        *x_dev = d;
+        return QI_OK;
+    }
+    const dev_state *from = &e->dev[*x_dev], *to = &e->dev[d];
+    const size_t n = sizeof(float) * (size_t)rows * (size_t)e->m->hp.n_embd;
+    /* x is the first array of every device's activations */
+    qi_backend *stream = qi_dev_info_get(to->be)->host_visible ? from->be : to->be;
+    qi_status st = qi_dev_copy(stream, qi_view_of(to->act, 0), qi_view_of(from->act, 0), n, err);
+    if (st) return st;
+    if (stream != to->be) {
+        qi_event *ev = NULL;
+        if ((st = qi_event_record(stream, &ev, err))) return st;
+        st = qi_event_wait(to->be, ev, err);
+        qi_event_free(ev);
+        if (st) return st;
+    }
+    *x_dev = d;
+    return QI_OK;
+}
+
+/* The attention block of layer l on its device: x += attn(norm(x)), the
+ * step's K/V written and, on the last layer, the rows carried on cut to
+ * the output rows (*rows = R). */
+static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *rows,
+                                 qi_err *err) {
+    const qi_model *m = e->m;
+    const qi_hparams *hp = &m->hp;
+    const dev_state *A = &e->dev[e->plan.layers[l].attn_dev];
+    qi_backend *b = A->be;
+    const qi_backend_i *be = b->iface;
+    const qi_layer *ly = &A->layers[l];
+    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const bool swa = hp->n_swa > 0 && ly->swa;
+    const float base = swa ? hp->rope_base_swa : hp->rope_base;
+    be->rmsnorm(b, A->x, ly->attn_norm.data, T, E, hp->rms_eps, A->xn);
+    const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+    float *const qkv_out[3] = {A->q, A->k, A->v};
+    matmul_n(e, b, qkv, qkv_out, 3, A->xn, T);
+    if (ly->q_norm.data) be->rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q);
+    if (ly->k_norm.data) be->rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k);
+    be->rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode);
+    if (hp->q_scale > 0) be->scale(b, A->q, (long)T * H * D, hp->q_scale);
+    qi_status st = attend_all(e, segs, n_seg, l, err);
+    if (st) return st;
+    matmul(e, b, &ly->wo, A->att, T, A->xn);
+    if (l == hp->n_layer - 1 && R < T) {
+        /* carry on with the output rows only */
+        *rows = R;
+        if (R == 0) return QI_OK;
+        be->gather_rows(b, A->x, e->out_rows, R, E);
+        be->gather_rows(b, A->xn, e->out_rows, R, E);
+    }
+    if (ly->attn_post_norm.data) be->rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn);
+    be->add(b, A->x, A->xn, (long)*rows * E);
+    return QI_OK;
+}
+
+/* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
+static void mlp_block(qi_engine *e, int l, int rows) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev];
+    qi_backend *b = M->be;
+    const qi_backend_i *be = b->iface;
+    const qi_layer *ly = &M->layers[l];
+    const int E = hp->n_embd;
+    be->rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn);
+    const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
+    float *const gu_out[2] = {M->gate, M->up};
+    matmul_n(e, b, gu, gu_out, 2, M->xn, rows);
+    if (hp->ffn_act == QI_FFN_GEGLU_TANH)
+        be->geglu(b, M->gate, M->up, rows, hp->n_ff);
+    else
+        be->swiglu(b, M->gate, M->up, rows, hp->n_ff);
+    matmul(e, b, &ly->w_down, M->gate, rows, M->xn);
+    if (ly->ffn_post_norm.data) be->rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn);
+    be->add(b, M->x, M->xn, (long)rows * E);
+}
+
+/* The output head on its device, R rows of logits into e->logits (the
+ * host's). */
+static qi_status head_block(qi_engine *e, int R, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    dev_state *O = &e->dev[e->plan.head_dev];
+    qi_backend *b = O->be;
+    const qi_backend_i *be = b->iface;
+    const size_t bytes = sizeof(float) * (size_t)R * (size_t)hp->n_vocab;
+    float *out = e->logits;
+    qi_status st;
+    if (O != &e->dev[0]) {
+        if (R > O->cap_logit_rows) {
+            qi_buf_free(O->lbuf);
+            O->lbuf = NULL;
+            O->cap_logit_rows = 0;
+            if ((st = qi_buf_alloc(b, bytes, "logits", &O->lbuf, err))) return st;
+            O->logits = qi_buf_ptr(b, qi_view_of(O->lbuf, 0), bytes, err);
+            O->cap_logit_rows = R;
+        }
+        out = O->logits;
+    }
+    be->rmsnorm(b, O->x, O->out_norm.data, R, hp->n_embd, hp->rms_eps, O->xn);
+    matmul(e, b, &O->output, O->xn, R, out);
+    if (hp->logit_softcap > 0) be->softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap);
+    if (O == &e->dev[0]) return QI_OK;
+    if ((st = qi_dev_download(b, e->logits, qi_view_of(O->lbuf, 0), bytes, err))) return st;
+    return qi_dev_synchronize(b, err);
 }
 
 static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
     const qi_model *m = e->m;
     const qi_hparams *hp = &m->hp;
-    const qi_backend_i *be = e->be->iface;
-    qi_backend *b = e->be;
-    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const qi_plan *p = &e->plan;
     qi_status st;
 
     for (int i = 0; i < n_seg; i++)
         for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
-    be->get_rows(b, &m->tok_embd, e->tokens, T, e->x);
-    if (hp->embd_scale != 1.0f) scale_rows(e->x, (long)T * E, hp->embd_scale);
+    int x_dev = p->embd_dev;
+    {
+        const dev_state *X = &e->dev[x_dev];
+        X->be->iface->get_rows(X->be, &X->tok_embd, e->tokens, T, X->x);
+        if (hp->embd_scale != 1.0f) X->be->iface->scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale);
+    }
     int rows = T;
     for (int l = 0; l < hp->n_layer; l++) {
-        const qi_layer *ly = &m->layers[l];
-        const bool swa = hp->n_swa > 0 && ly->swa;
-        const float base = swa ? hp->rope_base_swa : hp->rope_base;
-        be->rmsnorm(b, e->x, ly->attn_norm.data, T, E, hp->rms_eps, e->xn);
-        const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
-        float *const qkv_out[3] = {e->q, e->k, e->v};
-        matmul_n(e, qkv, qkv_out, 3, e->xn, T);
-        if (ly->q_norm.data) be->rmsnorm(b, e->q, ly->q_norm.data, T * H, D, hp->rms_eps, e->q);
-        if (ly->k_norm.data) be->rmsnorm(b, e->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, e->k);
-        be->rope(b, e->q, H, e->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode);
-        if (hp->q_scale > 0) scale_rows(e->q, (long)T * H * D, hp->q_scale);
-        if ((st = attend_all(e, segs, n_seg, l, err))) return st;
-        matmul(e, &ly->wo, e->att, T, e->xn);
-        if (l == hp->n_layer - 1 && R < T) {
-            /* carry on with the output rows only (ascending, so moving down is safe) */
-            rows = R;
-            if (R == 0) return QI_OK;
-            for (int r = 0; r < R; r++) {
-                const int src = e->out_rows[r];
-                if (src == r) continue;
-                memmove(e->x + (long)r * E, e->x + (long)src * E, sizeof(float) * (size_t)E);
-                memmove(e->xn + (long)r * E, e->xn + (long)src * E, sizeof(float) * (size_t)E);
-            }
-        }
-        if (ly->attn_post_norm.data) be->rmsnorm(b, e->xn, ly->attn_post_norm.data, rows, E, hp->rms_eps, e->xn);
-        for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
-        be->rmsnorm(b, e->x, ly->ffn_norm.data, rows, E, hp->rms_eps, e->xn);
-        const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
-        float *const gu_out[2] = {e->gate, e->up};
-        matmul_n(e, gu, gu_out, 2, e->xn, rows);
-        if (hp->ffn_act == QI_FFN_GEGLU_TANH)
-            be->geglu(b, e->gate, e->up, rows, hp->n_ff);
-        else
-            be->swiglu(b, e->gate, e->up, rows, hp->n_ff);
-        matmul(e, &ly->w_down, e->gate, rows, e->xn);
-        if (ly->ffn_post_norm.data) be->rmsnorm(b, e->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, e->xn);
-        for (long i = 0; i < (long)rows * E; i++) e->x[i] += e->xn[i];
+        if ((st = move_x(e, &x_dev, p->layers[l].attn_dev, rows, err))) return st;
+        if ((st = attention_block(e, segs, n_seg, T, R, l, &rows, err))) return st;
+        if (rows == 0) break;
+        if ((st = move_x(e, &x_dev, p->layers[l].mlp_dev, rows, err))) return st;
+        mlp_block(e, l, rows);
     }
     if (R == 0) return QI_OK;
-    be->rmsnorm(b, e->x, m->out_norm.data, R, E, hp->rms_eps, e->xn);
-    matmul(e, &m->output, e->xn, R, e->logits);
-    if (hp->logit_softcap > 0) {
-        const float cap = hp->logit_softcap, inv = 1.0f / cap;
-        for (long i = 0; i < (long)R * hp->n_vocab; i++) e->logits[i] = tanhf(e->logits[i] * inv) * cap;
-    }
-    return QI_OK;
+    if ((st = move_x(e, &x_dev, p->head_dev, R, err))) return st;
+    return head_block(e, R, err);
 }
 
 qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {

@@ -15,22 +15,23 @@
 
 #include <string.h>
 
-#include "kernels.h"
 #include "kv/kv_policy.h"
 #include "qinfer/quant.h"
 
 struct qi_kv_pool {
+    qi_backend *dev;
     int D;
     qi_kv_usage u;
-    uint16_t **free_list;
+    qi_buf **free_list;
     long n_free, cap_free;
 };
 
-qi_status qi_kv_pool_create(int D, size_t max_bytes, qi_kv_pool **out, qi_err *err) {
+qi_status qi_kv_pool_create(qi_backend *dev, int D, size_t max_bytes, qi_kv_pool **out, qi_err *err) {
     *out = NULL;
     if (D < 1 || D > 4096) return QI_ERR(err, QI_ERR_INVALID, "KV head size %d out of range", D);
     qi_kv_pool *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the KV pool");
+    p->dev = dev;
     p->D = D;
     p->u.block_bytes = (size_t)2 * QI_KV_BLOCK * (size_t)D * sizeof(uint16_t);
     p->u.max_blocks = max_bytes ? (long)(max_bytes / p->u.block_bytes) : 0;
@@ -45,32 +46,38 @@ qi_status qi_kv_pool_create(int D, size_t max_bytes, qi_kv_pool **out, qi_err *e
 
 void qi_kv_pool_free(qi_kv_pool *p) {
     if (!p) return;
-    for (long i = 0; i < p->n_free; i++) qi_free(p->free_list[i]);
+    for (long i = 0; i < p->n_free; i++) qi_buf_free(p->free_list[i]);
     qi_free(p->free_list);
     qi_free(p);
 }
 
 const qi_kv_usage *qi_kv_pool_usage(const qi_kv_pool *p) { return &p->u; }
+qi_backend *qi_kv_pool_device(const qi_kv_pool *p) { return p->dev; }
 
-static qi_status block_get(qi_kv_pool *p, int tier, uint16_t **out, qi_err *err) {
+static qi_status block_get(qi_kv_pool *p, int tier, qi_buf **out, qi_err *err) {
     if (p->u.max_blocks && p->u.blocks[0] + p->u.blocks[1] >= p->u.max_blocks)
         return QI_ERR(err, QI_ERR_NOMEM, "KV cache full: %ld blocks of %zu KiB in use, the cap", p->u.max_blocks,
                       p->u.block_bytes / 1024);
-    uint16_t *b = p->n_free ? p->free_list[--p->n_free] : qi_malloc(p->u.block_bytes);
-    if (!b) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a KV block");
+    qi_buf *b = NULL;
+    if (p->n_free)
+        b = p->free_list[--p->n_free];
+    else {
+        qi_status st = qi_buf_alloc(p->dev, p->u.block_bytes, "a KV block", &b, err);
+        if (st) return st;
+    }
     p->u.blocks[tier]++;
     if (p->u.blocks[tier] > p->u.peak_blocks[tier]) p->u.peak_blocks[tier] = p->u.blocks[tier];
     *out = b;
     return QI_OK;
 }
 
-static void block_put(qi_kv_pool *p, int tier, uint16_t *b) {
+static void block_put(qi_kv_pool *p, int tier, qi_buf *b) {
     p->u.blocks[tier]--;
     if (p->n_free == p->cap_free) {
         long cap = p->cap_free ? 2 * p->cap_free : 64;
-        uint16_t **fl = qi_realloc(p->free_list, sizeof *fl * (size_t)cap);
+        qi_buf **fl = qi_realloc(p->free_list, sizeof *fl * (size_t)cap);
         if (!fl) { /* keep the accounting right; just do not cache the block */
-            qi_free(b);
+            qi_buf_free(b);
             return;
         }
         p->free_list = fl;
@@ -85,17 +92,18 @@ void qi_kv_stream_init(qi_kv_stream *s, int ring) {
 }
 
 static void tier_release(qi_kv_pool *p, int tier, qi_kv_tier *t) {
-    for (int b = 0; b < t->n_blocks; b++) block_put(p, tier, t->k_blk[b]);
+    for (int b = 0; b < t->n_blocks; b++) block_put(p, tier, t->blk[b]);
     qi_free(t->k_blk);
     qi_free(t->v_blk);
+    qi_free(t->blk);
     qi_free(t->pos);
     qi_free(t->score);
     memset(t, 0, sizeof *t);
 }
 
-void qi_kv_stream_release(qi_kv_pool *p, qi_kv_stream *s) {
-    tier_release(p, 0, &s->work);
-    tier_release(p, 1, &s->off);
+void qi_kv_stream_release(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s) {
+    tier_release(wp, 0, &s->work);
+    tier_release(op, 1, &s->off);
 }
 
 /* Room for n tokens in tier t: arrays and blocks. */
@@ -118,15 +126,20 @@ static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_
         if (kb) t->k_blk = kb;
         uint16_t **vb = kb ? qi_realloc(t->v_blk, sizeof *vb * (size_t)cap) : NULL;
         if (vb) t->v_blk = vb;
-        if (!kb || !vb) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
+        qi_buf **bb = vb ? qi_realloc(t->blk, sizeof *bb * (size_t)cap) : NULL;
+        if (bb) t->blk = bb;
+        if (!kb || !vb || !bb) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
         t->cap_blocks = cap;
     }
     while (t->n_blocks < need) {
-        uint16_t *b = NULL;
+        qi_buf *b = NULL;
         qi_status st = block_get(p, tier, &b, err);
         if (st) return st;
-        t->k_blk[t->n_blocks] = b;
-        t->v_blk[t->n_blocks] = b + (size_t)QI_KV_BLOCK * p->D;
+        uint16_t *k = qi_buf_ptr(p->dev, qi_view_of(b, 0), p->u.block_bytes, err);
+        QI_ASSERT(k); /* the pool's own buffer */
+        t->blk[t->n_blocks] = b;
+        t->k_blk[t->n_blocks] = k;
+        t->v_blk[t->n_blocks] = k + (size_t)QI_KV_BLOCK * p->D;
         t->n_blocks++;
     }
     return QI_OK;
@@ -135,10 +148,10 @@ static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_
 /* Give back blocks past what t->n tokens need. */
 static void tier_trim(qi_kv_pool *p, int tier, qi_kv_tier *t) {
     const int need = (t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
-    while (t->n_blocks > need) block_put(p, tier, t->k_blk[--t->n_blocks]);
+    while (t->n_blocks > need) block_put(p, tier, t->blk[--t->n_blocks]);
 }
 
-qi_status qi_kv_stream_push(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, const float *k, const float *v,
+qi_status qi_kv_stream_slot(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, uint16_t **k_row, uint16_t **v_row,
                             qi_err *err) {
     qi_kv_tier *t = &s->work;
     int slot = t->n;
@@ -149,10 +162,8 @@ qi_status qi_kv_stream_push(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, const f
         if (st) return st;
         t->n++;
     }
-    uint16_t *kr = qi_kv_k_row(t, slot, p->D), *vr = qi_kv_v_row(t, slot, p->D);
-    const qi_kernels *K = qi_kernels_get();
-    K->f32_to_f16(k, kr, p->D);
-    K->f32_to_f16(v, vr, p->D);
+    *k_row = qi_kv_k_row(t, slot, p->D);
+    *v_row = qi_kv_v_row(t, slot, p->D);
     t->pos[slot] = pos;
     t->score[slot] = 0.0f;
     return QI_OK;
@@ -182,22 +193,23 @@ static void tier_compact(int D, qi_kv_tier *t, int n0, const uint8_t *fate, uint
     t->n = lo;
 }
 
-qi_status qi_kv_stream_apply(qi_kv_pool *p, qi_kv_stream *s, const uint8_t *fate, qi_err *err) {
-    const int D = p->D, nw = s->work.n, no = s->off.n;
+qi_status qi_kv_stream_apply(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s, const uint8_t *fate, qi_err *err) {
+    QI_ASSERT(qi_dev_info_get(wp->dev)->host_visible && qi_dev_info_get(op->dev)->host_visible);
+    const int D = wp->D, nw = s->work.n, no = s->off.n;
     int n_off = 0, n_rec = 0;
     for (int i = 0; i < nw; i++) n_off += fate[i] == QI_KV_OFFLOAD;
     for (int j = 0; j < no; j++) n_rec += fate[nw + j] == QI_KV_KEEP;
     /* Reserve first, so a failure leaves the stream as it was. */
     qi_status st;
-    if ((st = tier_reserve(p, 1, &s->off, no + n_off, err))) return st;
-    if ((st = tier_reserve(p, 0, &s->work, nw + n_rec, err))) return st;
+    if ((st = tier_reserve(op, 1, &s->off, no + n_off, err))) return st;
+    if ((st = tier_reserve(wp, 0, &s->work, nw + n_rec, err))) return st;
     for (int i = 0; i < nw; i++)
         if (fate[i] == QI_KV_OFFLOAD) copy_token(D, &s->work, i, &s->off, s->off.n++);
     for (int j = 0; j < no; j++)
         if (fate[nw + j] == QI_KV_KEEP) copy_token(D, &s->off, j, &s->work, s->work.n++);
     tier_compact(D, &s->work, nw, fate, QI_KV_KEEP);
     tier_compact(D, &s->off, no, fate + nw, QI_KV_OFFLOAD);
-    tier_trim(p, 0, &s->work);
-    tier_trim(p, 1, &s->off);
+    tier_trim(wp, 0, &s->work);
+    tier_trim(op, 1, &s->off);
     return QI_OK;
 }

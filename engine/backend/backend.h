@@ -192,6 +192,16 @@ typedef struct {
     void (*swiglu)(qi_backend *b, float *gate, const float *up, int T, int n);
     /* gate[T][n] = gelu_tanh(gate) * up, with ggml's fp16 GELU table */
     void (*geglu)(qi_backend *b, float *gate, const float *up, int T, int n);
+    /* dst[i][0..D) = fp16(src[i][0..D)) for i < n: K and V rows into the
+     * cache's blocks (addresses of this device's pool) */
+    void (*kv_write)(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D);
+    /* x[i] += y[i]; x[i] *= s; x[i] = cap * tanh(x[i] / cap), for i < n */
+    void (*add)(qi_backend *b, float *x, const float *y, long n);
+    void (*scale)(qi_backend *b, float *x, long n, float s);
+    void (*softcap)(qi_backend *b, float *x, long n, float cap);
+    /* row r of x[.][width] = row rows[r], for r < n, rows ascending and
+     * rows[r] >= r (a step's output rows, gathered to the front in place) */
+    void (*gather_rows)(qi_backend *b, float *x, const int32_t *rows, int n, int width);
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
     /* fn(ctx, ith, nth) on each of the backend's host threads, the caller
@@ -219,7 +229,7 @@ typedef struct {
     void (*drain)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 10u
+#define QI_BACKEND_VERSION 11u
 
 struct qi_backend {
     const qi_backend_i *iface;

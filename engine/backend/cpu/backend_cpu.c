@@ -365,6 +365,35 @@ static void cpu_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, 
                               out + (long)t * w->n_cols, w->n_cols);
 }
 
+/* ---- element-wise, in the engine's order (one float operation each) -------------- */
+
+static void cpu_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D) {
+    const qi_kernels *K = C(b)->k;
+    for (int i = 0; i < n; i++) K->f32_to_f16(src[i], dst[i], D);
+}
+
+static void cpu_add(qi_backend *b, float *x, const float *y, long n) {
+    (void)b;
+    for (long i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void cpu_scale(qi_backend *b, float *x, long n, float s) {
+    (void)b;
+    for (long i = 0; i < n; i++) x[i] *= s;
+}
+
+static void cpu_softcap(qi_backend *b, float *x, long n, float cap) {
+    (void)b;
+    const float inv = 1.0f / cap;
+    for (long i = 0; i < n; i++) x[i] = tanhf(x[i] * inv) * cap;
+}
+
+static void cpu_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width) {
+    (void)b;
+    for (int r = 0; r < n; r++)
+        if (rows[r] != r) memmove(x + (long)r * width, x + (long)rows[r] * width, sizeof(float) * (size_t)width);
+}
+
 /* ---- attention --------------------------------------------------------------- */
 
 /* The paged variant: the same arithmetic as att_work over a block table,
@@ -800,6 +829,11 @@ static const qi_backend_i k_cpu_iface = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .get_rows = cpu_get_rows,
+    .kv_write = cpu_kv_write,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
+    .gather_rows = cpu_gather_rows,
     .host_run = cpu_host_run,
     .reserve = cpu_reserve,
     .free = cpu_free,

@@ -179,6 +179,26 @@ static void td_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, i
     qi_backend *in = OP(b);
     in->iface->get_rows(in, w, ids, T_, out);
 }
+static void td_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D) {
+    qi_backend *in = OP(b);
+    in->iface->kv_write(in, src, dst, n, D);
+}
+static void td_add(qi_backend *b, float *x, const float *y, long n) {
+    qi_backend *in = OP(b);
+    in->iface->add(in, x, y, n);
+}
+static void td_scale(qi_backend *b, float *x, long n, float s) {
+    qi_backend *in = OP(b);
+    in->iface->scale(in, x, n, s);
+}
+static void td_softcap(qi_backend *b, float *x, long n, float cap) {
+    qi_backend *in = OP(b);
+    in->iface->softcap(in, x, n, cap);
+}
+static void td_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width) {
+    qi_backend *in = OP(b);
+    in->iface->gather_rows(in, x, rows, n, width);
+}
 static void td_host_run(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
     qi_backend *in = INNER(b);
     in->iface->host_run(in, fn, ctx);
@@ -223,6 +243,11 @@ static const qi_backend_i k_td_iface = {
     .swiglu = td_swiglu,
     .geglu = td_geglu,
     .get_rows = td_get_rows,
+    .kv_write = td_kv_write,
+    .add = td_add,
+    .scale = td_scale,
+    .softcap = td_softcap,
+    .gather_rows = td_gather_rows,
     .host_run = td_host_run,
     .reserve = td_reserve,
     .free = td_free,

@@ -29,6 +29,7 @@
 
 #include "qinfer/model.h"
 #include "qinfer/params.h"
+#include "qinfer/plan.h"
 #include "qinfer/status.h"
 
 typedef struct qi_engine qi_engine;
@@ -49,6 +50,8 @@ typedef struct {
     double kv_budget_frac;  /* of the sequence's current length, in (0, 1]; 0 with 0 tokens: no budget */
     size_t kv_max_bytes;    /* cap on KV memory over both tiers (0: none) */
     bool profile;           /* time every op (qi_engine_profile) */
+    const char *devices;    /* --devices: "cpu" (default) or "cpu,testdev[:BYTES]" (plan.h) */
+    const char *placement;  /* --placement: "all-cpu" (default), "ngl=N" or a plan file (plan.h) */
     bool attn_blas;         /* prompt chunks' attention through OpenBLAS sgemm (default off):
                              * faster, but the logits are no longer bit-identical to llama.cpp's;
                              * one-token steps are unchanged. Needs libopenblas0 at run time:
@@ -103,6 +106,15 @@ int qi_engine_kv_stream_tokens(const qi_engine *e, int id, int layer, int kv_hea
                                const float **score);
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
+/* The placement plan the engine runs (opts.devices and opts.placement). */
+const qi_plan *qi_engine_plan(const qi_engine *e);
+/* Device d of the plan: its name, capacity and bytes in use now and at
+ * peak (weights, activations, KV blocks); false when d is out of range. */
+typedef struct {
+    char name[QI_PLAN_DEV_NAME];
+    size_t capacity, in_use, peak;
+} qi_engine_dev;
+bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out);
 
 /* Wall time per kind of op since creation (with opts.profile), and the
  * weight bytes the matmuls read: what a placement cost model is fitted to. */
