@@ -199,7 +199,45 @@ bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k) {
     return false;
 }
 
+bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
+    if (qi_args_is(a, NULL, "--devices")) {
+        const char *s = qi_args_str(a);
+        if (s) k->devices = s;
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--placement")) {
+        const char *s = qi_args_str(a);
+        if (s) k->placement = s;
+        return true;
+    }
+    return false;
+}
+
+void qi_cli_place_help(void) {
+    printf("      --devices LIST      devices to place blocks on: cpu (default), or cpu,testdev[:BYTES]\n"
+           "                          (testdev: a second CPU device with its own memory and stream)\n"
+           "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
+           "                          head when N > layers, on the second device); or a plan file:\n"
+           "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name\n");
+}
+
+void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
+    char sum[256];
+    qi_plan_summary(qi_engine_plan(e), sum, sizeof sum);
+    fprintf(stderr, "qinfer %s: placement %s", cmd, sum);
+    qi_engine_dev d;
+    for (int i = 0; qi_engine_device(e, i, &d); i++) {
+        fprintf(stderr, "%s %s %.1f MiB in use (peak %.1f", i ? ";" : ",", d.name, d.in_use / 1048576.0,
+                d.peak / 1048576.0);
+        if (d.capacity) fprintf(stderr, " of %.1f", d.capacity / 1048576.0);
+        fprintf(stderr, " MiB)");
+    }
+    fprintf(stderr, "\n");
+}
+
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
+    o->devices = k->devices;
+    o->placement = k->placement;
     o->kv_policy = k->policy;
     o->kv_params = &k->params;
     o->kv_budget_tokens = k->budget_tokens;
@@ -213,6 +251,9 @@ void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
     for (int i = 0; i < k->params.n; i++)
         w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "%s%s=%s", i ? "," : ", ", k->params.items[i].key,
                       k->params.items[i].value);
+    if (k->placement && strcmp(k->placement, "all-cpu") != 0)
+        w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "; placement %s on %s", k->placement,
+                      k->devices ? k->devices : "cpu");
 }
 
 void qi_cli_kv_help(void) {

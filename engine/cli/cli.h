@@ -66,7 +66,18 @@ typedef struct {
     qi_params params;
     int budget_tokens;
     double budget_frac;
+    const char *devices;   /* --devices (NULL: cpu) */
+    const char *placement; /* --placement (NULL: all-cpu) */
 } qi_cli_kv;
+
+/* The placement flags, kept in the same struct and applied with it:
+ *   --devices LIST      cpu (default), or cpu,testdev[:BYTES]
+ *   --placement P       all-cpu (default), ngl=N, or a plan file */
+bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k);
+void qi_cli_place_help(void);
+/* With --profile: the plan in force and each device's memory, on stderr. */
+struct qi_engine;
+void qi_cli_print_plan(const char *cmd, const struct qi_engine *e);
 
 void qi_cli_kv_init(qi_cli_kv *k);
 /* If the current flag is one of the KV flags, consume its value (reporting a

@@ -49,6 +49,7 @@ static void help(void) {
         "  -h, --help            this help\n\n"
         "The policy under test:\n");
     qi_cli_kv_help();
+    qi_cli_place_help();
 }
 
 /* Read at most cap bytes from the start of path into a qi_malloc'ed buffer;
@@ -198,6 +199,8 @@ int qi_cmd_agree(int argc, char **argv) {
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
         if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_cli_place_flag(&a, &kv))
+            continue;
         else if (qi_cli_kv_flag(&a, &kv)) continue;
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-p", "--prompt")) prompt = qi_args_str(&a);

@@ -133,6 +133,7 @@ static void help(void) {
 #endif
     );
     qi_cli_kv_help();
+    qi_cli_place_help();
     printf("\nt/s is the mean +- sample standard deviation over the repetitions; for a batched\n"
            "row it is the aggregate, B x N tokens / seconds of the N steps, and the\n"
            "per-sequence rate is that / B. Progress goes to stderr. Peak RSS is this\n"
@@ -944,6 +945,8 @@ int qi_cmd_bench(int argc, char **argv) {
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
         if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_cli_place_flag(&a, &kv))
+            continue;
         else if (qi_cli_kv_flag(&a, &kv)) {}
         else if (qi_args_is(&a, "-b", "--batch")) {
             const char *list = qi_args_str(&a);
@@ -1109,7 +1112,8 @@ int qi_cmd_bench(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas};
+    const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .devices = kv.devices,
+                            .placement = kv.placement};
     if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
@@ -1153,7 +1157,10 @@ int qi_cmd_bench(int argc, char **argv) {
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }
         if (run_test(&run, t, n_warmup, &err)) goto fail;
-        if (profile && run.eng) qi_cli_print_profile(cmd, t->name, &run.prof);
+        if (profile && run.eng) {
+            qi_cli_print_profile(cmd, t->name, &run.prof);
+            qi_cli_print_plan(cmd, run.eng);
+        }
         qi_engine_free(run.eng);
         run.eng = NULL;
     }

@@ -44,6 +44,7 @@ static void help(void) {
         "      --attn-blas       the prompt's attention through OpenBLAS sgemm: faster, but\n"
         "                        not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
+    qi_cli_place_help();
     printf("  -h, --help            this help\n");
 }
 
@@ -78,6 +79,8 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
+        else if (qi_cli_place_flag(&a, &kvo))
+            continue;
         else if (qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
     }
@@ -170,6 +173,7 @@ int qi_cmd_generate(int argc, char **argv) {
         qi_engine_prof pr;
         qi_engine_profile(eng, &pr);
         qi_cli_print_profile(cmd, NULL, &pr);
+        qi_cli_print_plan(cmd, eng);
     }
     if (kv_stats) {
         qi_engine_kv_seq ks;

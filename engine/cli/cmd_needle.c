@@ -77,6 +77,7 @@ static void help(void) {
         "The KV policy, applied throughout (prefill and decode):\n",
         N_GEN);
     qi_cli_kv_help();
+    qi_cli_place_help();
 }
 
 /* ---- flags ------------------------------------------------------------------------ */
@@ -368,6 +369,8 @@ int qi_cmd_needle(int argc, char **argv) {
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
         if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_cli_place_flag(&a, &kv))
+            continue;
         else if (qi_cli_kv_flag(&a, &kv)) continue;
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--lengths")) parse_list(&a, true, 16, 1 << 20, lengths, &n_len);

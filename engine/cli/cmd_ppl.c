@@ -42,6 +42,7 @@ static void help(void) {
         "      --attn-blas     prompt chunks' attention through OpenBLAS sgemm: faster,\n"
         "                      but not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
+    qi_cli_place_help();
     printf("  -h, --help          this help\n");
 }
 
@@ -75,6 +76,8 @@ int qi_cmd_ppl(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_args_is(&a, NULL, "--batch")) qi_args_int(&a, 1, 256, &batch);
+        else if (qi_cli_place_flag(&a, &kvo))
+            continue;
         else if (qi_cli_kv_flag(&a, &kvo)) decode = true;
         else qi_args_unknown(&a);
     }

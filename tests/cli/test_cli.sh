@@ -61,6 +61,26 @@ expect_fail 2 "unknown policy 'nope'" $Q ppl $M -f x --kv-policy nope
 expect_fail 2 "kv-budget" $Q ppl $M -f x --kv-budget 0
 expect_fail 2 "kv-budget" $Q ppl $M -f x --kv-budget 150%
 expect_fail 2 "kv-param" $Q ppl $M -f x --kv-param "=3"
+# Placement: a plan on the test device gives the all-CPU text; bad devices,
+# placements and plans that cannot run are one-line errors.
+expect_ok $Q generate $M -p "The three laws of robotics are" -n 12 --temp 0 && cp "$tmp/out" "$tmp/cpu.txt"
+for p in ngl=1 ngl=31; do
+  expect_ok $Q generate $M -p "The three laws of robotics are" -n 12 --temp 0 --devices cpu,testdev --placement $p \
+    --profile && { cmp -s "$tmp/out" "$tmp/cpu.txt" || bad "--placement $p: the text differs from all-cpu";
+                   grep -q "placement ngl=${p#ngl=} (testdev), cpu .* MiB in use" "$tmp/err" ||
+                     bad "--placement $p --profile does not print the plan: $(cat "$tmp/err")"; }
+done
+expect_fail 2 "the first device must be cpu" $Q generate $M -p hi -n 1 --devices gpu
+expect_fail 2 "no device 'cuda:0' in this build" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
+expect_fail 2 "needs a second device" $Q generate $M -p hi -n 1 --placement ngl=2
+expect_fail 2 "N must be an integer in 0..31" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=32
+expect_fail 1 "not a readable plan file" $Q generate $M -p hi -n 1 --placement "$tmp/none.plan"
+printf 'cpu cpu\nnope cpu\n' >"$tmp/bad.plan"
+expect_fail 1 "bad.plan:2: no device 'nope'" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement "$tmp/bad.plan"
+expect_fail 1 "plan does not fit device testdev:20M" $Q generate $M -p hi -n 1 --devices cpu,testdev:20M --placement ngl=31
+expect_fail 1 "KV policy 'h2o' evicts" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=31 \
+  --kv-policy h2o --kv-budget 50%
+expect_fail 2 "needs a value" $Q generate $M -p hi -n 1 --placement
 expect_ok $Q tokenize -m smollm2-135m -p "Hello world" && { [[ $(cat "$tmp/out") =~ ^[0-9\ ]+$ ]] || bad "tokenize output: $(cat "$tmp/out")"; }
 
 echo "$passes passed, $fails failed"

@@ -131,6 +131,7 @@ typedef struct {
     int n_threads;  /* >= 1 */
     bool attn_blas; /* prompts' attention (2+ tokens per eval) through OpenBLAS sgemm: faster,
                      * but not bit-identical to llama.cpp; needs libopenblas0 at run time */
+    const char *devices, *placement; /* the engine's (engine.h); NULL: cpu, all-cpu */
 } qi_ctx_opts;
 
 /* Fails (QI_ERR_UNSUPPORTED) with attn_blas when OpenBLAS cannot be loaded. */
