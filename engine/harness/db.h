@@ -63,6 +63,13 @@ qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err);
  * through this function. */
 void qi_db_default_path(const char *name, char *buf, size_t n);
 
+/* The database of shard `shard_index` of `shard_count` of experiment `name`
+ * in folder `dir` (NULL or "": the working directory):
+ * "DIR/NAME.shard-I-of-N.db", NAME's characters replaced as above, written
+ * to buf (n bytes, truncated to fit). `qinfer run --shard`, `qinfer submit`
+ * and the batch scripts it writes agree on it through this function. */
+void qi_db_shard_path(const char *dir, const char *name, int shard_index, int shard_count, char *buf, size_t n);
+
 /* Close the handle. A run still open is rolled back (as if the process had
  * been killed). NULL is a no-op. */
 void qi_db_close(qi_db *db);
@@ -75,6 +82,10 @@ void qi_db_busy_timeout(qi_db *db, int ms);
  * keeps the stored value) describe the script as it was last run. */
 qi_status qi_db_experiment(qi_db *db, const char *name, const char *script_path, const char *script_sha256,
                            int64_t *id, qi_err *err);
+
+/* The id of the experiment named `name` in *id, 0 when the database has
+ * none (works on a read-only handle). */
+qi_status qi_db_experiment_find(qi_db *db, const char *name, int64_t *id, qi_err *err);
 
 /* The key a configuration is found by: the SHA-256 (lower-case hex) of its
  * canonical JSON text (qi_json_canonical), so key order and whitespace do not

@@ -33,6 +33,8 @@ typedef struct {
     const char *db_path;  /* NULL: results/NAME.db (the folder made if missing) */
     const char *const *sets; /* "key=value" pins, n_sets of them */
     int n_sets;
+    int shard_index, shard_count; /* shard_count >= 1: only shard shard_index (0-based) of
+                                   * shard_count (sweep.lua's split); 0: the whole sweep */
     bool fresh;    /* redo configurations already done */
     bool list;     /* print the configurations and stop (no database) */
     bool verbose;  /* tracebacks of failures on stderr */
@@ -40,7 +42,9 @@ typedef struct {
 } qi_lua_run_opts;
 
 typedef struct {
-    int n_configs, n_done, n_skipped, n_failed;
+    int n_configs; /* of this run: the shard's when sharded */
+    int n_total;   /* of the whole sweep */
+    int n_done, n_skipped, n_failed;
     bool interrupted; /* SIGINT/SIGTERM: the run in flight was rolled back */
 } qi_lua_run_summary;
 

@@ -24,6 +24,10 @@
  * values are Lua values: their types decide the JSON and the --set
  * conversion.
  *
+ * With a shard (--shard I/N) sweep.lua keeps only the configurations of
+ * part I of its split; the rest is unchanged, so a shard resumes in its own
+ * database as a whole sweep does.
+ *
  * Progress is one line on stderr, rewritten in place on a terminal and
  * printed line by line otherwise; each configuration's result (metric means
  * over repetitions) is one line on stdout.
@@ -174,7 +178,14 @@ static qi_status prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
         lua_pushstring(L, o->sets[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    if (!lq_pcall(L, 2, 1, msg, sizeof msg, NULL, 0)) return QI_ERR(err, QI_ERR_INVALID, "%s: %s", o->script, msg);
+    if (o->shard_count > 0) {
+        lua_pushinteger(L, o->shard_index);
+        lua_pushinteger(L, o->shard_count);
+    } else {
+        lua_pushnil(L);
+        lua_pushnil(L);
+    }
+    if (!lq_pcall(L, 4, 1, msg, sizeof msg, NULL, 0)) return QI_ERR(err, QI_ERR_INVALID, "%s: %s", o->script, msg);
     lua_replace(L, exp);
     lua_settop(L, exp);
     return QI_OK;
@@ -269,6 +280,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     const int reps = plan_int(L, plan, "repetitions"), warmup = plan_int(L, plan, "warmup");
     const int seed = plan_int(L, plan, "seed");
     sum->n_configs = n_cfg;
+    sum->n_total = plan_int(L, plan, "total");
+    char shard_desc[128] = "";
+    if (o->shard_count > 0) {
+        lua_getfield(L, plan, "load");
+        snprintf(shard_desc, sizeof shard_desc, ", shard %d/%d (%d of %d configurations, cost %.6g)", o->shard_index,
+                 o->shard_count, n_cfg, sum->n_total, lua_tonumber(L, -1));
+        lua_pop(L, 1);
+    }
 
     char desc[1024];
     if (o->list) {
@@ -276,7 +295,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
             lua_getfield(L, plan, "json");
             lua_geti(L, -1, i);
             describe(L, plan, i, desc, sizeof desc);
-            printf("[%d/%d] %s  %s\n", i, n_cfg, desc, lua_tostring(L, -1));
+            if (o->shard_count > 0) {
+                lua_getfield(L, plan, "index");
+                lua_geti(L, -1, i);
+                printf("[%d/%d] #%d %s  %s\n", i, n_cfg, (int)lua_tointeger(L, -1), desc, lua_tostring(L, -3));
+                lua_pop(L, 2);
+            } else {
+                printf("[%d/%d] %s  %s\n", i, n_cfg, desc, lua_tostring(L, -1));
+            }
             lua_pop(L, 2);
         }
         goto done;
@@ -286,12 +312,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     if (o->db_path) {
         snprintf(db_path, sizeof db_path, "%s", o->db_path);
     } else {
-        if (mkdir("results", 0777) != 0 && errno != EEXIST) {
-            st = QI_ERR(err, QI_ERR_IO, "cannot create the folder results/ (%s); name a database with --db",
+        const char *dir = o->shard_count > 0 ? "results/shards" : "results";
+        if ((mkdir("results", 0777) != 0 && errno != EEXIST) || (mkdir(dir, 0777) != 0 && errno != EEXIST)) {
+            st = QI_ERR(err, QI_ERR_IO, "cannot create the folder %s/ (%s); name a database with --db", dir,
                         strerror(errno));
             goto done;
         }
-        qi_db_default_path(name, db_path, sizeof db_path);
+        if (o->shard_count > 0) qi_db_shard_path(dir, name, o->shard_index, o->shard_count, db_path, sizeof db_path);
+        else qi_db_default_path(name, db_path, sizeof db_path);
     }
     char script_sha[65] = "";
     int64_t exp_id;
@@ -328,8 +356,8 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
         goto done;
     }
     const bool tty = isatty(STDERR_FILENO);
-    fprintf(stderr, "qinfer run: %s, %d configuration%s x %d repetition%s (+%d warm-up), database %s\n", name, n_cfg,
-            n_cfg == 1 ? "" : "s", reps, reps == 1 ? "" : "s", warmup, db_path);
+    fprintf(stderr, "qinfer run: %s%s, %d configuration%s x %d repetition%s (+%d warm-up), database %s\n", name,
+            shard_desc, n_cfg, n_cfg == 1 ? "" : "s", reps, reps == 1 ? "" : "s", warmup, db_path);
     double t_start = now_s();
     int n_ran = 0;
     char head[1200], fails[4096] = "";

@@ -10,6 +10,9 @@
 #               rolls back; --set, --list, --fresh
 #   run_errors  scripts that must fail: exit code, file:line on stderr, and
 #               a consistent database (failed rows, no half-written run)
+#   shard       `qinfer run --shard I/N`: for every N up to 16 the shards'
+#               configurations are disjoint and together the whole sweep;
+#               a sharded run into its default database; bad --shard values
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -205,6 +208,52 @@ run_errors)
   consistent "$tmp/type.db"
   expect_sql "$tmp/type.db" "SELECT status FROM runs" "failed"
   ;;
+shard)
+  # --list of every shard, for every N up to 16 (shard_exp.lua: 22 configurations)
+  "$Q" run shard_exp.lua --list >"$tmp/all" 2>"$tmp/err" && ok || bad "--list: $(cat "$tmp/err")"
+  sed 's/^\[[0-9]*\/[0-9]*\] //' "$tmp/all" | sort >"$tmp/all.sorted"
+  [[ $(wc -l <"$tmp/all.sorted") -eq 22 ]] && ok || bad "--list: $(cat "$tmp/all")"
+  for n in $(seq 1 16); do
+    : >"$tmp/union"
+    for ((i = 0; i < n; i++)); do
+      "$Q" run shard_exp.lua --list --shard "$i/$n" >"$tmp/s" 2>"$tmp/err" || bad "--shard $i/$n: $(cat "$tmp/err")"
+      sed 's/^\[[0-9]*\/[0-9]*\] #[0-9]* //' "$tmp/s" >>"$tmp/union"
+    done
+    # disjoint: no line twice; union: exactly the whole sweep
+    [[ -z $(sort "$tmp/union" | uniq -d) ]] && ok || bad "N=$n: a configuration in two shards: $(sort "$tmp/union" | uniq -d)"
+    sort "$tmp/union" | cmp -s - "$tmp/all.sorted" && ok || bad "N=$n: the shards' union is not the sweep"
+  done
+  # the split is the cost estimate's: k = 11 (cost 11) of p=a leads shard 0 of 2
+  "$Q" run shard_exp.lua --list --shard 0/2 >"$tmp/s" 2>&1
+  [[ $(wc -l <"$tmp/s") -eq 11 ]] && ok || bad "--shard 0/2: $(cat "$tmp/s")"
+  grep -qF '#21 k=11 p=a  {"k":11,"p":"a"}' "$tmp/s" && ok || bad "--shard 0/2 lacks k=11 p=a: $(cat "$tmp/s")"
+  # with a pin, the pinned sweep is split
+  "$Q" run shard_exp.lua --list --set p=b --shard 1/3 >"$tmp/s" 2>&1
+  [[ $(grep -c '"p":"b"' "$tmp/s") -eq $(wc -l <"$tmp/s") && $(wc -l <"$tmp/s") -ge 3 ]] && ok || bad "--set with --shard: $(cat "$tmp/s")"
+
+  # a shard run: its default database, only its configurations, resumable
+  mkdir "$tmp/w" && cd "$tmp/w" || exit 1
+  run_expect 0 "$here/shard_exp.lua" --shard 1/4 -t 1
+  err_has "shard_test, shard 1/4 (5 of 22 configurations, cost 33)"
+  db=results/shards/shard_test.shard-1-of-4.db
+  consistent "$db"
+  expect_sql "$db" "SELECT count(*), sum(status = 'done') FROM runs" "5|5"
+  "$Q" run "$here/shard_exp.lua" --list --shard 1/4 | sed 's/.*  //' | sort >"$tmp/want"
+  sql "$db" "SELECT config_json FROM runs ORDER BY config_json" | cmp -s - "$tmp/want" && ok ||
+    bad "shard 1/4 ran other configurations: $(sql "$db" "SELECT config_json FROM runs")"
+  run_expect 0 "$here/shard_exp.lua" --shard 1/4 -t 1
+  err_has "5 configurations, 0 done, 5 skipped (already done)"
+  run_expect 0 "$here/shard_exp.lua" --shard 2/4 --db "$tmp/named.db" -t 1
+  expect_sql "$tmp/named.db" "SELECT count(*) FROM runs WHERE status = 'done'" "6"
+  cd "$here" || exit 1
+
+  expect_fail 2 "option --shard: '4/4' is not I/N with 0 <= I < N" "$Q" run shard_exp.lua --shard 4/4
+  expect_fail 2 "option --shard: '1/0' is not I/N" "$Q" run shard_exp.lua --shard 1/0
+  expect_fail 2 "option --shard: '-1/2' is not I/N" "$Q" run shard_exp.lua --shard -1/2
+  expect_fail 2 "option --shard: '1' is not I/N" "$Q" run shard_exp.lua --shard 1
+  expect_fail 2 "option --shard: '1/2x' is not I/N" "$Q" run shard_exp.lua --shard 1/2x
+  expect_fail 2 "option --shard needs a value" "$Q" run shard_exp.lua --shard
+  ;;
 results)
   # results/ relative to the working directory, as qinfer run makes it
   mkdir "$tmp/w" && cd "$tmp/w" || exit 1
@@ -293,7 +342,7 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   expect_ok "$Q" results --help
   ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, results)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, results)" >&2
   exit 2
   ;;
 esac
