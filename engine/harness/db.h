@@ -207,6 +207,34 @@ qi_status qi_db_export_csv(qi_db *db, const char *exp_name, FILE *out, qi_err *e
  * same double; "inf", "-inf" and "nan" for the others. */
 void qi_db_format_number(double v, char *buf, size_t n);
 
+/* ---- merging databases ------------------------------------------------------------ */
+
+/* What one input of a merge brought. */
+typedef struct {
+    int64_t n_runs;     /* its finished runs ('done' or 'failed') */
+    int64_t n_added;    /* of those, copied into the output */
+    int64_t n_replaced; /* of the added, how many replaced a 'failed' run of the output */
+} qi_db_merge_stats;
+
+/* Merge the results databases in_paths[0..n_in-1] into out_path (created
+ * as a results database when missing): every experiment, and every run with
+ * its metrics, unless the output already holds that experiment's
+ * configuration (same config_key) as 'done'. A 'done' run replaces a
+ * 'failed' one; a 'failed' run is copied only where the output has none.
+ * Inputs are read-only and merged in order (the first to hold a
+ * configuration done wins), so merging twice, or overlapping inputs, adds
+ * nothing twice. Everything is written in one transaction, after every
+ * input has been checked: a failure writes nothing (an output created by
+ * the call is removed). stats (may be NULL) receives n_in entries.
+ * Errors: QI_ERR_IO (a missing or unreadable file); QI_ERR_DB (not a
+ * qinfer results database, a truncated or corrupt one: integrity_check
+ * fails, or SQLite fails); QI_ERR_UNSUPPORTED (a schema version other than
+ * this build's); QI_ERR_INVALID (one experiment name run from two different
+ * scripts, i.e. different script_sha256, across the databases; an input
+ * that is the output); QI_ERR_NOMEM. */
+qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_in, qi_db_merge_stats *stats,
+                      qi_err *err);
+
 /* ---- summaries: an experiment's metrics as a table --------------------------------- */
 
 typedef struct {

@@ -13,6 +13,12 @@
 #   shard       `qinfer run --shard I/N`: for every N up to 16 the shards'
 #               configurations are disjoint and together the whole sweep;
 #               a sharded run into its default database; bad --shard values
+#   merge       `qinfer results merge` of shard databases: the same runs and
+#               numbers as the unsharded sweep; idempotence; overlapping
+#               inputs; a done run replacing a failed one; a shard killed
+#               mid-run (its WAL left behind) and resumed; refusals, with
+#               nothing written, of another schema version, another
+#               experiment definition, truncated, corrupt and foreign files
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -254,6 +260,131 @@ shard)
   expect_fail 2 "option --shard: '1/2x' is not I/N" "$Q" run shard_exp.lua --shard 1/2x
   expect_fail 2 "option --shard needs a value" "$Q" run shard_exp.lua --shard
   ;;
+merge)
+  # run_q DB ARGS...: shard_exp.lua into DB
+  run_q() { local db=$1; shift; "$Q" run shard_exp.lua --db "$db" -t 1 "$@" >/dev/null 2>"$tmp/err"; }
+  # content DB: every run and metric, by configuration (no ids, no times)
+  content() {
+    sql "$1" "SELECT e.name, r.config_key, r.config_json, r.status, ifnull(r.error, ''), m.name, m.repetition, m.value, m.unit
+      FROM runs r JOIN experiments e ON e.id = r.experiment_id LEFT JOIN metrics m ON m.run_id = r.id
+      ORDER BY e.name, r.config_key, m.name, m.repetition"
+  }
+  # same DB: the file and its content are as they were (saved by snap)
+  snap() { content "$1" >"$tmp/snap.content"; sha256sum <"$1" >"$tmp/snap.sha"; }
+  same() {
+    content "$1" | cmp -s - "$tmp/snap.content" && ok || bad "$1: content changed"
+    sha256sum <"$1" | cmp -s - "$tmp/snap.sha" && ok || bad "$1: file changed"
+  }
+  merge_expect() { # CODE ARGS...
+    local code=$1; shift
+    "$Q" results merge "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    [[ $rc -eq $code ]] && ok || bad "qinfer results merge $* -> exit $rc, want $code: $(cat "$tmp/err")"
+  }
+  run_q "$tmp/full.db" && ok || bad "unsharded run: $(cat "$tmp/err")"
+  for i in 0 1 2 3; do run_q "$tmp/s$i.db" --shard "$i/4" && ok || bad "shard $i: $(cat "$tmp/err")"; done
+  content "$tmp/full.db" >"$tmp/full.content"
+  [[ $(wc -l <"$tmp/full.content") -eq 132 ]] && ok || bad "full.db: $(wc -l <"$tmp/full.content") rows, want 22 x 3 x 2"
+
+  # the shards merged equal the unsharded sweep
+  m=$tmp/m.db
+  merge_expect 0 "$m" "$tmp"/s{0,1,2,3}.db
+  err_has "m.db: 22 runs added from 4 databases (0 already there)"
+  grep -qF "s2.db: 6 runs, 6 added" "$tmp/out" && ok || bad "merge report: $(cat "$tmp/out")"
+  consistent "$m"
+  content "$m" | cmp -s - "$tmp/full.content" && ok || bad "merged content differs from the unsharded sweep's"
+  expect_sql "$m" "SELECT count(*), count(DISTINCT config_key), sum(status = 'done') FROM runs" "22|22|22"
+  expect_sql "$m" "SELECT count(*) FROM experiments" "1"
+  expect_sql "$m" "SELECT count(*) FROM runs WHERE cpu IS NULL OR engine_version IS NULL OR started IS NULL OR finished IS NULL" "0"
+  expect_ok "$Q" results shard_test --db "$m" --by k --metric test.value -o csv
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n '2p;12p' | cut -d, -f1-3 | tr '\n' ' ') == "1,2,10.75 11,2,110.75 " ]] && ok ||
+    bad "qinfer results on the merged database: $(cat "$tmp/out")"
+
+  # idempotent: again, nothing added, nothing changed
+  snap "$m"
+  merge_expect 0 "$m" "$tmp"/s{0,1,2,3}.db
+  err_has "0 runs added from 4 databases (22 already there)"
+  same "$m"
+  # overlapping inputs: the whole sweep and a shard, twice the same shard
+  merge_expect 0 "$tmp/o.db" "$tmp/s1.db" "$tmp/full.db" "$tmp/s1.db"
+  err_has "o.db: 22 runs added from 3 databases (10 already there)"
+  consistent "$tmp/o.db"
+  content "$tmp/o.db" | cmp -s - "$tmp/full.content" && ok || bad "overlapping merge differs from the sweep"
+  # an output that already holds some runs: only the others are added
+  merge_expect 0 "$tmp/p.db" "$tmp/s0.db"
+  merge_expect 0 "$tmp/p.db" "$tmp/m.db"
+  grep -qF "m.db: 22 runs, $((22 - $(sql "$tmp/s0.db" "SELECT count(*) FROM runs"))) added" "$tmp/out" && ok ||
+    bad "partial output: $(cat "$tmp/out")"
+  content "$tmp/p.db" | cmp -s - "$tmp/full.content" && ok || bad "merge into a partial output differs from the sweep"
+
+  # failed and done: a done run replaces a failed one, never the reverse
+  QI_TEST_FAIL=3 run_q "$tmp/f.db" --set p=a
+  expect_sql "$tmp/f.db" "SELECT count(*), sum(status = 'failed') FROM runs" "11|1"
+  merge_expect 0 "$tmp/fd.db" "$tmp/f.db" "$tmp/full.db"
+  grep -qF "full.db: 22 runs, 12 added (1 replacing failed runs), 10 already there" "$tmp/out" && ok ||
+    bad "failed replaced: $(cat "$tmp/out")"
+  consistent "$tmp/fd.db"
+  expect_sql "$tmp/fd.db" "SELECT count(*), sum(status = 'done') FROM runs" "22|22"
+  merge_expect 0 "$tmp/df.db" "$tmp/full.db" "$tmp/f.db"
+  grep -qF "f.db: 11 runs, 0 added, 11 already there" "$tmp/out" && ok || bad "failed after done: $(cat "$tmp/out")"
+  merge_expect 0 "$tmp/fo.db" "$tmp/f.db"
+  expect_sql "$tmp/fo.db" "SELECT status, error LIKE '%planted failure%' FROM runs WHERE status = 'failed'" "failed|1"
+
+  # a shard killed mid-run (its WAL left as a kill leaves it): what it
+  # committed is merged; resumed, the rest follows, nothing twice
+  marker=$tmp/marker
+  QI_TEST_STALL=11 QI_TEST_MARKER=$marker "$Q" run shard_exp.lua --db "$tmp/k.db" --shard 0/2 -t 1 >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do [[ -f $marker ]] && break; sleep 0.1; done
+  [[ -f $marker ]] && ok || bad "the stalled configuration never started"
+  kill -KILL $pid; wait $pid 2>/dev/null
+  merge_expect 0 "$tmp/km.db" "$tmp/k.db"
+  consistent "$tmp/km.db"
+  expect_sql "$tmp/km.db" "SELECT count(*) FROM runs WHERE json_extract(config_json, '\$.k') = 11 AND json_extract(config_json, '\$.p') = 'a'" "0"
+  run_q "$tmp/k.db" --shard 0/2 && ok || bad "resumed shard: $(cat "$tmp/err")"
+  run_q "$tmp/k1.db" --shard 1/2 && ok || bad "shard 1/2: $(cat "$tmp/err")"
+  merge_expect 0 "$tmp/km.db" "$tmp/k.db" "$tmp/k1.db"
+  consistent "$tmp/km.db"
+  content "$tmp/km.db" | cmp -s - "$tmp/full.content" && ok || bad "killed, resumed and merged: differs from the sweep"
+
+  # refusals: one line, exit 1, nothing written (an existing output
+  # unchanged, a new one not created)
+  snap "$m"
+  refused() { # PATTERN INPUT
+    merge_expect 1 "$m" "$tmp/s0.db" "$2"
+    err_has "$1"; [[ $(wc -l <"$tmp/err") -eq 1 ]] && ok || bad "not one line: $(cat "$tmp/err")"
+    same "$m"
+    merge_expect 1 "$tmp/new.db" "$tmp/s0.db" "$2"
+    [[ ! -e $tmp/new.db ]] && ok || bad "a refused merge created its output"
+  }
+  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 2"
+  refused "v.db: schema version 2, but this merge writes version 1" "$tmp/v.db"
+  # another definition: the same experiment run from an edited script
+  cp shard_exp.lua "$tmp/edited_exp.lua"; echo "-- edited" >>"$tmp/edited_exp.lua"
+  "$Q" run "$tmp/edited_exp.lua" --db "$tmp/x.db" -t 1 --shard 3/4 >/dev/null 2>&1
+  refused "experiment 'shard_test': $tmp/x.db was run from another script than $tmp/s0.db" "$tmp/x.db"
+  merge_expect 1 "$m" "$tmp/x.db"
+  err_has "$tmp/x.db was run from another script than $m"
+  same "$m"
+  cp "$tmp/s2.db" "$tmp/t.db"; truncate -s $(($(stat -c %s "$tmp/t.db") / 2)) "$tmp/t.db"
+  refused "t.db: cannot open (truncated or corrupt?): database disk image is malformed" "$tmp/t.db"
+  cp "$tmp/s2.db" "$tmp/c.db"
+  printf '\377%.0s' $(seq 64) | dd of="$tmp/c.db" bs=1 seek=8192 conv=notrunc 2>/dev/null
+  refused "c.db: the database is corrupt (integrity_check: Page" "$tmp/c.db"
+  echo "not a database" >"$tmp/junk.db"
+  refused "junk.db: cannot open: file is not a database" "$tmp/junk.db"
+  refused "none.db: cannot open: No such file or directory" "$tmp/none.db"
+  sqlite3 "$tmp/other.db" "CREATE TABLE t (x)" 2>/dev/null || python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("CREATE TABLE t (x)")' "$tmp/other.db"
+  refused "other.db: not a qinfer results database" "$tmp/other.db"
+  merge_expect 1 "$m" "$tmp/s1.db" "$m"
+  err_has "m.db: is the output itself"
+  same "$m"
+
+  expect_fail 2 "no input database given" "$Q" results merge "$m"
+  expect_fail 2 "no output and no input database given" "$Q" results merge
+  expect_fail 2 "unknown option '--bogus'" "$Q" results merge "$m" --bogus "$tmp/s0.db"
+  expect_ok "$Q" results merge --help
+  grep -q "usage: qinfer results merge OUT.db IN.db" "$tmp/out" && ok || bad "merge --help: $(cat "$tmp/out")"
+  ;;
 results)
   # results/ relative to the working directory, as qinfer run makes it
   mkdir "$tmp/w" && cd "$tmp/w" || exit 1
@@ -342,7 +473,7 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   expect_ok "$Q" results --help
   ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, results)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, results)" >&2
   exit 2
   ;;
 esac
