@@ -132,7 +132,7 @@ static int ctx_metric(lua_State *L) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static void dir_of(const char *path, char *out, size_t cap) {
+void lq_dir_of(const char *path, char *out, size_t cap) {
     const char *slash = strrchr(path, '/');
     if (!slash) snprintf(out, cap, ".");
     else if (slash == path) snprintf(out, cap, "/");
@@ -147,7 +147,7 @@ static void fmt_eta(double s, char *out, size_t cap) {
 }
 
 /* Load the script, run it, leave its experiment table on the stack. */
-static qi_status load_experiment(lua_State *L, const char *script, qi_err *err) {
+qi_status lq_load_experiment(lua_State *L, const char *script, qi_err *err) {
     if (luaL_loadfile(L, script) != LUA_OK) {
         QI_ERR(err, QI_ERR_LUA, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
@@ -162,8 +162,8 @@ static qi_status load_experiment(lua_State *L, const char *script, qi_err *err) 
     return QI_OK;
 }
 
-/* sweep.prepare(exp, sets): the plan table replaces the experiment. */
-static qi_status prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
+/* sweep.prepare(exp, sets, shard): the plan table replaces the experiment. */
+qi_status lq_prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
     char msg[2048];
     int exp = lua_gettop(L);
     lua_getglobal(L, "require");
@@ -255,7 +255,7 @@ static bool run_config(lua_State *L, int plan, int cfg_i, int ctx, run_state *rs
 qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *sum, qi_err *err) {
     memset(sum, 0, sizeof *sum);
     char script_dir[1024];
-    dir_of(o->script, script_dir, sizeof script_dir);
+    lq_dir_of(o->script, script_dir, sizeof script_dir);
     lua_State *L = lq_state_new(script_dir);
     if (!L) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the Lua state");
     lq_set_threads(L, o->n_threads);
@@ -268,7 +268,7 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     void (*old_int)(int) = signal(SIGINT, on_signal);
     void (*old_term)(int) = signal(SIGTERM, on_signal);
 
-    if ((st = load_experiment(L, o->script, err)) || (st = prepare(L, o, err))) goto done;
+    if ((st = lq_load_experiment(L, o->script, err)) || (st = lq_prepare(L, o, err))) goto done;
     const int plan = lua_gettop(L);
     lua_getfield(L, plan, "configs");
     const int n_cfg = (int)luaL_len(L, -1);
@@ -460,7 +460,7 @@ done:
 
 qi_status qi_lua_exec(const char *script, int n_args, char **args, int n_threads, qi_err *err) {
     char script_dir[1024];
-    dir_of(script, script_dir, sizeof script_dir);
+    lq_dir_of(script, script_dir, sizeof script_dir);
     lua_State *L = lq_state_new(script_dir);
     if (!L) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the Lua state");
     lq_set_threads(L, n_threads);

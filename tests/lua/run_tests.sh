@@ -19,6 +19,12 @@
 #               mid-run (its WAL left behind) and resumed; refusals, with
 #               nothing written, of another schema version, another
 #               experiment definition, truncated, corrupt and foreign files
+#   submit      `qinfer submit --slurm` against a stand-in sbatch that
+#               records its arguments: the batch script (its #SBATCH lines,
+#               quoting), run here as array tasks would run it; resubmission
+#               of only the unfinished shards; nothing when all are done;
+#               sbatch failing or missing; bad flags (tests/slurm/ runs it on
+#               a real Slurm)
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -385,6 +391,88 @@ merge)
   expect_ok "$Q" results merge --help
   grep -q "usage: qinfer results merge OUT.db IN.db" "$tmp/out" && ok || bad "merge --help: $(cat "$tmp/out")"
   ;;
+submit)
+  mkdir -p "$tmp/bin" "$tmp/w" && cd "$tmp/w" || exit 1
+  cat >"$tmp/bin/sbatch" <<'EOF'
+#!/bin/bash
+# a stand-in for Slurm's sbatch: records its arguments, prints a job id
+printf '%s\n' "$@" >>"$SBATCH_LOG"
+[[ -n ${SBATCH_FAIL:-} ]] && { echo "sbatch: error: $SBATCH_FAIL" >&2; exit 1; }
+echo "4242;qitest"
+EOF
+  chmod +x "$tmp/bin/sbatch"
+  export SBATCH_LOG=$tmp/sbatch.log
+  dir="$tmp/my shards'x"
+  sub() { PATH="$tmp/bin:$PATH" "$Q" submit "$here/shard_exp.lua" --slurm --db-dir "$dir" "$@" >"$tmp/out" 2>"$tmp/err"; }
+
+  # --dry-run: the script on stdout, nothing written or run
+  sub --array 4 --partition gpu --time 0:30:00 --gpus 1 -t 2 --dry-run --set p=a -- --mem=2G --account=lab && ok ||
+    bad "dry run: $(cat "$tmp/err")"
+  for line in '#!/bin/bash' '#SBATCH --job-name=qinfer-shard_test' '#SBATCH --partition=gpu' '#SBATCH --time=0:30:00' \
+    '#SBATCH --gpus=1' '#SBATCH --cpus-per-task=2' '#SBATCH --mem=2G' '#SBATCH --account=lab' \
+    "#SBATCH --chdir=$tmp/w" "#SBATCH --output=$dir/logs/shard_test.shard-%a-of-4.job-%A.log" \
+    "# sbatch --parsable --array=0-3 $dir/shard_test.sbatch"; do
+    grep -qxF -- "$line" "$tmp/out" && ok || bad "dry run lacks '$line': $(cat "$tmp/out")"
+  done
+  grep -qF -- "--shard \"\$i/4\" " "$tmp/out" && grep -qF -- " -t 2 --set 'p=a'" "$tmp/out" && ok || bad "dry run's command: $(cat "$tmp/out")"
+  grep -qF "11 configurations in 4 shards, 11 left to run in 4 shards (dry run" "$tmp/err" && ok || bad "dry run: $(cat "$tmp/err")"
+  [[ ! -e $dir && ! -e $SBATCH_LOG ]] && ok || bad "a dry run wrote or submitted something"
+
+  # submitted: sbatch --parsable --array=0-3 SCRIPT; the job id on stdout
+  sub --array 4 && ok || bad "submit: $(cat "$tmp/err")"
+  [[ $(cat "$tmp/out") == 4242 ]] && ok || bad "job id: '$(cat "$tmp/out")'"
+  [[ $(tr '\n' ' ' <"$SBATCH_LOG") == "--parsable --array=0-3 $dir/shard_test.sbatch " ]] && ok || bad "sbatch args: $(cat "$SBATCH_LOG")"
+  grep -qF "job 4242, tasks 0-3 (4 of 4 shards, 22 of 22 configurations to run)" "$tmp/err" && ok || bad "submit: $(cat "$tmp/err")"
+  [[ -x $dir/shard_test.sbatch && -d $dir/logs ]] && ok || bad "no batch script or logs folder"
+  # run as Slurm would run two of its tasks (from elsewhere: its paths are absolute)
+  bash "$dir/shard_test.sbatch" >/dev/null 2>&1 && bad "the batch script ran outside an array task" || ok
+  for i in 0 2; do
+    (cd / && SLURM_ARRAY_TASK_ID=$i bash "$dir/shard_test.sbatch") >/dev/null 2>"$tmp/err.$i" && ok || bad "task $i: $(cat "$tmp/err.$i")"
+    consistent "$dir/shard_test.shard-$i-of-4.db"
+  done
+  expect_sql "$dir/shard_test.shard-0-of-4.db" "SELECT count(*) FROM runs WHERE status = 'done'" "$("$Q" run "$here/shard_exp.lua" --list --shard 0/4 | wc -l)"
+  # resubmitted: only the shards with work left
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "resubmit: $(cat "$tmp/err")"
+  grep -qx -- "--array=1,3" "$SBATCH_LOG" && ok || bad "resubmit: $(cat "$SBATCH_LOG")"
+  grep -qF "tasks 1,3 (2 of 4 shards, 11 of 22 configurations to run)" "$tmp/err" && ok || bad "resubmit: $(cat "$tmp/err")"
+  # a shard half done (one configuration failed): resubmitted for that one
+  cfg=$("$Q" run "$here/shard_exp.lua" --list --shard 1/4 | sed -n '1s/.*{"k":\([0-9]*\),"p":"\([ab]\)"}$/\1 \2/p')
+  [[ -n $cfg ]] && ok || bad "shard 1/4's first configuration not found"
+  QI_TEST_FAIL=${cfg% *} QI_TEST_FAIL_P=${cfg#* } SLURM_ARRAY_TASK_ID=1 bash "$dir/shard_test.sbatch" >/dev/null 2>&1
+  SLURM_ARRAY_TASK_ID=3 bash "$dir/shard_test.sbatch" >/dev/null 2>&1 || bad "task 3 failed"
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "resubmit: $(cat "$tmp/err")"
+  grep -qx -- "--array=1" "$SBATCH_LOG" && ok || bad "resubmit of a failed configuration: $(cat "$SBATCH_LOG")"
+  grep -qF "tasks 1 (1 of 4 shards, 1 of 22 configurations to run)" "$tmp/err" && ok || bad "resubmit: $(cat "$tmp/err")"
+  SLURM_ARRAY_TASK_ID=1 bash "$dir/shard_test.sbatch" >/dev/null 2>&1 || bad "task 1, again, failed"
+  # all done: nothing submitted
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "submit when done: $(cat "$tmp/err")"
+  [[ ! -s $tmp/out && ! -s $SBATCH_LOG ]] && ok || bad "a finished sweep was submitted: $(cat "$tmp/out" "$SBATCH_LOG")"
+  grep -qF "every configuration of the 4 shards in $dir is done; nothing submitted" "$tmp/err" && ok || bad "done: $(cat "$tmp/err")"
+  "$Q" results merge "$tmp/m.db" "$dir"/shard_test.shard-*-of-4.db >/dev/null 2>&1 && ok || bad "merge of the tasks' shards"
+  expect_sql "$tmp/m.db" "SELECT count(*), count(DISTINCT config_key), sum(status = 'done') FROM runs" "22|22|22"
+  # without --array: one task per configuration
+  sub --dry-run && grep -qF "# sbatch --parsable --array=0-21 " "$tmp/out" && ok || bad "default --array: $(cat "$tmp/out")"
+
+  # sbatch failing, or missing
+  SBATCH_FAIL="invalid partition specified: nope" sub --array 2
+  [[ $? -eq 1 ]] && ok || bad "a failing sbatch: exit not 1"
+  grep -qF "sbatch: error: invalid partition specified: nope" "$tmp/err" && grep -qF "qinfer submit: sbatch failed (exit 1)" "$tmp/err" &&
+    ok || bad "a failing sbatch: $(cat "$tmp/err")"
+  expect_fail 1 "cannot run sbatch" env PATH=/nonexistent "$Q" submit "$here/shard_exp.lua" --slurm --array 2 --db-dir "$tmp/x"
+
+  expect_fail 2 "name the scheduler: --slurm" "$Q" submit "$here/shard_exp.lua"
+  expect_fail 2 "no experiment script given" "$Q" submit --slurm
+  expect_fail 2 "more tasks than the sweep has configurations (22)" "$Q" submit "$here/shard_exp.lua" --slurm --array 23 --dry-run
+  expect_fail 2 "option --array" "$Q" submit "$here/shard_exp.lua" --slurm --array 0
+  expect_fail 2 "sbatch option 'mem=2G' after -- does not start with '-'" "$Q" submit "$here/shard_exp.lua" --slurm -- mem=2G
+  expect_fail 2 "unknown parameter 'q'" "$Q" submit "$here/shard_exp.lua" --slurm --set q=1 --dry-run
+  expect_fail 2 "unknown option '--bogus'" "$Q" submit "$here/shard_exp.lua" --slurm --bogus
+  expect_ok "$Q" submit --help
+  cd "$here" || exit 1
+  ;;
 results)
   # results/ relative to the working directory, as qinfer run makes it
   mkdir "$tmp/w" && cd "$tmp/w" || exit 1
@@ -473,7 +561,7 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   expect_ok "$Q" results --help
   ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, results)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results)" >&2
   exit 2
   ;;
 esac

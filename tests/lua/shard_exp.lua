@@ -7,7 +7,8 @@
 -- $QI_TEST_DELAY: seconds each configuration sleeps. $QI_TEST_STALL=k: that
 -- k's p = "a" configuration writes $SLURM_ARRAY_TASK_ID into
 -- $QI_TEST_MARKER and sleeps 300 s, for a kill to land mid-run.
--- $QI_TEST_FAIL=k: that k's p = "a" configuration fails (a Lua error).
+-- $QI_TEST_FAIL=k: that k's p = "a" configuration fails (a Lua error);
+-- p = $QI_TEST_FAIL_P instead of "a" when set.
 local qinfer = require "qinfer"
 local ks = {}
 for k = 1, 11 do ks[k] = k end
@@ -21,7 +22,9 @@ return {
     ctx.metric("test.value", cfg.k * 10 + ctx.repetition + (cfg.p == "b" and 0.5 or 0), "1")
     ctx.metric("test.invocation", tonumber(os.getenv("QI_TEST_INVOCATION") or "0"), "1")
     ctx.metric("test.task", task, "1")
-    if tonumber(os.getenv("QI_TEST_FAIL") or "") == cfg.k and cfg.p == "a" then error("planted failure") end
+    if tonumber(os.getenv("QI_TEST_FAIL") or "") == cfg.k and cfg.p == (os.getenv("QI_TEST_FAIL_P") or "a") then
+      error("planted failure")
+    end
     if ctx.repetition == 0 and tonumber(os.getenv("QI_TEST_STALL") or "") == cfg.k and cfg.p == "a" then
       local f = assert(io.open(os.getenv("QI_TEST_MARKER"), "w"))
       f:write(tostring(task), "\n")
