@@ -10,6 +10,7 @@
  *                  kv_budget = {0.25, 0.5} },  -- the sweep: cartesian product
  *       order = {"model", "kv_policy"},        -- optional: outermost first
  *       repetitions = 3, warmup = 1, seed = 42,
+ *       cost = function(cfg) return 1 end,     -- optional: balances shards
  *       run = function(cfg, ctx) ctx.metric("ppl.value", v, "1") end,
  *     }
  *
