@@ -86,6 +86,19 @@ static void sb_quote(sbuf *b, const char *s) {
     sb_add(b, "'");
 }
 
+/* s as one argument of an #SBATCH line: sbatch splits those lines at
+ * blanks and reads '#' as a comment, but keeps both inside double quotes
+ * (checked with Slurm 22.05; its backslash escapes vary across versions,
+ * so they are not relied on). */
+static qi_status sb_sbatch_arg(sbuf *b, const char *what, const char *s, qi_err *err) {
+    if (strpbrk(s, "\"\\\n\r"))
+        return QI_ERR(err, QI_ERR_INVALID, "%s '%s': a path with '\"', '\\' or a line break cannot be given to sbatch",
+                      what, s);
+    bool quote = strpbrk(s, " \t#'") != NULL;
+    sb_add(b, quote ? "\"%s" : "%s", s);
+    return QI_OK;
+}
+
 /* path made absolute against the working directory (not resolved: the
  * batch runs on other nodes, where the same shared path is wanted). */
 static qi_status absolute(const char *path, char *out, size_t cap, qi_err *err) {
@@ -313,8 +326,13 @@ qi_status qi_lua_submit(const qi_lua_submit_opts *o, qi_lua_submit_result *res, 
            res->array[0] ? res->array : "(none)", jobname);
     sb_add(&b, "# (qinfer submit again submits only the shards with configurations left to run).\n");
     sb_add(&b, "#SBATCH --job-name=qinfer-%s\n", jobname);
-    sb_add(&b, "#SBATCH --output=%s/logs/%s.shard-%%a-of-%d.job-%%A.log\n", dir, jobname, n);
-    sb_add(&b, "#SBATCH --chdir=%s\n", cwd);
+    /* an opening quote spans the rest of the argument: closed after it */
+    sb_add(&b, "#SBATCH --output=");
+    if ((st = sb_sbatch_arg(&b, "--db-dir", dir, err))) goto done;
+    sb_add(&b, "/logs/%s.shard-%%a-of-%d.job-%%A.log%s\n", jobname, n, strpbrk(dir, " \t#'") ? "\"" : "");
+    sb_add(&b, "#SBATCH --chdir=");
+    if ((st = sb_sbatch_arg(&b, "the working directory", cwd, err))) goto done;
+    sb_add(&b, "%s\n", strpbrk(cwd, " \t#'") ? "\"" : "");
     if (o->n_threads > 0) sb_add(&b, "#SBATCH --cpus-per-task=%d\n", o->n_threads);
     if (o->partition) sb_add(&b, "#SBATCH --partition=%s\n", o->partition);
     if (o->time) sb_add(&b, "#SBATCH --time=%s\n", o->time);

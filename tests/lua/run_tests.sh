@@ -410,7 +410,7 @@ EOF
     bad "dry run: $(cat "$tmp/err")"
   for line in '#!/bin/bash' '#SBATCH --job-name=qinfer-shard_test' '#SBATCH --partition=gpu' '#SBATCH --time=0:30:00' \
     '#SBATCH --gpus=1' '#SBATCH --cpus-per-task=2' '#SBATCH --mem=2G' '#SBATCH --account=lab' \
-    "#SBATCH --chdir=$tmp/w" "#SBATCH --output=$dir/logs/shard_test.shard-%a-of-4.job-%A.log" \
+    "#SBATCH --chdir=$tmp/w" "#SBATCH --output=\"$dir/logs/shard_test.shard-%a-of-4.job-%A.log\"" \
     "# sbatch --parsable --array=0-3 $dir/shard_test.sbatch"; do
     grep -qxF -- "$line" "$tmp/out" && ok || bad "dry run lacks '$line': $(cat "$tmp/out")"
   done
@@ -470,6 +470,7 @@ EOF
   expect_fail 2 "sbatch option 'mem=2G' after -- does not start with '-'" "$Q" submit "$here/shard_exp.lua" --slurm -- mem=2G
   expect_fail 2 "unknown parameter 'q'" "$Q" submit "$here/shard_exp.lua" --slurm --set q=1 --dry-run
   expect_fail 2 "unknown option '--bogus'" "$Q" submit "$here/shard_exp.lua" --slurm --bogus
+  expect_fail 2 "cannot be given to sbatch" "$Q" submit "$here/shard_exp.lua" --slurm --dry-run --db-dir "$tmp/a\"b"
   expect_ok "$Q" submit --help
   cd "$here" || exit 1
   ;;

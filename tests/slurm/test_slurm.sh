@@ -88,7 +88,7 @@ ran_in_tasks() {
   done
 }
 
-w=$tmp/w
+w="$tmp/work dir#1"   # sbatch reads blanks and '#' in #SBATCH lines: they must be escaped
 mkdir -p "$w" && cd "$w" || exit 1
 "$Q" run "$exp" --db "$w/full.db" -t 1 >/dev/null 2>"$tmp/err" && ok || bad "unsharded run: $(cat "$tmp/err")"
 values "$w/full.db" >"$tmp/full.values"
