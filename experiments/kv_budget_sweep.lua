@@ -41,6 +41,9 @@ return {
     chunks = { 2 },
   },
   order = { "model", "ctx", "chunks", "kv_policy", "kv_budget" },
+  -- relative run time, to balance shards (qinfer run --shard, qinfer submit):
+  -- the tokens decoded
+  cost = function(cfg) return cfg.ctx * cfg.chunks end,
   repetitions = 1,
   warmup = 0,
   run = function(cfg, ctx)

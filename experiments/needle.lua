@@ -81,6 +81,9 @@ return {
     trials = { 3 },
   },
   order = { "model", "kv_policy", "kv_budget", "length", "depth" },
+  -- relative run time, to balance shards (qinfer run --shard, qinfer submit):
+  -- the prompt tokens of all trials
+  cost = function(cfg) return cfg.length * cfg.trials end,
   repetitions = 1,
   warmup = 0,
   run = function(cfg, ctx)

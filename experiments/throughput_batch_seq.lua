@@ -53,6 +53,9 @@ return {
     n_gen = { 32 },
   },
   order = { "model", "repack", "kv_policy", "kv_budget", "prompt", "batch" },
+  -- relative run time, to balance shards (qinfer run --shard, qinfer submit):
+  -- the tokens run, prompts and generated ones, over the batch
+  cost = function(cfg) return cfg.batch * (cfg.prompt + cfg.n_gen) end,
   repetitions = 3,
   warmup = 1,
   run = function(cfg, ctx)

@@ -112,6 +112,7 @@ int qi_cmd_agree(int argc, char **argv);
 int qi_cmd_needle(int argc, char **argv);
 int qi_cmd_run(int argc, char **argv);
 int qi_cmd_lua(int argc, char **argv);
+int qi_cmd_submit(int argc, char **argv);
 int qi_cmd_results(int argc, char **argv);
 int qi_cmd_synth(int argc, char **argv);
 

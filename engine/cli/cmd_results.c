@@ -5,6 +5,7 @@
  *   qinfer results EXP --by P,Q         EXP's metrics, one row per (P, Q) value pair
  *   qinfer results EXP                  one row per run, with its configuration
  *   qinfer results EXP --csv            the full long export (qi_db_export_csv)
+ *   qinfer results merge OUT IN...      databases (a sweep's shards) merged into OUT
  *
  * The numbers come from qi_db_summary_create (engine/harness/db_query.c),
  * which groups and averages; this file picks the database, parses flags and
@@ -18,8 +19,10 @@
  * "sim", CSV a NAME:simulated column, JSON "simulated": true.
  *
  * Exit codes: 0; 1 when a database cannot be read (missing file, not a
- * results database); 2 for bad flags, an unknown experiment, parameter or
- * metric (the message lists the ones that exist).
+ * results database) or a merge is refused (qi_db_merge: corrupt input,
+ * another schema version or experiment definition); 2 for bad flags, an
+ * unknown experiment, parameter or metric (the message lists the ones that
+ * exist).
  */
 #include <dirent.h>
 #include <math.h>
@@ -37,7 +40,8 @@ static void help(void) {
     printf(
         "usage: qinfer results [--db FILE] [-o FMT]\n"
         "       qinfer results EXPERIMENT [--db FILE] [--by P[,P...]] [--metric M[,M...]] [-o FMT]\n"
-        "       qinfer results EXPERIMENT [--db FILE] --csv\n\n"
+        "       qinfer results EXPERIMENT [--db FILE] --csv\n"
+        "       qinfer results merge OUT.db IN.db... (see qinfer results merge --help)\n\n"
         "Without EXPERIMENT: the experiments of a results database (--db), or of every\n"
         "results/*.db, with their runs done and failed and when the last run finished.\n\n"
         "With EXPERIMENT: its finished runs' metrics. With --by, one row per distinct\n"
@@ -61,8 +65,27 @@ static void help(void) {
 #endif
 }
 
+static void help_merge(void) {
+    printf(
+        "usage: qinfer results merge OUT.db IN.db [IN.db...]\n\n"
+        "Merge results databases (the shards of a sweep: qinfer run --shard, qinfer\n"
+        "submit) into OUT.db, created when missing. Every run of every experiment is\n"
+        "copied with its metrics unless OUT.db already holds that configuration of\n"
+        "the experiment as done; a done run replaces a failed one. Merging twice, or\n"
+        "inputs that overlap, adds nothing twice. Inputs are only read.\n\n"
+        "Refused, with nothing written to OUT.db: an input that is missing, not a\n"
+        "results database, truncated or corrupt (PRAGMA integrity_check), of another\n"
+        "schema version, or holding an experiment of the same name run from another\n"
+        "script (a different experiment definition).\n\n"
+        "  -h, --help   this help\n");
+}
+
 #ifndef QI_HAVE_SQLITE
 int qi_cmd_results(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "merge") == 0 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
+        help_merge();
+        return 0;
+    }
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
         help();
         return 0;
@@ -522,7 +545,69 @@ static int print_text(const qi_db_summary *s, const char *db_path) {
     return 0;
 }
 
+/* qinfer results merge OUT IN... */
+static int cmd_merge(int argc, char **argv) {
+    const char *cmd = "results merge";
+    const char **paths = qi_calloc((size_t)argc + 1, sizeof *paths);
+    if (!paths) {
+        qi_cli_error(cmd, "out of memory");
+        return QI_EXIT_RUNTIME;
+    }
+    int n = 0;
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) {
+            help_merge();
+            qi_free(paths);
+            return 0;
+        }
+        else if (a.flag[0] != '-' || a.flag[1] == 0) paths[n++] = a.flag;
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) {
+        qi_free(paths);
+        return QI_EXIT_USAGE;
+    }
+    if (n < 2) {
+        qi_cli_error(cmd, "%s (usage: qinfer results merge OUT.db IN.db...)",
+                     n == 0 ? "no output and no input database given" : "no input database given");
+        qi_free(paths);
+        return QI_EXIT_USAGE;
+    }
+    qi_db_merge_stats *st = qi_calloc((size_t)n, sizeof *st);
+    if (!st) {
+        qi_cli_error(cmd, "out of memory");
+        qi_free(paths);
+        return QI_EXIT_RUNTIME;
+    }
+    qi_err err = {0};
+    int rc = 0;
+    if (qi_db_merge(paths[0], paths + 1, n - 1, st, &err) != QI_OK) {
+        qi_cli_fail(cmd, &err);
+        rc = QI_EXIT_RUNTIME; /* the files' fault, not the flags' */
+    } else {
+        int64_t added = 0, runs = 0;
+        for (int i = 0; i < n - 1; i++) {
+            printf("%s: %lld run%s, %lld added", paths[i + 1], (long long)st[i].n_runs, st[i].n_runs == 1 ? "" : "s",
+                   (long long)st[i].n_added);
+            if (st[i].n_replaced) printf(" (%lld replacing failed runs)", (long long)st[i].n_replaced);
+            if (st[i].n_runs > st[i].n_added) printf(", %lld already there", (long long)(st[i].n_runs - st[i].n_added));
+            printf("\n");
+            added += st[i].n_added;
+            runs += st[i].n_runs;
+        }
+        fprintf(stderr, "qinfer results merge: %s: %lld run%s added from %d database%s (%lld already there)\n",
+                paths[0], (long long)added, added == 1 ? "" : "s", n - 1, n == 2 ? "" : "s",
+                (long long)(runs - added));
+    }
+    qi_free(st);
+    qi_free(paths);
+    return rc;
+}
+
 int qi_cmd_results(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "merge") == 0) return cmd_merge(argc - 1, argv + 1);
     const char *cmd = "results", *db_arg = NULL, *exp = NULL, *out_arg = NULL;
     char *by_arg = NULL, *metric_arg = NULL;
     bool full_csv = false;

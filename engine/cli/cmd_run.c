@@ -19,7 +19,7 @@
 
 static void help_run(void) {
     printf(
-        "usage: qinfer run EXPERIMENT.lua [--db FILE] [--set KEY=VALUE ...] [--fresh] [-t N]\n\n"
+        "usage: qinfer run EXPERIMENT.lua [--db FILE] [--set KEY=VALUE ...] [--shard I/N] [--fresh] [-t N]\n\n"
         "Run an experiment script: every configuration of its parameter sweep (the\n"
         "cartesian product of its params lists), each recorded as one run in the\n"
         "results database. Configurations already done there are skipped, so an\n"
@@ -27,13 +27,18 @@ static void help_run(void) {
         "  --db FILE          results database (default results/NAME.db, NAME the experiment's)\n"
         "  --set KEY=VALUE    run only KEY=VALUE of that parameter (repeatable; VALUE takes\n"
         "                     the type of the parameter's values)\n"
+        "  --shard I/N        only part I (0 .. N-1) of the sweep split into N disjoint parts\n"
+        "                     (the same split in every shard; balanced by the script's cost\n"
+        "                     function if it has one), into results/shards/NAME.shard-I-of-N.db\n"
+        "                     unless --db; merge the parts with qinfer results merge\n"
         "  --fresh            redo configurations already done\n"
         "  --list             print the configurations (and their JSON) and stop\n"
         "  -t, --threads N    worker threads of models and engines (default: physical cores)\n"
         "  -v, --verbose      print a Lua traceback with each failure\n"
         "  -h, --help         this help\n\n"
         "The script returns { name = ..., params = { key = {values...} }, repetitions = N,\n"
-        "warmup = N, run = function(cfg, ctx) ... ctx.metric(name, value, unit) end };\n"
+        "warmup = N, cost = function(cfg) ... end (optional), run = function(cfg, ctx) ...\n"
+        "ctx.metric(name, value, unit) end };\n"
         "see experiments/quickstart.lua and lua/README.md.\n");
 #ifndef QI_HAVE_LUA
     printf("\n(this qinfer was built without Lua/SQLite: qinfer run is unavailable)\n");
@@ -68,6 +73,21 @@ int qi_cmd_lua(int argc, char **argv) {
     return QI_EXIT_RUNTIME;
 }
 #else
+/* "I/N" with 0 <= I < N <= 100000; false, reported, otherwise. */
+static bool parse_shard(const char *cmd, const char *s, int *index, int *count) {
+    long i = -1, n = -1;
+    int used = 0;
+    if (!s || strspn(s, "0123456789/") != strlen(s) || sscanf(s, "%ld/%ld%n", &i, &n, &used) != 2 || s[used] != 0 ||
+        n < 1 || n > 100000 || i < 0 || i >= n) {
+        qi_cli_error(cmd, "option --shard: '%s' is not I/N with 0 <= I < N <= 100000 (I counts from 0)",
+                     s ? s : "");
+        return false;
+    }
+    *index = (int)i;
+    *count = (int)n;
+    return true;
+}
+
 int qi_cmd_run(int argc, char **argv) {
     const char *cmd = "run";
     qi_lua_run_opts o;
@@ -91,6 +111,11 @@ int qi_cmd_run(int argc, char **argv) {
                 return QI_EXIT_USAGE;
             }
             sets[o.n_sets++] = s;
+        }
+        else if (qi_args_is(&a, NULL, "--shard")) {
+            const char *v = qi_args_str(&a);
+            if (!v) break;
+            if (!parse_shard(cmd, v, &o.shard_index, &o.shard_count)) return QI_EXIT_USAGE;
         }
         else if (qi_args_is(&a, NULL, "--fresh")) o.fresh = true;
         else if (qi_args_is(&a, NULL, "--list")) o.list = true;

@@ -19,6 +19,7 @@ static const struct {
     {"agree", qi_cmd_agree, "how closely a KV policy follows the full cache (top-1, KL)"},
     {"needle", qi_cmd_needle, "passkey retrieval at several lengths and depths under a KV policy"},
     {"run", qi_cmd_run, "run an experiment script's sweep into the results database"},
+    {"submit", qi_cmd_submit, "submit an experiment's sweep to Slurm as a job array, one shard per task"},
     {"lua", qi_cmd_lua, "run a Lua script with the qinfer module (no sweep, no database)"},
     {"synth", qi_cmd_synth, "write a llama-shaped GGUF with random weights, for throughput runs"},
     {"results", qi_cmd_results, "list experiments, or an experiment's metrics as a table, CSV or JSON"},

@@ -283,17 +283,26 @@ qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err) {
     return QI_OK;
 }
 
-void qi_db_default_path(const char *name, char *buf, size_t n) {
+/* dir + "/" + name (characters outside [A-Za-z0-9_.-] replaced by '_') +
+ * suffix into buf; a long name is cut, never the suffix. */
+static void db_path_join(const char *dir, const char *name, const char *suffix, char *buf, size_t n) {
     static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
-    static const char dir[] = "results/", ext[] = ".db";
     if (n == 0) return;
-    size_t j = 0;
+    size_t j = 0, ns = strlen(suffix);
     for (const char *c = dir; *c && j + 1 < n; c++) buf[j++] = *c;
-    /* room for the extension is kept: a long name is cut, never its ".db" */
-    size_t stop = n > sizeof ext ? n - sizeof ext : 0;
+    if (j > 0 && buf[j - 1] != '/' && j + 1 < n) buf[j++] = '/';
+    size_t stop = n > ns + 1 ? n - ns - 1 : 0;
     for (const char *c = name ? name : ""; *c && j < stop; c++) buf[j++] = strchr(ok, *c) ? *c : '_';
-    for (const char *c = ext; *c && j + 1 < n; c++) buf[j++] = *c;
+    for (const char *c = suffix; *c && j + 1 < n; c++) buf[j++] = *c;
     buf[j] = 0;
+}
+
+void qi_db_default_path(const char *name, char *buf, size_t n) { db_path_join("results", name, ".db", buf, n); }
+
+void qi_db_shard_path(const char *dir, const char *name, int shard_index, int shard_count, char *buf, size_t n) {
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, ".shard-%d-of-%d.db", shard_index, shard_count);
+    db_path_join(dir && *dir ? dir : ".", name, suffix, buf, n);
 }
 
 void qi_db_close(qi_db *db) {
@@ -339,6 +348,22 @@ qi_status qi_db_experiment(qi_db *db, const char *name, const char *script_path,
         }
     }
     qi_status st = rc == SQLITE_OK ? QI_OK : qi_db_fail(db, rc, err, "recording experiment '%s'", name);
+    sqlite3_finalize(s);
+    return st;
+}
+
+qi_status qi_db_experiment_find(qi_db *db, const char *name, int64_t *id, qi_err *err) {
+    if (id) *id = 0;
+    if (!db || !id || !name) return QI_ERR(err, QI_ERR_INVALID, "qi_db_experiment_find: missing argument");
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT id FROM experiments WHERE name = ?1", -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) *id = sqlite3_column_int64(s, 0);
+        if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    qi_status st = rc == SQLITE_OK ? QI_OK : qi_db_fail(db, rc, err, "looking up experiment '%s'", name);
     sqlite3_finalize(s);
     return st;
 }

@@ -63,6 +63,13 @@ qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err);
  * through this function. */
 void qi_db_default_path(const char *name, char *buf, size_t n);
 
+/* The database of shard `shard_index` of `shard_count` of experiment `name`
+ * in folder `dir` (NULL or "": the working directory):
+ * "DIR/NAME.shard-I-of-N.db", NAME's characters replaced as above, written
+ * to buf (n bytes, truncated to fit). `qinfer run --shard`, `qinfer submit`
+ * and the batch scripts it writes agree on it through this function. */
+void qi_db_shard_path(const char *dir, const char *name, int shard_index, int shard_count, char *buf, size_t n);
+
 /* Close the handle. A run still open is rolled back (as if the process had
  * been killed). NULL is a no-op. */
 void qi_db_close(qi_db *db);
@@ -75,6 +82,10 @@ void qi_db_busy_timeout(qi_db *db, int ms);
  * keeps the stored value) describe the script as it was last run. */
 qi_status qi_db_experiment(qi_db *db, const char *name, const char *script_path, const char *script_sha256,
                            int64_t *id, qi_err *err);
+
+/* The id of the experiment named `name` in *id, 0 when the database has
+ * none (works on a read-only handle). */
+qi_status qi_db_experiment_find(qi_db *db, const char *name, int64_t *id, qi_err *err);
 
 /* The key a configuration is found by: the SHA-256 (lower-case hex) of its
  * canonical JSON text (qi_json_canonical), so key order and whitespace do not
@@ -195,6 +206,34 @@ qi_status qi_db_export_csv(qi_db *db, const char *exp_name, FILE *out, qi_err *e
 /* A number as text with the fewest digits (15 to 17) that read back as the
  * same double; "inf", "-inf" and "nan" for the others. */
 void qi_db_format_number(double v, char *buf, size_t n);
+
+/* ---- merging databases ------------------------------------------------------------ */
+
+/* What one input of a merge brought. */
+typedef struct {
+    int64_t n_runs;     /* its finished runs ('done' or 'failed') */
+    int64_t n_added;    /* of those, copied into the output */
+    int64_t n_replaced; /* of the added, how many replaced a 'failed' run of the output */
+} qi_db_merge_stats;
+
+/* Merge the results databases in_paths[0..n_in-1] into out_path (created
+ * as a results database when missing): every experiment, and every run with
+ * its metrics, unless the output already holds that experiment's
+ * configuration (same config_key) as 'done'. A 'done' run replaces a
+ * 'failed' one; a 'failed' run is copied only where the output has none.
+ * Inputs are read-only and merged in order (the first to hold a
+ * configuration done wins), so merging twice, or overlapping inputs, adds
+ * nothing twice. Everything is written in one transaction, after every
+ * input has been checked: a failure writes nothing (an output created by
+ * the call is removed). stats (may be NULL) receives n_in entries.
+ * Errors: QI_ERR_IO (a missing or unreadable file); QI_ERR_DB (not a
+ * qinfer results database, a truncated or corrupt one: integrity_check
+ * fails, or SQLite fails); QI_ERR_UNSUPPORTED (a schema version other than
+ * this build's); QI_ERR_INVALID (one experiment name run from two different
+ * scripts, i.e. different script_sha256, across the databases; an input
+ * that is the output); QI_ERR_NOMEM. */
+qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_in, qi_db_merge_stats *stats,
+                      qi_err *err);
 
 /* ---- summaries: an experiment's metrics as a table --------------------------------- */
 

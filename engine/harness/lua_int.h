@@ -14,6 +14,7 @@
 #include "qinfer/params.h"
 #include "qinfer/sampler.h"
 #include "qinfer/status.h"
+#include "lua_harness.h"
 
 #define LQ_MODEL "qinfer.model"
 #define LQ_ENGINE "qinfer.engine"
@@ -115,6 +116,12 @@ bool lq_pcall(lua_State *L, int nargs, int nresults, char *msg, size_t msg_cap, 
 
 /* The file a model argument names (path or short name) and its sha256: the
  * manifest's for a short name, else computed (and remembered per path). */
+/* lua_run.c, shared with lua_submit.c: the folder of a path ("." for a bare
+ * name); the script run, its experiment table left on the stack; that table
+ * replaced by sweep.prepare's plan (o's sets and shard). */
+void lq_dir_of(const char *path, char *out, size_t cap);
+qi_status lq_load_experiment(lua_State *L, const char *script, qi_err *err);
+qi_status lq_prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err);
 qi_status lq_model_identity(const char *arg, char *path, size_t cap, char sha[65], qi_err *err);
 
 #endif

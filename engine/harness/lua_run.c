@@ -24,6 +24,10 @@
  * values are Lua values: their types decide the JSON and the --set
  * conversion.
  *
+ * With a shard (--shard I/N) sweep.lua keeps only the configurations of
+ * part I of its split; the rest is unchanged, so a shard resumes in its own
+ * database as a whole sweep does.
+ *
  * Progress is one line on stderr, rewritten in place on a terminal and
  * printed line by line otherwise; each configuration's result (metric means
  * over repetitions) is one line on stdout.
@@ -128,7 +132,7 @@ static int ctx_metric(lua_State *L) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static void dir_of(const char *path, char *out, size_t cap) {
+void lq_dir_of(const char *path, char *out, size_t cap) {
     const char *slash = strrchr(path, '/');
     if (!slash) snprintf(out, cap, ".");
     else if (slash == path) snprintf(out, cap, "/");
@@ -143,7 +147,7 @@ static void fmt_eta(double s, char *out, size_t cap) {
 }
 
 /* Load the script, run it, leave its experiment table on the stack. */
-static qi_status load_experiment(lua_State *L, const char *script, qi_err *err) {
+qi_status lq_load_experiment(lua_State *L, const char *script, qi_err *err) {
     if (luaL_loadfile(L, script) != LUA_OK) {
         QI_ERR(err, QI_ERR_LUA, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
@@ -158,8 +162,8 @@ static qi_status load_experiment(lua_State *L, const char *script, qi_err *err) 
     return QI_OK;
 }
 
-/* sweep.prepare(exp, sets): the plan table replaces the experiment. */
-static qi_status prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
+/* sweep.prepare(exp, sets, shard): the plan table replaces the experiment. */
+qi_status lq_prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
     char msg[2048];
     int exp = lua_gettop(L);
     lua_getglobal(L, "require");
@@ -174,7 +178,14 @@ static qi_status prepare(lua_State *L, const qi_lua_run_opts *o, qi_err *err) {
         lua_pushstring(L, o->sets[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    if (!lq_pcall(L, 2, 1, msg, sizeof msg, NULL, 0)) return QI_ERR(err, QI_ERR_INVALID, "%s: %s", o->script, msg);
+    if (o->shard_count > 0) {
+        lua_pushinteger(L, o->shard_index);
+        lua_pushinteger(L, o->shard_count);
+    } else {
+        lua_pushnil(L);
+        lua_pushnil(L);
+    }
+    if (!lq_pcall(L, 4, 1, msg, sizeof msg, NULL, 0)) return QI_ERR(err, QI_ERR_INVALID, "%s: %s", o->script, msg);
     lua_replace(L, exp);
     lua_settop(L, exp);
     return QI_OK;
@@ -244,7 +255,7 @@ static bool run_config(lua_State *L, int plan, int cfg_i, int ctx, run_state *rs
 qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *sum, qi_err *err) {
     memset(sum, 0, sizeof *sum);
     char script_dir[1024];
-    dir_of(o->script, script_dir, sizeof script_dir);
+    lq_dir_of(o->script, script_dir, sizeof script_dir);
     lua_State *L = lq_state_new(script_dir);
     if (!L) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the Lua state");
     lq_set_threads(L, o->n_threads);
@@ -257,7 +268,7 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     void (*old_int)(int) = signal(SIGINT, on_signal);
     void (*old_term)(int) = signal(SIGTERM, on_signal);
 
-    if ((st = load_experiment(L, o->script, err)) || (st = prepare(L, o, err))) goto done;
+    if ((st = lq_load_experiment(L, o->script, err)) || (st = lq_prepare(L, o, err))) goto done;
     const int plan = lua_gettop(L);
     lua_getfield(L, plan, "configs");
     const int n_cfg = (int)luaL_len(L, -1);
@@ -269,6 +280,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     const int reps = plan_int(L, plan, "repetitions"), warmup = plan_int(L, plan, "warmup");
     const int seed = plan_int(L, plan, "seed");
     sum->n_configs = n_cfg;
+    sum->n_total = plan_int(L, plan, "total");
+    char shard_desc[128] = "";
+    if (o->shard_count > 0) {
+        lua_getfield(L, plan, "load");
+        snprintf(shard_desc, sizeof shard_desc, ", shard %d/%d (%d of %d configurations, cost %.6g)", o->shard_index,
+                 o->shard_count, n_cfg, sum->n_total, lua_tonumber(L, -1));
+        lua_pop(L, 1);
+    }
 
     char desc[1024];
     if (o->list) {
@@ -276,7 +295,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
             lua_getfield(L, plan, "json");
             lua_geti(L, -1, i);
             describe(L, plan, i, desc, sizeof desc);
-            printf("[%d/%d] %s  %s\n", i, n_cfg, desc, lua_tostring(L, -1));
+            if (o->shard_count > 0) {
+                lua_getfield(L, plan, "index");
+                lua_geti(L, -1, i);
+                printf("[%d/%d] #%d %s  %s\n", i, n_cfg, (int)lua_tointeger(L, -1), desc, lua_tostring(L, -3));
+                lua_pop(L, 2);
+            } else {
+                printf("[%d/%d] %s  %s\n", i, n_cfg, desc, lua_tostring(L, -1));
+            }
             lua_pop(L, 2);
         }
         goto done;
@@ -286,12 +312,14 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
     if (o->db_path) {
         snprintf(db_path, sizeof db_path, "%s", o->db_path);
     } else {
-        if (mkdir("results", 0777) != 0 && errno != EEXIST) {
-            st = QI_ERR(err, QI_ERR_IO, "cannot create the folder results/ (%s); name a database with --db",
+        const char *dir = o->shard_count > 0 ? "results/shards" : "results";
+        if ((mkdir("results", 0777) != 0 && errno != EEXIST) || (mkdir(dir, 0777) != 0 && errno != EEXIST)) {
+            st = QI_ERR(err, QI_ERR_IO, "cannot create the folder %s/ (%s); name a database with --db", dir,
                         strerror(errno));
             goto done;
         }
-        qi_db_default_path(name, db_path, sizeof db_path);
+        if (o->shard_count > 0) qi_db_shard_path(dir, name, o->shard_index, o->shard_count, db_path, sizeof db_path);
+        else qi_db_default_path(name, db_path, sizeof db_path);
     }
     char script_sha[65] = "";
     int64_t exp_id;
@@ -328,8 +356,8 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
         goto done;
     }
     const bool tty = isatty(STDERR_FILENO);
-    fprintf(stderr, "qinfer run: %s, %d configuration%s x %d repetition%s (+%d warm-up), database %s\n", name, n_cfg,
-            n_cfg == 1 ? "" : "s", reps, reps == 1 ? "" : "s", warmup, db_path);
+    fprintf(stderr, "qinfer run: %s%s, %d configuration%s x %d repetition%s (+%d warm-up), database %s\n", name,
+            shard_desc, n_cfg, n_cfg == 1 ? "" : "s", reps, reps == 1 ? "" : "s", warmup, db_path);
     double t_start = now_s();
     int n_ran = 0;
     char head[1200], fails[4096] = "";
@@ -432,7 +460,7 @@ done:
 
 qi_status qi_lua_exec(const char *script, int n_args, char **args, int n_threads, qi_err *err) {
     char script_dir[1024];
-    dir_of(script, script_dir, sizeof script_dir);
+    lq_dir_of(script, script_dir, sizeof script_dir);
     lua_State *L = lq_state_new(script_dir);
     if (!L) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating the Lua state");
     lq_set_threads(L, n_threads);

@@ -11,6 +11,19 @@
 -- sweep.json writes a configuration as JSON for the results database, which
 -- keys every run by a hash of its canonical form: integers and floats stay
 -- apart (16 and 16.0 are different configurations, as Lua sees them).
+--
+-- sweep.assign splits the configurations into N shards (`qinfer run --shard
+-- I/N`, one per Slurm array task). Every shard computes the whole split and
+-- keeps its own part, so the shards need not talk to each other: the split
+-- must depend on nothing but the configurations and their costs. It is the
+-- greedy "longest processing time first" rule: configurations by estimated
+-- cost, largest first (ties in sweep order), each to the shard with the
+-- least cost so far (ties to the lowest shard). No shard then exceeds
+-- another by more than the largest single cost. Without a cost estimate
+-- every configuration costs 1 and the rule is a round robin in sweep order.
+-- Considered: hashing each configuration's key to a shard (stable when the
+-- sweep grows, but unbalanced for small sweeps and blind to cost), and
+-- contiguous blocks (one shard would get all the long contexts).
 local sweep = {}
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
@@ -192,6 +205,47 @@ function sweep.describe(cfg, keys)
   return table.concat(parts, " ")
 end
 
+-- The shard (0 .. n-1) of each configuration, and each shard's total cost,
+-- for costs[i] >= 0 of the configurations in sweep order.
+function sweep.assign(costs, n)
+  if math.type(n) ~= "integer" or n < 1 then fail("the number of shards must be an integer >= 1") end
+  local order = {}
+  for i = 1, #costs do order[i] = i end
+  table.sort(order, function(a, b)
+    if costs[a] ~= costs[b] then return costs[a] > costs[b] end
+    return a < b
+  end)
+  local load, shard = {}, {}
+  for s = 1, n do load[s] = 0 end
+  for _, i in ipairs(order) do
+    local best = 1
+    for s = 2, n do
+      if load[s] < load[best] then best = s end
+    end
+    shard[i] = best - 1
+    load[best] = load[best] + costs[i]
+  end
+  return shard, load
+end
+
+-- cost(cfg) of every configuration: a number >= 0 (1 each without a cost function).
+function sweep.costs(configs, keys, cost)
+  local out = {}
+  for i, cfg in ipairs(configs) do
+    if cost == nil then
+      out[i] = 1
+    else
+      local ok, c = pcall(cost, cfg)
+      if not ok then fail("cost(%s): %s", sweep.describe(cfg, keys), tostring(c)) end
+      if type(c) ~= "number" or c ~= c or c < 0 or c == math.huge then
+        fail("cost(%s) returned %s: a finite number >= 0 expected", sweep.describe(cfg, keys), tostring(c))
+      end
+      out[i] = c
+    end
+  end
+  return out
+end
+
 local function opt_int(exp, key, def, lo)
   local v = exp[key]
   if v == nil then return def end
@@ -201,18 +255,23 @@ end
 
 -- Check an experiment table and lay out its sweep (pins applied):
 -- { name, keys, shown (the keys that describe a configuration), configs,
---   json (configs as JSON), repetitions, warmup, seed, run }.
-function sweep.prepare(exp, sets)
+--   json (configs as JSON), repetitions, warmup, seed, run, total (the
+--   sweep's configurations), index (each configuration's place in the whole
+--   sweep), shard (of each of the whole sweep's configurations, 0-based),
+--   cost (of each configuration kept), load (the kept part's total cost) }.
+-- With shard_count (an integer >= 1), only the configurations of shard
+-- shard_index (0 .. shard_count - 1) are kept, in sweep order.
+function sweep.prepare(exp, sets, shard_index, shard_count)
   if type(exp) ~= "table" then
     fail("the script gave no experiment: return a table { name = ..., params = {...}, run = function(cfg, ctx) " ..
       "... end } or set the global 'experiment'")
   end
   local known = { name = true, params = true, order = true, repetitions = true, warmup = true, seed = true,
-    run = true, description = true }
+    run = true, description = true, cost = true }
   for k in pairs(exp) do
     if not known[k] then
       fail("the experiment has an unknown field '%s' (fields: name, description, params, order, " ..
-        "repetitions, warmup, seed, run)", tostring(k))
+        "repetitions, warmup, seed, cost, run)", tostring(k))
     end
   end
   if type(exp.name) ~= "string" or exp.name == "" then fail("the experiment needs a name (a non-empty string)") end
@@ -220,6 +279,14 @@ function sweep.prepare(exp, sets)
   local params = exp.params or {}
   if type(params) ~= "table" then fail("params must be a table of value lists") end
   if exp.order ~= nil and type(exp.order) ~= "table" then fail("order must be a list of parameter names") end
+  if exp.cost ~= nil and type(exp.cost) ~= "function" then
+    fail("cost must be a function(cfg) returning the configuration's estimated cost (a number >= 0)")
+  end
+  local count = shard_count or 1
+  local index = shard_index or 0
+  if math.type(count) ~= "integer" or count < 1 or math.type(index) ~= "integer" or index < 0 or index >= count then
+    fail("shard %s/%s: want I/N with 0 <= I < N", tostring(index), tostring(count))
+  end
   local pinned = sweep.pin(params, sets)
   local configs, keys = sweep.product(pinned, exp.order)
   local shown = sweep.varying(pinned, keys)
@@ -230,10 +297,22 @@ function sweep.prepare(exp, sets)
     if not ok then fail("configuration %s: %s", sweep.describe(cfg, keys), text) end
     texts[i] = text
   end
+  local costs = sweep.costs(configs, keys, exp.cost)
+  local shard, loads = sweep.assign(costs, count)
+  local kept, kept_json, kept_index, kept_cost = {}, {}, {}, {}
+  for i = 1, #configs do
+    if shard[i] == index then
+      kept[#kept + 1] = configs[i]
+      kept_json[#kept_json + 1] = texts[i]
+      kept_index[#kept_index + 1] = i
+      kept_cost[#kept_cost + 1] = costs[i]
+    end
+  end
   return {
-    name = exp.name, keys = keys, shown = shown, configs = configs, json = texts,
+    name = exp.name, keys = keys, shown = shown, configs = kept, json = kept_json,
     repetitions = opt_int(exp, "repetitions", 1, 1), warmup = opt_int(exp, "warmup", 0, 0),
     seed = opt_int(exp, "seed", 42, 0), run = exp.run,
+    total = #configs, index = kept_index, shard = shard, cost = kept_cost, load = loads[index + 1],
   }
 end
 

@@ -10,6 +10,21 @@
 #               rolls back; --set, --list, --fresh
 #   run_errors  scripts that must fail: exit code, file:line on stderr, and
 #               a consistent database (failed rows, no half-written run)
+#   shard       `qinfer run --shard I/N`: for every N up to 16 the shards'
+#               configurations are disjoint and together the whole sweep;
+#               a sharded run into its default database; bad --shard values
+#   merge       `qinfer results merge` of shard databases: the same runs and
+#               numbers as the unsharded sweep; idempotence; overlapping
+#               inputs; a done run replacing a failed one; a shard killed
+#               mid-run (its WAL left behind) and resumed; refusals, with
+#               nothing written, of another schema version, another
+#               experiment definition, truncated, corrupt and foreign files
+#   submit      `qinfer submit --slurm` against a stand-in sbatch that
+#               records its arguments: the batch script (its #SBATCH lines,
+#               quoting), run here as array tasks would run it; resubmission
+#               of only the unfinished shards; nothing when all are done;
+#               sbatch failing or missing; bad flags (tests/slurm/ runs it on
+#               a real Slurm)
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -205,6 +220,260 @@ run_errors)
   consistent "$tmp/type.db"
   expect_sql "$tmp/type.db" "SELECT status FROM runs" "failed"
   ;;
+shard)
+  # --list of every shard, for every N up to 16 (shard_exp.lua: 22 configurations)
+  "$Q" run shard_exp.lua --list >"$tmp/all" 2>"$tmp/err" && ok || bad "--list: $(cat "$tmp/err")"
+  sed 's/^\[[0-9]*\/[0-9]*\] //' "$tmp/all" | sort >"$tmp/all.sorted"
+  [[ $(wc -l <"$tmp/all.sorted") -eq 22 ]] && ok || bad "--list: $(cat "$tmp/all")"
+  for n in $(seq 1 16); do
+    : >"$tmp/union"
+    for ((i = 0; i < n; i++)); do
+      "$Q" run shard_exp.lua --list --shard "$i/$n" >"$tmp/s" 2>"$tmp/err" || bad "--shard $i/$n: $(cat "$tmp/err")"
+      sed 's/^\[[0-9]*\/[0-9]*\] #[0-9]* //' "$tmp/s" >>"$tmp/union"
+    done
+    # disjoint: no line twice; union: exactly the whole sweep
+    [[ -z $(sort "$tmp/union" | uniq -d) ]] && ok || bad "N=$n: a configuration in two shards: $(sort "$tmp/union" | uniq -d)"
+    sort "$tmp/union" | cmp -s - "$tmp/all.sorted" && ok || bad "N=$n: the shards' union is not the sweep"
+  done
+  # the split is the cost estimate's: k = 11 (cost 11) of p=a leads shard 0 of 2
+  "$Q" run shard_exp.lua --list --shard 0/2 >"$tmp/s" 2>&1
+  [[ $(wc -l <"$tmp/s") -eq 11 ]] && ok || bad "--shard 0/2: $(cat "$tmp/s")"
+  grep -qF '#21 k=11 p=a  {"k":11,"p":"a"}' "$tmp/s" && ok || bad "--shard 0/2 lacks k=11 p=a: $(cat "$tmp/s")"
+  # with a pin, the pinned sweep is split
+  "$Q" run shard_exp.lua --list --set p=b --shard 1/3 >"$tmp/s" 2>&1
+  [[ $(grep -c '"p":"b"' "$tmp/s") -eq $(wc -l <"$tmp/s") && $(wc -l <"$tmp/s") -ge 3 ]] && ok || bad "--set with --shard: $(cat "$tmp/s")"
+
+  # a shard run: its default database, only its configurations, resumable
+  mkdir "$tmp/w" && cd "$tmp/w" || exit 1
+  run_expect 0 "$here/shard_exp.lua" --shard 1/4 -t 1
+  err_has "shard_test, shard 1/4 (5 of 22 configurations, cost 33)"
+  db=results/shards/shard_test.shard-1-of-4.db
+  consistent "$db"
+  expect_sql "$db" "SELECT count(*), sum(status = 'done') FROM runs" "5|5"
+  "$Q" run "$here/shard_exp.lua" --list --shard 1/4 | sed 's/.*  //' | sort >"$tmp/want"
+  sql "$db" "SELECT config_json FROM runs ORDER BY config_json" | cmp -s - "$tmp/want" && ok ||
+    bad "shard 1/4 ran other configurations: $(sql "$db" "SELECT config_json FROM runs")"
+  run_expect 0 "$here/shard_exp.lua" --shard 1/4 -t 1
+  err_has "5 configurations, 0 done, 5 skipped (already done)"
+  run_expect 0 "$here/shard_exp.lua" --shard 2/4 --db "$tmp/named.db" -t 1
+  expect_sql "$tmp/named.db" "SELECT count(*) FROM runs WHERE status = 'done'" "6"
+  cd "$here" || exit 1
+
+  expect_fail 2 "option --shard: '4/4' is not I/N with 0 <= I < N" "$Q" run shard_exp.lua --shard 4/4
+  expect_fail 2 "option --shard: '1/0' is not I/N" "$Q" run shard_exp.lua --shard 1/0
+  expect_fail 2 "option --shard: '-1/2' is not I/N" "$Q" run shard_exp.lua --shard -1/2
+  expect_fail 2 "option --shard: '1' is not I/N" "$Q" run shard_exp.lua --shard 1
+  expect_fail 2 "option --shard: '1/2x' is not I/N" "$Q" run shard_exp.lua --shard 1/2x
+  expect_fail 2 "option --shard needs a value" "$Q" run shard_exp.lua --shard
+  ;;
+merge)
+  # run_q DB ARGS...: shard_exp.lua into DB
+  run_q() { local db=$1; shift; "$Q" run shard_exp.lua --db "$db" -t 1 "$@" >/dev/null 2>"$tmp/err"; }
+  # content DB: every run and metric, by configuration (no ids, no times)
+  content() {
+    sql "$1" "SELECT e.name, r.config_key, r.config_json, r.status, ifnull(r.error, ''), m.name, m.repetition, m.value, m.unit
+      FROM runs r JOIN experiments e ON e.id = r.experiment_id LEFT JOIN metrics m ON m.run_id = r.id
+      ORDER BY e.name, r.config_key, m.name, m.repetition"
+  }
+  # same DB: the file and its content are as they were (saved by snap)
+  snap() { content "$1" >"$tmp/snap.content"; sha256sum <"$1" >"$tmp/snap.sha"; }
+  same() {
+    content "$1" | cmp -s - "$tmp/snap.content" && ok || bad "$1: content changed"
+    sha256sum <"$1" | cmp -s - "$tmp/snap.sha" && ok || bad "$1: file changed"
+  }
+  merge_expect() { # CODE ARGS...
+    local code=$1; shift
+    "$Q" results merge "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    [[ $rc -eq $code ]] && ok || bad "qinfer results merge $* -> exit $rc, want $code: $(cat "$tmp/err")"
+  }
+  run_q "$tmp/full.db" && ok || bad "unsharded run: $(cat "$tmp/err")"
+  for i in 0 1 2 3; do run_q "$tmp/s$i.db" --shard "$i/4" && ok || bad "shard $i: $(cat "$tmp/err")"; done
+  content "$tmp/full.db" >"$tmp/full.content"
+  [[ $(wc -l <"$tmp/full.content") -eq 132 ]] && ok || bad "full.db: $(wc -l <"$tmp/full.content") rows, want 22 x 3 x 2"
+
+  # the shards merged equal the unsharded sweep
+  m=$tmp/m.db
+  merge_expect 0 "$m" "$tmp"/s{0,1,2,3}.db
+  err_has "m.db: 22 runs added from 4 databases (0 already there)"
+  grep -qF "s2.db: 6 runs, 6 added" "$tmp/out" && ok || bad "merge report: $(cat "$tmp/out")"
+  consistent "$m"
+  content "$m" | cmp -s - "$tmp/full.content" && ok || bad "merged content differs from the unsharded sweep's"
+  expect_sql "$m" "SELECT count(*), count(DISTINCT config_key), sum(status = 'done') FROM runs" "22|22|22"
+  expect_sql "$m" "SELECT count(*) FROM experiments" "1"
+  expect_sql "$m" "SELECT count(*) FROM runs WHERE cpu IS NULL OR engine_version IS NULL OR started IS NULL OR finished IS NULL" "0"
+  expect_ok "$Q" results shard_test --db "$m" --by k --metric test.value -o csv
+  [[ $(tr -d '\r' <"$tmp/out" | sed -n '2p;12p' | cut -d, -f1-3 | tr '\n' ' ') == "1,2,10.75 11,2,110.75 " ]] && ok ||
+    bad "qinfer results on the merged database: $(cat "$tmp/out")"
+
+  # idempotent: again, nothing added, nothing changed
+  snap "$m"
+  merge_expect 0 "$m" "$tmp"/s{0,1,2,3}.db
+  err_has "0 runs added from 4 databases (22 already there)"
+  same "$m"
+  # overlapping inputs: the whole sweep and a shard, twice the same shard
+  merge_expect 0 "$tmp/o.db" "$tmp/s1.db" "$tmp/full.db" "$tmp/s1.db"
+  err_has "o.db: 22 runs added from 3 databases (10 already there)"
+  consistent "$tmp/o.db"
+  content "$tmp/o.db" | cmp -s - "$tmp/full.content" && ok || bad "overlapping merge differs from the sweep"
+  # an output that already holds some runs: only the others are added
+  merge_expect 0 "$tmp/p.db" "$tmp/s0.db"
+  merge_expect 0 "$tmp/p.db" "$tmp/m.db"
+  grep -qF "m.db: 22 runs, $((22 - $(sql "$tmp/s0.db" "SELECT count(*) FROM runs"))) added" "$tmp/out" && ok ||
+    bad "partial output: $(cat "$tmp/out")"
+  content "$tmp/p.db" | cmp -s - "$tmp/full.content" && ok || bad "merge into a partial output differs from the sweep"
+
+  # failed and done: a done run replaces a failed one, never the reverse
+  QI_TEST_FAIL=3 run_q "$tmp/f.db" --set p=a
+  expect_sql "$tmp/f.db" "SELECT count(*), sum(status = 'failed') FROM runs" "11|1"
+  merge_expect 0 "$tmp/fd.db" "$tmp/f.db" "$tmp/full.db"
+  grep -qF "full.db: 22 runs, 12 added (1 replacing failed runs), 10 already there" "$tmp/out" && ok ||
+    bad "failed replaced: $(cat "$tmp/out")"
+  consistent "$tmp/fd.db"
+  expect_sql "$tmp/fd.db" "SELECT count(*), sum(status = 'done') FROM runs" "22|22"
+  merge_expect 0 "$tmp/df.db" "$tmp/full.db" "$tmp/f.db"
+  grep -qF "f.db: 11 runs, 0 added, 11 already there" "$tmp/out" && ok || bad "failed after done: $(cat "$tmp/out")"
+  merge_expect 0 "$tmp/fo.db" "$tmp/f.db"
+  expect_sql "$tmp/fo.db" "SELECT status, error LIKE '%planted failure%' FROM runs WHERE status = 'failed'" "failed|1"
+
+  # a shard killed mid-run (its WAL left as a kill leaves it): what it
+  # committed is merged; resumed, the rest follows, nothing twice
+  marker=$tmp/marker
+  QI_TEST_STALL=11 QI_TEST_MARKER=$marker "$Q" run shard_exp.lua --db "$tmp/k.db" --shard 0/2 -t 1 >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do [[ -f $marker ]] && break; sleep 0.1; done
+  [[ -f $marker ]] && ok || bad "the stalled configuration never started"
+  kill -KILL $pid; wait $pid 2>/dev/null
+  merge_expect 0 "$tmp/km.db" "$tmp/k.db"
+  consistent "$tmp/km.db"
+  expect_sql "$tmp/km.db" "SELECT count(*) FROM runs WHERE json_extract(config_json, '\$.k') = 11 AND json_extract(config_json, '\$.p') = 'a'" "0"
+  run_q "$tmp/k.db" --shard 0/2 && ok || bad "resumed shard: $(cat "$tmp/err")"
+  run_q "$tmp/k1.db" --shard 1/2 && ok || bad "shard 1/2: $(cat "$tmp/err")"
+  merge_expect 0 "$tmp/km.db" "$tmp/k.db" "$tmp/k1.db"
+  consistent "$tmp/km.db"
+  content "$tmp/km.db" | cmp -s - "$tmp/full.content" && ok || bad "killed, resumed and merged: differs from the sweep"
+
+  # refusals: one line, exit 1, nothing written (an existing output
+  # unchanged, a new one not created)
+  snap "$m"
+  refused() { # PATTERN INPUT
+    merge_expect 1 "$m" "$tmp/s0.db" "$2"
+    err_has "$1"; [[ $(wc -l <"$tmp/err") -eq 1 ]] && ok || bad "not one line: $(cat "$tmp/err")"
+    same "$m"
+    merge_expect 1 "$tmp/new.db" "$tmp/s0.db" "$2"
+    [[ ! -e $tmp/new.db ]] && ok || bad "a refused merge created its output"
+  }
+  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 2"
+  refused "v.db: schema version 2, but this merge writes version 1" "$tmp/v.db"
+  # another definition: the same experiment run from an edited script
+  cp shard_exp.lua "$tmp/edited_exp.lua"; echo "-- edited" >>"$tmp/edited_exp.lua"
+  "$Q" run "$tmp/edited_exp.lua" --db "$tmp/x.db" -t 1 --shard 3/4 >/dev/null 2>&1
+  refused "experiment 'shard_test': $tmp/x.db was run from another script than $tmp/s0.db" "$tmp/x.db"
+  merge_expect 1 "$m" "$tmp/x.db"
+  err_has "$tmp/x.db was run from another script than $m"
+  same "$m"
+  cp "$tmp/s2.db" "$tmp/t.db"; truncate -s $(($(stat -c %s "$tmp/t.db") / 2)) "$tmp/t.db"
+  refused "t.db: cannot open (truncated or corrupt?): database disk image is malformed" "$tmp/t.db"
+  cp "$tmp/s2.db" "$tmp/c.db"
+  printf '\377%.0s' $(seq 64) | dd of="$tmp/c.db" bs=1 seek=8192 conv=notrunc 2>/dev/null
+  refused "c.db: the database is corrupt (integrity_check: Page" "$tmp/c.db"
+  echo "not a database" >"$tmp/junk.db"
+  refused "junk.db: cannot open: file is not a database" "$tmp/junk.db"
+  refused "none.db: cannot open: No such file or directory" "$tmp/none.db"
+  sqlite3 "$tmp/other.db" "CREATE TABLE t (x)" 2>/dev/null || python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("CREATE TABLE t (x)")' "$tmp/other.db"
+  refused "other.db: not a qinfer results database" "$tmp/other.db"
+  merge_expect 1 "$m" "$tmp/s1.db" "$m"
+  err_has "m.db: is the output itself"
+  same "$m"
+
+  expect_fail 2 "no input database given" "$Q" results merge "$m"
+  expect_fail 2 "no output and no input database given" "$Q" results merge
+  expect_fail 2 "unknown option '--bogus'" "$Q" results merge "$m" --bogus "$tmp/s0.db"
+  expect_ok "$Q" results merge --help
+  grep -q "usage: qinfer results merge OUT.db IN.db" "$tmp/out" && ok || bad "merge --help: $(cat "$tmp/out")"
+  ;;
+submit)
+  mkdir -p "$tmp/bin" "$tmp/w" && cd "$tmp/w" || exit 1
+  cat >"$tmp/bin/sbatch" <<'EOF'
+#!/bin/bash
+# a stand-in for Slurm's sbatch: records its arguments, prints a job id
+printf '%s\n' "$@" >>"$SBATCH_LOG"
+[[ -n ${SBATCH_FAIL:-} ]] && { echo "sbatch: error: $SBATCH_FAIL" >&2; exit 1; }
+echo "4242;qitest"
+EOF
+  chmod +x "$tmp/bin/sbatch"
+  export SBATCH_LOG=$tmp/sbatch.log
+  dir="$tmp/my shards'x"
+  sub() { PATH="$tmp/bin:$PATH" "$Q" submit "$here/shard_exp.lua" --slurm --db-dir "$dir" "$@" >"$tmp/out" 2>"$tmp/err"; }
+
+  # --dry-run: the script on stdout, nothing written or run
+  sub --array 4 --partition gpu --time 0:30:00 --gpus 1 -t 2 --dry-run --set p=a -- --mem=2G --account=lab && ok ||
+    bad "dry run: $(cat "$tmp/err")"
+  for line in '#!/bin/bash' '#SBATCH --job-name=qinfer-shard_test' '#SBATCH --partition=gpu' '#SBATCH --time=0:30:00' \
+    '#SBATCH --gpus=1' '#SBATCH --cpus-per-task=2' '#SBATCH --mem=2G' '#SBATCH --account=lab' \
+    "#SBATCH --chdir=$tmp/w" "#SBATCH --output=\"$dir/logs/shard_test.shard-%a-of-4.job-%A.log\"" \
+    "# sbatch --parsable --array=0-3 $dir/shard_test.sbatch"; do
+    grep -qxF -- "$line" "$tmp/out" && ok || bad "dry run lacks '$line': $(cat "$tmp/out")"
+  done
+  grep -qF -- "--shard \"\$i/4\" " "$tmp/out" && grep -qF -- " -t 2 --set 'p=a'" "$tmp/out" && ok || bad "dry run's command: $(cat "$tmp/out")"
+  grep -qF "11 configurations in 4 shards, 11 left to run in 4 shards (dry run" "$tmp/err" && ok || bad "dry run: $(cat "$tmp/err")"
+  [[ ! -e $dir && ! -e $SBATCH_LOG ]] && ok || bad "a dry run wrote or submitted something"
+
+  # submitted: sbatch --parsable --array=0-3 SCRIPT; the job id on stdout
+  sub --array 4 && ok || bad "submit: $(cat "$tmp/err")"
+  [[ $(cat "$tmp/out") == 4242 ]] && ok || bad "job id: '$(cat "$tmp/out")'"
+  [[ $(tr '\n' ' ' <"$SBATCH_LOG") == "--parsable --array=0-3 $dir/shard_test.sbatch " ]] && ok || bad "sbatch args: $(cat "$SBATCH_LOG")"
+  grep -qF "job 4242, tasks 0-3 (4 of 4 shards, 22 of 22 configurations to run)" "$tmp/err" && ok || bad "submit: $(cat "$tmp/err")"
+  [[ -x $dir/shard_test.sbatch && -d $dir/logs ]] && ok || bad "no batch script or logs folder"
+  # run as Slurm would run two of its tasks (from elsewhere: its paths are absolute)
+  bash "$dir/shard_test.sbatch" >/dev/null 2>&1 && bad "the batch script ran outside an array task" || ok
+  for i in 0 2; do
+    (cd / && SLURM_ARRAY_TASK_ID=$i bash "$dir/shard_test.sbatch") >/dev/null 2>"$tmp/err.$i" && ok || bad "task $i: $(cat "$tmp/err.$i")"
+    consistent "$dir/shard_test.shard-$i-of-4.db"
+  done
+  expect_sql "$dir/shard_test.shard-0-of-4.db" "SELECT count(*) FROM runs WHERE status = 'done'" "$("$Q" run "$here/shard_exp.lua" --list --shard 0/4 | wc -l)"
+  # resubmitted: only the shards with work left
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "resubmit: $(cat "$tmp/err")"
+  grep -qx -- "--array=1,3" "$SBATCH_LOG" && ok || bad "resubmit: $(cat "$SBATCH_LOG")"
+  grep -qF "tasks 1,3 (2 of 4 shards, 11 of 22 configurations to run)" "$tmp/err" && ok || bad "resubmit: $(cat "$tmp/err")"
+  # a shard half done (one configuration failed): resubmitted for that one
+  cfg=$("$Q" run "$here/shard_exp.lua" --list --shard 1/4 | sed -n '1s/.*{"k":\([0-9]*\),"p":"\([ab]\)"}$/\1 \2/p')
+  [[ -n $cfg ]] && ok || bad "shard 1/4's first configuration not found"
+  QI_TEST_FAIL=${cfg% *} QI_TEST_FAIL_P=${cfg#* } SLURM_ARRAY_TASK_ID=1 bash "$dir/shard_test.sbatch" >/dev/null 2>&1
+  SLURM_ARRAY_TASK_ID=3 bash "$dir/shard_test.sbatch" >/dev/null 2>&1 || bad "task 3 failed"
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "resubmit: $(cat "$tmp/err")"
+  grep -qx -- "--array=1" "$SBATCH_LOG" && ok || bad "resubmit of a failed configuration: $(cat "$SBATCH_LOG")"
+  grep -qF "tasks 1 (1 of 4 shards, 1 of 22 configurations to run)" "$tmp/err" && ok || bad "resubmit: $(cat "$tmp/err")"
+  SLURM_ARRAY_TASK_ID=1 bash "$dir/shard_test.sbatch" >/dev/null 2>&1 || bad "task 1, again, failed"
+  # all done: nothing submitted
+  : >"$SBATCH_LOG"
+  sub --array 4 && ok || bad "submit when done: $(cat "$tmp/err")"
+  [[ ! -s $tmp/out && ! -s $SBATCH_LOG ]] && ok || bad "a finished sweep was submitted: $(cat "$tmp/out" "$SBATCH_LOG")"
+  grep -qF "every configuration of the 4 shards in $dir is done; nothing submitted" "$tmp/err" && ok || bad "done: $(cat "$tmp/err")"
+  "$Q" results merge "$tmp/m.db" "$dir"/shard_test.shard-*-of-4.db >/dev/null 2>&1 && ok || bad "merge of the tasks' shards"
+  expect_sql "$tmp/m.db" "SELECT count(*), count(DISTINCT config_key), sum(status = 'done') FROM runs" "22|22|22"
+  # without --array: one task per configuration
+  sub --dry-run && grep -qF "# sbatch --parsable --array=0-21 " "$tmp/out" && ok || bad "default --array: $(cat "$tmp/out")"
+
+  # sbatch failing, or missing
+  SBATCH_FAIL="invalid partition specified: nope" sub --array 2
+  [[ $? -eq 1 ]] && ok || bad "a failing sbatch: exit not 1"
+  grep -qF "sbatch: error: invalid partition specified: nope" "$tmp/err" && grep -qF "qinfer submit: sbatch failed (exit 1)" "$tmp/err" &&
+    ok || bad "a failing sbatch: $(cat "$tmp/err")"
+  expect_fail 1 "cannot run sbatch" env PATH=/nonexistent "$Q" submit "$here/shard_exp.lua" --slurm --array 2 --db-dir "$tmp/x"
+
+  expect_fail 2 "name the scheduler: --slurm" "$Q" submit "$here/shard_exp.lua"
+  expect_fail 2 "no experiment script given" "$Q" submit --slurm
+  expect_fail 2 "more tasks than the sweep has configurations (22)" "$Q" submit "$here/shard_exp.lua" --slurm --array 23 --dry-run
+  expect_fail 2 "option --array" "$Q" submit "$here/shard_exp.lua" --slurm --array 0
+  expect_fail 2 "sbatch option 'mem=2G' after -- does not start with '-'" "$Q" submit "$here/shard_exp.lua" --slurm -- mem=2G
+  expect_fail 2 "unknown parameter 'q'" "$Q" submit "$here/shard_exp.lua" --slurm --set q=1 --dry-run
+  expect_fail 2 "unknown option '--bogus'" "$Q" submit "$here/shard_exp.lua" --slurm --bogus
+  expect_fail 2 "cannot be given to sbatch" "$Q" submit "$here/shard_exp.lua" --slurm --dry-run --db-dir "$tmp/a\"b"
+  expect_ok "$Q" submit --help
+  cd "$here" || exit 1
+  ;;
 results)
   # results/ relative to the working directory, as qinfer run makes it
   mkdir "$tmp/w" && cd "$tmp/w" || exit 1
@@ -293,7 +562,7 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   expect_ok "$Q" results --help
   ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, results)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results)" >&2
   exit 2
   ;;
 esac

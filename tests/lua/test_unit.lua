@@ -65,6 +65,62 @@ T.raises(function() sweep.prepare({ name = "x", run = print, repetitons = 2 }) e
 T.raises(function() sweep.prepare({ name = "x", run = print, repetitions = 0 }) end, "'repetitions' must be")
 T.raises(function() sweep.prepare(nil) end, "gave no experiment")
 
+-- sweep.assign / prepare with a shard: for every N up to 16, with equal,
+-- ragged and zero costs, the shards are disjoint, their union is the whole
+-- sweep, each keeps sweep order, and no shard's cost exceeds another's by
+-- more than the largest single cost (the greedy rule's bound)
+local function lcg(seed)
+  local x = seed
+  return function(m) x = (x * 1103515245 + 12345) % 2147483648; return x % m end
+end
+local rnd = lcg(7)
+local cost_sets = { equal = nil, ragged = function(c) return (c.a * 7 + c.b * 3) % 11 + 0.5 end,
+  zero = function(c) return c.a == 2 and 0 or 1 end, random = function() return rnd(1000) / 10 end }
+for cname, cost in pairs(cost_sets) do
+  for n = 1, 16 do
+    local exp = { name = "x", params = { a = { 1, 2, 3, 4, 5 }, b = { 1, 2, 3, 4, 5, 6, 7 } }, run = print, cost = cost }
+    if cname == "random" then rnd = lcg(n) end
+    local whole = sweep.prepare(exp, {})
+    local seen, loads, maxc = {}, {}, 0
+    for i = 0, n - 1 do
+      if cname == "random" then rnd = lcg(n) end -- every shard computes the same costs
+      local p = sweep.prepare(exp, {}, i, n)
+      T.eq(p.total, 35, "total")
+      local load, last = 0, 0
+      for j, text in ipairs(p.json) do
+        local g = p.index[j]
+        T.ok(g > last, string.format("%s n=%d shard %d: sweep order", cname, n, i))
+        last = g
+        T.ok(seen[g] == nil, string.format("%s n=%d: configuration %d in shards %s and %d", cname, n, g, tostring(seen[g]), i))
+        seen[g] = i
+        T.eq(text, whole.json[g], "the shard's configuration is the sweep's")
+        T.eq(p.shard[g], i, "shard of a kept configuration")
+        load = load + p.cost[j]
+        if p.cost[j] > maxc then maxc = p.cost[j] end
+      end
+      T.near(load, p.load, 1e-9, "load")
+      loads[#loads + 1] = load
+    end
+    local count = 0
+    for g = 1, 35 do if seen[g] ~= nil then count = count + 1 end end
+    T.eq(count, 35, string.format("%s n=%d: union of the shards", cname, n))
+    T.ok(math.max(table.unpack(loads)) - math.min(table.unpack(loads)) <= maxc + 1e-9,
+      string.format("%s n=%d: balance %s", cname, n, table.concat(loads, ",")))
+  end
+end
+local sh = sweep.assign({ 1, 1, 1, 1, 1 }, 2)
+T.eq(table.concat(sh, ","), "0,1,0,1,0", "equal costs: round robin")
+sh = sweep.assign({ 1, 5, 2, 4 }, 2)
+T.eq(table.concat(sh, ","), "0,0,1,1", "largest first to the least loaded shard")
+T.eq(#sweep.prepare({ name = "x", params = { a = { 1, 2 } }, run = print }, {}, 5, 8).configs, 0, "an empty shard")
+T.raises(function() sweep.prepare({ name = "x", run = print }, {}, 2, 2) end, "shard 2/2: want I/N with 0 <= I < N")
+T.raises(function() sweep.prepare({ name = "x", run = print, cost = 3 }, {}) end, "cost must be a function")
+T.raises(function() sweep.prepare({ name = "x", params = { a = { 1, 2 } }, run = print, cost = function(c) return -c.a end }, {}) end,
+  "cost(a=1) returned -1: a finite number >= 0 expected")
+T.raises(function() sweep.prepare({ name = "x", params = { a = { 1 } }, run = print, cost = function(c) return c.x.y end }, {}) end,
+  "cost(a=1):", "attempt to index a nil value")
+T.raises(function() sweep.assign({ 1 }, 0) end, "integer >= 1")
+
 -- stats: known values (sample standard deviation; t with n - 1 df)
 local xs = { 2, 4, 4, 4, 5, 5, 7, 9 }
 T.eq(stats.mean(xs), 5.0, "mean")
