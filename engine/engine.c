@@ -490,6 +490,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
     if ((st = setup_devices(e, R, err))) goto fail;
+    e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
     e->q_pos = qi_malloc(sizeof(int32_t) * R);

@@ -1,5 +1,5 @@
 -- schema.sql - the results database as the migrations leave it (schema
--- version 1), to read; the program builds it from migrations/*.sql, applied
+-- version 2), to read; the program builds it from migrations/*.sql, applied
 -- in order by qi_db_open. The unit tests check that this file and the
 -- migrations describe the same tables. Change both together: add a migration
 -- (never edit an applied one) and update this file.
@@ -44,6 +44,10 @@ CREATE TABLE runs (
     simulated      INTEGER NOT NULL DEFAULT 0 CHECK (simulated IN (0, 1)),
     started        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     finished       TEXT,
+    -- the placement plan the run's engines ran under (JSON, as qi_plan_json
+    -- writes it: devices, embedding and head device, per layer the
+    -- attention and MLP devices); NULL when it created none
+    placement      TEXT CHECK (placement IS NULL OR json_valid(placement)),
     UNIQUE (experiment_id, config_key)
 );
 

@@ -527,6 +527,27 @@ fail:
     return st;
 }
 
+qi_status qi_db_run_placement(qi_db *db, int64_t run_id, const char *plan_json, qi_err *err) {
+    if (!db->run_id || run_id != db->run_id)
+        return QI_ERR(err, QI_ERR_INVALID, "placement for run %lld, which is not the open run", (long long)run_id);
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db->conn,
+                                "UPDATE runs SET placement = CASE WHEN json_valid(?1) THEN ?1 END WHERE id = ?2"
+                                " RETURNING placement IS NOT NULL",
+                                -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, plan_json, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 2, run_id);
+        rc = sqlite3_step(s);
+    }
+    const bool valid = rc == SQLITE_ROW && sqlite3_column_int(s, 0);
+    if (rc == SQLITE_ROW) rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return qi_db_fail(db, rc, err, "recording the placement of run %lld", (long long)run_id);
+    if (!valid) return QI_ERR(err, QI_ERR_INVALID, "placement of run %lld is not JSON", (long long)run_id);
+    return QI_OK;
+}
+
 /* area.what_unit: lower-case letters, digits, '_'; a letter first; two or
  * more non-empty parts joined by '.'. */
 static bool metric_name_ok(const char *s) {

@@ -168,6 +168,11 @@ qi_status qi_db_run_begin(qi_db *db, int64_t exp_id, const char *config_json, co
 qi_status qi_db_metric(qi_db *db, int64_t run_id, const char *name, double value, const char *unit,
                        int repetition, bool simulated, qi_err *err);
 
+/* The placement plan (JSON, qi_plan_json's) the open run's engines ran
+ * under. Errors: QI_ERR_INVALID (run_id not the open run, JSON not
+ * valid); QI_ERR_DB. */
+qi_status qi_db_run_placement(qi_db *db, int64_t run_id, const char *plan_json, qi_err *err);
+
 /* Finish the open run: 'done' when ok, else 'failed' with error_msg (may be
  * NULL); the run is marked simulated if any of its figures is; then COMMIT.
  * Metrics recorded before a failure are kept. When the commit fails the run

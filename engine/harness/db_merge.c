@@ -124,7 +124,7 @@ static const char scratch_sql[] =
     " experiment_name TEXT NOT NULL, config_json TEXT NOT NULL, config_key TEXT NOT NULL, status TEXT NOT NULL,"
     " error TEXT, git_rev TEXT, git_dirty INTEGER, cpu TEXT, cores INTEGER, mem_bytes INTEGER, gpu TEXT,"
     " gpu_driver TEXT, model_path TEXT, model_sha256 TEXT, engine_version TEXT, seed INTEGER,"
-    " simulated INTEGER NOT NULL, started TEXT NOT NULL, finished TEXT);"
+    " simulated INTEGER NOT NULL, started TEXT NOT NULL, finished TEXT, placement TEXT);"
     "CREATE INDEX in_runs_src ON in_runs(src, id);"
     "CREATE TABLE in_metrics (id INTEGER PRIMARY KEY, src INTEGER NOT NULL, run_id INTEGER NOT NULL,"
     " name TEXT NOT NULL, value REAL NOT NULL, unit TEXT NOT NULL, repetition INTEGER NOT NULL,"
@@ -215,10 +215,10 @@ static qi_status stage(merge_ctx *m, const char *path, int64_t src, qi_err *err)
         "INSERT INTO in_experiments SELECT ?1, name, script_path, script_sha256, created FROM src.experiments;"
         "INSERT INTO in_runs (src, id, experiment_name, config_json, config_key, status, error, git_rev, git_dirty,"
         " cpu, cores, mem_bytes, gpu, gpu_driver, model_path, model_sha256, engine_version, seed, simulated,"
-        " started, finished)"
+        " started, finished, placement)"
         " SELECT ?1, r.id, e.name, r.config_json, r.config_key, r.status, r.error, r.git_rev, r.git_dirty, r.cpu,"
         " r.cores, r.mem_bytes, r.gpu, r.gpu_driver, r.model_path, r.model_sha256, r.engine_version, r.seed,"
-        " r.simulated, r.started, r.finished"
+        " r.simulated, r.started, r.finished, r.placement"
         " FROM src.runs r JOIN src.experiments e ON e.id = r.experiment_id ORDER BY r.id;"
         "INSERT INTO in_metrics (src, run_id, name, value, unit, repetition, simulated)"
         " SELECT ?1, run_id, name, value, unit, repetition, simulated FROM src.metrics ORDER BY id;";
@@ -292,10 +292,10 @@ static qi_status merge_one(merge_ctx *m, const char *out_path, int64_t src, qi_d
         "DELETE FROM out.runs WHERE id IN (SELECT replace_id FROM pick WHERE replace_id IS NOT NULL)",
         "INSERT INTO out.runs (experiment_id, config_json, config_key, status, error, git_rev, git_dirty, cpu,"
         " cores, mem_bytes, gpu, gpu_driver, model_path, model_sha256, engine_version, seed, simulated, started,"
-        " finished)"
+        " finished, placement)"
         " SELECT p.exp_id, r.config_json, r.config_key, r.status, r.error, r.git_rev, r.git_dirty, r.cpu, r.cores,"
         " r.mem_bytes, r.gpu, r.gpu_driver, r.model_path, r.model_sha256, r.engine_version, r.seed, r.simulated,"
-        " r.started, r.finished FROM pick p JOIN in_runs r ON r.rid = p.src_run ORDER BY r.id",
+        " r.started, r.finished, r.placement FROM pick p JOIN in_runs r ON r.rid = p.src_run ORDER BY r.id",
         "INSERT INTO out.metrics (run_id, name, value, unit, repetition, simulated)"
         " SELECT d.id, x.name, x.value, x.unit, x.repetition, x.simulated FROM pick p"
         " JOIN in_runs r ON r.rid = p.src_run"

@@ -285,8 +285,18 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_t
     eo->o.kv_max_bytes = (size_t)lq_opt_int(L, idx, arg, "kv_max_bytes", 0, 0, LONG_MAX);
     eo->o.profile = lq_opt_bool(L, idx, arg, "profile", false);
     eo->o.attn_blas = lq_opt_bool(L, idx, arg, "attn_blas", false);
+    eo->o.devices = lq_opt_str(L, idx, arg, "devices", "cpu");
+    eo->o.placement = lq_opt_str(L, idx, arg, "placement", "all-cpu");
     read_budget(L, idx, arg, eo);
     read_kv_params(L, idx, arg, eo);
+}
+
+void lq_note_plan(lua_State *L, const qi_engine *e) {
+    char json[8192];
+    const int n = qi_plan_json(qi_engine_plan(e), json, sizeof json);
+    if (n < 0 || (size_t)n >= sizeof json) return; /* a plan that long is not recorded */
+    lua_pushstring(L, json);
+    lua_setfield(L, LUA_REGISTRYINDEX, LQ_PLACEMENT_KEY);
 }
 
 /* ---- scratch: a call's temporaries, freed by __close ------------------------------ */
@@ -353,6 +363,7 @@ static int model_engine(lua_State *L) {
     luaL_setmetatable(L, LQ_ENGINE);
     qi_err err = {0};
     if (qi_engine_create(mb->m, &eo.o, &u->e, &err)) return lq_fail(L, &err);
+    lq_note_plan(L, u->e);
     u->mb = mb;
     mb->refs++;
     return 1;

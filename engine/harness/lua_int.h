@@ -50,7 +50,8 @@ typedef struct {
     bool kv_given; /* a policy other than full, or a budget: decode-mode perplexity */
 } lq_eopts;
 
-#define LQ_ENGINE_KEYS "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas"
+#define LQ_ENGINE_KEYS \
+    "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "devices", "placement"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */
@@ -83,6 +84,10 @@ double lq_opt_num(lua_State *L, int idx, int arg, const char *key, double def);
 bool lq_opt_bool(lua_State *L, int idx, int arg, const char *key, bool def);
 const char *lq_opt_str(lua_State *L, int idx, int arg, const char *key, const char *def);
 void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_threads);
+/* Note the plan a new engine runs, for the run being recorded (the
+ * registry's LQ_PLACEMENT_KEY; qinfer run stores it with the run). */
+#define LQ_PLACEMENT_KEY "qinfer.placement"
+void lq_note_plan(lua_State *L, const qi_engine *e);
 
 /* Token lists: a table of integers (or one integer) into a qi_malloc'ed
  * array owned by *slot (a scratch field); its length. */

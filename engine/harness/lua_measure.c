@@ -57,6 +57,7 @@ static qi_engine *helper_engine(lua_State *L, int idx, int opts, lq_scratch *s, 
     eo.o.n_ctx = *n_ctx;
     qi_err err = {0};
     if (qi_engine_create(mu->mb->m, &eo.o, &s->engine, &err)) lq_fail(L, &err);
+    lq_note_plan(L, s->engine);
     s->mb = mu->mb;
     mu->mb->refs++;
     *m = mu->mb->m;
@@ -225,6 +226,7 @@ static int l_perplexity(lua_State *L) {
     eo.o.n_ctx = n_ctx;
     eo.o.max_seqs = batch < n_chunk ? batch : n_chunk;
     if (qi_engine_create(mb->m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
+    lq_note_plan(L, s->engine);
     qi_ppl_result r;
     qi_ppl_kv kv;
     double t0 = lq_now();
@@ -296,6 +298,7 @@ static int l_throughput(lua_State *L) {
     eo.o.max_seqs = batch;
     eo.o.n_ctx = n_ctx;
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
+    lq_note_plan(L, s->engine);
     qi_engine *e = s->engine;
     /* ids2: the sequence ids, then each sequence's first generated token
      * (-1 until its prompt is done). */

@@ -414,9 +414,18 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
         lua_pushinteger(L, cfg_seed);
         lq_pcall(L, 1, 0, NULL, 0, NULL, 0);
 
+        /* the plan of the engines the configuration creates (lq_note_plan) */
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, LQ_PLACEMENT_KEY);
         double t0 = now_s();
         bool ok = run_config(L, plan, i, ctx, rs, warmup, reps, msg, msg_cap, tb, tb_cap);
         rs->run_id = 0;
+        if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_PLACEMENT_KEY) == LUA_TSTRING &&
+            (st = qi_db_run_placement(db, run_id, lua_tostring(L, -1), err))) {
+            lua_pop(L, 1);
+            goto done;
+        }
+        lua_pop(L, 1);
         n_ran++;
         if (lq_interrupted) {
             /* Not the configuration's fault: roll it back, as a kill would. */

@@ -103,6 +103,12 @@ api)
   ppl=$("$Q" ppl -t 2 -f devil --ctx 64 --chunks 2 2>"$tmp/err" | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
   [[ -n $ppl ]] || bad "qinfer ppl printed no PPL: $(cat "$tmp/err")"
   "$Q" lua -t 2 test_api.lua "$tmp/gen.txt" "$ppl" && ok || bad "test_api.lua failed"
+  # the plan each run's engines ran under is stored with the run, and a plan
+  # on the test device gives the all-CPU text
+  run_expect 0 placement_exp.lua --db "$tmp/place.db"
+  expect_sql "$tmp/place.db" "SELECT json_extract(config_json, '$.placement'), placement FROM runs ORDER BY id" \
+    "all-cpu|{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":0,\"layers\":[$(printf '[0,0],%.0s' {1..29})[0,0]]} ngl=31|{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":1,\"layers\":[$(printf '[1,1],%.0s' {1..29})[1,1]]}"
+  expect_sql "$tmp/place.db" "SELECT count(DISTINCT value) FROM metrics WHERE name = 'gen.hash'" "1"
   ;;
 run_resume)
   db=$tmp/resume.db marker=$tmp/marker
@@ -362,8 +368,8 @@ merge)
     merge_expect 1 "$tmp/new.db" "$tmp/s0.db" "$2"
     [[ ! -e $tmp/new.db ]] && ok || bad "a refused merge created its output"
   }
-  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 2"
-  refused "v.db: schema version 2, but this merge writes version 1" "$tmp/v.db"
+  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 3"
+  refused "v.db: schema version 3, but this merge writes version 2" "$tmp/v.db"
   # another definition: the same experiment run from an edited script
   cp shard_exp.lua "$tmp/edited_exp.lua"; echo "-- edited" >>"$tmp/edited_exp.lua"
   "$Q" run "$tmp/edited_exp.lua" --db "$tmp/x.db" -t 1 --shard 3/4 >/dev/null 2>&1
