@@ -18,7 +18,10 @@
  *     the layer and the bytes short), a policy that evicts on a layer whose
  *     attention is on testdev, a split attention, an unknown device;
  *   - testdev's memory: weights and activations counted, KV blocks of its
- *     attention layers in its pool.
+ *     attention layers in its pool;
+ *   - every allocation of the engine's creation, and a sample of a step's,
+ *     failing in turn: an out-of-memory error, never a crash, and the
+ *     engine usable after a failed step.
  * QI_TEST_QUICK=1 runs batch 4 and fewer plans.
  */
 #include <check.h>
@@ -274,6 +277,81 @@ START_TEST(device_memory) {
 }
 END_TEST
 
+/* Every allocation in turn fails in the creation of an engine over both
+ * devices, and a sample of them in its steps: an error, never a crash;
+ * a failed creation leaves nothing, and after a failed step the engine
+ * runs a new sequence to the all-CPU logits. (Under ASan in CI.) */
+START_TEST(allocation_failures) {
+    const config c = {.devices = "cpu,testdev", .placement = "ngl=2"};
+    const int V = g_model->hp.n_vocab;
+    long n_create = 0;
+    for (long n = 1;; n++) {
+        qi_engine *eng = NULL;
+        qi_err e = {0};
+        qi_alloc_fail_after(n);
+        const qi_status st = create(g_model, &c, 2, &eng, &e);
+        qi_alloc_fail_after(0);
+        if (st == QI_OK) {
+            qi_engine_free(eng);
+            n_create = n - 1;
+            break;
+        }
+        ck_assert_msg(st == QI_ERR_NOMEM, "allocation %ld: status %d (%s)", n, st, e.msg);
+        ck_assert_msg(strstr(e.msg, "memory") != NULL, "allocation %ld: '%s'", n, e.msg);
+        ck_assert_ptr_null(eng);
+        ck_assert_int_lt(n, 100000);
+    }
+    ck_assert_int_gt(n_create, 20);
+    /* steps: a 70-token prompt (two KV blocks a stream) and two decode steps */
+    int32_t prompt[70];
+    for (int i = 0; i < 70; i++) prompt[i] = 100 + i;
+    float *want = malloc(sizeof(float) * (size_t)V);
+    {
+        qi_engine *ref = NULL;
+        qi_err e = {0};
+        ck_assert_int_eq(create(g_model, &c, 2, &ref, &e), QI_OK);
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(ref, &id, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(ref, id, prompt, 70, false, &e), QI_OK);
+        while (qi_engine_seq_pending(ref, id) > 0) ck_assert_int_eq(qi_engine_step(ref, NULL, &e), QI_OK);
+        memcpy(want, qi_engine_seq_logits(ref, id, -1), sizeof(float) * (size_t)V);
+        qi_engine_free(ref);
+    }
+    /* the step's allocations (KV blocks, their buffers, logits): the first
+     * ten, then every 13th, until one passes the last */
+    long failed = 0;
+    for (long n = 1; n < 100000; n += n < 10 ? 1 : qi_test_quick() ? 41 : 13) {
+        qi_engine *eng = NULL;
+        qi_err e = {0};
+        ck_assert_int_eq(create(g_model, &c, 2, &eng, &e), QI_OK);
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 70, false, &e), QI_OK);
+        qi_alloc_fail_after(n);
+        qi_status st = QI_OK;
+        while (!st && qi_engine_seq_pending(eng, id) > 0) st = qi_engine_step(eng, NULL, &e);
+        qi_alloc_fail_after(0);
+        if (st) {
+            failed++;
+            ck_assert_msg(st == QI_ERR_NOMEM, "step allocation %ld: status %d (%s)", n, st, e.msg);
+            ck_assert_int_eq(qi_engine_seq_remove(eng, id, &e), QI_OK);
+            ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+            ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 70, false, &e), QI_OK);
+            while (qi_engine_seq_pending(eng, id) > 0)
+                ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "after a failure: %s", e.msg);
+        }
+        ck_assert_msg(memcmp(qi_engine_seq_logits(eng, id, -1), want, sizeof(float) * (size_t)V) == 0,
+                      "step allocation %ld: logits differ after %s", n, st ? "a failed step" : "no failure");
+        qi_engine_free(eng);
+        if (!st) break; /* past the step's last allocation */
+    }
+    ck_assert_int_gt(failed, 0);
+    printf("allocation failures: engine creation failed cleanly at each of its %ld allocations, a step at %ld of "
+           "its allocations\n", n_create, failed);
+    free(want);
+}
+END_TEST
+
 START_TEST(gemma_plans) {
     qi_model *m = load(GEMMA_FILE);
     ck_assert_ptr_nonnull(m);
@@ -297,6 +375,7 @@ int main(void) {
     tcase_add_test(tc, policies_under_plans);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, device_memory);
+    tcase_add_test(tc, allocation_failures);
     suite_add_tcase(s, tc);
     tc = tcase_create("gemma");
     tcase_set_timeout(tc, 1200);

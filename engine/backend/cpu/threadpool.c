@@ -28,6 +28,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -140,6 +141,7 @@ qi_status qi_pool_create(int n_threads, qi_pool **out, qi_err *err) {
     if (n_threads > 1) {
         p->threads = qi_calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) {
+            p->n = 1; /* no workers to stop */
             qi_pool_free(p);
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating thread pool");
         }
@@ -147,10 +149,12 @@ qi_status qi_pool_create(int n_threads, qi_pool **out, qi_err *err) {
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = qi_malloc(sizeof *wa);
         if (!wa || (wa->p = p, wa->ith = i, pthread_create(&p->threads[i - 1], NULL, worker, wa) != 0)) {
+            const bool nomem = !wa;
             qi_free(wa);
             p->n = i; /* only i-1 workers exist */
             qi_pool_free(p);
-            return QI_ERR(err, QI_ERR_NOMEM, "cannot start worker thread %d", i);
+            return nomem ? QI_ERR(err, QI_ERR_NOMEM, "out of memory starting worker thread %d", i)
+                         : QI_ERR(err, QI_ERR_NOMEM, "cannot start worker thread %d (out of threads or memory)", i);
         }
     }
     if (p->pin && n_threads > 1) pin_self(0);
