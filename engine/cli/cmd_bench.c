@@ -69,7 +69,7 @@
 #include "blas.h"
 #include "cli.h"
 #include "kernels.h"
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/sysinfo.h"
@@ -184,85 +184,7 @@ static uint64_t mem_available_bytes(void) {
     return kib * 1024;
 }
 
-/* ---- the bandwidth probe ----------------------------------------------------- */
-
-typedef struct {
-    uint64_t *p;
-    size_t n; /* words */
-    uint64_t sum;
-    bool write;
-} probe_slice;
-
-static void *probe_worker(void *arg) {
-    probe_slice *s = arg;
-    if (s->write) {
-        for (size_t i = 0; i < s->n; i++) s->p[i] = i * 0x9e3779b97f4a7c15ull;
-        return NULL;
-    }
-    /* Eight independent sums so the loop is load-bound, not add-bound. */
-    const uint64_t *p = s->p;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    size_t n8 = s->n & ~(size_t)7;
-    for (size_t i = 0; i < n8; i += 8) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-        a4 += p[i + 4];
-        a5 += p[i + 5];
-        a6 += p[i + 6];
-        a7 += p[i + 7];
-    }
-    for (size_t i = n8; i < s->n; i++) a0 += p[i];
-    s->sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
-    return NULL;
-}
-
-/* One pass over the buffer on n_threads threads; seconds, or -1. */
-static double probe_pass(uint64_t *buf, size_t n_words, int n_threads, bool write, uint64_t *sink) {
-    pthread_t tid[1024];
-    probe_slice sl[1024];
-    double t0 = qi_now_s();
-    int started = 0;
-    for (int i = 0; i < n_threads; i++) {
-        long lo, hi;
-        qi_split((long)n_words, i, n_threads, &lo, &hi);
-        sl[i] = (probe_slice){.p = buf + lo, .n = (size_t)(hi - lo), .write = write};
-        if (pthread_create(&tid[i], NULL, probe_worker, &sl[i]) != 0) break;
-        started++;
-    }
-    for (int i = 0; i < started; i++) {
-        pthread_join(tid[i], NULL);
-        *sink += sl[i].sum;
-    }
-    return started == n_threads ? qi_now_s() - t0 : -1;
-}
-
-/* Child side: best read rate in GB/s over PROBE_PASSES passes, or -1. */
-static double probe_child(uint64_t bytes, int n_threads) {
-    size_t n_words = (size_t)(bytes / sizeof(uint64_t));
-    uint64_t *buf = mmap(NULL, n_words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) return -1;
-    uint64_t sink = 0;
-    double best = -1;
-    /* First touch by the same threads that read, then timed read passes. */
-    if (probe_pass(buf, n_words, n_threads, true, &sink) >= 0) {
-        for (int k = 0; k < PROBE_PASSES; k++) {
-            double t = probe_pass(buf, n_words, n_threads, false, &sink);
-            if (t <= 0) {
-                best = -1;
-                break;
-            }
-            double gbs = (double)(n_words * sizeof(uint64_t)) / t / 1e9;
-            if (gbs > best) best = gbs;
-        }
-    }
-    munmap(buf, n_words * sizeof(uint64_t));
-    volatile uint64_t keep = sink; /* the sums must be computed */
-    (void)keep;
-    return best;
-}
+/* ---- the bandwidth probe (qi_sysinfo_mem_read_gbs), in a child ---------------- */
 
 /* What the child reports. */
 typedef struct {
@@ -289,7 +211,7 @@ static void machine_probe(uint64_t probe_bytes, int n_threads, machine_report *o
         machine_report r;
         close(fd[0]);
         qi_sysinfo_get(&r.si);
-        r.bw_gbs = probe_bytes ? probe_child(probe_bytes, n_threads) : -1;
+        r.bw_gbs = probe_bytes ? qi_sysinfo_mem_read_gbs(probe_bytes, n_threads, PROBE_PASSES) : -1;
         ssize_t w = write(fd[1], &r, sizeof r);
         _exit(w == (ssize_t)sizeof r ? 0 : 1);
     }

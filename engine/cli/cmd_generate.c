@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 #include "qinfer/chat.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 #include "qinfer/gguf.h"
 
 static void help(void) {

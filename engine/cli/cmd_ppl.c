@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "qinfer/cache.h"
-#include "qinfer/eval.h"
+#include "qinfer/model_files.h"
+#include "qinfer/perplexity.h"
 #include "qinfer/model.h"
 #include "threadpool.h"
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 #include "qinfer/model.h"
 
 static void help(void) {

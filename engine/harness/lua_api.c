@@ -39,8 +39,8 @@
 #include <time.h>
 
 #include "lua_int.h"
-#include "qinfer/cache.h"
-#include "qinfer/eval.h"
+#include "qinfer/model_files.h"
+#include "qinfer/perplexity.h"
 #include "qinfer/tokenizer.h"
 #include "sha256.h"
 #include "threadpool.h"

@@ -26,7 +26,7 @@
 
 #include "kernels.h"
 #include "qinfer/engine.h"
-#include "qinfer/eval.h"
+#include "qinfer/perplexity.h"
 #include "qinfer/model.h"
 #include "qinfer/params.h"
 #include "testutil.h"

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 #include "qinfer/chat.h"
 #include "sha256.h"
 #include "threadpool.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qinfer/eval.h"
+#include "qinfer/perplexity.h"
 #include "qinfer/model.h"
 #include "qinfer/sampler.h"
 #include "testutil.h"

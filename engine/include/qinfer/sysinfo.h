@@ -24,4 +24,10 @@ typedef struct {
 
 void qi_sysinfo_get(qi_sysinfo *out);
 
+/* Host memory read bandwidth: a buffer of `bytes` (make it several times
+ * the last-level cache to measure DRAM) first touched, then read `passes`
+ * times by n_threads threads, eight independent sums each; the best pass
+ * in GB/s, or -1 when memory or threads could not be had. */
+double qi_sysinfo_mem_read_gbs(uint64_t bytes, int n_threads, int passes);
+
 #endif

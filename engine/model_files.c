@@ -1,9 +1,9 @@
-/* cache.c - short names -> verified cached files (see cache.h).
+/* model_files.c - short names -> verified cached files (see model_files.h).
  *
  * The manifest text is compiled in (generated qi_manifest.h) so the binary and
  * models/fetch.sh can never disagree about a name or a checksum.
  */
-#include "qinfer/cache.h"
+#include "qinfer/model_files.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,12 +1,12 @@
-/* cache.h - where fetched models and corpora live, and short names for them.
+/* model_files.h - where fetched models and corpora live, and short names for them.
  *
  * models/manifest.tsv (compiled in) maps a short name such as "smollm2-135m"
  * to a file in the cache ($QINFER_CACHE, default ~/.cache/qinfer) and its
  * sha256, which is checked on every use. models/fetch.sh fills the cache; the
  * engine itself never downloads anything.
  */
-#ifndef QINFER_CACHE_H
-#define QINFER_CACHE_H
+#ifndef QINFER_MODEL_FILES_H
+#define QINFER_MODEL_FILES_H
 
 #include <stddef.h>
 

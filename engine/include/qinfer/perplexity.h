@@ -1,7 +1,7 @@
-/* eval.h - accuracy measurements over a model: perplexity as llama-perplexity
+/* perplexity.h - accuracy measurements over a model: perplexity as llama-perplexity
  * computes it. */
-#ifndef QINFER_EVAL_H
-#define QINFER_EVAL_H
+#ifndef QINFER_PERPLEXITY_H
+#define QINFER_PERPLEXITY_H
 
 #include <stddef.h>
 #include <stdint.h>

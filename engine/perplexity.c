@@ -1,6 +1,6 @@
-/* eval.c - perplexity, following llama-perplexity's definition exactly (see
- * eval.h) so the two figures are comparable digit for digit. */
-#include "qinfer/eval.h"
+/* perplexity.c - perplexity, following llama-perplexity's definition exactly (see
+ * perplexity.h) so the two figures are comparable digit for digit. */
+#include "qinfer/perplexity.h"
 
 #include <math.h>
 #include <string.h>
