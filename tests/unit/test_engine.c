@@ -36,17 +36,7 @@
 
 static qi_model *g_model;
 
-static qi_model *load(const char *file) {
-    const char *p = qi_test_cached(file);
-    if (!p) return NULL;
-    qi_model *m = NULL;
-    qi_err e = {0};
-    if (qi_model_load(p, &m, &e) != QI_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return NULL;
-    }
-    return m;
-}
+static qi_model *load(const char *file) { return qi_test_load_cached(file); }
 
 /* Deterministic token ids in the vocabulary (not text: the engine does not
  * care, and any ids exercise the same arithmetic). */

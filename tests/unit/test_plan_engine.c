@@ -41,17 +41,7 @@
 
 static qi_model *g_model;
 
-static qi_model *load(const char *file) {
-    const char *p = qi_test_cached(file);
-    if (!p) return NULL;
-    qi_model *m = NULL;
-    qi_err e = {0};
-    if (qi_model_load(p, &m, &e) != QI_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return NULL;
-    }
-    return m;
-}
+static qi_model *load(const char *file) { return qi_test_load_cached(file); }
 
 typedef struct {
     const char *devices, *placement, *policy, *params;

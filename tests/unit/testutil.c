@@ -353,3 +353,15 @@ int qi_test_skip(const char *name, const char *why) {
     fflush(stdout);
     return 77;
 }
+
+qi_model *qi_test_load_cached(const char *relpath) {
+    const char *p = qi_test_cached(relpath);
+    if (!p) return NULL;
+    qi_model *m = NULL;
+    qi_err e = {0};
+    if (qi_model_load(p, &m, &e) != QI_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return NULL;
+    }
+    return m;
+}

@@ -11,6 +11,9 @@ const char *qi_test_cache_dir(void);
  * "models/SmolLM2-135M-Instruct.Q4_1.gguf") if it exists, else NULL. The
  * returned string is static (overwritten by the next call). */
 const char *qi_test_cached(const char *relpath);
+/* The cached model at relpath, loaded; NULL (a message on stderr when it
+ * exists but does not load) otherwise. */
+struct qi_model *qi_test_load_cached(const char *relpath);
 /* Read a whole file (NUL-terminated, length in *len). NULL on error. Caller
  * frees with free(). */
 char *qi_test_read_file(const char *path, size_t *len);
