@@ -23,7 +23,10 @@
     X(window)                                                                                                  \
     X(streaming)                                                                                               \
     X(h2o)                                                                                                     \
-    X(qinfer)
+    X(qinfer)                                                                                                  \
+    X(tova)                                                                                                    \
+    X(scissorhands)                                                                                            \
+    X(keyformer)                                                                                               \
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,

@@ -604,6 +604,9 @@ START_TEST(policy_batched_equals_separate) {
     if (!g_model) return;
     policy_batched_vs_separate("h2o", "");
     policy_batched_vs_separate("qinfer", "probe_every=2");
+    policy_batched_vs_separate("tova", "");
+    policy_batched_vs_separate("scissorhands", "history=4");
+    policy_batched_vs_separate("keyformer", "steps=64");
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
 }
 END_TEST
