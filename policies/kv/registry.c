@@ -10,7 +10,8 @@
  * the optional members' defaults and check every select() result before
  * the cache applies it: each fate written and in range (the fate array is
  * poisoned first, so a fate the policy forgot to write is caught), and no
- * more KEEP than the budget unless the layer is exempt. A broken policy is
+ * more KEEP than the budget unless the layer is exempt (or a prompt is still
+ * being read by a policy that judges prompts at their end). A broken policy is
  * then a QI_ERR_BACKEND naming the policy, not a silently wrong cache.
  */
 #include <stdio.h>
@@ -26,7 +27,7 @@
     X(qinfer)                                                                                                  \
     X(tova)                                                                                                    \
     X(scissorhands)                                                                                            \
-    X(keyformer)                                                                                               \
+    X(keyformer)
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,
@@ -86,6 +87,11 @@ bool qi_kv_policy_probe(const qi_kv_policy *p, long step) {
     return p->iface->probe ? p->iface->probe(p, step) : false;
 }
 
+int qi_kv_policy_obs_window(const qi_kv_policy *p) {
+    const int w = p->iface->obs_window ? p->iface->obs_window(p) : 0;
+    return w > 0 ? w : 0;
+}
+
 const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
 
 void qi_kv_policy_free(qi_kv_policy *p) {
@@ -109,7 +115,7 @@ qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fat
                           name, i, (int)v->pos[i], (unsigned)fate[i], v->layer, v->kv_head);
         keep += fate[i] == QI_KV_KEEP;
     }
-    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer))
+    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer) && !(v->prompt_more && qi_kv_policy_obs_window(p) > 0))
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: kept %d tokens, over the budget of %d (layer %d, KV "
                       "head %d)",

@@ -661,6 +661,33 @@ START_TEST(keyformer_normalises_each_step) {
 }
 END_TEST
 
+/* The max pool against brute force: ranks by position counted, not sorted. */
+START_TEST(pool_max_matches_brute_force) {
+    uint64_t rng = 31;
+    tview *t = tv_new(1, 1, 0);
+    static qi_kv_item items[MAXN];
+    static float obs[MAXN], out[MAXN];
+    for (int it = 0; it < 300; it++) {
+        const int n = 1 + (int)(qi_test_rand(&rng) % 120), kernel = 1 + 2 * (int)(qi_test_rand(&rng) % 6);
+        random_view(t, &rng, n, 0, it % 2 ? 1 : 40009);
+        for (int i = 0; i < n; i++) obs[i] = (float)(qi_test_rand(&rng) % 50);
+        qi_kv_rank_pool_max(&t->v, obs, kernel, items, out);
+        for (int i = 0; i < n; i++) {
+            int ri = 0;
+            for (int j = 0; j < n; j++) ri += newer(t, i, j);
+            float want = obs[i];
+            for (int j = 0; j < n; j++) {
+                int rj = 0;
+                for (int k = 0; k < n; k++) rj += newer(t, j, k);
+                if (abs(rj - ri) <= kernel / 2 && obs[j] > want) want = obs[j];
+            }
+            ck_assert_msg(out[i] == want, "case %d kernel %d slot %d: %g, want %g", it, kernel, i, out[i], want);
+        }
+    }
+    free(t);
+}
+END_TEST
+
 /* ---- scores against their definitions -------------------------------------
  * A decoding run where the test keeps every token's weight at every step
  * and recomputes each policy's score from its definition after every
@@ -1232,6 +1259,7 @@ int main(void) {
     tcase_add_test(tc, scissorhands_counts_unimportant_steps);
     tcase_add_test(tc, keyformer_normalises_each_step);
     tcase_add_test(tc, scores_match_their_definitions);
+    tcase_add_test(tc, pool_max_matches_brute_force);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
