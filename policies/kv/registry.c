@@ -27,7 +27,8 @@
     X(qinfer)                                                                                                  \
     X(tova)                                                                                                    \
     X(scissorhands)                                                                                            \
-    X(keyformer)
+    X(keyformer)                                                                                               \
+    X(snapkv)
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,

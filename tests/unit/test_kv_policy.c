@@ -110,6 +110,7 @@ typedef struct {
     bool recall;   /* offloaded tokens compete */
     uint8_t evict; /* QI_KV_DROP or QI_KV_OFFLOAD */
     int key;       /* KEY_SCORE unless given */
+    int recent_n;  /* > 0: recent = min(recent_n, budget - sinks) and the rest scored (snapkv), not by heavy */
 } rule;
 
 static bool newer(const tview *t, int i, int j) { return t->pos[i] != t->pos[j] ? t->pos[i] > t->pos[j] : i > j; }
@@ -152,6 +153,10 @@ static void oracle(const tview *t, rule r, uint8_t *f) {
             if (older < s) role[i] = R_SINK;
         }
         int heavy = (int)floor((double)(B - s) * r.heavy + 1e-9), recent = B - s - heavy;
+        if (r.recent_n > 0) {
+            recent = r.recent_n < B - s ? r.recent_n : B - s;
+            heavy = B - s - recent;
+        }
         for (int i = 0; i < n; i++) {
             if (role[i] != R_OLD) continue;
             int nw = 0;
@@ -661,6 +666,63 @@ START_TEST(keyformer_normalises_each_step) {
 }
 END_TEST
 
+/* SnapKV keeps the whole prompt while more of it follows, then keeps the
+ * observation window plus the best-voted tokens; the vote is max-pooled. */
+START_TEST(snapkv_judges_the_prompt_at_its_end) {
+    uint64_t rng = 21;
+    qi_kv_policy *p = make("snapkv", "window=2,pool=1");
+    ck_assert_int_eq(qi_kv_policy_obs_window(p), 2);
+    tview *t = tv_new(20, 6, 3);
+    shuffle(t, &rng);
+    float attn[20], obs[20];
+    for (int i = 0; i < 20; i++) attn[i] = 1.0f;
+    t->v.prompt_more = true; /* a prompt chunk with more to come: over the budget */
+    qi_kv_policy_observe(p, &t->v, attn);
+    ck_assert_int_eq(sel(p, t), 20);
+    /* a policy without an observation window gets no such licence */
+    qi_kv_policy *h = make("h2o", "");
+    ck_assert_int_eq(qi_kv_policy_obs_window(h), 0);
+    ck_assert_int_eq(sel(h, t), 6);
+    qi_kv_policy_free(h);
+    /* the prompt's end: the vote replaces the accumulated weight */
+    t->v.prompt_more = false;
+    for (int i = 0; i < 20; i++) {
+        const int32_t q = t->pos[i];
+        obs[i] = q == 3 ? 5 : q == 7 ? 4 : q == 11 ? 3 : q == 15 ? 2 : 0.1f;
+    }
+    t->v.obs = obs;
+    t->v.n_obs = 2;
+    qi_kv_policy_observe(p, &t->v, attn);
+    for (int i = 0; i < 20; i++) ck_assert(t->score[i] == obs[i]);
+    ck_assert_int_eq(sel(p, t), 6);
+    expect_kept(t, (int32_t[]){3, 7, 11, 15, 18, 19}, 6, QI_KV_DROP);
+    /* decoding adds the new query's weights to the vote */
+    t->v.obs = NULL;
+    t->v.n_obs = 0;
+    float more[20] = {0};
+    for (int i = 0; i < 20; i++) more[i] = t->pos[i] == 0 ? 10.0f : 0;
+    qi_kv_policy_observe(p, &t->v, more);
+    ck_assert_int_eq(sel(p, t), 6);
+    expect_kept(t, (int32_t[]){0, 3, 7, 11, 18, 19}, 6, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    /* pooled over 3: the neighbours of a voted token come with it */
+    p = make("snapkv", "window=2,pool=3");
+    memset(t->score, 0, sizeof t->score);
+    for (int i = 0; i < 20; i++) obs[i] = t->pos[i] == 5 ? 10.0f : 0.0f;
+    t->v.obs = obs;
+    t->v.budget = 5;
+    qi_kv_policy_observe(p, &t->v, attn);
+    ck_assert_int_eq(sel(p, t), 5);
+    expect_kept(t, (int32_t[]){4, 5, 6, 18, 19}, 5, QI_KV_DROP);
+    /* a budget under the window: the newest only */
+    t->v.budget = 1;
+    ck_assert_int_eq(sel(p, t), 1);
+    expect_kept(t, (int32_t[]){19}, 1, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    free(t);
+}
+END_TEST
+
 /* The max pool against brute force: ranks by position counted, not sorted. */
 START_TEST(pool_max_matches_brute_force) {
     uint64_t rng = 31;
@@ -842,22 +904,24 @@ typedef struct {
 } config;
 
 static const config CONFIGS[] = {
-    {"window", "", {0, 1, 0.0, false, QI_KV_DROP, KEY_SCORE}},
-    {"streaming", "", {4, 1, 0.0, false, QI_KV_DROP, KEY_SCORE}},
-    {"streaming", "sinks=1", {1, 1, 0.0, false, QI_KV_DROP, KEY_SCORE}},
-    {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE}},
-    {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE}},
-    {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE}},
-    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE}},
-    {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE}},
-    {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE}},
-    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE}},
-    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE}},
-    {"tova", "", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE}},
-    {"scissorhands", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_FEWEST_BITS}},
-    {"scissorhands", "history=5,heavy=0.8", {0, 1, 0.8, false, QI_KV_DROP, KEY_FEWEST_BITS}},
-    {"keyformer", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE}},
-    {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE}},
+    {"window", "", {0, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"streaming", "", {4, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"streaming", "sinks=1", {1, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"tova", "", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"scissorhands", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
+    {"scissorhands", "history=5,heavy=0.8", {0, 1, 0.8, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
+    {"keyformer", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
+    {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1017,7 +1081,7 @@ START_TEST(qinfer_reduces_to_h2o) {
         /* and over decoding runs, where fates are applied */
         h = make("h2o", hspec);
         q = make("qinfer", qspec);
-        rule r = {0, 1, atof(fracs[f]), false, QI_KV_DROP, KEY_SCORE};
+        rule r = {0, 1, atof(fracs[f]), false, QI_KV_DROP, KEY_SCORE, 0};
         simulate(h, q, r, 12, 120, 7 + f, "h2o vs reduced qinfer");
         qi_kv_policy_free(h);
         qi_kv_policy_free(q);
@@ -1124,7 +1188,7 @@ START_TEST(registry_is_consistent) {
         ck_assert_int_eq(qi_kv_policy_create(pi->name, NULL, N_LAYER, &p, NULL), QI_OK);
         qi_kv_policy_free(p);
     }
-    ck_assert_int_eq(n, 8);
+    ck_assert_int_eq(n, 9);
     ck_assert_ptr_null(qi_kv_policy_find("nope"));
     ck_assert_ptr_null(qi_kv_policy_find(NULL));
     qi_kv_policy_free(NULL);
@@ -1146,7 +1210,9 @@ static void expect_create_fails(const char *name, const char *spec, int n_layer,
 START_TEST(bad_names_and_parameters) {
     expect_create_fails("nope", "", N_LAYER,
                         (const char *[]){"nope", "full", "window", "streaming", "h2o", "qinfer", "tova",
-                                         "scissorhands", "keyformer", NULL});
+                                         "scissorhands", "keyformer", "snapkv", NULL});
+    expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
+    expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
     expect_create_fails("tova", "heavy=0.5", N_LAYER, (const char *[]){"tova", "'heavy'", NULL});
     expect_create_fails("scissorhands", "history=25", N_LAYER,
                         (const char *[]){"scissorhands", "'history'", "[1, 24]", NULL});
@@ -1213,8 +1279,8 @@ END_TEST
  * memory is back. */
 START_TEST(select_survives_scratch_failure) {
     static const config cases[] = {
-        {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE}},
-        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE}},
+        {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     };
     uint64_t rng = 17;
     for (int c = 0; c < 2; c++) {
@@ -1228,7 +1294,7 @@ START_TEST(select_survives_scratch_failure) {
         ck_assert_ptr_nonnull(probe);
         qi_free(probe);
         qi_alloc_fail_after(0);
-        rule fallback = {cases[c].r.sinks, 1, 0.0, cases[c].r.recall, cases[c].r.evict, KEY_SCORE};
+        rule fallback = {cases[c].r.sinks, 1, 0.0, cases[c].r.recall, cases[c].r.evict, KEY_SCORE, 0};
         expect_oracle(t, fallback, "fallback", c);
         ck_assert_int_eq(sel(p, t), 100);
         expect_oracle(t, cases[c].r, cases[c].name, c);
@@ -1259,6 +1325,7 @@ int main(void) {
     tcase_add_test(tc, scissorhands_counts_unimportant_steps);
     tcase_add_test(tc, keyformer_normalises_each_step);
     tcase_add_test(tc, scores_match_their_definitions);
+    tcase_add_test(tc, snapkv_judges_the_prompt_at_its_end);
     tcase_add_test(tc, pool_max_matches_brute_force);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
