@@ -613,6 +613,7 @@ START_TEST(policy_batched_equals_separate) {
     /* prompts of several chunks, judged at their end */
     g_pb_step_tokens = 16;
     policy_batched_vs_separate("snapkv", "window=4");
+    policy_batched_vs_separate("qinfer", "judge=4,probe_every=2");
     g_pb_step_tokens = 0;
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
 }
@@ -623,11 +624,11 @@ END_TEST
  * chunk by chunk. Prompt 40 tokens in chunks of 16, budget 16 tokens. */
 START_TEST(prompt_judged_at_its_end) {
     if (!g_model) return;
-    static const char *const pol[][2] = {{"snapkv", "window=4"}, {"h2o", ""}};
+    static const char *const pol[][2] = {{"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0"}, {"h2o", ""}};
     const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
     int32_t ids[40];
     make_ids(ids, 40, 17, g_model->hp.n_vocab);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         g_pb_step_tokens = 16;
         qi_engine *eng = make_policy_engine(pol[k][0], pol[k][1], 2, 1);
         g_pb_step_tokens = 0;
@@ -635,7 +636,7 @@ START_TEST(prompt_judged_at_its_end) {
         int id;
         ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
         ck_assert_int_eq(qi_engine_seq_feed(eng, id, ids, 40, false, &e), QI_OK);
-        const bool judged = k < 1;
+        const bool judged = k < 2;
         for (int step = 1; step <= 3; step++) {
             ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "%s", e.msg);
             const int want = step == 3 || !judged ? PB_BUDGET : 16 * step;

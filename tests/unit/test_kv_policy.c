@@ -723,6 +723,34 @@ START_TEST(snapkv_judges_the_prompt_at_its_end) {
 }
 END_TEST
 
+/* qinfer judge=W: the same deferral, then its own rule on the vote. */
+START_TEST(qinfer_judges_the_prompt_at_its_end) {
+    qi_kv_policy *q = make("qinfer", "judge=4,pool=1,sinks=0,windows=1,full_layers=0,offload=false");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 4);
+    tview *t = tv_new(12, 4, 3); /* heavy 2, recent 2 (10, 11) */
+    for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 1 ? 50.0f : 0; /* accumulated before */
+    t->v.prompt_more = true;
+    ck_assert_int_eq(sel(q, t), 12);
+    t->v.prompt_more = false;
+    float obs[12] = {0}, attn[12] = {0};
+    obs[6] = 2;
+    obs[8] = 1;
+    t->v.obs = obs;
+    t->v.n_obs = 4;
+    qi_kv_policy_observe(q, &t->v, attn);
+    ck_assert_int_eq(sel(q, t), 4);
+    expect_kept(t, (int32_t[]){6, 8, 10, 11}, 4, QI_KV_DROP);
+    qi_kv_policy_free(q);
+    /* judge=0 (the default) has no window and evicts during the prompt */
+    q = make("qinfer", "sinks=0,windows=1,full_layers=0,offload=false");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 0);
+    t->v.prompt_more = true;
+    ck_assert_int_eq(sel(q, t), 4);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
 /* The max pool against brute force: ranks by position counted, not sorted. */
 START_TEST(pool_max_matches_brute_force) {
     uint64_t rng = 31;
@@ -922,6 +950,7 @@ static const config CONFIGS[] = {
     {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
     {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
+    {"qinfer", "judge=8", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1213,6 +1242,8 @@ START_TEST(bad_names_and_parameters) {
                                          "scissorhands", "keyformer", "snapkv", NULL});
     expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
     expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
+    expect_create_fails("qinfer", "pool=2", N_LAYER, (const char *[]){"qinfer", "'pool'", "odd", NULL});
+    expect_create_fails("qinfer", "judge=-1", N_LAYER, (const char *[]){"qinfer", "'judge'", NULL});
     expect_create_fails("tova", "heavy=0.5", N_LAYER, (const char *[]){"tova", "'heavy'", NULL});
     expect_create_fails("scissorhands", "history=25", N_LAYER,
                         (const char *[]){"scissorhands", "'history'", "[1, 24]", NULL});
@@ -1326,6 +1357,7 @@ int main(void) {
     tcase_add_test(tc, keyformer_normalises_each_step);
     tcase_add_test(tc, scores_match_their_definitions);
     tcase_add_test(tc, snapkv_judges_the_prompt_at_its_end);
+    tcase_add_test(tc, qinfer_judges_the_prompt_at_its_end);
     tcase_add_test(tc, pool_max_matches_brute_force);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
