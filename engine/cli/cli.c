@@ -253,7 +253,9 @@ void qi_cli_kv_help(void) {
                qi_kv_policies[i]->params[0] ? "]" : "");
     printf("      --kv-budget B       working KV tokens per layer and KV head: a count (512),\n"
            "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
-           "      --kv-param K=V,...  policy parameters (repeatable)\n");
+           "      --kv-param K=V,...  policy parameters (repeatable); any policy also takes\n"
+           "                          pyramid=B in [0, 1): budgets falling linearly from the\n"
+           "                          lowest budgeted layer to the highest, same total (PyramidKV)\n");
 }
 
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {

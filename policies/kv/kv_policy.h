@@ -102,9 +102,17 @@ typedef struct {
     int (*obs_window)(const qi_kv_policy *p);
 } qi_kv_policy_i;
 
-/* Every policy object starts with its interface. */
+/* Every policy object starts with its interface. The fields after it
+ * belong to the registry (a policy's create() leaves them zero): options
+ * any policy takes, applied by the wrappers. */
 struct qi_kv_policy {
     const qi_kv_policy_i *iface;
+    /* pyramid=B (PyramidKV's layer budgets), in [0, 1): the budgeted layers
+     * (those not exempt), lowest first, get budgets falling linearly from
+     * (1 + B) x budget to (1 - B) x budget, rounded so that their sum is
+     * the layers' count x budget; 0 is the same budget on every layer. */
+    double pyramid;
+    int n_layer;
 };
 
 /* registry.c: the policies, NULL-terminated. */
@@ -113,7 +121,9 @@ extern const qi_kv_policy_i *const qi_kv_policies[];
 /* The policy called name, or NULL. */
 const qi_kv_policy_i *qi_kv_policy_find(const char *name);
 
-/* Create by name; an unknown name is an error listing the known ones. */
+/* Create by name; an unknown name is an error listing the known ones.
+ * The registry's own options (pyramid=) are taken out of params before
+ * the policy sees them. */
 qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_layer, qi_kv_policy **out,
                               qi_err *err);
 /* The wrappers the cache calls: they check the interface's optional
@@ -127,6 +137,10 @@ qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_l
 void qi_kv_policy_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn);
 qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err);
 bool qi_kv_policy_exempt(const qi_kv_policy *p, int layer);
+/* The budget select() works to on this layer: v->budget, or its share under
+ * pyramid=. qi_kv_policy_select shows the policy that budget and holds it
+ * to it. */
+int qi_kv_policy_layer_budget(const qi_kv_policy *p, int layer, int budget);
 bool qi_kv_policy_probe(const qi_kv_policy *p, long step);
 int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
 const char *qi_kv_policy_name(const qi_kv_policy *p);

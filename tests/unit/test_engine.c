@@ -610,6 +610,7 @@ START_TEST(policy_batched_equals_separate) {
     policy_batched_vs_separate("tova", "");
     policy_batched_vs_separate("scissorhands", "history=4");
     policy_batched_vs_separate("keyformer", "steps=64");
+    policy_batched_vs_separate("h2o", "pyramid=0.5");
     /* prompts of several chunks, judged at their end */
     g_pb_step_tokens = 16;
     policy_batched_vs_separate("snapkv", "window=4");

@@ -778,6 +778,64 @@ START_TEST(pool_max_matches_brute_force) {
 }
 END_TEST
 
+static void keep_60(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    for (int i = 0; i < v->n; i++) fate[i] = i < 60 ? QI_KV_KEEP : QI_KV_DROP;
+}
+
+/* pyramid=B: the budgeted layers' budgets fall linearly with depth and
+ * sum to what the same budget on every layer gives. 8 layers, budget 100,
+ * B 0.5: 150 on layer 0 down to 50 on layer 7; with qinfer's two full
+ * layers, 6 budgeted layers from 150 down to 50. Each select keeps its
+ * layer's budget and the wrapper holds it to that. */
+START_TEST(pyramid_budgets_keep_the_total) {
+    static const char *const cases[][2] = {{"h2o", "pyramid=0.5"}, {"qinfer", "pyramid=0.5,sinks=0"},
+                                           {"window", "pyramid=0.3"}, {"tova", "pyramid=0.99"}};
+    tview *t = tv_new(400, 100, 0);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *p = make(cases[c][0], cases[c][1]);
+        const double B = atof(strchr(cases[c][1], '=') + 1);
+        int total = 0, nb = 0, prev = 1 << 30;
+        for (int l = 0; l < N_LAYER; l++) {
+            t->v.layer = l;
+            const int keep = sel(p, t);
+            if (qi_kv_policy_exempt(p, l)) {
+                ck_assert_int_eq(keep, 400);
+                continue;
+            }
+            ck_assert_int_eq(keep, qi_kv_policy_layer_budget(p, l, 100));
+            ck_assert_msg(keep <= prev, "%s: layer %d keeps %d, more than the layer below (%d)", cases[c][1], l, keep,
+                          prev);
+            prev = keep;
+            total += keep;
+            nb++;
+        }
+        ck_assert_msg(total == 100 * nb, "%s %s: %d kept over %d layers", cases[c][0], cases[c][1], total, nb);
+        const int first = qi_kv_policy_exempt(p, 0) ? 2 : 0;
+        ck_assert_int_eq(qi_kv_policy_layer_budget(p, first, 100), (int)lround(100 * (1 + B)));
+        ck_assert_int_eq(qi_kv_policy_layer_budget(p, N_LAYER - 1, 100), (int)lround(100 * (1 - B)));
+        qi_kv_policy_free(p);
+    }
+    /* without pyramid every layer has the budget */
+    qi_kv_policy *p = make("h2o", "");
+    for (int l = 0; l < N_LAYER; l++) ck_assert_int_eq(qi_kv_policy_layer_budget(p, l, 37), 37);
+    qi_kv_policy_free(p);
+    /* small budgets: every layer keeps at least one */
+    p = make("h2o", "pyramid=0.9");
+    for (int l = 0; l < N_LAYER; l++) ck_assert_int_ge(qi_kv_policy_layer_budget(p, l, 1), 1);
+    qi_kv_policy_free(p);
+    /* the wrapper holds a policy to its layer's budget, not the nominal one */
+    static const qi_kv_policy_i KEEP60 = {.version = QI_KV_POLICY_VERSION, .name = "planted_60", .select = keep_60};
+    qi_kv_policy k60 = {.iface = &KEEP60, .pyramid = 0.5, .n_layer = N_LAYER};
+    qi_err e = {0};
+    t->v.layer = 0; /* budget 150 */
+    ck_assert_int_eq(qi_kv_policy_select(&k60, &t->v, t->fate, &e), QI_OK);
+    t->v.layer = N_LAYER - 1; /* budget 50 */
+    ck_assert_int_eq(qi_kv_policy_select(&k60, &t->v, t->fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "kept 60 tokens, over the budget of 50"), "%s", e.msg);
+    free(t);
+}
+END_TEST
+
 /* ---- scores against their definitions -------------------------------------
  * A decoding run where the test keeps every token's weight at every step
  * and recomputes each policy's score from its definition after every
@@ -1172,7 +1230,8 @@ static const qi_kv_policy_i GREEDY_EXEMPT = {.version = QI_KV_POLICY_VERSION, .n
 START_TEST(wrapper_catches_planted_faults) {
     tview *t = tv_new(10, 4, 2);
     qi_err e = {0};
-    qi_kv_policy greedy = {&GREEDY}, bad = {&BAD_VALUE}, forgets = {&FORGETS}, exempt = {&GREEDY_EXEMPT};
+    qi_kv_policy greedy = {.iface = &GREEDY}, bad = {.iface = &BAD_VALUE}, forgets = {.iface = &FORGETS},
+                 exempt = {.iface = &GREEDY_EXEMPT};
     ck_assert_int_eq(qi_kv_policy_select(&greedy, &t->v, t->fate, &e), QI_ERR_BACKEND);
     ck_assert_msg(strstr(e.msg, "planted_greedy") && strstr(e.msg, "budget") && strstr(e.msg, "10"), "%s", e.msg);
     qi_err_clear(&e);
@@ -1244,6 +1303,8 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
     expect_create_fails("qinfer", "pool=2", N_LAYER, (const char *[]){"qinfer", "'pool'", "odd", NULL});
     expect_create_fails("qinfer", "judge=-1", N_LAYER, (const char *[]){"qinfer", "'judge'", NULL});
+    expect_create_fails("h2o", "pyramid=1", N_LAYER, (const char *[]){"h2o", "'pyramid'", "[0, 1)", NULL});
+    expect_create_fails("snapkv", "pyramid=-0.1", N_LAYER, (const char *[]){"snapkv", "'pyramid'", NULL});
     expect_create_fails("tova", "heavy=0.5", N_LAYER, (const char *[]){"tova", "'heavy'", NULL});
     expect_create_fails("scissorhands", "history=25", N_LAYER,
                         (const char *[]){"scissorhands", "'history'", "[1, 24]", NULL});
@@ -1359,6 +1420,7 @@ int main(void) {
     tcase_add_test(tc, snapkv_judges_the_prompt_at_its_end);
     tcase_add_test(tc, qinfer_judges_the_prompt_at_its_end);
     tcase_add_test(tc, pool_max_matches_brute_force);
+    tcase_add_test(tc, pyramid_budgets_keep_the_total);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
