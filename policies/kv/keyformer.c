@@ -111,7 +111,9 @@ static double kf_value(const kf_policy *p, const qi_kv_view *v, int i, double p_
 /* f_i = softmax((log p_i + g_i) / tau) over the tokens with weight, added
  * to the scores. The values wait in the scratch between the sum and the
  * normalisation when it has room (it is sized in create() and grown only by
- * select()), otherwise they are computed twice. */
+ * select()), otherwise they are computed twice; both ways round them to
+ * float first, so the scores do not depend on how large the scratch has
+ * grown, which depends on the streams this thread saw before. */
 static void kf_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
     kf_policy *p = (kf_policy *)pp;
     double total = 0.0;
@@ -122,9 +124,9 @@ static void kf_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
     double z = 0.0;
     for (int i = 0; i < v->n; i++) {
         if (!(attn[i] > 0)) continue;
-        const double e = kf_value(p, v, i, attn[i] / total, inv_tau);
-        if (keep) keep[i].score = (float)e;
-        z += keep ? (double)(float)e : e;
+        const float e = (float)kf_value(p, v, i, attn[i] / total, inv_tau);
+        if (keep) keep[i].score = e;
+        z += e;
     }
     for (int i = 0; i < v->n; i++) {
         if (!(attn[i] > 0)) continue;
