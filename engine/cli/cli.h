@@ -57,7 +57,8 @@ bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, q
 void qi_cli_print_quoted(const char *s, bool json);
 
 /* The KV policy flags every engine command takes:
- *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer
+ *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer, tova,
+ *                         scissorhands, keyformer, snapkv (policies/kv/README.md)
  *   --kv-budget B         working tokens per (layer, KV head): N tokens, P%
  *                         or a fraction 0.F of the sequence's length
  *   --kv-param K=V[,...]  the policy's parameters (repeatable) */
