@@ -46,7 +46,10 @@
  * new K/V rows are in the pool before any is evicted (a KV memory cap sees
  * the step's rows together). On probe steps the weights are recomputed over both tiers
  * (one softmax over every held token) so that offloaded tokens can be
- * recalled; the attention output never reads the offload tier. The
+ * recalled; the attention output never reads the offload tier. For a
+ * policy with an observation window (kv_policy.h) the segment that ends a
+ * prompt also gets the weights of its last queries alone, computed the same
+ * way, and the segments before it are marked as prompt still being read. The
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
  * the policy: the window is their budget.
  *
@@ -95,6 +98,7 @@ typedef struct {
     uint8_t *vtier;
     float *vscore;
     float *probe_s; /* [n_ctx + 16] */
+    float *obs;     /* [n_ctx] a prompt's observation window (kv_policy.h) */
     uint16_t *probe_q16; /* [head_dim] */
     /* the first failure in this thread's share: stream number, status */
     long err_k;
@@ -240,7 +244,7 @@ void qi_engine_free(qi_engine *e) {
         for (int t = 0; t < e->o.n_threads; t++) {
             pol_scratch *ps = &e->ps[t];
             if (ps->pol != e->pol) qi_kv_policy_free(ps->pol);
-            void *pb[] = {ps->attn, ps->vpos, ps->vtier, ps->vscore, ps->probe_s, ps->probe_q16};
+            void *pb[] = {ps->attn, ps->vpos, ps->vtier, ps->vscore, ps->probe_s, ps->probe_q16, ps->obs};
             for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++) qi_free(pb[i]);
         }
     qi_free(e->ps);
@@ -519,7 +523,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         ps->vscore = qi_malloc(sizeof(float) * N);
         ps->probe_s = qi_malloc(sizeof(float) * (N + 16));
         ps->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
-        if (!ps->attn || !ps->vpos || !ps->vtier || !ps->vscore || !ps->probe_s || !ps->probe_q16) {
+        ps->obs = qi_malloc(sizeof(float) * N);
+        if (!ps->attn || !ps->vpos || !ps->vtier || !ps->vscore || !ps->probe_s || !ps->probe_q16 || !ps->obs) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the KV policy's scratch of %d positions", o->n_ctx);
             goto fail;
         }
@@ -724,16 +729,19 @@ static int resolve_budget(const qi_engine *e, int32_t cur_pos) {
 
 /* Probe: the weights every query head of kv head hk gives every held token
  * of both tiers, from one softmax over them all, summed over the segment's
- * queries and the group's heads, into ps->attn (working tokens first). */
-static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g, const qi_kv_stream *st, int hk) {
+ * queries from the t0-th on and the group's heads, into out (working tokens
+ * first): ps->attn on probe steps, ps->obs for a prompt's observation
+ * window. */
+static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g, const qi_kv_stream *st, int hk,
+                          int t0, float *out) {
     const qi_hparams *hp = &e->m->hp;
     const qi_kernels *K = qi_kernels_get();
     const int D = hp->head_dim, H = hp->n_head, group = H / hp->n_head_kv;
     const int nw = st->work.n, n = nw + st->off.n;
     float *s = ps->probe_s;
     const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D);
-    memset(ps->attn, 0, sizeof(float) * (size_t)n);
-    for (int t = 0; t < g->n; t++) {
+    memset(out, 0, sizeof(float) * (size_t)n);
+    for (int t = t0; t < g->n; t++) {
         const int32_t qpos = g->pos0 + t;
         for (int h = hk * group; h < (hk + 1) * group; h++) {
             const float *q = e->dev[0].q + ((long)(g->off + t) * H + h) * D; /* policy layers attend on the CPU */
@@ -759,7 +767,7 @@ static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g,
                 s[i] = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx);
                 sum += s[i];
             }
-            for (int i = 0; i < n; i++) ps->attn[i] += (float)(s[i] / sum);
+            for (int i = 0; i < n; i++) out[i] += (float)(s[i] / sum);
         }
     }
 }
@@ -777,7 +785,7 @@ static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s
     const int nw = st->work.n, no = st->off.n, n = nw + no;
     const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(ps->pol, s->decode_steps + 1);
     if (probed) {
-        probe_weights(e, ps, g, st, hk);
+        probe_weights(e, ps, g, st, hk, 0, ps->attn);
     } else {
         for (int i = 0; i < nw; i++) {
             float w = 0.0f;
@@ -796,9 +804,14 @@ static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s
     memset(ps->vtier, QI_KV_WORKING, (size_t)nw);
     memset(ps->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
     const int32_t cur = g->pos0 + g->n - 1;
+    /* a prompt: more of it pending after this segment, or this segment
+     * ends it (several tokens, nothing pending after) */
+    const int W = qi_kv_policy_obs_window(ps->pol), n_obs = g->n > 1 && s->n_pending == g->n ? (W < g->n ? W : g->n) : 0;
+    if (n_obs > 0) probe_weights(e, ps, g, st, hk, g->n - n_obs, ps->obs);
     qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = ps->vpos,
                     .tier = ps->vtier, .score = ps->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
-                    .budget = resolve_budget(e, cur), .probed = probed};
+                    .budget = resolve_budget(e, cur), .probed = probed, .prompt_more = s->n_pending > g->n,
+                    .obs = n_obs > 0 ? ps->obs : NULL, .n_obs = n_obs};
     qi_kv_policy_observe(ps->pol, &v, ps->attn);
     qi_status rc = qi_kv_policy_select(ps->pol, &v, fate, err);
     if (rc) return rc;

@@ -244,6 +244,36 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->kv_budget_frac = k->budget_frac;
 }
 
+/* Every layer exempt: the policy never applies a budget (full; qinfer with
+ * full_layers at n_layer). */
+static bool ignores_budget(const char *name, const qi_params *params, int n_layer) {
+    qi_kv_policy *p = NULL;
+    if (qi_kv_policy_create(name, params, n_layer, &p, NULL) != QI_OK) return false;
+    bool all = true;
+    for (int l = 0; l < n_layer && all; l++) all = qi_kv_policy_exempt(p, l);
+    qi_kv_policy_free(p);
+    return all;
+}
+
+qi_status qi_cli_kv_check(const qi_cli_kv *k, int n_layer, qi_err *err) {
+    if (k->budget_tokens == 0 && k->budget_frac == 0.0) return QI_OK;
+    if (!ignores_budget(k->policy, &k->params, n_layer)) return QI_OK;
+    char names[256] = "", budget[32];
+    qi_params none;
+    qi_params_init(&none);
+    for (int i = 0; qi_kv_policies[i]; i++) {
+        if (ignores_budget(qi_kv_policies[i]->name, &none, n_layer)) continue;
+        if (names[0]) strncat(names, ", ", sizeof names - strlen(names) - 1);
+        strncat(names, qi_kv_policies[i]->name, sizeof names - strlen(names) - 1);
+    }
+    if (k->budget_tokens > 0) snprintf(budget, sizeof budget, "%d", k->budget_tokens);
+    else snprintf(budget, sizeof budget, "%g%%", k->budget_frac * 100);
+    return QI_ERR(err, QI_ERR_INVALID,
+                  "option --kv-budget %s: KV policy '%s' keeps every token on every layer and would ignore it; "
+                  "name a policy that takes a budget with --kv-policy (%s)",
+                  budget, k->policy, names);
+}
+
 void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
     int w = snprintf(buf, n, "%s", k->policy);
     if (k->budget_tokens > 0) w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %d tokens", k->budget_tokens);
@@ -264,7 +294,9 @@ void qi_cli_kv_help(void) {
                qi_kv_policies[i]->params[0] ? "]" : "");
     printf("      --kv-budget B       working KV tokens per layer and KV head: a count (512),\n"
            "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
-           "      --kv-param K=V,...  policy parameters (repeatable)\n");
+           "      --kv-param K=V,...  policy parameters (repeatable); any policy also takes\n"
+           "                          pyramid=B in [0, 1): budgets falling linearly from the\n"
+           "                          lowest budgeted layer to the highest, same total (PyramidKV)\n");
 }
 
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {

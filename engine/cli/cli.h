@@ -57,7 +57,8 @@ bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, q
 void qi_cli_print_quoted(const char *s, bool json);
 
 /* The KV policy flags every engine command takes:
- *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer
+ *   --kv-policy NAME      full (default), window, streaming, h2o, qinfer, tova,
+ *                         scissorhands, keyformer, snapkv (policies/kv/README.md)
  *   --kv-budget B         working tokens per (layer, KV head): N tokens, P%
  *                         or a fraction 0.F of the sequence's length
  *   --kv-param K=V[,...]  the policy's parameters (repeatable) */
@@ -85,6 +86,12 @@ void qi_cli_kv_init(qi_cli_kv *k);
 bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k);
 /* Copy the choice into engine options (k must outlive o's use). */
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o);
+/* A budget given to a policy that keeps every token on every one of the
+ * model's n_layer layers (full) would be ignored while the run's header
+ * says "budget 50%": QI_ERR_INVALID naming the policies that take one.
+ * Anything else (no budget, a budgeted policy, parameters the policy
+ * rejects, which the engine reports) is QI_OK. */
+qi_status qi_cli_kv_check(const qi_cli_kv *k, int n_layer, qi_err *err);
 /* "h2o, budget 50%" / "full" for headers. */
 void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n);
 /* Help lines for the flags, and the list of policies with their parameters. */

@@ -239,7 +239,7 @@ int qi_cmd_agree(int argc, char **argv) {
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
         (file_arg && qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err)) ||
-        qi_cli_load_model(mpath, repack, &m, &err))
+        qi_cli_load_model(mpath, repack, &m, &err) || qi_cli_kv_check(&kv, m->hp.n_layer, &err))
         goto fail;
     if (file_arg) {
         if (file_prompt(m, fpath, n_prompt_want, &ids, &n_ids, &err)) goto fail;

@@ -948,7 +948,8 @@ int qi_cmd_bench(int argc, char **argv) {
     /* a missing OpenBLAS fails now, not after the bandwidth probe */
     if (attn_blas && qi_blas_load(&err)) goto fail;
 
-    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err))
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
+        qi_cli_kv_check(&kv, m->hp.n_layer, &err))
         goto fail;
     /* The tg test's warm-up token takes a position too. */
     long need = (long)n_prompt + n_gen + (n_gen > 0);

@@ -104,7 +104,9 @@ int qi_cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = 0;
-    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err)) goto fail;
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err))
+        goto fail;
     if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
     if (chat) {
         qi_chat_template ct;

@@ -397,7 +397,9 @@ int qi_cmd_needle(int argc, char **argv) {
     char *piece = NULL;
     int32_t *ids = NULL;
     int rc = 0;
-    if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) || qi_cli_load_model(mpath, repack, &m, &err)) goto fail;
+    if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) || qi_cli_load_model(mpath, repack, &m, &err) ||
+        qi_cli_kv_check(&kv, m->hp.n_layer, &err))
+        goto fail;
     int max_len = 0;
     for (int l = 0; l < n_len; l++) {
         if (lengths[l] > m->hp.n_ctx_train) {

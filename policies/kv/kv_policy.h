@@ -38,7 +38,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 1u
+#define QI_KV_POLICY_VERSION 2u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -56,6 +56,17 @@ typedef struct {
     int32_t cur_pos;      /* the newest position in the sequence */
     int budget;           /* most working tokens select() may keep (>= 1) */
     bool probed;          /* this step's weights cover the offload tier too */
+    /* Prompts, for policies with an observation window (obs_window()):
+     * prompt_more is true on a prompt's segments while more of the prompt
+     * follows (a prompt longer than one chunk); on the segment that ends a
+     * prompt (more than one token, nothing pending after it) obs holds,
+     * for each token, the weight the segment's last n_obs queries gave it
+     * (n_obs = min(window, the segment's tokens); one softmax over both
+     * tiers per query and head, summed over them, as on probe steps).
+     * Otherwise obs is NULL and n_obs 0. */
+    bool prompt_more;
+    const float *obs;     /* [n] or NULL */
+    int n_obs;
 } qi_kv_view;
 
 typedef struct qi_kv_policy qi_kv_policy;
@@ -81,11 +92,27 @@ typedef struct {
      * Optional: NULL means never. */
     bool (*probe)(const qi_kv_policy *p, long step);
     void (*free)(qi_kv_policy *p);
+    /* Judge a prompt once it has been read, by the queries at its end
+     * (SnapKV's observation window): W > 0 asks the cache for the weights
+     * of a prompt's last W queries (v->obs, on the segment that ends it),
+     * and lets select() keep every token, over the budget, while more of
+     * the prompt follows (v->prompt_more), so that nothing is evicted
+     * before the end of the prompt, where the question usually is.
+     * Optional: NULL or 0 means none (evict segment by segment). */
+    int (*obs_window)(const qi_kv_policy *p);
 } qi_kv_policy_i;
 
-/* Every policy object starts with its interface. */
+/* Every policy object starts with its interface. The fields after it
+ * belong to the registry (a policy's create() leaves them zero): options
+ * any policy takes, applied by the wrappers. */
 struct qi_kv_policy {
     const qi_kv_policy_i *iface;
+    /* pyramid=B (PyramidKV's layer budgets), in [0, 1): the budgeted layers
+     * (those not exempt), lowest first, get budgets falling linearly from
+     * (1 + B) x budget to (1 - B) x budget, rounded so that their sum is
+     * the layers' count x budget; 0 is the same budget on every layer. */
+    double pyramid;
+    int n_layer;
 };
 
 /* registry.c: the policies, NULL-terminated. */
@@ -94,19 +121,28 @@ extern const qi_kv_policy_i *const qi_kv_policies[];
 /* The policy called name, or NULL. */
 const qi_kv_policy_i *qi_kv_policy_find(const char *name);
 
-/* Create by name; an unknown name is an error listing the known ones. */
+/* Create by name; an unknown name is an error listing the known ones.
+ * The registry's own options (pyramid=) are taken out of params before
+ * the policy sees them. */
 qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_layer, qi_kv_policy **out,
                               qi_err *err);
 /* The wrappers the cache calls: they check the interface's optional
  * members. qi_kv_policy_select also verifies the result (every fate written
  * and in range, the budget respected unless the layer is exempt) and
  * returns QI_ERR_BACKEND naming the policy if the policy broke its
- * contract, QI_ERR_INVALID for a bad view (n < 0, budget < 1). That a DROP
- * is never undone needs no check: the cache forgets a dropped token. */
+ * contract, QI_ERR_INVALID for a bad view (n < 0, budget < 1). The budget
+ * does not bind while v->prompt_more for a policy with an observation
+ * window. That a DROP is never undone needs no check: the cache forgets a
+ * dropped token. */
 void qi_kv_policy_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn);
 qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err);
 bool qi_kv_policy_exempt(const qi_kv_policy *p, int layer);
+/* The budget select() works to on this layer: v->budget, or its share under
+ * pyramid=. qi_kv_policy_select shows the policy that budget and holds it
+ * to it. */
+int qi_kv_policy_layer_budget(const qi_kv_policy *p, int layer, int budget);
 bool qi_kv_policy_probe(const qi_kv_policy *p, long step);
+int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
 const char *qi_kv_policy_name(const qi_kv_policy *p);
 void qi_kv_policy_free(qi_kv_policy *p); /* NULL is a no-op */
 

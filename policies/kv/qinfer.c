@@ -49,6 +49,15 @@
  * many steps). With mean=true the decayed sum is divided by the steps
  * cached, as the plain sum is.
  *
+ * judge (0: off) judges a prompt once it has been read, as snapkv does:
+ * while more of the prompt follows nothing is evicted, and on the prompt's
+ * last segment every token's score becomes the vote of the prompt's last
+ * `judge` queries (their weights, max-pooled over `pool` neighbours by
+ * position), so the choice of scored tokens is made by the queries nearest
+ * the question rather than by the accumulated attention of the text before
+ * it, chunk by chunk, before the question exists. The sinks, recent tokens
+ * and windows then apply to those scores as to any; decoding adds to them.
+ *
  * Windows are by position span rather than by equal token counts so that a
  * window means a stretch of the text: after eviction the older region is
  * sparse, and equal counts would let the surviving clusters define the
@@ -64,7 +73,7 @@
 
 typedef struct {
     qi_kv_policy base;
-    int sinks, windows, full_layers, probe_every;
+    int sinks, windows, full_layers, probe_every, judge, pool;
     double heavy;
     float decay; /* per measured step, (0, 1] */
     bool offload, recall, mean;
@@ -83,8 +92,8 @@ static void qinfer_free(qi_kv_policy *pp) {
 }
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
-    static const char *const known[] = {"sinks", "windows", "heavy", "full_layers",
-                                        "offload", "recall", "probe_every", "mean", "decay", NULL};
+    static const char *const known[] = {"sinks",       "windows", "heavy", "full_layers", "offload", "recall",
+                                        "probe_every", "mean",    "decay", "judge",       "pool",    NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
@@ -105,6 +114,12 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     if (!st && (qi_params_double(params, who, "decay", 1.0, 0.0, 1.0, &decay, NULL) || !(decay > 0)))
         st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'decay' must be a number in (0, 1], got '%s'",
                     qi_params_get(params, "decay"));
+    long judge, pool;
+    if (!st) st = qi_params_int(params, who, "judge", 0, 0, 65536, &judge, err);
+    if (!st) st = qi_params_int(params, who, "pool", 7, 1, 1023, &pool, err);
+    if (!st && pool % 2 == 0)
+        st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'pool' must be odd (a window centred on the token), "
+                                         "got %ld", pool);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
@@ -118,6 +133,8 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->probe_every = (int)probe_every;
     p->mean = mean;
     p->decay = (float)decay;
+    p->judge = (int)judge;
+    p->pool = (int)pool;
     if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
         qinfer_free(&p->base);
         return st;
@@ -131,9 +148,17 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
 }
 
 static void qinfer_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
+    qinfer_policy *p = (qinfer_policy *)pp;
+    if (v->obs) { /* the end of a prompt: its last queries' pooled vote replaces the scores */
+        if (p->pool > 1 && qi_kv_scratch_reserve(&p->scratch, v->n))
+            qi_kv_rank_pool_max(v, v->obs, p->pool, p->scratch.items, v->score);
+        else
+            for (int i = 0; i < v->n; i++) v->score[i] = v->obs[i];
+        return;
+    }
     /* at decay 1 this is the plain sum exactly: 1 * s is s, and a skipped
      * (unmeasured) token's weight is 0 */
-    const float d = ((const qinfer_policy *)pp)->decay;
+    const float d = p->decay;
     for (int i = 0; i < v->n; i++)
         if (v->probed || v->tier[i] == QI_KV_WORKING) v->score[i] = d * v->score[i] + attn[i];
 }
@@ -141,6 +166,8 @@ static void qinfer_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
 static bool qinfer_exempt(const qi_kv_policy *pp, int layer) {
     return layer < ((const qinfer_policy *)pp)->full_layers;
 }
+
+static int qinfer_obs_window(const qi_kv_policy *pp) { return ((const qinfer_policy *)pp)->judge; }
 
 static bool qinfer_probe(const qi_kv_policy *pp, long step) {
     const qinfer_policy *p = (const qinfer_policy *)pp;
@@ -190,6 +217,11 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
     }
     const uint8_t evict = p->offload ? QI_KV_OFFLOAD : QI_KV_DROP;
     const int budget = v->budget, sinks = p->sinks < budget ? p->sinks : budget;
+    if (p->judge > 0 && v->prompt_more) { /* judged at the prompt's end */
+        qi_kv_rank_begin(v, false, fate);
+        qi_kv_rank_finish(v, fate, QI_KV_KEEP);
+        return;
+    }
     int m = qi_kv_rank_begin(v, p->offload && p->recall, fate);
     qi_kv_rank_mark_by_pos(v, fate, sinks, false, QI_KV_KEEP);
     if (m <= budget || m > INT_MAX / 2 || !qi_kv_scratch_reserve(&p->scratch, 2 * m)) {
@@ -214,11 +246,13 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
-    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1",
+    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1,"
+              "judge=0,pool=7",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,
     .exempt = qinfer_exempt,
     .probe = qinfer_probe,
+    .obs_window = qinfer_obs_window,
     .free = qinfer_free,
 };

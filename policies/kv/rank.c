@@ -11,7 +11,9 @@
  * fallback. Score ranks select the k best of an item array (a quickselect)
  * under one total order over (score, position, slot): no two tokens tie, so
  * the kept set is the one any correct selection or sort would give, which
- * is what lets two policies be compared fate for fate.
+ * is what lets two policies be compared fate for fate. The max pool of an
+ * observation window's vote (snapkv, qinfer judge=) sorts a copy by
+ * position and slides over it.
  */
 #include "kv/rank_int.h"
 
@@ -190,3 +192,21 @@ void qi_kv_rank_top_by_score(qi_kv_item *it, int n, int k) {
     }
 }
 
+static int by_position(const void *a, const void *b) {
+    const qi_kv_item *x = a, *y = b;
+    if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+void qi_kv_rank_pool_max(const qi_kv_view *v, const float *obs, int kernel, qi_kv_item *items, float *out) {
+    const int n = v->n, half = kernel / 2;
+    for (int i = 0; i < n; i++) items[i] = (qi_kv_item){obs[i], v->pos[i], i};
+    qsort(items, (size_t)n, sizeof *items, by_position);
+    for (int j = 0; j < n; j++) {
+        float mx = items[j].score;
+        const int lo = j - half < 0 ? 0 : j - half, hi = j + half >= n ? n - 1 : j + half;
+        for (int k = lo; k <= hi; k++)
+            if (items[k].score > mx) mx = items[k].score;
+        out[items[j].slot] = mx;
+    }
+}

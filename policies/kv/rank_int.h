@@ -62,6 +62,12 @@ int qi_kv_rank_gather(const qi_kv_view *v, const uint8_t *fate, qi_kv_item *item
  * would put first. */
 void qi_kv_rank_top_by_score(qi_kv_item *items, int n, int k);
 
+/* SnapKV's pooled vote: out[slot] = the largest obs[] among the tokens
+ * within kernel / 2 places of it in position order (a max pool over the
+ * tokens the stream holds, which after eviction are not every position).
+ * items needs room for v->n; kernel 1 copies obs. */
+void qi_kv_rank_pool_max(const qi_kv_view *v, const float *obs, int kernel, qi_kv_item *items, float *out);
+
 /* floor(budget * frac), the heavy-hitter share of a budget. The 1e-9
  * allowance absorbs binary rounding, so that 100 * 0.29 gives 29 and not
  * 28 (0.29 is stored as 0.28999...). */

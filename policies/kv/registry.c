@@ -10,9 +10,17 @@
  * the optional members' defaults and check every select() result before
  * the cache applies it: each fate written and in range (the fate array is
  * poisoned first, so a fate the policy forgot to write is caught), and no
- * more KEEP than the budget unless the layer is exempt. A broken policy is
+ * more KEEP than the budget unless the layer is exempt (or a prompt is still
+ * being read by a policy that judges prompts at their end). A broken policy is
  * then a QI_ERR_BACKEND naming the policy, not a silently wrong cache.
+ *
+ * The wrappers also apply the options every policy takes: pyramid=, the
+ * layer budgets of PyramidKV (Cai et al., "PyramidKV: Dynamic KV Cache
+ * Compression based on Pyramidal Information Funneling", 2024), by showing
+ * the policy a view with its layer's budget and holding it to that.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +31,11 @@
     X(window)                                                                                                  \
     X(streaming)                                                                                               \
     X(h2o)                                                                                                     \
-    X(qinfer)
+    X(qinfer)                                                                                                  \
+    X(tova)                                                                                                    \
+    X(scissorhands)                                                                                            \
+    X(keyformer)                                                                                               \
+    X(snapkv)
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,
@@ -55,20 +67,48 @@ qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_l
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' has interface version %u, the cache speaks %u",
                       pi->name, pi->version, QI_KV_POLICY_VERSION);
     if (n_layer < 1) return QI_ERR(err, QI_ERR_INVALID, "%s: n_layer must be >= 1, got %d", pi->name, n_layer);
-    qi_params empty;
-    if (!params) {
-        qi_params_init(&empty);
-        params = &empty;
-    }
+    /* the registry's options, then the rest for the policy */
+    qi_params own;
+    qi_params_init(&own);
+    double pyramid = 0.0;
+    for (int i = 0; params && i < params->n; i++)
+        if (strcmp(params->items[i].key, "pyramid") != 0) own.items[own.n++] = params->items[i];
+    qi_status st = qi_params_double(params, pi->name, "pyramid", 0.0, 0.0, 1.0, &pyramid, err);
+    if (!st && !(pyramid < 1.0))
+        st = QI_ERR(err, QI_ERR_INVALID, "%s: parameter 'pyramid' must be a number in [0, 1), got '%s'", pi->name,
+                    qi_params_get(params, "pyramid"));
+    if (st) return st;
     qi_kv_policy *p = NULL;
-    qi_status st = pi->create(params, n_layer, &p, err);
+    st = pi->create(&own, n_layer, &p, err);
     if (st) return st;
     if (!p || p->iface != pi) {
         if (p && p->iface && p->iface->free) p->iface->free(p);
         return QI_ERR(err, QI_ERR_BACKEND, "KV policy '%s': create returned no policy of its own", pi->name);
     }
+    p->pyramid = pyramid;
+    p->n_layer = n_layer;
     *out = p;
     return QI_OK;
+}
+
+/* The budgeted layers' cumulative budget before the r-th of nb: the sum of
+ * budget * (1 + B * (1 - 2j / (nb - 1))) over j < r, in closed form, which
+ * is budget * nb exactly at r = nb. */
+static double pyramid_cum(double budget, double B, int r, int nb) {
+    return budget * r + budget * B * ((double)r - (double)r * (r - 1) / (nb - 1));
+}
+
+int qi_kv_policy_layer_budget(const qi_kv_policy *p, int layer, int budget) {
+    if (!(p->pyramid > 0) || p->n_layer < 2) return budget;
+    int nb = 0, r = -1;
+    for (int l = 0; l < p->n_layer; l++) {
+        if (qi_kv_policy_exempt(p, l)) continue;
+        if (l == layer) r = nb;
+        nb++;
+    }
+    if (r < 0 || nb < 2) return budget;
+    const long b = lround(pyramid_cum(budget, p->pyramid, r + 1, nb)) - lround(pyramid_cum(budget, p->pyramid, r, nb));
+    return b < 1 ? 1 : b > INT32_MAX ? INT32_MAX : (int)b;
 }
 
 void qi_kv_policy_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
@@ -83,6 +123,11 @@ bool qi_kv_policy_probe(const qi_kv_policy *p, long step) {
     return p->iface->probe ? p->iface->probe(p, step) : false;
 }
 
+int qi_kv_policy_obs_window(const qi_kv_policy *p) {
+    const int w = p->iface->obs_window ? p->iface->obs_window(p) : 0;
+    return w > 0 ? w : 0;
+}
+
 const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
 
 void qi_kv_policy_free(qi_kv_policy *p) {
@@ -95,6 +140,9 @@ qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fat
         return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad view (n %d, budget %d, fate %s)", name, v->n,
                       v->budget, fate ? "set" : "NULL");
     if (v->n == 0) return QI_OK;
+    qi_kv_view lv = *v; /* the layer's share of the budget */
+    lv.budget = qi_kv_policy_layer_budget(p, v->layer, v->budget);
+    v = &lv;
     memset(fate, 0xFF, (size_t)v->n); /* poison: an unwritten fate is caught below */
     p->iface->select(p, v, fate);
     int keep = 0;
@@ -106,7 +154,7 @@ qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fat
                           name, i, (int)v->pos[i], (unsigned)fate[i], v->layer, v->kv_head);
         keep += fate[i] == QI_KV_KEEP;
     }
-    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer))
+    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer) && !(v->prompt_more && qi_kv_policy_obs_window(p) > 0))
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: kept %d tokens, over the budget of %d (layer %d, KV "
                       "head %d)",

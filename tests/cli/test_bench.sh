@@ -24,7 +24,7 @@ expect_fail 2 "not an output format" "$Q" bench -o xml
 expect_fail 2 "nothing to run" "$Q" bench -p 0 -n 0
 expect_fail 2 "unexpected argument" "$Q" bench stray
 expect_fail 2 "no such file" "$Q" bench -m /nonexistent/model.gguf
-"$Q" bench --help | grep -q -- "--batch LIST" && ok || bad "bench --help lacks --batch"
+"$Q" bench --help >"$tmp/help" && grep -q -- "--batch LIST" "$tmp/help" && ok || bad "bench --help lacks --batch"
 expect_fail 2 "batch size 0 is not in 1..256" "$Q" bench --batch 0
 expect_fail 2 "batch size 257 is not in 1..256" "$Q" bench --batch 1,257
 expect_fail 2 "'1,x' is not a comma list" "$Q" bench --batch 1,x

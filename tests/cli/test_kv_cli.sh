@@ -44,6 +44,14 @@ M=(-m smollm2-135m -t 2)
 # The policy reports its own parameter errors, and a budgeted policy needs a budget.
 expect_fail 2 "h2o: parameter 'heavy'" "$Q" agree "${M[@]}" -p x --kv-policy h2o --kv-budget 50% --kv-param heavy=abc
 expect_fail 2 "needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy window
+# A budget for a policy that keeps every token is refused, naming the ones that take it.
+for c in "agree -p x" "needle" "ppl -f devil"; do
+  # shellcheck disable=SC2086 # the command and its own arguments
+  expect_fail 2 "policy 'full' keeps every token on every layer and would ignore it; name a policy that takes a budget with --kv-policy (window, streaming, h2o, qinfer" \
+    "$Q" $c "${M[@]}" --kv-budget 50%
+done
+expect_fail 2 "kv-budget 512: KV policy 'qinfer'" "$Q" ppl "${M[@]}" -f devil --kv-policy qinfer --kv-budget 512 \
+  --kv-param full_layers=30
 expect_fail 2 "more than the context of 16" "$Q" agree "${M[@]}" -p "one two three" --n 32 --ctx 16
 expect_fail 2 "training context" "$Q" needle "${M[@]}" --lengths 1024,100000
 

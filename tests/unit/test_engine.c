@@ -442,9 +442,12 @@ typedef struct {
     float *score[2];
 } stream_copy;
 
+static int g_pb_step_tokens; /* 0: the default; 16 cuts the prompts into chunks */
+
 static qi_engine *make_policy_engine(const char *policy, const char *params, int n_threads, int max_seqs) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
+    if (g_pb_step_tokens > 0) o.step_tokens = g_pb_step_tokens;
     o.n_threads = n_threads;
     o.n_ctx = 128;
     o.max_seqs = max_seqs;
@@ -594,7 +597,48 @@ START_TEST(policy_batched_equals_separate) {
     if (!g_model) return;
     policy_batched_vs_separate("h2o", "");
     policy_batched_vs_separate("qinfer", "probe_every=2");
+    policy_batched_vs_separate("tova", "");
+    policy_batched_vs_separate("scissorhands", "history=4");
+    policy_batched_vs_separate("keyformer", "steps=64");
+    policy_batched_vs_separate("h2o", "pyramid=0.5");
+    /* prompts of several chunks, judged at their end */
+    g_pb_step_tokens = 16;
+    policy_batched_vs_separate("snapkv", "window=4");
+    policy_batched_vs_separate("qinfer", "judge=4,probe_every=2");
+    g_pb_step_tokens = 0;
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
+}
+END_TEST
+
+/* A policy with an observation window keeps a prompt of several chunks
+ * whole until its last chunk, then cuts it to the budget; h2o cuts it
+ * chunk by chunk. Prompt 40 tokens in chunks of 16, budget 16 tokens. */
+START_TEST(prompt_judged_at_its_end) {
+    if (!g_model) return;
+    static const char *const pol[][2] = {{"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0"}, {"h2o", ""}};
+    const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    int32_t ids[40];
+    make_ids(ids, 40, 17, g_model->hp.n_vocab);
+    for (int k = 0; k < 3; k++) {
+        g_pb_step_tokens = 16;
+        qi_engine *eng = make_policy_engine(pol[k][0], pol[k][1], 2, 1);
+        g_pb_step_tokens = 0;
+        qi_err e = {0};
+        int id;
+        ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, ids, 40, false, &e), QI_OK);
+        const bool judged = k < 2;
+        for (int step = 1; step <= 3; step++) {
+            ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "%s", e.msg);
+            const int want = step == 3 || !judged ? PB_BUDGET : 16 * step;
+            qi_engine_kv_seq st;
+            qi_engine_kv_seq_stats(eng, id, &st);
+            ck_assert_msg(st.work_tokens == (long)want * L * Hkv, "%s step %d: %ld working tokens, want %d per stream",
+                          pol[k][0], step, st.work_tokens, want);
+        }
+        ck_assert_int_eq(qi_engine_seq_pending(eng, id), 0);
+        qi_engine_free(eng);
+    }
 }
 END_TEST
 
@@ -794,6 +838,7 @@ int main(void) {
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, budgeted_policy_ignores_neighbours);
     tcase_add_test(tc, policy_batched_equals_separate);
+    tcase_add_test(tc, prompt_judged_at_its_end);
     tcase_add_test(tc, errors);
     tcase_add_test(tc, perplexity_through_engine);
     tcase_add_test(tc, profile_counts);

@@ -99,17 +99,37 @@ static void shuffle(tview *t, uint64_t *rng) {
  * heavy), qinfer everything. Decisions by counting, per token, how many
  * competitors rank above it. */
 
+/* What the scored tokens are ranked by: the score itself, or (for
+ * scissorhands, whose score is a bit mask of unimportant steps) the fewest
+ * bits set. */
+enum { KEY_SCORE = 0, KEY_FEWEST_BITS };
+
 typedef struct {
     int sinks, windows;
     double heavy;
     bool recall;   /* offloaded tokens compete */
     uint8_t evict; /* QI_KV_DROP or QI_KV_OFFLOAD */
+    int key;       /* KEY_SCORE unless given */
+    int recent_n;  /* > 0: recent = min(recent_n, budget - sinks) and the rest scored (snapkv), not by heavy */
 } rule;
 
 static bool newer(const tview *t, int i, int j) { return t->pos[i] != t->pos[j] ? t->pos[i] > t->pos[j] : i > j; }
 
+static int bits_set(float mask) {
+    int c = 0;
+    for (uint32_t m = (uint32_t)mask; m; m >>= 1) c += (int)(m & 1u);
+    return c;
+}
+
+static int g_key; /* the rule's key, for better() */
+
+static float key_of(const tview *t, int i) {
+    return g_key == KEY_FEWEST_BITS ? -(float)bits_set(t->score[i]) : t->score[i];
+}
+
 static bool better(const tview *t, int i, int j) {
-    return t->score[i] != t->score[j] ? t->score[i] > t->score[j] : newer(t, i, j);
+    const float a = key_of(t, i), b = key_of(t, j);
+    return a != b ? a > b : newer(t, i, j);
 }
 
 enum { R_OUT, R_SINK, R_RECENT, R_OLD, R_OLD_KEPT, R_CARRY_KEPT };
@@ -117,6 +137,7 @@ enum { R_OUT, R_SINK, R_RECENT, R_OLD, R_OLD_KEPT, R_CARRY_KEPT };
 static void oracle(const tview *t, rule r, uint8_t *f) {
     const int n = t->v.n, B = t->v.budget;
     static int role[MAXN], win[MAXN];
+    g_key = r.key;
     int m = 0;
     for (int i = 0; i < n; i++) {
         bool c = t->tier[i] == QI_KV_WORKING || r.recall;
@@ -132,6 +153,10 @@ static void oracle(const tview *t, rule r, uint8_t *f) {
             if (older < s) role[i] = R_SINK;
         }
         int heavy = (int)floor((double)(B - s) * r.heavy + 1e-9), recent = B - s - heavy;
+        if (r.recent_n > 0) {
+            recent = r.recent_n < B - s ? r.recent_n : B - s;
+            heavy = B - s - recent;
+        }
         for (int i = 0; i < n; i++) {
             if (role[i] != R_OLD) continue;
             int nw = 0;
@@ -530,6 +555,410 @@ START_TEST(qinfer_recall) {
 }
 END_TEST
 
+/* TOVA ranks by this step's weight alone: a token heavy in the past but
+ * ignored now goes; ties go to the newer position. */
+START_TEST(tova_keeps_what_the_query_attends_to) {
+    uint64_t rng = 13;
+    qi_kv_policy *p = make("tova", ""), *h = make("h2o", "heavy=1");
+    tview *t = tv_new(10, 3, 2), *u = tv_new(10, 3, 2);
+    float past[10] = {5, 0, 0, 0, 0, 0, 0, 0, 0, 0}, now[10] = {0.01f, 0, 0.3f, 0, 0, 0.2f, 0, 0, 0, 0.1f};
+    qi_kv_policy_observe(p, &t->v, past);
+    qi_kv_policy_observe(h, &u->v, past);
+    qi_kv_policy_observe(p, &t->v, now);
+    qi_kv_policy_observe(h, &u->v, now);
+    ck_assert(t->score[0] == 0.01f && t->score[2] == 0.3f); /* this step's weight, not a sum */
+    shuffle(t, &rng);
+    ck_assert_int_eq(sel(p, t), 3);
+    expect_kept(t, (int32_t[]){2, 5, 9}, 3, QI_KV_DROP);
+    ck_assert_int_eq(sel(h, u), 3); /* the sum keeps the old heavy hitter */
+    expect_kept(u, (int32_t[]){0, 2, 5}, 3, QI_KV_DROP);
+    /* equal weights: the newest */
+    float flat[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    qi_kv_policy_observe(p, &t->v, flat);
+    ck_assert_int_eq(sel(p, t), 3);
+    expect_kept(t, (int32_t[]){7, 8, 9}, 3, QI_KV_DROP);
+    ck_assert(!qi_kv_policy_exempt(p, 0) && !qi_kv_policy_probe(p, 16));
+    qi_kv_policy_free(p);
+    qi_kv_policy_free(h);
+    free(t);
+    free(u);
+}
+END_TEST
+
+/* Eight steps over tokens 0..7, budget 4 = 2 recent (6, 7) + 2 scored.
+ * Token 1 is above the step's mean every step, token 2 only in the last
+ * four, token 3 only in the first four, 0, 4 and 5 never. Over a history
+ * of 4 steps tokens 1 and 2 have no unimportant step: kept. Over 8, token
+ * 1 has none and 2 and 3 four each: the tie goes to the newer, 3. */
+START_TEST(scissorhands_counts_unimportant_steps) {
+    for (int k = 0; k < 2; k++) {
+        qi_kv_policy *p = make("scissorhands", k ? "history=8,heavy=0.5" : "history=4,heavy=0.5");
+        tview *t = tv_new(8, 4, 2);
+        for (int step = 0; step < 8; step++) {
+            float attn[8];
+            for (int i = 0; i < 8; i++) attn[i] = 0.01f;
+            attn[1] = 1.0f;
+            attn[step < 4 ? 3 : 2] = 1.0f;
+            qi_kv_policy_observe(p, &t->v, attn);
+        }
+        /* the masks: bit 0 the last step */
+        ck_assert(t->score[1] == 0.0f);
+        ck_assert(t->score[2] == (k ? 240.0f : 0.0f));
+        ck_assert(t->score[3] == (k ? 15.0f : 15.0f));
+        ck_assert(t->score[0] == (k ? 255.0f : 15.0f));
+        ck_assert_int_eq(sel(p, t), 4);
+        expect_kept(t, k ? (int32_t[]){1, 3, 6, 7} : (int32_t[]){1, 2, 6, 7}, 4, QI_KV_DROP);
+        qi_kv_policy_free(p);
+        free(t);
+    }
+}
+END_TEST
+
+/* Keyformer without noise at temperature 1 accumulates each step's
+ * normalised weight: a prompt chunk's large total does not swamp a later
+ * step, as it does in H2O's raw sum. Budget 2 = 1 recent (3) + 1 scored. */
+START_TEST(keyformer_normalises_each_step) {
+    qi_kv_policy *k = make("keyformer", "noise=false,tau_end=1"), *h = make("h2o", "");
+    tview *t = tv_new(4, 2, 2), *u = tv_new(4, 2, 2);
+    const float chunk[4] = {6, 4, 0, 0}, step[4] = {0.1f, 0.9f, 0, 0};
+    qi_kv_policy_observe(k, &t->v, chunk);
+    qi_kv_policy_observe(k, &t->v, step);
+    qi_kv_policy_observe(h, &u->v, chunk);
+    qi_kv_policy_observe(h, &u->v, step);
+    ck_assert(fabsf(t->score[0] - 0.7f) < 1e-6f && fabsf(t->score[1] - 1.3f) < 1e-6f && t->score[2] == 0);
+    ck_assert_int_eq(sel(k, t), 2);
+    expect_kept(t, (int32_t[]){1, 3}, 2, QI_KV_DROP);
+    ck_assert_int_eq(sel(h, u), 2);
+    expect_kept(u, (int32_t[]){0, 3}, 2, QI_KV_DROP);
+    qi_kv_policy_free(k);
+    /* the temperature: 1 + (3 - 1) * 3 / 10 = 1.6 at position 3 of 10 steps;
+     * f = p^(1/1.6) normalised */
+    k = make("keyformer", "noise=false,tau_init=1,tau_end=3,steps=10");
+    memset(t->score, 0, sizeof t->score);
+    const float w[4] = {0.6f, 0.4f, 0, 0};
+    qi_kv_policy_observe(k, &t->v, w);
+    const double a = pow(0.6, 1 / 1.6), b = pow(0.4, 1 / 1.6);
+    ck_assert_msg(fabs(t->score[0] - a / (a + b)) < 1e-6 && fabs(t->score[1] - b / (a + b)) < 1e-6, "%g %g",
+                  t->score[0], t->score[1]);
+    qi_kv_policy_free(k);
+    /* past `steps` the temperature stays at tau_end */
+    k = make("keyformer", "noise=false,tau_init=1,tau_end=3,steps=2");
+    memset(t->score, 0, sizeof t->score);
+    qi_kv_policy_observe(k, &t->v, w);
+    const double c = pow(0.6, 1 / 3.0), d = pow(0.4, 1 / 3.0);
+    ck_assert(fabs(t->score[0] - c / (c + d)) < 1e-6);
+    qi_kv_policy_free(k);
+    /* the noise: the same for the same seed, another for another seed */
+    float s1[4], s2[4], s3[4];
+    for (int r = 0; r < 3; r++) {
+        k = make("keyformer", r < 2 ? "seed=5" : "seed=6");
+        memset(t->score, 0, sizeof t->score);
+        qi_kv_policy_observe(k, &t->v, w);
+        memcpy(r == 0 ? s1 : r == 1 ? s2 : s3, t->score, sizeof s1);
+        qi_kv_policy_free(k);
+    }
+    ck_assert(memcmp(s1, s2, sizeof s1) == 0);
+    ck_assert(memcmp(s1, s3, sizeof s1) != 0);
+    ck_assert(fabsf(s1[0] + s1[1] - 1.0f) < 1e-6f && s1[2] == 0);
+    qi_kv_policy_free(h);
+    free(t);
+    free(u);
+    /* a view larger than the scratch (values computed twice) scores as one
+     * within it (values kept): the scratch's size depends on what a thread
+     * saw before, so it must not matter */
+    uint64_t rng2 = 8;
+    qi_kv_policy *fresh = make("keyformer", "tau_end=3,steps=100"), *grown = make("keyformer", "tau_end=3,steps=100");
+    t = tv_new(3000, 100, 1);
+    u = tv_new(3000, 100, 1);
+    ck_assert_int_eq(sel(grown, u), 100); /* grows its scratch to 3000 */
+    static float big[3000];
+    for (int i = 0; i < 3000; i++) big[i] = (float)(qi_test_rand(&rng2) % 1000) * 1e-4f;
+    qi_kv_policy_observe(fresh, &t->v, big);
+    qi_kv_policy_observe(grown, &u->v, big);
+    ck_assert(memcmp(t->score, u->score, sizeof(float) * 3000) == 0);
+    qi_kv_policy_free(fresh);
+    qi_kv_policy_free(grown);
+    free(t);
+    free(u);
+}
+END_TEST
+
+/* SnapKV keeps the whole prompt while more of it follows, then keeps the
+ * observation window plus the best-voted tokens; the vote is max-pooled. */
+START_TEST(snapkv_judges_the_prompt_at_its_end) {
+    uint64_t rng = 21;
+    qi_kv_policy *p = make("snapkv", "window=2,pool=1");
+    ck_assert_int_eq(qi_kv_policy_obs_window(p), 2);
+    tview *t = tv_new(20, 6, 3);
+    shuffle(t, &rng);
+    float attn[20], obs[20];
+    for (int i = 0; i < 20; i++) attn[i] = 1.0f;
+    t->v.prompt_more = true; /* a prompt chunk with more to come: over the budget */
+    qi_kv_policy_observe(p, &t->v, attn);
+    ck_assert_int_eq(sel(p, t), 20);
+    /* a policy without an observation window gets no such licence */
+    qi_kv_policy *h = make("h2o", "");
+    ck_assert_int_eq(qi_kv_policy_obs_window(h), 0);
+    ck_assert_int_eq(sel(h, t), 6);
+    qi_kv_policy_free(h);
+    /* the prompt's end: the vote replaces the accumulated weight */
+    t->v.prompt_more = false;
+    for (int i = 0; i < 20; i++) {
+        const int32_t q = t->pos[i];
+        obs[i] = q == 3 ? 5 : q == 7 ? 4 : q == 11 ? 3 : q == 15 ? 2 : 0.1f;
+    }
+    t->v.obs = obs;
+    t->v.n_obs = 2;
+    qi_kv_policy_observe(p, &t->v, attn);
+    for (int i = 0; i < 20; i++) ck_assert(t->score[i] == obs[i]);
+    ck_assert_int_eq(sel(p, t), 6);
+    expect_kept(t, (int32_t[]){3, 7, 11, 15, 18, 19}, 6, QI_KV_DROP);
+    /* decoding adds the new query's weights to the vote */
+    t->v.obs = NULL;
+    t->v.n_obs = 0;
+    float more[20] = {0};
+    for (int i = 0; i < 20; i++) more[i] = t->pos[i] == 0 ? 10.0f : 0;
+    qi_kv_policy_observe(p, &t->v, more);
+    ck_assert_int_eq(sel(p, t), 6);
+    expect_kept(t, (int32_t[]){0, 3, 7, 11, 18, 19}, 6, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    /* pooled over 3: the neighbours of a voted token come with it */
+    p = make("snapkv", "window=2,pool=3");
+    memset(t->score, 0, sizeof t->score);
+    for (int i = 0; i < 20; i++) obs[i] = t->pos[i] == 5 ? 10.0f : 0.0f;
+    t->v.obs = obs;
+    t->v.budget = 5;
+    qi_kv_policy_observe(p, &t->v, attn);
+    ck_assert_int_eq(sel(p, t), 5);
+    expect_kept(t, (int32_t[]){4, 5, 6, 18, 19}, 5, QI_KV_DROP);
+    /* a budget under the window: the newest only */
+    t->v.budget = 1;
+    ck_assert_int_eq(sel(p, t), 1);
+    expect_kept(t, (int32_t[]){19}, 1, QI_KV_DROP);
+    qi_kv_policy_free(p);
+    free(t);
+}
+END_TEST
+
+/* qinfer judge=W: the same deferral, then its own rule on the vote. */
+START_TEST(qinfer_judges_the_prompt_at_its_end) {
+    qi_kv_policy *q = make("qinfer", "judge=4,pool=1,sinks=0,windows=1,full_layers=0,offload=false");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 4);
+    tview *t = tv_new(12, 4, 3); /* heavy 2, recent 2 (10, 11) */
+    for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 1 ? 50.0f : 0; /* accumulated before */
+    t->v.prompt_more = true;
+    ck_assert_int_eq(sel(q, t), 12);
+    t->v.prompt_more = false;
+    float obs[12] = {0}, attn[12] = {0};
+    obs[6] = 2;
+    obs[8] = 1;
+    t->v.obs = obs;
+    t->v.n_obs = 4;
+    qi_kv_policy_observe(q, &t->v, attn);
+    ck_assert_int_eq(sel(q, t), 4);
+    expect_kept(t, (int32_t[]){6, 8, 10, 11}, 4, QI_KV_DROP);
+    qi_kv_policy_free(q);
+    /* judge=0 (the default) has no window and evicts during the prompt */
+    q = make("qinfer", "sinks=0,windows=1,full_layers=0,offload=false");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 0);
+    t->v.prompt_more = true;
+    ck_assert_int_eq(sel(q, t), 4);
+    qi_kv_policy_free(q);
+    free(t);
+}
+END_TEST
+
+/* The max pool against brute force: ranks by position counted, not sorted. */
+START_TEST(pool_max_matches_brute_force) {
+    uint64_t rng = 31;
+    tview *t = tv_new(1, 1, 0);
+    static qi_kv_item items[MAXN];
+    static float obs[MAXN], out[MAXN];
+    for (int it = 0; it < 300; it++) {
+        const int n = 1 + (int)(qi_test_rand(&rng) % 120), kernel = 1 + 2 * (int)(qi_test_rand(&rng) % 6);
+        random_view(t, &rng, n, 0, it % 2 ? 1 : 40009);
+        for (int i = 0; i < n; i++) obs[i] = (float)(qi_test_rand(&rng) % 50);
+        qi_kv_rank_pool_max(&t->v, obs, kernel, items, out);
+        for (int i = 0; i < n; i++) {
+            int ri = 0;
+            for (int j = 0; j < n; j++) ri += newer(t, i, j);
+            float want = obs[i];
+            for (int j = 0; j < n; j++) {
+                int rj = 0;
+                for (int k = 0; k < n; k++) rj += newer(t, j, k);
+                if (abs(rj - ri) <= kernel / 2 && obs[j] > want) want = obs[j];
+            }
+            ck_assert_msg(out[i] == want, "case %d kernel %d slot %d: %g, want %g", it, kernel, i, out[i], want);
+        }
+    }
+    free(t);
+}
+END_TEST
+
+static void keep_60(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    for (int i = 0; i < v->n; i++) fate[i] = i < 60 ? QI_KV_KEEP : QI_KV_DROP;
+}
+
+/* pyramid=B: the budgeted layers' budgets fall linearly with depth and
+ * sum to what the same budget on every layer gives. 8 layers, budget 100,
+ * B 0.5: 150 on layer 0 down to 50 on layer 7; with qinfer's two full
+ * layers, 6 budgeted layers from 150 down to 50. Each select keeps its
+ * layer's budget and the wrapper holds it to that. */
+START_TEST(pyramid_budgets_keep_the_total) {
+    static const char *const cases[][2] = {{"h2o", "pyramid=0.5"}, {"qinfer", "pyramid=0.5,sinks=0"},
+                                           {"window", "pyramid=0.3"}, {"tova", "pyramid=0.99"}};
+    tview *t = tv_new(400, 100, 0);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *p = make(cases[c][0], cases[c][1]);
+        const double B = atof(strchr(cases[c][1], '=') + 1);
+        int total = 0, nb = 0, prev = 1 << 30;
+        for (int l = 0; l < N_LAYER; l++) {
+            t->v.layer = l;
+            const int keep = sel(p, t);
+            if (qi_kv_policy_exempt(p, l)) {
+                ck_assert_int_eq(keep, 400);
+                continue;
+            }
+            ck_assert_int_eq(keep, qi_kv_policy_layer_budget(p, l, 100));
+            ck_assert_msg(keep <= prev, "%s: layer %d keeps %d, more than the layer below (%d)", cases[c][1], l, keep,
+                          prev);
+            prev = keep;
+            total += keep;
+            nb++;
+        }
+        ck_assert_msg(total == 100 * nb, "%s %s: %d kept over %d layers", cases[c][0], cases[c][1], total, nb);
+        const int first = qi_kv_policy_exempt(p, 0) ? 2 : 0;
+        ck_assert_int_eq(qi_kv_policy_layer_budget(p, first, 100), (int)lround(100 * (1 + B)));
+        ck_assert_int_eq(qi_kv_policy_layer_budget(p, N_LAYER - 1, 100), (int)lround(100 * (1 - B)));
+        qi_kv_policy_free(p);
+    }
+    /* without pyramid every layer has the budget */
+    qi_kv_policy *p = make("h2o", "");
+    for (int l = 0; l < N_LAYER; l++) ck_assert_int_eq(qi_kv_policy_layer_budget(p, l, 37), 37);
+    qi_kv_policy_free(p);
+    /* small budgets: every layer keeps at least one */
+    p = make("h2o", "pyramid=0.9");
+    for (int l = 0; l < N_LAYER; l++) ck_assert_int_ge(qi_kv_policy_layer_budget(p, l, 1), 1);
+    qi_kv_policy_free(p);
+    /* the wrapper holds a policy to its layer's budget, not the nominal one */
+    static const qi_kv_policy_i KEEP60 = {.version = QI_KV_POLICY_VERSION, .name = "planted_60", .select = keep_60};
+    qi_kv_policy k60 = {.iface = &KEEP60, .pyramid = 0.5, .n_layer = N_LAYER};
+    qi_err e = {0};
+    t->v.layer = 0; /* budget 150 */
+    ck_assert_int_eq(qi_kv_policy_select(&k60, &t->v, t->fate, &e), QI_OK);
+    t->v.layer = N_LAYER - 1; /* budget 50 */
+    ck_assert_int_eq(qi_kv_policy_select(&k60, &t->v, t->fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "kept 60 tokens, over the budget of 50"), "%s", e.msg);
+    free(t);
+}
+END_TEST
+
+/* ---- scores against their definitions -------------------------------------
+ * A decoding run where the test keeps every token's weight at every step
+ * and recomputes each policy's score from its definition after every
+ * observe(): TOVA's is the step's weight; Scissorhands' the steps of the
+ * last `history` in which the token drew less than the step's mean;
+ * Keyformer's the sum over steps of softmax((log p + g) / tau), computed
+ * here with logs and exponentials in double (the policy uses the power
+ * form), with the noise from the same hash, written out again here. */
+
+static double kf_uniform_ref(uint64_t seed, int layer, int kv_head, int32_t pos, int32_t step) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)layer << 48) ^
+                 ((uint64_t)(uint32_t)kv_head << 40) ^ ((uint64_t)(uint32_t)pos << 20) ^ (uint64_t)(uint32_t)step;
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+}
+
+#define SC_STEPS 90
+#define SC_POS 200
+
+START_TEST(scores_match_their_definitions) {
+    static const char *const specs[][2] = {
+        {"tova", ""}, {"scissorhands", "history=6"}, {"scissorhands", "history=24"},
+        {"keyformer", "seed=3,tau_init=0.5,tau_end=2,steps=60"}, {"keyformer", "noise=false,tau_end=4"}};
+    static float hist[SC_POS][SC_STEPS]; /* token weights per step (NAN: not cached yet) */
+    static float mean[SC_STEPS];
+    static int32_t cur[SC_STEPS];
+    for (size_t c = 0; c < sizeof specs / sizeof *specs; c++) {
+        qi_kv_policy *p = make(specs[c][0], specs[c][1]);
+        const int kind = specs[c][0][0] == 't' ? 0 : specs[c][0][0] == 's' ? 1 : 2;
+        const int history = strstr(specs[c][1], "24") ? 24 : 6;
+        uint64_t rng = 500 + c;
+        tview *t = tv_new(0, 12, 4);
+        int32_t next = 0;
+        for (int step = 0; step < SC_STEPS; step++) {
+            const int add = step == 0 ? 20 : 1;
+            for (int k = 0; k < add; k++) {
+                int i = t->v.n++;
+                t->pos[i] = next++;
+                t->score[i] = 0;
+                for (int s2 = 0; s2 < SC_STEPS; s2++) hist[t->pos[i]][s2] = NAN;
+            }
+            t->v.cur_pos = cur[step] = next - 1;
+            float attn[MAXN];
+            double total = 0;
+            for (int i = 0; i < t->v.n; i++) {
+                attn[i] = (float)(qi_test_rand(&rng) % 7) * (t->pos[i] % 5 == 0 ? 0.3f : 0.05f);
+                hist[t->pos[i]][step] = attn[i];
+                total += attn[i];
+            }
+            mean[step] = (float)(total / t->v.n);
+            qi_kv_policy_observe(p, &t->v, attn);
+            for (int i = 0; i < t->v.n; i++) {
+                const int32_t q = t->pos[i];
+                if (kind == 0) {
+                    ck_assert(t->score[i] == hist[q][step]);
+                } else if (kind == 1) {
+                    uint32_t want = 0;
+                    for (int s2 = step, b = 0; s2 >= 0 && b < history && !isnan(hist[q][s2]); s2--, b++)
+                        want |= (uint32_t)(hist[q][s2] < mean[s2]) << b;
+                    ck_assert_msg(t->score[i] == (float)want, "%s step %d position %d: mask %g, want %u",
+                                  specs[c][1], step, q, t->score[i], want);
+                } else {
+                    const bool noise = !strstr(specs[c][1], "noise=false");
+                    const double ti = noise ? 0.5 : 1, te = noise ? 2 : 4, steps = noise ? 60 : 2048;
+                    double want = 0;
+                    for (int s2 = 0; s2 <= step; s2++) {
+                        if (isnan(hist[q][s2]) || !(hist[q][s2] > 0)) continue;
+                        const double tau = ti + (te - ti) * (cur[s2] >= steps ? 1.0 : cur[s2] / steps);
+                        /* the softmax over the step's tokens with weight, by logs */
+                        double tot = 0, z = 0, mine = 0;
+                        for (int32_t o = 0; o < SC_POS; o++)
+                            if (!isnan(hist[o][s2]) && hist[o][s2] > 0) tot += hist[o][s2];
+                        for (int32_t o = 0; o < SC_POS; o++) {
+                            if (isnan(hist[o][s2]) || !(hist[o][s2] > 0)) continue;
+                            double g = noise ? -log(-log(kf_uniform_ref(3, 4, 0, o, cur[s2]))) : 0;
+                            double e = exp((log(hist[o][s2] / tot) + g) / tau);
+                            z += e;
+                            if (o == q) mine = e;
+                        }
+                        want += mine / z;
+                    }
+                    ck_assert_msg(fabs(t->score[i] - want) <= 1e-4 * (1 + want), "%s step %d position %d: %g, want %g",
+                                  specs[c][1], step, q, t->score[i], want);
+                }
+            }
+            sel(p, t);
+            for (int i = 0; i < t->v.n;) {
+                if (t->fate[i] == QI_KV_DROP) { /* its past weights still count in those steps' softmax */
+                    int last = --t->v.n;
+                    t->pos[i] = t->pos[last];
+                    t->score[i] = t->score[last];
+                    t->fate[i] = t->fate[last];
+                    continue;
+                }
+                i++;
+            }
+        }
+        qi_kv_policy_free(p);
+        free(t);
+    }
+}
+END_TEST
+
 /* ---- score selection ------------------------------------------------------ */
 
 /* a ranks before b: higher score, then newer position, then higher slot;
@@ -578,17 +1007,25 @@ typedef struct {
 } config;
 
 static const config CONFIGS[] = {
-    {"window", "", {0, 1, 0.0, false, QI_KV_DROP}},
-    {"streaming", "", {4, 1, 0.0, false, QI_KV_DROP}},
-    {"streaming", "sinks=1", {1, 1, 0.0, false, QI_KV_DROP}},
-    {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP}},
-    {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP}},
-    {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP}},
-    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD}},
-    {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD}},
-    {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP}},
-    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD}},
-    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD}},
+    {"window", "", {0, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"streaming", "", {4, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"streaming", "sinks=1", {1, 1, 0.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"tova", "", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"scissorhands", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
+    {"scissorhands", "history=5,heavy=0.8", {0, 1, 0.8, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
+    {"keyformer", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
+    {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
+    {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
+    {"qinfer", "judge=8", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -748,7 +1185,7 @@ START_TEST(qinfer_reduces_to_h2o) {
         /* and over decoding runs, where fates are applied */
         h = make("h2o", hspec);
         q = make("qinfer", qspec);
-        rule r = {0, 1, atof(fracs[f]), false, QI_KV_DROP};
+        rule r = {0, 1, atof(fracs[f]), false, QI_KV_DROP, KEY_SCORE, 0};
         simulate(h, q, r, 12, 120, 7 + f, "h2o vs reduced qinfer");
         qi_kv_policy_free(h);
         qi_kv_policy_free(q);
@@ -810,7 +1247,8 @@ static const qi_kv_policy_i GREEDY_EXEMPT = {.version = QI_KV_POLICY_VERSION, .n
 START_TEST(wrapper_catches_planted_faults) {
     tview *t = tv_new(10, 4, 2);
     qi_err e = {0};
-    qi_kv_policy greedy = {&GREEDY}, bad = {&BAD_VALUE}, forgets = {&FORGETS}, exempt = {&GREEDY_EXEMPT};
+    qi_kv_policy greedy = {.iface = &GREEDY}, bad = {.iface = &BAD_VALUE}, forgets = {.iface = &FORGETS},
+                 exempt = {.iface = &GREEDY_EXEMPT};
     ck_assert_int_eq(qi_kv_policy_select(&greedy, &t->v, t->fate, &e), QI_ERR_BACKEND);
     ck_assert_msg(strstr(e.msg, "planted_greedy") && strstr(e.msg, "budget") && strstr(e.msg, "10"), "%s", e.msg);
     qi_err_clear(&e);
@@ -855,7 +1293,7 @@ START_TEST(registry_is_consistent) {
         ck_assert_int_eq(qi_kv_policy_create(pi->name, NULL, N_LAYER, &p, NULL), QI_OK);
         qi_kv_policy_free(p);
     }
-    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(n, 9);
     ck_assert_ptr_null(qi_kv_policy_find("nope"));
     ck_assert_ptr_null(qi_kv_policy_find(NULL));
     qi_kv_policy_free(NULL);
@@ -876,7 +1314,21 @@ static void expect_create_fails(const char *name, const char *spec, int n_layer,
 
 START_TEST(bad_names_and_parameters) {
     expect_create_fails("nope", "", N_LAYER,
-                        (const char *[]){"nope", "full", "window", "streaming", "h2o", "qinfer", NULL});
+                        (const char *[]){"nope", "full", "window", "streaming", "h2o", "qinfer", "tova",
+                                         "scissorhands", "keyformer", "snapkv", NULL});
+    expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
+    expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
+    expect_create_fails("qinfer", "pool=2", N_LAYER, (const char *[]){"qinfer", "'pool'", "odd", NULL});
+    expect_create_fails("qinfer", "judge=-1", N_LAYER, (const char *[]){"qinfer", "'judge'", NULL});
+    expect_create_fails("h2o", "pyramid=1", N_LAYER, (const char *[]){"h2o", "'pyramid'", "[0, 1)", NULL});
+    expect_create_fails("snapkv", "pyramid=-0.1", N_LAYER, (const char *[]){"snapkv", "'pyramid'", NULL});
+    expect_create_fails("tova", "heavy=0.5", N_LAYER, (const char *[]){"tova", "'heavy'", NULL});
+    expect_create_fails("scissorhands", "history=25", N_LAYER,
+                        (const char *[]){"scissorhands", "'history'", "[1, 24]", NULL});
+    expect_create_fails("scissorhands", "history=0", N_LAYER, (const char *[]){"scissorhands", "'history'", NULL});
+    expect_create_fails("keyformer", "tau_init=0", N_LAYER, (const char *[]){"keyformer", "'tau_init'", NULL});
+    expect_create_fails("keyformer", "noise=2", N_LAYER, (const char *[]){"keyformer", "'noise'", NULL});
+    expect_create_fails("keyformer", "steps=0", N_LAYER, (const char *[]){"keyformer", "'steps'", NULL});
     expect_create_fails("h2o", "heavy=abc", N_LAYER, (const char *[]){"h2o", "'heavy'", "abc", NULL});
     expect_create_fails("h2o", "heavy=1.5", N_LAYER, (const char *[]){"h2o", "'heavy'", "[0, 1]", NULL});
     expect_create_fails("h2o", "sinks=4", N_LAYER, (const char *[]){"h2o", "'sinks'", "heavy", NULL});
@@ -936,8 +1388,8 @@ END_TEST
  * memory is back. */
 START_TEST(select_survives_scratch_failure) {
     static const config cases[] = {
-        {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP}},
-        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD}},
+        {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
+        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     };
     uint64_t rng = 17;
     for (int c = 0; c < 2; c++) {
@@ -951,7 +1403,7 @@ START_TEST(select_survives_scratch_failure) {
         ck_assert_ptr_nonnull(probe);
         qi_free(probe);
         qi_alloc_fail_after(0);
-        rule fallback = {cases[c].r.sinks, 1, 0.0, cases[c].r.recall, cases[c].r.evict};
+        rule fallback = {cases[c].r.sinks, 1, 0.0, cases[c].r.recall, cases[c].r.evict, KEY_SCORE, 0};
         expect_oracle(t, fallback, "fallback", c);
         ck_assert_int_eq(sel(p, t), 100);
         expect_oracle(t, cases[c].r, cases[c].name, c);
@@ -978,6 +1430,14 @@ int main(void) {
     tcase_add_test(tc, qinfer_mean_score);
     tcase_add_test(tc, qinfer_decay_prefers_recent_weight);
     tcase_add_test(tc, qinfer_decay_waits_for_probes);
+    tcase_add_test(tc, tova_keeps_what_the_query_attends_to);
+    tcase_add_test(tc, scissorhands_counts_unimportant_steps);
+    tcase_add_test(tc, keyformer_normalises_each_step);
+    tcase_add_test(tc, scores_match_their_definitions);
+    tcase_add_test(tc, snapkv_judges_the_prompt_at_its_end);
+    tcase_add_test(tc, qinfer_judges_the_prompt_at_its_end);
+    tcase_add_test(tc, pool_max_matches_brute_force);
+    tcase_add_test(tc, pyramid_budgets_keep_the_total);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
