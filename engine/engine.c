@@ -119,6 +119,11 @@ typedef struct {
     qi_backend *be;
     qi_buf *act;
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    /* split attention (when the device takes part in one): its partial
+     * result (out [R][H*D], max and sum [R][H]), and, where the merge runs,
+     * the other device's copied over */
+    float *so, *sm, *sl, *ro, *rm, *rl;
+    char *act_base;         /* the address of act's first byte, for views of the arrays */
     qi_buf *wbuf;
     qi_layer *layers;       /* [n_layer]: weights of its blocks (others zero) */
     qi_weight tok_embd, out_norm, output;
@@ -126,7 +131,14 @@ typedef struct {
     float *logits;
     long cap_logit_rows;
     qi_kv_pool *pool;       /* NULL: no attention here */
+    qi_buf *sbuf;           /* the policy's attention statistics, when it decides a layer here (not the CPU) */
+    size_t cap_sbuf;        /* floats */
 } dev_state;
+
+/* The view of array p of device D's activations. */
+static qi_view act_view(const dev_state *D, const float *p) {
+    return qi_view_of(D->act, (size_t)((const char *)p - D->act_base));
+}
 
 struct qi_engine {
     const qi_model *m;
@@ -152,7 +164,7 @@ struct qi_engine {
      * rounded up to STATS_ALIGN), cap_stats floats, grown by the largest
      * step; then [n_ctx] per stream */
     float *stats;
-    size_t cap_stats;
+    size_t cap_stats, n_stats; /* floats: allocated, placed for this layer */
     /* the policy's pass over a layer's streams, shared out over the
      * backend's host threads: one scratch (and one policy object) per
      * thread, then every stream's fates, kept for the serial apply */
@@ -160,11 +172,27 @@ struct qi_engine {
     uint8_t *fates;      /* the streams' fates one after another, cap_fates bytes */
     size_t cap_fates;
     size_t *fate_off;    /* [max_seqs * Hkv + 1] */
-    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each */
+    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each,
+     * then as many for the second device of a split */
     qi_attn_paged_args *acall;
     int *a_nslots;
     const int32_t **a_pos;
     const uint16_t *const **a_kb, *const **a_vb;
+    /* a device layer's keys staged for the policy's probe
+     * (stage_for_probes): rows, block tables, each stream's first entry */
+    uint16_t *kstage;
+    size_t cap_kstage;
+    const uint16_t **kst_blk;
+    size_t cap_kst_blk;
+    long *kst_at;           /* [max_seqs * Hkv] */
+    /* a split layer's K/V writes on its second device, [2 R Hkv] */
+    const float **kv_src2;
+    uint16_t **kv_dst2;
+    /* with profile: the step's copies as pairs of events (start, end) on
+     * their stream, timed when the step has synchronised */
+    qi_event **cev;
+    int *cev_kind;          /* [cap_cev / 2] an op kind, or -1: copies */
+    int n_cev, cap_cev;
     qi_engine_prof prof;
 };
 
@@ -178,9 +206,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Profiling: PROF_BEGIN/PROF_END around a call; no cost when off. */
-#define PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? now_s() : 0.0
-#define PROF_END(e, kind)                                        \
+/* Profiling (opts.profile): host work (the KV policy's decisions) by the
+ * host clock, HOST_PROF_BEGIN/END around it; ops by their device's events
+ * (TIMED, after keep_events below). No cost when off. */
+#define HOST_PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? now_s() : 0.0
+#define HOST_PROF_END(e, kind)                                   \
     do {                                                         \
         if ((e)->o.profile) {                                    \
             (e)->prof.seconds[kind] += now_s() - prof_t0_;       \
@@ -188,19 +218,77 @@ static double now_s(void) {
         }                                                        \
     } while (0)
 
-/* Weight matmuls reading the same x, on device b, timed, with the bytes
- * they read counted. */
-static void matmul_n(qi_engine *e, qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x,
-                     int T) {
-    PROF_BEGIN(e);
-    b->iface->matmul_n(b, w, y, n, x, T);
-    PROF_END(e, QI_OP_MATMUL);
-    if (e->o.profile)
-        for (int i = 0; i < n; i++) e->prof.matmul_bytes += (double)w[i]->row_bytes * (double)w[i]->n_rows;
+/* A step's timed intervals: pairs of events (start, end) on one device's
+ * stream, of an op kind or (-1) a batch of copies, summed when the step
+ * has synchronised (finish_step). */
+static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, qi_err *err) {
+    if (e->n_cev + 2 > e->cap_cev) {
+        const int cap = e->cap_cev ? 2 * e->cap_cev : 256;
+        qi_event **p = qi_realloc(e->cev, sizeof *p * (size_t)cap);
+        if (p) e->cev = p;
+        int *k = p ? qi_realloc(e->cev_kind, sizeof *k * (size_t)(cap / 2)) : NULL;
+        if (k) e->cev_kind = k;
+        if (!p || !k) {
+            qi_event_free(a);
+            qi_event_free(b);
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the events timing a step");
+        }
+        e->cap_cev = cap;
+    }
+    e->cev_kind[e->n_cev / 2] = kind;
+    e->cev[e->n_cev++] = a;
+    e->cev[e->n_cev++] = b;
+    return QI_OK;
 }
 
-static void matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
-    matmul_n(e, b, &w, &y, 1, x, T);
+static qi_status op_begin(qi_engine *e, qi_backend *b, qi_event **t0, qi_err *err) {
+    *t0 = NULL;
+    return e->o.profile ? qi_event_record(b, t0, err) : QI_OK;
+}
+
+static qi_status op_end(qi_engine *e, qi_backend *b, qi_event *t0, int kind, qi_status st, qi_err *err) {
+    if (!t0 || st) {
+        qi_event_free(t0);
+        return st;
+    }
+    qi_event *t1 = NULL;
+    if ((st = qi_event_record(b, &t1, err))) {
+        qi_event_free(t0);
+        return st;
+    }
+    e->prof.calls[kind]++;
+    return keep_events(e, t0, t1, kind, err);
+}
+
+/* An op on device b: timed as `kind` with profile on, its failure
+ * returned from the enclosing function (which has qi_err *err). */
+#define TIMED(e, b, kind, call)                                          \
+    do {                                                                 \
+        qi_event *t0_;                                                   \
+        qi_status s_ = op_begin(e, b, &t0_, err);                        \
+        if (!s_) s_ = op_end(e, b, t0_, kind, (call), err);              \
+        if (s_) return s_;                                               \
+    } while (0)
+/* An op whose time is counted in "other" (the step's rest). */
+#define OP(call)                                                         \
+    do {                                                                 \
+        const qi_status s_ = (call);                                     \
+        if (s_) return s_;                                               \
+    } while (0)
+
+/* Weight matmuls reading the same x, on device b, timed, with the bytes
+ * they read counted. */
+static qi_status matmul_n(qi_engine *e, qi_backend *b, const qi_weight *const *w, float *const *y, int n,
+                          const float *x, int T, qi_err *err) {
+    TIMED(e, b, QI_OP_MATMUL, qi_backend_matmul_n(b, w, y, n, x, T, err));
+    if (e->o.profile)
+        for (int i = 0; i < n; i++) e->prof.matmul_bytes += (double)w[i]->row_bytes * (double)w[i]->n_rows;
+    return QI_OK;
+}
+
+static qi_status matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const float *x, int T, float *y,
+                        qi_err *err) {
+    return matmul_n(e, b, &w, &y, 1, x, T, err);
 }
 
 void qi_engine_opts_default(qi_engine_opts *o) {
@@ -223,8 +311,13 @@ static qi_kv_stream *stream_of(const qi_engine *e, const seq_state *s, int l, in
     return &s->streams[(size_t)l * e->m->hp.n_head_kv + hk];
 }
 
-/* The pool of layer l's working KV: its attention device's. */
+/* The pool of layer l's working KV: its attention device's; and that of
+ * the second device of a split attention (NULL: not split). */
 static qi_kv_pool *work_pool(const qi_engine *e, int l) { return e->dev[e->plan.layers[l].attn_dev].pool; }
+static qi_kv_pool *split_pool(const qi_engine *e, int l) {
+    const qi_plan_layer *y = &e->plan.layers[l];
+    return y->split > 0.0f ? e->dev[y->split_dev].pool : NULL;
+}
 
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
@@ -234,7 +327,7 @@ void qi_engine_free(qi_engine *e) {
             if (s->streams)
                 for (int l = 0; l < e->m->hp.n_layer; l++)
                     for (int h = 0; h < e->m->hp.n_head_kv; h++)
-                        qi_kv_stream_release(work_pool(e, l), e->pool, stream_of(e, s, l, h));
+                        qi_kv_stream_release(stream_of(e, s, l, h));
             qi_free(s->streams);
             qi_free(s->pending);
         }
@@ -255,14 +348,18 @@ void qi_engine_free(qi_engine *e) {
         qi_buf_free(D->act);
         qi_buf_free(D->wbuf);
         qi_buf_free(D->lbuf);
+        qi_buf_free(D->sbuf);
         qi_free(D->layers);
         if (d > 0) qi_backend_free(D->be);
     }
     qi_kv_pool_free(e->pool);
     qi_backend_free(e->be);
     qi_plan_free(&e->plan);
+    for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
-                    e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb};
+                    e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
+                    (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->kstage, (void *)e->kst_blk,
+                    e->kst_at};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -349,20 +446,29 @@ static qi_status place_weights(qi_engine *e, int d, size_t *off, size_t limit, i
     return st;
 }
 
-/* The activations of R rows on device d: one buffer, the arrays in it. */
+/* The activations of R rows on device d: one buffer, the arrays in it
+ * (those of split attention only when d takes part in one). */
 static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     dev_state *D = &e->dev[d];
     const size_t E = (size_t)hp->n_embd, qw = (size_t)hp->n_head * hp->head_dim,
-                 kvw = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff;
-    const size_t widths[8] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F};
-    float **arr[8] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up};
+                 kvw = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, H = (size_t)hp->n_head;
+    const size_t widths[14] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F, qw, H, H, qw, H, H};
+    float **arr[14] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up,
+                       &D->so, &D->sm, &D->sl, &D->ro, &D->rm, &D->rl};
+    bool split = false;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_plan_layer *y = &e->plan.layers[l];
+        split |= y->split > 0.0f && (y->attn_dev == d || y->split_dev == d);
+    }
+    const int n_arr = split ? 14 : 8;
     size_t total = 0;
-    for (int i = 0; i < 8; i++) total += walign(sizeof(float) * R * widths[i]);
+    for (int i = 0; i < n_arr; i++) total += walign(sizeof(float) * R * widths[i]);
     qi_status st = qi_buf_alloc(D->be, total, "activations", &D->act, err);
     if (st) return st;
     size_t off = 0;
-    for (int i = 0; i < 8; i++) {
+    D->act_base = qi_buf_ptr(D->be, qi_view_of(D->act, 0), total, err);
+    for (int i = 0; i < n_arr; i++) {
         *arr[i] = qi_buf_ptr(D->be, qi_view_of(D->act, off), sizeof(float) * R * widths[i], err);
         off += walign(sizeof(float) * R * widths[i]);
     }
@@ -382,14 +488,11 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
     if (st) return st;
     for (int l = 0; l < L; l++) {
         const qi_plan_layer *y = &p->layers[l];
-        if (y->split > 0.0f)
-            return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "plan layer %d: split attention is not run by the engine yet (split ratio 0 or 1 runs)", l);
         const bool policy = !(m->hp.n_swa > 0 && m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
-        if (policy && y->attn_dev != 0)
+        if (policy && y->split > 0.0f)
             return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "plan layer %d: KV policy '%s' evicts on this layer, which needs its attention on cpu "
-                          "(the policies run on the host for now)",
+                          "plan layer %d: KV policy '%s' evicts on this layer, whose attention is split (a split "
+                          "layer keeps every token for now)",
                           l, e->o.kv_policy);
     }
     e->dev[0].be = e->be;
@@ -429,7 +532,7 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
             if ((st = qi_dev_synchronize(D->be, err))) return st;
         }
         bool attn = false;
-        for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d;
+        for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d || (p->layers[l].split > 0.0f && p->layers[l].split_dev == d);
         if (attn && (st = qi_kv_pool_create(D->be, m->hp.head_dim, e->o.kv_max_bytes, &D->pool, err))) return st;
     }
     return QI_OK;
@@ -445,6 +548,12 @@ bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
     out->in_use = in->in_use;
     out->peak = in->peak;
     return true;
+}
+
+void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {
+    if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be) return;
+    qi_dev_inject_op_fail(e->dev[d].be, n_op);
+    qi_dev_inject_fail(e->dev[d].be, n_copy);
 }
 
 qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err) {
@@ -500,11 +609,14 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->q_pos = qi_malloc(sizeof(int32_t) * R);
     e->kv_src = qi_malloc(sizeof *e->kv_src * 2 * R * (size_t)hp->n_head_kv);
     e->kv_dst = qi_malloc(sizeof *e->kv_dst * 2 * R * (size_t)hp->n_head_kv);
+    e->kv_src2 = qi_malloc(sizeof *e->kv_src2 * 2 * R * (size_t)hp->n_head_kv);
+    e->kv_dst2 = qi_malloc(sizeof *e->kv_dst2 * 2 * R * (size_t)hp->n_head_kv);
     e->segs = qi_malloc(sizeof(segment) * (size_t)o->max_seqs);
     e->out_rows = qi_malloc(sizeof(int32_t) * R);
     e->cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
     e->stats = qi_malloc(sizeof(float) * e->cap_stats);
     e->fate_off = qi_malloc(sizeof(size_t) * ((size_t)o->max_seqs * (size_t)hp->n_head_kv + 1));
+    e->kst_at = qi_malloc(sizeof(long) * (size_t)o->max_seqs * (size_t)hp->n_head_kv);
     e->ps = qi_calloc((size_t)o->n_threads, sizeof *e->ps);
     if (!e->ps) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d threads", o->n_threads);
@@ -529,8 +641,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
             goto fail;
         }
     }
-    const size_t ns = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
-    e->acall = qi_malloc(sizeof *e->acall * (size_t)o->max_seqs);
+    const size_t ns = 2 * (size_t)o->max_seqs * (size_t)hp->n_head_kv;
+    e->acall = qi_malloc(sizeof *e->acall * 2 * (size_t)o->max_seqs);
     e->a_nslots = qi_malloc(sizeof *e->a_nslots * ns);
     e->a_pos = qi_malloc(sizeof *e->a_pos * ns);
     e->a_kb = qi_malloc(sizeof *e->a_kb * ns);
@@ -539,8 +651,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (!e->seqs || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->segs || !e->out_rows || !e->stats ||
-        !e->fate_off) {
+    if (!e->seqs || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
+        !e->fate_off || !e->kst_at) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);
         goto fail;
@@ -583,7 +695,8 @@ qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err) {
         }
         for (int l = 0; l < hp->n_layer; l++)
             for (int h = 0; h < hp->n_head_kv; h++)
-                qi_kv_stream_init(stream_of(e, s, l, h), hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0);
+                qi_kv_stream_init(stream_of(e, s, l, h), hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0,
+                                  work_pool(e, l), split_pool(e, l), e->pool);
         s->used = true;
         *id = i;
         return QI_OK;
@@ -595,7 +708,7 @@ qi_status qi_engine_seq_remove(qi_engine *e, int id, qi_err *err) {
     if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return QI_ERR(err, QI_ERR_INVALID, "no sequence %d", id);
     seq_state *s = &e->seqs[id];
     for (int l = 0; l < e->m->hp.n_layer; l++)
-        for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(work_pool(e, l), e->pool, stream_of(e, s, l, h));
+        for (int h = 0; h < e->m->hp.n_head_kv; h++) qi_kv_stream_release(stream_of(e, s, l, h));
     qi_free(s->streams);
     qi_free(s->pending);
     memset(s, 0, sizeof *s);
@@ -733,7 +846,7 @@ static int resolve_budget(const qi_engine *e, int32_t cur_pos) {
  * first): ps->attn on probe steps, ps->obs for a prompt's observation
  * window. */
 static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g, const qi_kv_stream *st, int hk,
-                          int t0, float *out) {
+                          const uint16_t *const *wk, int t0, float *out) {
     const qi_hparams *hp = &e->m->hp;
     const qi_kernels *K = qi_kernels_get();
     const int D = hp->head_dim, H = hp->n_head, group = H / hp->n_head_kv;
@@ -744,14 +857,16 @@ static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g,
     for (int t = t0; t < g->n; t++) {
         const int32_t qpos = g->pos0 + t;
         for (int h = hk * group; h < (hk + 1) * group; h++) {
-            const float *q = e->dev[0].q + ((long)(g->off + t) * H + h) * D; /* policy layers attend on the CPU */
+            /* the host's copy of the queries (policy_all) */
+            const float *q = e->dev[0].q + ((long)(g->off + t) * H + h) * D;
             K->f32_to_f16(q, ps->probe_q16, D);
             const qi_kv_tier *tiers[2] = {&st->work, &st->off};
+            const uint16_t *const *kt[2] = {wk, (const uint16_t *const *)st->off.k_blk};
             int base = 0;
             for (int ti = 0; ti < 2; ti++) {
                 const qi_kv_tier *tr = tiers[ti];
                 for (int i0 = 0; i0 < tr->n; i0 += QI_KV_BLOCK)
-                    K->attn_scores(QI_K_ORD_VEC, D, ps->probe_q16, tr->k_blk[i0 >> QI_KV_BLOCK_SHIFT], (size_t)D,
+                    K->attn_scores(QI_K_ORD_VEC, D, ps->probe_q16, kt[ti][i0 >> QI_KV_BLOCK_SHIFT], (size_t)D,
                                    tr->n - i0 < QI_KV_BLOCK ? tr->n - i0 : QI_KV_BLOCK, s + base + i0);
                 for (int i = 0; i < tr->n; i++)
                     if (tr->pos[i] > qpos) s[base + i] = -INFINITY;
@@ -778,14 +893,15 @@ static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g,
  * statistics of the segment's attention are in its call a. Touches only
  * this stream and ps, so streams run on different threads at once. */
 static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s, const segment *g,
-                               const qi_attn_paged_args *a, int l, int hk, uint8_t *fate, qi_err *err) {
+                               const qi_attn_paged_args *a, int l, int hk, const uint16_t *const *wk, uint8_t *fate,
+                               qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     qi_kv_stream *st = stream_of(e, s, l, hk);
     const int group = hp->n_head / hp->n_head_kv;
     const int nw = st->work.n, no = st->off.n, n = nw + no;
     const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(ps->pol, s->decode_steps + 1);
     if (probed) {
-        probe_weights(e, ps, g, st, hk, 0, ps->attn);
+        probe_weights(e, ps, g, st, hk, wk, 0, ps->attn);
     } else {
         for (int i = 0; i < nw; i++) {
             float w = 0.0f;
@@ -807,7 +923,7 @@ static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s
     /* a prompt: more of it pending after this segment, or this segment
      * ends it (several tokens, nothing pending after) */
     const int W = qi_kv_policy_obs_window(ps->pol), n_obs = g->n > 1 && s->n_pending == g->n ? (W < g->n ? W : g->n) : 0;
-    if (n_obs > 0) probe_weights(e, ps, g, st, hk, g->n - n_obs, ps->obs);
+    if (n_obs > 0) probe_weights(e, ps, g, st, hk, wk, g->n - n_obs, ps->obs);
     qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = ps->vpos,
                     .tier = ps->vtier, .score = ps->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
                     .budget = resolve_budget(e, cur), .probed = probed, .prompt_more = s->n_pending > g->n,
@@ -838,7 +954,10 @@ static void policy_work(void *arg, int ith, int nth) {
     for (long k = lo; k < hi; k++) {
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
         const segment *g = &j->segs[i];
-        qi_status st = decide_stream(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, e->fates + e->fate_off[k],
+        const qi_kv_stream *sm = stream_of(e, &e->seqs[g->id], j->l, hk);
+        const uint16_t *const *wk = e->kst_at && e->kst_at[k] >= 0 ? e->kst_blk + e->kst_at[k]
+                                                                    : (const uint16_t *const *)sm->work.k_blk;
+        qi_status st = decide_stream(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, wk, e->fates + e->fate_off[k],
                                      &ps->err);
         if (st) {
             ps->err_k = k;
@@ -848,12 +967,83 @@ static void policy_work(void *arg, int ith, int nth) {
     }
 }
 
+/* Whether stream (segment g, its sequence s) is probed this step or has a
+ * prompt's observation window: decide_stream's conditions, ahead of it. */
+static bool reads_keys(const qi_engine *e, const seq_state *s, const segment *g, const qi_kv_stream *st) {
+    const bool probed = g->n == 1 && st->off.n > 0 && qi_kv_policy_probe(e->pol, s->decode_steps + 1);
+    const bool obs = g->n > 1 && s->n_pending == g->n && qi_kv_policy_obs_window(e->pol) > 0;
+    return probed || obs;
+}
+
+/* A layer whose attention runs on a device the host cannot address: the
+ * policy reads the step's queries and, for the streams it probes, their
+ * working keys, so both are copied to the host first (the queries into
+ * the CPU's activations, free while another device runs the layer; the
+ * keys into e->kstage, each stream's rows behind a block table of its
+ * own), and the host waits for the copies. kst_at[k] is stream k's first
+ * entry of e->kst_blk, or -1: read the stream's own blocks. */
+static qi_status stage_for_probes(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *X = &e->dev[e->plan.layers[l].attn_dev];
+    const int Hkv = hp->n_head_kv, D = hp->head_dim;
+    const long n_streams = (long)n_seg * Hkv;
+    for (long k = 0; k < n_streams; k++) e->kst_at[k] = -1;
+    if (qi_dev_info_get(X->be)->host_visible) return QI_OK;
+    size_t rows = 0, blocks = 0;
+    for (long k = 0; k < n_streams; k++) {
+        const segment *g = &segs[k / Hkv];
+        const qi_kv_stream *st = stream_of(e, &e->seqs[g->id], l, (int)(k % Hkv));
+        if (!reads_keys(e, &e->seqs[g->id], g, st)) continue;
+        const int nb = (st->work.n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+        e->kst_at[k] = (long)blocks;
+        blocks += (size_t)nb;
+        rows += (size_t)nb * QI_KV_BLOCK;
+    }
+    int T = 0;
+    for (int i = 0; i < n_seg; i++) T += segs[i].n;
+    const size_t qbytes = sizeof(float) * (size_t)T * hp->n_head * D;
+    qi_status st = qi_dev_download(X->be, e->dev[0].q, act_view(X, X->q), qbytes, err);
+    if (st) return st;
+    if (rows > e->cap_kstage) {
+        uint16_t *p = qi_realloc(e->kstage, sizeof *p * rows * (size_t)D);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory staging %zu keys for the KV policy", rows);
+        e->kstage = p;
+        e->cap_kstage = rows;
+    }
+    if (blocks > e->cap_kst_blk) {
+        const uint16_t **p = qi_realloc(e->kst_blk, sizeof *p * blocks);
+        if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory staging %zu KV blocks for the KV policy", blocks);
+        e->kst_blk = p;
+        e->cap_kst_blk = blocks;
+    }
+    for (long k = 0; k < n_streams; k++) {
+        if (e->kst_at[k] < 0) continue;
+        const segment *g = &segs[k / Hkv];
+        const qi_kv_tier *w = &stream_of(e, &e->seqs[g->id], l, (int)(k % Hkv))->work;
+        for (int b = 0; b * QI_KV_BLOCK < w->n; b++) {
+            const long at = e->kst_at[k] + b;
+            uint16_t *dst = e->kstage + (size_t)at * QI_KV_BLOCK * D;
+            const int nr = w->n - b * QI_KV_BLOCK < QI_KV_BLOCK ? w->n - b * QI_KV_BLOCK : QI_KV_BLOCK;
+            e->kst_blk[at] = dst;
+            /* a block holds its K rows first */
+            if ((st = qi_dev_download(X->be, dst, qi_view_of(w->blk[b], 0), sizeof *dst * (size_t)nr * D, err)))
+                return st;
+        }
+    }
+    qi_event *ev = NULL;
+    if ((st = qi_event_record(X->be, &ev, err))) return st;
+    qi_event_sync(ev);
+    qi_event_free(ev);
+    return QI_OK;
+}
+
 /* The policy over every stream of layer l's segments: the decisions in
  * parallel (each stream's own arithmetic, so the same fates and scores
  * whatever the split), then the fates applied stream by stream in order,
  * since applying takes and gives back blocks of the shared pool. */
 static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
     const int Hkv = e->m->hp.n_head_kv;
+    qi_status st0;
     const long n_streams = (long)n_seg * Hkv;
     size_t need = 0;
     for (long k = 0; k < n_streams; k++) {
@@ -867,6 +1057,7 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         e->fates = p;
         e->cap_fates = need;
     }
+    if ((st0 = stage_for_probes(e, segs, n_seg, l, err))) return st0;
     /* every thread's record, not only those this run uses: a failure of an
      * earlier step must not be reported again, and qi_err keeps its first
      * message until cleared */
@@ -890,8 +1081,7 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         return bad->err_st;
     }
     for (long k = 0; k < n_streams; k++) {
-        qi_status st = qi_kv_stream_apply(work_pool(e, l), e->pool,
-                                          stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv)),
+        qi_status st = qi_kv_stream_apply(stream_of(e, &e->seqs[segs[k / Hkv].id], l, (int)(k % Hkv)),
                                           e->fates + e->fate_off[k], err);
         if (st) return st;
     }
@@ -901,42 +1091,77 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
 /* Segment g (the i-th of the step) at layer l: slots in its streams for
  * its K/V rows (their writes gathered into e->kv_src/kv_dst from *n_kv on,
  * for one kv_write of the layer), and its attention call, e->acall[i],
- * without statistics (attend_all places them). */
-static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, int *n_kv, qi_err *err) {
+ * without statistics (attend_all places them). On a split layer, the rows
+ * whose slots are in blocks of the second device are gathered into
+ * e->kv_src2/kv_dst2 from *n_kv2 on, reading the copy of K/V there, and
+ * the call is two partial calls: e->acall[i] over the first slots, on the
+ * attention's device, and e->acall[max_seqs + i] over the rest. */
+static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, int *n_kv, int *n_kv2, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     seq_state *s = &e->seqs[g->id];
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const long kvw = (long)Hkv * D;
     const bool swa = hp->n_swa > 0 && e->m->layers[l].swa;
-    const dev_state *A = &e->dev[e->plan.layers[l].attn_dev];
-    qi_kv_pool *pool = work_pool(e, l);
+    const qi_plan_layer *y = &e->plan.layers[l];
+    const bool split = y->split > 0.0f;
+    const dev_state *A = &e->dev[y->attn_dev], *B = split ? &e->dev[y->split_dev] : NULL;
     qi_status st;
     for (int t = 0; t < g->n; t++)
         for (int hk = 0; hk < Hkv; hk++) {
             const long o = (long)(g->off + t) * kvw + (long)hk * D;
+            qi_kv_stream *sm = stream_of(e, s, l, hk);
             uint16_t *kr, *vr;
-            if ((st = qi_kv_stream_slot(pool, stream_of(e, s, l, hk), g->pos0 + t, &kr, &vr, err))) return st;
-            e->kv_src[*n_kv] = A->k + o;
-            e->kv_dst[(*n_kv)++] = kr;
-            e->kv_src[*n_kv] = A->v + o;
-            e->kv_dst[(*n_kv)++] = vr;
+            int slot;
+            if ((st = qi_kv_stream_slot(sm, g->pos0 + t, &slot, &kr, &vr, err))) return st;
+            if (split && slot >> QI_KV_BLOCK_SHIFT >= sm->lo_blocks) {
+                e->kv_src2[*n_kv2] = B->k + o;
+                e->kv_dst2[(*n_kv2)++] = kr;
+                e->kv_src2[*n_kv2] = B->v + o;
+                e->kv_dst2[(*n_kv2)++] = vr;
+            } else {
+                e->kv_src[*n_kv] = A->k + o;
+                e->kv_dst[(*n_kv)++] = kr;
+                e->kv_src[*n_kv] = A->v + o;
+                e->kv_dst[(*n_kv)++] = vr;
+            }
         }
-    int *n_slots = e->a_nslots + (size_t)i * Hkv;
-    const int32_t **pos = e->a_pos + (size_t)i * Hkv;
-    const uint16_t *const **kb = e->a_kb + (size_t)i * Hkv, *const **vb = e->a_vb + (size_t)i * Hkv;
-    for (int hk = 0; hk < Hkv; hk++) {
-        const qi_kv_tier *w = &stream_of(e, s, l, hk)->work;
-        n_slots[hk] = w->n;
-        pos[hk] = w->pos;
-        kb[hk] = (const uint16_t *const *)w->k_blk;
-        vb[hk] = (const uint16_t *const *)w->v_blk;
+    const qi_attn_paged_args base = {.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
+                                     .n_swa = swa ? hp->n_swa : 0,
+                                     .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
+                                     .shift = QI_KV_BLOCK_SHIFT};
+    for (int part = 0; part < (split ? 2 : 1); part++) {
+        const int c = part ? e->o.max_seqs + i : i;
+        const dev_state *X = part ? B : A;
+        int *n_slots = e->a_nslots + (size_t)c * Hkv;
+        const int32_t **pos = e->a_pos + (size_t)c * Hkv;
+        const uint16_t *const **kb = e->a_kb + (size_t)c * Hkv, *const **vb = e->a_vb + (size_t)c * Hkv;
+        for (int hk = 0; hk < Hkv; hk++) {
+            const qi_kv_stream *sm = stream_of(e, s, l, hk);
+            const qi_kv_tier *w = &sm->work;
+            /* a split stream's first lo_blocks blocks are the attention device's */
+            const int b0 = part ? sm->lo_blocks : 0, n0 = b0 << QI_KV_BLOCK_SHIFT;
+            const int n_lo = split && (sm->lo_blocks << QI_KV_BLOCK_SHIFT) < w->n ? sm->lo_blocks << QI_KV_BLOCK_SHIFT
+                                                                                  : w->n;
+            n_slots[hk] = part ? (w->n > n0 ? w->n - n0 : 0) : n_lo;
+            pos[hk] = w->pos + n0;
+            kb[hk] = (const uint16_t *const *)w->k_blk + b0;
+            vb[hk] = (const uint16_t *const *)w->v_blk + b0;
+        }
+        qi_attn_paged_args *a = &e->acall[c];
+        *a = base;
+        a->q = X->q + (long)g->off * H * D;
+        a->n_slots = n_slots;
+        a->pos = pos;
+        a->k_blk = kb;
+        a->v_blk = vb;
+        if (split) {
+            a->out = X->so + (long)g->off * H * D;
+            a->part_m = X->sm + (long)g->off * H;
+            a->part_l = X->sl + (long)g->off * H;
+        } else {
+            a->out = X->att + (long)g->off * H * D;
+        }
     }
-    e->acall[i] = (qi_attn_paged_args){.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
-                                       .n_swa = swa ? hp->n_swa : 0,
-                                       .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
-                                       .q = A->q + (long)g->off * H * D, .out = A->att + (long)g->off * H * D,
-                                       .n_slots = n_slots, .pos = pos, .k_blk = kb, .v_blk = vb,
-                                       .shift = QI_KV_BLOCK_SHIFT};
     return QI_OK;
 }
 
@@ -964,6 +1189,143 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
         memset(e->acall[i].stats, 0, sizeof(float) * n);
         off += n;
     }
+    e->n_stats = off;
+    return QI_OK;
+}
+
+/* The statistics of a layer whose attention runs on device X, which the
+ * host cannot address: the zeroed regions uploaded to X's buffer and the
+ * calls pointed there (to_device), then the sums downloaded into
+ * e->stats, the host waiting for them, and the calls pointed back. */
+static qi_status stats_move(qi_engine *e, dev_state *X, int n_seg, bool to_device, qi_err *err) {
+    const size_t bytes = sizeof(float) * e->n_stats;
+    qi_status st;
+    if (to_device && e->n_stats > X->cap_sbuf) {
+        qi_buf_free(X->sbuf);
+        X->sbuf = NULL;
+        X->cap_sbuf = 0;
+        if ((st = qi_buf_alloc(X->be, bytes, "attention statistics", &X->sbuf, err))) return st;
+        X->cap_sbuf = e->n_stats;
+    }
+    float *dev = qi_buf_ptr(X->be, qi_view_of(X->sbuf, 0), bytes, err);
+    if (!dev) return QI_ERR_INVALID;
+    if (to_device) {
+        if ((st = qi_dev_upload(X->be, qi_view_of(X->sbuf, 0), e->stats, bytes, err))) return st;
+    } else {
+        if ((st = qi_dev_download(X->be, e->stats, qi_view_of(X->sbuf, 0), bytes, err))) return st;
+        qi_event *ev = NULL;
+        if ((st = qi_event_record(X->be, &ev, err))) return st;
+        qi_event_sync(ev);
+        qi_event_free(ev);
+    }
+    for (int i = 0; i < n_seg; i++) {
+        qi_attn_paged_args *a = &e->acall[i];
+        a->stats = to_device ? dev + (a->stats - e->stats) : e->stats + (a->stats - dev);
+    }
+    return QI_OK;
+}
+
+/* ---- copies between devices ---------------------------------------------------------- */
+
+/* A batch of copies from device `from` to device `to`, queued on the
+ * stream that orders them with the device that is not host-visible
+ * (qi_dev_copy_stream). xfer_end makes `to` wait for them, and `from` too
+ * when its buffers are reused before its own stream would meet the
+ * copies. Every copy is counted in the profile; with profile on, their
+ * device time is taken from events around the batch when the step has
+ * synchronised. */
+typedef struct {
+    qi_backend *cs, *to, *from;
+    qi_event *t0;
+} xfer;
+
+static qi_status xfer_begin(qi_engine *e, xfer *x, qi_backend *to, qi_backend *from, qi_err *err) {
+    *x = (xfer){.cs = qi_dev_copy_stream(to, from), .to = to, .from = from};
+    if (!x->cs)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "no stream copies from %s to %s (neither is host-visible)",
+                      qi_dev_info_get(from)->name, qi_dev_info_get(to)->name);
+    return e->o.profile ? qi_event_record(x->cs, &x->t0, err) : QI_OK;
+}
+
+static qi_status xfer_copy(qi_engine *e, xfer *x, qi_view dst, qi_view src, size_t n, qi_err *err) {
+    e->prof.copies++;
+    e->prof.copy_bytes += (double)n;
+    qi_status st = qi_dev_copy(x->cs, dst, src, n, err);
+    if (st) { /* the batch ends here: its start event is no longer wanted */
+        qi_event_free(x->t0);
+        x->t0 = NULL;
+    }
+    return st;
+}
+
+static qi_status xfer_end(qi_engine *e, xfer *x, bool from_waits, qi_err *err) {
+    const bool wait_to = x->to != x->cs, wait_from = from_waits && x->from != x->cs;
+    if (!wait_to && !wait_from && !x->t0) return QI_OK;
+    qi_event *ev = NULL;
+    qi_status st = qi_event_record(x->cs, &ev, err);
+    if (!st && wait_to) st = qi_event_wait(x->to, ev, err);
+    if (!st && wait_from) st = qi_event_wait(x->from, ev, err);
+    if (!st && x->t0) {
+        st = keep_events(e, x->t0, ev, -1, err);
+        x->t0 = ev = NULL;
+    }
+    qi_event_free(x->t0);
+    qi_event_free(ev);
+    x->t0 = NULL;
+    return st;
+}
+
+/* Layer l's attention split across two devices (A, the attention's, and B,
+ * the split's): the working blocks shared out for the step's tokens (the
+ * blocks that become A's moved from B), the K/V of the step written on the
+ * device holding each slot, the queries copied to B, a partial attention
+ * on each over its slots, B's copied back, and the exact merge on A into
+ * A's attention output. A split layer keeps every token (setup_devices
+ * refuses an evicting policy on one), so it has no statistics. */
+static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int T, int l, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const qi_plan_layer *y = &e->plan.layers[l];
+    const dev_state *A = &e->dev[y->attn_dev], *B = &e->dev[y->split_dev];
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    qi_status st;
+    xfer x;
+    /* the share of the blocks, for the tokens to come */
+    if ((st = xfer_begin(e, &x, A->be, B->be, err))) return st;
+    long moved = 0;
+    for (int i = 0; i < n_seg && !st; i++)
+        for (int hk = 0; hk < Hkv && !st; hk++) {
+            int m = 0;
+            st = qi_kv_stream_split(stream_of(e, &e->seqs[segs[i].id], l, hk), segs[i].n, y->split, &m, err);
+            moved += m;
+        }
+    e->prof.kv_block_moves += moved;
+    e->prof.copies += moved;
+    e->prof.copy_bytes += (double)moved * (double)qi_kv_block_bytes(A->pool);
+    qi_status st2 = xfer_end(e, &x, true, err); /* B reuses the blocks it gave back */
+    if (st || (st = st2)) return st;
+    int n_kv = 0, n_kv2 = 0;
+    for (int i = 0; i < n_seg; i++)
+        if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, &n_kv2, err))) return st;
+    /* the step's queries, keys and values to B */
+    const size_t qb = sizeof(float) * (size_t)T * H * D, kb = sizeof(float) * (size_t)T * Hkv * D;
+    if ((st = xfer_begin(e, &x, B->be, A->be, err)) || (st = xfer_copy(e, &x, act_view(B, B->q), act_view(A, A->q), qb, err)) ||
+        (st = xfer_copy(e, &x, act_view(B, B->k), act_view(A, A->k), kb, err)) ||
+        (st = xfer_copy(e, &x, act_view(B, B->v), act_view(A, A->v), kb, err)) || (st = xfer_end(e, &x, false, err)))
+        return st;
+    TIMED(e, A->be, QI_OP_KV, qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err));
+    TIMED(e, B->be, QI_OP_KV, qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err));
+    TIMED(e, B->be, QI_OP_ATTENTION, qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err));
+    TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention(A->be, e->acall, n_seg, err));
+    /* B's partial result back to A, and the merge */
+    const size_t mb = sizeof(float) * (size_t)T * H;
+    if ((st = xfer_begin(e, &x, A->be, B->be, err)) ||
+        (st = xfer_copy(e, &x, act_view(A, A->ro), act_view(B, B->so), qb, err)) ||
+        (st = xfer_copy(e, &x, act_view(A, A->rm), act_view(B, B->sm), mb, err)) ||
+        (st = xfer_copy(e, &x, act_view(A, A->rl), act_view(B, B->sl), mb, err)) || (st = xfer_end(e, &x, false, err)))
+        return st;
+    const float *o[2] = {A->so, A->ro}, *mx[2] = {A->sm, A->rm}, *sum[2] = {A->sl, A->rl};
+    const qi_attn_merge_args ma = {.rows = T * H, .D = D, .n_parts = 2, .o = o, .m = mx, .l = sum, .out = A->att};
+    TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention_merge(A->be, &ma, err));
     return QI_OK;
 }
 
@@ -971,35 +1333,31 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
  * written, then one backend call for all of them. On a layer the policy
  * decides, each call gathers its statistics into its own region, and the
  * policy then decides every segment's streams (policy_all). */
-static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
+static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T, int l, qi_err *err) {
+    if (e->plan.layers[l].split > 0.0f) return attend_split(e, segs, n_seg, T, l, err);
     const bool policy = !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
     qi_backend *b = e->dev[e->plan.layers[l].attn_dev].be;
     qi_status st;
     int n_kv = 0;
     for (int i = 0; i < n_seg; i++)
-        if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, err))) return st;
-    {
-        PROF_BEGIN(e);
-        b->iface->kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim);
-        PROF_END(e, QI_OP_KV);
-    }
+        if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, NULL, err))) return st;
+    TIMED(e, b, QI_OP_KV, qi_backend_kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim, err));
+    dev_state *X = &e->dev[e->plan.layers[l].attn_dev];
+    const bool on_dev = policy && !qi_dev_info_get(b)->host_visible;
     if (policy && (st = place_stats(e, n_seg, err))) return st;
-    {
-        PROF_BEGIN(e);
-        b->iface->attention_paged_n(b, e->acall, n_seg);
-        PROF_END(e, QI_OP_ATTENTION);
-    }
+    if (on_dev && (st = stats_move(e, X, n_seg, true, err))) return st;
+    TIMED(e, b, QI_OP_ATTENTION, qi_backend_attention(b, e->acall, n_seg, err));
     if (!policy) return QI_OK;
-    PROF_BEGIN(e);
+    if (on_dev && (st = stats_move(e, X, n_seg, false, err))) return st;
+    HOST_PROF_BEGIN(e);
     st = policy_all(e, segs, n_seg, l, err);
-    PROF_END(e, QI_OP_POLICY);
+    HOST_PROF_END(e, QI_OP_POLICY);
     return st;
 }
 
 /* The hidden state (rows of n_embd) moves to device d where the next block
- * runs. A copy to a device is queued on its stream, so its ops, which run
- * in stream order, see it; a copy back to the CPU is queued on the
- * device's stream and the host waits for an event after it. */
+ * runs: a copy on the stream that orders it (xfer), d's later work after
+ * it. */
 static qi_status move_x(qi_engine *e, int *x_dev, int d, int rows, qi_err *err) {
     if (*x_dev == d || rows == 0) {
         *x_dev = d;
@@ -1007,17 +1365,12 @@ static qi_status move_x(qi_engine *e, int *x_dev, int d, int rows, qi_err *err) 
     }
     const dev_state *from = &e->dev[*x_dev], *to = &e->dev[d];
     const size_t n = sizeof(float) * (size_t)rows * (size_t)e->m->hp.n_embd;
-    /* x is the first array of every device's activations */
-    qi_backend *stream = qi_dev_info_get(to->be)->host_visible ? from->be : to->be;
-    qi_status st = qi_dev_copy(stream, qi_view_of(to->act, 0), qi_view_of(from->act, 0), n, err);
-    if (st) return st;
-    if (stream != to->be) {
-        qi_event *ev = NULL;
-        if ((st = qi_event_record(stream, &ev, err))) return st;
-        st = qi_event_wait(to->be, ev, err);
-        qi_event_free(ev);
-        if (st) return st;
-    }
+    xfer x;
+    qi_status st;
+    if ((st = xfer_begin(e, &x, to->be, from->be, err)) ||
+        (st = xfer_copy(e, &x, act_view(to, to->x), act_view(from, from->x), n, err)) ||
+        (st = xfer_end(e, &x, false, err)))
+        return st;
     *x_dev = d;
     return QI_OK;
 }
@@ -1031,53 +1384,49 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     const qi_hparams *hp = &m->hp;
     const dev_state *A = &e->dev[e->plan.layers[l].attn_dev];
     qi_backend *b = A->be;
-    const qi_backend_i *be = b->iface;
     const qi_layer *ly = &A->layers[l];
     const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const bool swa = hp->n_swa > 0 && ly->swa;
     const float base = swa ? hp->rope_base_swa : hp->rope_base;
-    be->rmsnorm(b, A->x, ly->attn_norm.data, T, E, hp->rms_eps, A->xn);
+    OP(qi_backend_rmsnorm(b, A->x, ly->attn_norm.data, T, E, hp->rms_eps, A->xn, err));
     const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const qkv_out[3] = {A->q, A->k, A->v};
-    matmul_n(e, b, qkv, qkv_out, 3, A->xn, T);
-    if (ly->q_norm.data) be->rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q);
-    if (ly->k_norm.data) be->rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k);
-    be->rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode);
-    if (hp->q_scale > 0) be->scale(b, A->q, (long)T * H * D, hp->q_scale);
-    qi_status st = attend_all(e, segs, n_seg, l, err);
-    if (st) return st;
-    matmul(e, b, &ly->wo, A->att, T, A->xn);
+    OP(matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err));
+    if (ly->q_norm.data) OP(qi_backend_rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q, err));
+    if (ly->k_norm.data) OP(qi_backend_rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k, err));
+    OP(qi_backend_rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode,
+                       err));
+    if (hp->q_scale > 0) OP(qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err));
+    OP(attend_all(e, segs, n_seg, T, l, err));
+    OP(matmul(e, b, &ly->wo, A->att, T, A->xn, err));
     if (l == hp->n_layer - 1 && R < T) {
         /* carry on with the output rows only */
         *rows = R;
         if (R == 0) return QI_OK;
-        be->gather_rows(b, A->x, e->out_rows, R, E);
-        be->gather_rows(b, A->xn, e->out_rows, R, E);
+        OP(qi_backend_gather_rows(b, A->x, e->out_rows, R, E, err));
+        OP(qi_backend_gather_rows(b, A->xn, e->out_rows, R, E, err));
     }
-    if (ly->attn_post_norm.data) be->rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn);
-    be->add(b, A->x, A->xn, (long)*rows * E);
-    return QI_OK;
+    if (ly->attn_post_norm.data)
+        OP(qi_backend_rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn, err));
+    return qi_backend_add(b, A->x, A->xn, (long)*rows * E, err);
 }
 
 /* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
-static void mlp_block(qi_engine *e, int l, int rows) {
+static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev];
     qi_backend *b = M->be;
-    const qi_backend_i *be = b->iface;
     const qi_layer *ly = &M->layers[l];
     const int E = hp->n_embd;
-    be->rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn);
+    OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
-    matmul_n(e, b, gu, gu_out, 2, M->xn, rows);
-    if (hp->ffn_act == QI_FFN_GEGLU_TANH)
-        be->geglu(b, M->gate, M->up, rows, hp->n_ff);
-    else
-        be->swiglu(b, M->gate, M->up, rows, hp->n_ff);
-    matmul(e, b, &ly->w_down, M->gate, rows, M->xn);
-    if (ly->ffn_post_norm.data) be->rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn);
-    be->add(b, M->x, M->xn, (long)rows * E);
+    OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
+    OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
+    OP(matmul(e, b, &ly->w_down, M->gate, rows, M->xn, err));
+    if (ly->ffn_post_norm.data)
+        OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }
 
 /* The output head on its device, R rows of logits into e->logits (the
@@ -1086,7 +1435,6 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     dev_state *O = &e->dev[e->plan.head_dev];
     qi_backend *b = O->be;
-    const qi_backend_i *be = b->iface;
     const size_t bytes = sizeof(float) * (size_t)R * (size_t)hp->n_vocab;
     float *out = e->logits;
     qi_status st;
@@ -1101,9 +1449,9 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
         }
         out = O->logits;
     }
-    be->rmsnorm(b, O->x, O->out_norm.data, R, hp->n_embd, hp->rms_eps, O->xn);
-    matmul(e, b, &O->output, O->xn, R, out);
-    if (hp->logit_softcap > 0) be->softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap);
+    OP(qi_backend_rmsnorm(b, O->x, O->out_norm.data, R, hp->n_embd, hp->rms_eps, O->xn, err));
+    OP(matmul(e, b, &O->output, O->xn, R, out, err));
+    if (hp->logit_softcap > 0) OP(qi_backend_softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap, err));
     if (O == &e->dev[0]) return QI_OK;
     if ((st = qi_dev_download(b, e->logits, qi_view_of(O->lbuf, 0), bytes, err))) return st;
     return qi_dev_synchronize(b, err);
@@ -1120,8 +1468,8 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     int x_dev = p->embd_dev;
     {
         const dev_state *X = &e->dev[x_dev];
-        X->be->iface->get_rows(X->be, &X->tok_embd, e->tokens, T, X->x);
-        if (hp->embd_scale != 1.0f) X->be->iface->scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale);
+        OP(qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err));
+        if (hp->embd_scale != 1.0f) OP(qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err));
     }
     int rows = T;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -1129,11 +1477,38 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         if ((st = attention_block(e, segs, n_seg, T, R, l, &rows, err))) return st;
         if (rows == 0) break;
         if ((st = move_x(e, &x_dev, p->layers[l].mlp_dev, rows, err))) return st;
-        mlp_block(e, l, rows);
+        if ((st = mlp_block(e, l, rows, err))) return st;
     }
     if (R == 0) return QI_OK;
     if ((st = move_x(e, &x_dev, p->head_dev, R, err))) return st;
     return head_block(e, R, err);
+}
+
+/* The end of a step: every device's stream waited for, the first failure
+ * met inside one (a copy that failed on a device's worker) reported, and,
+ * with profile on, the step's copies timed by their events. */
+static qi_status finish_step(qi_engine *e, qi_err *err) {
+    qi_status first = QI_OK;
+    for (int d = 0; d < e->plan.n_devices; d++) {
+        qi_err de = {0};
+        qi_status st = qi_dev_synchronize(e->dev[d].be, &de);
+        if (st && !first) {
+            first = st;
+            *err = de;
+        }
+    }
+    for (int i = 0; i + 1 < e->n_cev; i += 2) {
+        qi_event_sync(e->cev[i + 1]);
+        const double t = qi_event_elapsed(e->cev[i], e->cev[i + 1]);
+        const int kind = e->cev_kind[i / 2];
+        if (kind < 0)
+            e->prof.copy_seconds += t;
+        else
+            e->prof.seconds[kind] += t;
+    }
+    for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
+    e->n_cev = 0;
+    return first;
 }
 
 qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
@@ -1160,7 +1535,10 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     double before = 0.0;
     for (int k = 0; k < QI_OP_OTHER; k++) before += e->prof.seconds[k];
     qi_status st = forward(e, e->segs, n_seg, T, R, err);
-    if (e->o.profile) {
+    qi_err fe = {0};
+    const qi_status fin = finish_step(e, st ? &fe : err); /* the first failure is the one reported */
+    if (!st) st = fin;
+    if (e->o.profile) { /* the ops' device times are in (finish_step); the rest of the step is "other" */
         double after = 0.0;
         for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];
         e->prof.seconds[QI_OP_OTHER] += (now_s() - t0) - (after - before);

@@ -13,6 +13,7 @@
  */
 #include "kv.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "kv/kv_policy.h"
@@ -86,13 +87,24 @@ static void block_put(qi_kv_pool *p, int tier, qi_buf *b) {
     p->free_list[p->n_free++] = b;
 }
 
-void qi_kv_stream_init(qi_kv_stream *s, int ring) {
+size_t qi_kv_block_bytes(const qi_kv_pool *p) { return p->u.block_bytes; }
+
+void qi_kv_stream_init(qi_kv_stream *s, int ring, qi_kv_pool *wp, qi_kv_pool *sp, qi_kv_pool *op) {
     memset(s, 0, sizeof *s);
     s->ring = ring;
+    s->wp = wp;
+    s->sp = sp;
+    s->op = op;
 }
 
-static void tier_release(qi_kv_pool *p, int tier, qi_kv_tier *t) {
-    for (int b = 0; b < t->n_blocks; b++) block_put(p, tier, t->blk[b]);
+/* The pool of block b of the working tier (tier 0) or the offload tier. */
+static qi_kv_pool *pool_of(const qi_kv_stream *s, int tier, int b) {
+    if (tier == 1) return s->op;
+    return s->sp && b >= s->lo_blocks ? s->sp : s->wp;
+}
+
+static void tier_release(const qi_kv_stream *s, int tier, qi_kv_tier *t) {
+    for (int b = 0; b < t->n_blocks; b++) block_put(pool_of(s, tier, b), tier, t->blk[b]);
     qi_free(t->k_blk);
     qi_free(t->v_blk);
     qi_free(t->blk);
@@ -101,13 +113,16 @@ static void tier_release(qi_kv_pool *p, int tier, qi_kv_tier *t) {
     memset(t, 0, sizeof *t);
 }
 
-void qi_kv_stream_release(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s) {
-    tier_release(wp, 0, &s->work);
-    tier_release(op, 1, &s->off);
+void qi_kv_stream_release(qi_kv_stream *s) {
+    tier_release(s, 0, &s->work);
+    tier_release(s, 1, &s->off);
+    s->lo_blocks = 0;
 }
 
-/* Room for n tokens in tier t: arrays and blocks. */
-static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_err *err) {
+/* Room for n tokens in a tier of s: arrays, block table (for at least
+ * n_tab blocks) and blocks, each from its pool. */
+static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_err *err) {
+    qi_kv_tier *t = tier ? &s->off : &s->work;
     if (n > t->cap) {
         int cap = t->cap ? t->cap : QI_KV_BLOCK;
         while (cap < n) cap *= 2;
@@ -118,10 +133,10 @@ static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_
         if (!pos || !score) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV stream");
         t->cap = cap;
     }
-    const int need = (n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
-    if (need > t->cap_blocks) {
+    const int need = (n + QI_KV_BLOCK - 1) / QI_KV_BLOCK, tab = need > n_tab ? need : n_tab;
+    if (tab > t->cap_blocks) {
         int cap = t->cap_blocks ? 2 * t->cap_blocks : 4;
-        while (cap < need) cap *= 2;
+        while (cap < tab) cap *= 2;
         uint16_t **kb = qi_realloc(t->k_blk, sizeof *kb * (size_t)cap);
         if (kb) t->k_blk = kb;
         uint16_t **vb = kb ? qi_realloc(t->v_blk, sizeof *vb * (size_t)cap) : NULL;
@@ -132,6 +147,7 @@ static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_
         t->cap_blocks = cap;
     }
     while (t->n_blocks < need) {
+        qi_kv_pool *p = pool_of(s, tier, t->n_blocks);
         qi_buf *b = NULL;
         qi_status st = block_get(p, tier, &b, err);
         if (st) return st;
@@ -146,46 +162,119 @@ static qi_status tier_reserve(qi_kv_pool *p, int tier, qi_kv_tier *t, int n, qi_
 }
 
 /* Give back blocks past what t->n tokens need. */
-static void tier_trim(qi_kv_pool *p, int tier, qi_kv_tier *t) {
+static void tier_trim(const qi_kv_stream *s, int tier, qi_kv_tier *t) {
     const int need = (t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
-    while (t->n_blocks > need) block_put(p, tier, t->blk[--t->n_blocks]);
+    while (t->n_blocks > need) {
+        t->n_blocks--;
+        block_put(pool_of(s, tier, t->n_blocks), tier, t->blk[t->n_blocks]);
+    }
 }
 
-qi_status qi_kv_stream_slot(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, uint16_t **k_row, uint16_t **v_row,
+qi_status qi_kv_stream_slot(qi_kv_stream *s, int32_t pos, int *slot, uint16_t **k_row, uint16_t **v_row,
                             qi_err *err) {
     qi_kv_tier *t = &s->work;
-    int slot = t->n;
+    const int D = s->wp->D;
+    int i = t->n;
     if (s->ring > 0 && t->n == s->ring) {
-        slot = pos % s->ring;
+        i = pos % s->ring;
     } else {
-        qi_status st = tier_reserve(p, 0, t, t->n + 1, err);
+        qi_status st = tier_reserve(s, 0, t->n + 1, 0, err);
         if (st) return st;
         t->n++;
     }
-    *k_row = qi_kv_k_row(t, slot, p->D);
-    *v_row = qi_kv_v_row(t, slot, p->D);
-    t->pos[slot] = pos;
-    t->score[slot] = 0.0f;
+    *slot = i;
+    *k_row = qi_kv_k_row(t, i, D);
+    *v_row = qi_kv_v_row(t, i, D);
+    t->pos[i] = pos;
+    t->score[i] = 0.0f;
     return QI_OK;
 }
 
-static void copy_token(int D, const qi_kv_tier *from, int i, qi_kv_tier *to, int j) {
-    memcpy(qi_kv_k_row(to, j, D), qi_kv_k_row(from, i, D), sizeof(uint16_t) * (size_t)D);
-    memcpy(qi_kv_v_row(to, j, D), qi_kv_v_row(from, i, D), sizeof(uint16_t) * (size_t)D);
+qi_backend *qi_kv_split_stream(const qi_kv_stream *s) {
+    QI_ASSERT(s->sp);
+    return qi_dev_copy_stream(s->wp->dev, s->sp->dev);
+}
+
+qi_status qi_kv_stream_split(qi_kv_stream *s, int n_new, float r, int *moved, qi_err *err) {
+    QI_ASSERT(s->sp && r >= 0.0f && r <= 1.0f);
+    qi_kv_tier *t = &s->work;
+    *moved = 0;
+    int n = t->n + n_new;
+    if (s->ring > 0 && n > s->ring) n = s->ring;
+    const int nb = (n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+    const int lo = (int)floor((1.0 - (double)r) * nb + 0.5);
+    if (lo <= s->lo_blocks) return QI_OK;
+    /* the table must hold the blocks the new tokens will need */
+    qi_status st = tier_reserve(s, 0, t->n, nb, err);
+    if (st) return st;
+    qi_backend *cs = qi_kv_split_stream(s);
+    if (!cs)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "no stream copies KV blocks from %s to %s (neither is host-visible)",
+                      qi_dev_info_get(s->sp->dev)->name, qi_dev_info_get(s->wp->dev)->name);
+    while (s->lo_blocks < lo) {
+        const int b = s->lo_blocks;
+        if (b < t->n_blocks) {
+            qi_buf *nbuf = NULL;
+            if ((st = block_get(s->wp, 0, &nbuf, err))) return st;
+            if ((st = qi_dev_copy(cs, qi_view_of(nbuf, 0), qi_view_of(t->blk[b], 0), s->wp->u.block_bytes, err))) {
+                block_put(s->wp, 0, nbuf);
+                return st;
+            }
+            block_put(s->sp, 0, t->blk[b]);
+            uint16_t *k = qi_buf_ptr(s->wp->dev, qi_view_of(nbuf, 0), s->wp->u.block_bytes, err);
+            QI_ASSERT(k);
+            t->blk[b] = nbuf;
+            t->k_blk[b] = k;
+            t->v_blk[b] = k + (size_t)QI_KV_BLOCK * s->wp->D;
+            (*moved)++;
+        }
+        s->lo_blocks++;
+    }
+    return QI_OK;
+}
+
+/* Moving tokens' rows between tiers or within one: a memcpy between host
+ * blocks, else a copy queued on the stream that orders it (the device's:
+ * a device's working tier and the host's offload tier). The first failure
+ * sticks in st; positions and scores are the host's. */
+typedef struct {
+    int D;
+    qi_backend *cs; /* NULL: both sides host memory */
+    qi_status st;
+    qi_err *err;
+} mover;
+
+static mover mover_of(const qi_kv_pool *from, const qi_kv_pool *to, qi_err *err) {
+    const bool host = qi_dev_info_get(from->dev)->host_visible && qi_dev_info_get(to->dev)->host_visible;
+    return (mover){.D = from->D, .cs = host ? NULL : qi_dev_copy_stream(to->dev, from->dev), .err = err};
+}
+
+static void copy_token(mover *mv, const qi_kv_tier *from, int i, qi_kv_tier *to, int j) {
+    const int D = mv->D;
     to->pos[j] = from->pos[i];
     to->score[j] = from->score[i];
+    if (!mv->cs) {
+        memcpy(qi_kv_k_row(to, j, D), qi_kv_k_row(from, i, D), sizeof(uint16_t) * (size_t)D);
+        memcpy(qi_kv_v_row(to, j, D), qi_kv_v_row(from, i, D), sizeof(uint16_t) * (size_t)D);
+        return;
+    }
+    const size_t row = sizeof(uint16_t) * (size_t)D, half = row * QI_KV_BLOCK;
+    const size_t oi = (size_t)(i & (QI_KV_BLOCK - 1)) * row, oj = (size_t)(j & (QI_KV_BLOCK - 1)) * row;
+    qi_buf *bi = from->blk[i >> QI_KV_BLOCK_SHIFT], *bj = to->blk[j >> QI_KV_BLOCK_SHIFT];
+    if (!mv->st) mv->st = qi_dev_copy(mv->cs, qi_view_of(bj, oj), qi_view_of(bi, oi), row, mv->err);
+    if (!mv->st) mv->st = qi_dev_copy(mv->cs, qi_view_of(bj, half + oj), qi_view_of(bi, half + oi), row, mv->err);
 }
 
 /* Remove the tokens i < n0 for which fate[i] != want by moving the last
  * survivors into the holes; tokens from n0 on always stay. */
-static void tier_compact(int D, qi_kv_tier *t, int n0, const uint8_t *fate, uint8_t want) {
+static void tier_compact(mover *mv, qi_kv_tier *t, int n0, const uint8_t *fate, uint8_t want) {
     int lo = 0, hi = t->n - 1;
 #define HOLE(i) ((i) < n0 && fate[i] != want)
     for (;;) {
         while (lo <= hi && !HOLE(lo)) lo++;
         while (hi >= lo && HOLE(hi)) hi--;
         if (lo > hi) break;
-        copy_token(D, t, hi, t, lo);
+        copy_token(mv, t, hi, t, lo);
         lo++;
         hi--;
     }
@@ -193,23 +282,34 @@ static void tier_compact(int D, qi_kv_tier *t, int n0, const uint8_t *fate, uint
     t->n = lo;
 }
 
-qi_status qi_kv_stream_apply(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s, const uint8_t *fate, qi_err *err) {
-    QI_ASSERT(qi_dev_info_get(wp->dev)->host_visible && qi_dev_info_get(op->dev)->host_visible);
-    const int D = wp->D, nw = s->work.n, no = s->off.n;
+qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err) {
+    QI_ASSERT(!s->sp && qi_dev_info_get(s->op->dev)->host_visible);
+    const int nw = s->work.n, no = s->off.n;
     int n_off = 0, n_rec = 0;
     for (int i = 0; i < nw; i++) n_off += fate[i] == QI_KV_OFFLOAD;
     for (int j = 0; j < no; j++) n_rec += fate[nw + j] == QI_KV_KEEP;
     /* Reserve first, so a failure leaves the stream as it was. */
     qi_status st;
-    if ((st = tier_reserve(op, 1, &s->off, no + n_off, err))) return st;
-    if ((st = tier_reserve(wp, 0, &s->work, nw + n_rec, err))) return st;
+    if ((st = tier_reserve(s, 1, no + n_off, 0, err))) return st;
+    if ((st = tier_reserve(s, 0, nw + n_rec, 0, err))) return st;
+    mover out = mover_of(s->wp, s->op, err), back = mover_of(s->op, s->wp, err), work = mover_of(s->wp, s->wp, err),
+          off = mover_of(s->op, s->op, err);
     for (int i = 0; i < nw; i++)
-        if (fate[i] == QI_KV_OFFLOAD) copy_token(D, &s->work, i, &s->off, s->off.n++);
+        if (fate[i] == QI_KV_OFFLOAD) copy_token(&out, &s->work, i, &s->off, s->off.n++);
     for (int j = 0; j < no; j++)
-        if (fate[nw + j] == QI_KV_KEEP) copy_token(D, &s->off, j, &s->work, s->work.n++);
-    tier_compact(D, &s->work, nw, fate, QI_KV_KEEP);
-    tier_compact(D, &s->off, no, fate + nw, QI_KV_OFFLOAD);
-    tier_trim(wp, 0, &s->work);
-    tier_trim(op, 1, &s->off);
+        if (fate[nw + j] == QI_KV_KEEP) copy_token(&back, &s->off, j, &s->work, s->work.n++);
+    tier_compact(&work, &s->work, nw, fate, QI_KV_KEEP);
+    /* The offload tier is compacted by the host: the device's copies from
+     * and into it must have run first. */
+    if (out.cs && (n_off > 0 || n_rec > 0)) {
+        qi_event *ev = NULL;
+        if ((st = qi_event_record(out.cs, &ev, err))) return st;
+        qi_event_sync(ev);
+        qi_event_free(ev);
+    }
+    tier_compact(&off, &s->off, no, fate + nw, QI_KV_OFFLOAD);
+    if ((st = out.st ? out.st : back.st ? back.st : work.st ? work.st : off.st)) return st;
+    tier_trim(s, 0, &s->work);
+    tier_trim(s, 1, &s->off);
     return QI_OK;
 }

@@ -28,8 +28,6 @@
 #define QI_KV_BLOCK_SHIFT 6
 #define QI_KV_BLOCK (1 << QI_KV_BLOCK_SHIFT) /* tokens per block */
 
-typedef struct qi_kv_pool qi_kv_pool;
-
 /* One tier of one stream. */
 typedef struct {
     int n;                /* tokens */
@@ -42,9 +40,18 @@ typedef struct {
     int cap;
 } qi_kv_tier;
 
+typedef struct qi_kv_pool qi_kv_pool;
+
+/* A stream knows its pools: the working tier's blocks come from wp, or,
+ * on a layer whose attention is split across two devices, blocks
+ * [0, lo_blocks) from wp and the rest from sp (the slots of the first
+ * blocks attended on wp's device, the rest on sp's); the offload tier's
+ * from op. */
 typedef struct {
     qi_kv_tier work, off;
     int ring;             /* > 0: sliding-window ring of this many slots */
+    qi_kv_pool *wp, *sp, *op;
+    int lo_blocks;        /* with sp: working blocks held by wp */
 } qi_kv_stream;
 
 typedef struct {
@@ -65,24 +72,45 @@ void qi_kv_pool_free(qi_kv_pool *p);
 const qi_kv_usage *qi_kv_pool_usage(const qi_kv_pool *p);
 qi_backend *qi_kv_pool_device(const qi_kv_pool *p);
 
-/* Streams: init empty; release returns every block, the working tier's
- * to wp and the offload tier's to op. */
-void qi_kv_stream_init(qi_kv_stream *s, int ring);
-void qi_kv_stream_release(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s);
+/* Streams: init empty over their pools (sp NULL: no split); release
+ * returns every block to the pool it came from. */
+void qi_kv_stream_init(qi_kv_stream *s, int ring, qi_kv_pool *wp, qi_kv_pool *sp, qi_kv_pool *op);
+void qi_kv_stream_release(qi_kv_stream *s);
 
 /* A slot in the working tier for one token at pos: appended, or slot pos %
- * ring of a full ring; *k_row and *v_row receive its rows' addresses on
- * the pool's device, for the device's kv_write op to fill. Fails (pool
- * cap reached, out of memory) without changing the stream. */
-qi_status qi_kv_stream_slot(qi_kv_pool *p, qi_kv_stream *s, int32_t pos, uint16_t **k_row, uint16_t **v_row,
+ * ring of a full ring; *slot receives its index and *k_row and *v_row its
+ * rows' addresses on the device of the block's pool, for that device's
+ * kv_write op to fill. Fails (pool cap reached, out of memory) without
+ * changing the stream. */
+qi_status qi_kv_stream_slot(qi_kv_stream *s, int32_t pos, int *slot, uint16_t **k_row, uint16_t **v_row,
                             qi_err *err);
+
+/* Before n_new tokens are added to a split stream: the working blocks the
+ * stream will then need, nb, are shared out so that the first
+ * round((1 - r) nb) are wp's (the attention device's) and the rest sp's
+ * (a block is the unit: below 2 blocks a stream is wholly on one device).
+ * The share only grows (a split stream never evicts), so blocks that now
+ * belong to wp move there from sp: a block of wp is taken, the rows are
+ * copied device to device on the stream of the device that is not
+ * host-visible (a queued copy: the caller orders both devices after it
+ * with an event), and sp's block goes back to its pool. *moved counts the
+ * blocks moved. Fails (a pool's cap, memory, a refused copy) naming the
+ * device; a block whose copy was refused is not moved. */
+qi_status qi_kv_stream_split(qi_kv_stream *s, int n_new, float r, int *moved, qi_err *err);
+/* The device whose stream qi_kv_stream_split's copies from sp to wp go
+ * on, and one such move's bytes. */
+qi_backend *qi_kv_split_stream(const qi_kv_stream *s);
+size_t qi_kv_block_bytes(const qi_kv_pool *p);
 
 /* Apply fates (QI_KV_KEEP/OFFLOAD/DROP from kv_policy.h) to the tokens as
  * a policy saw them: the working tier's n tokens, then the offload tier's.
  * Kept working tokens stay, recalled ones are appended to the working tier,
  * offloaded ones move to the end of the offload tier, dropped ones go.
- * Both pools must be host-visible (the rows are moved by the host). */
-qi_status qi_kv_stream_apply(qi_kv_pool *wp, qi_kv_pool *op, qi_kv_stream *s, const uint8_t *fate, qi_err *err);
+ * The stream must not be split; its offload tier is host memory. Rows of
+ * a working tier on a device move by copies queued on the device's
+ * stream (the host waits for them before it compacts the offload tier),
+ * so the device's later work sees them in order. */
+qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err);
 
 /* Rows of a tier's slot i. */
 static inline uint16_t *qi_kv_k_row(const qi_kv_tier *t, int i, int D) {

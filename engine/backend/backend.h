@@ -78,6 +78,11 @@ void *qi_buf_ptr(qi_backend *b, qi_view v, size_t n, qi_err *err);
  * synchronise, says when). */
 qi_status qi_dev_copy(qi_backend *b, qi_view dst, qi_view src, size_t n, qi_err *err);
 qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err);
+/* The device whose stream a copy from src's buffers to dst's goes on: the
+ * one that is not host-visible (src when both are), so the copy is
+ * ordered with that device's ops; NULL when neither is host-visible (two
+ * devices' memories with no path between them here). */
+qi_backend *qi_dev_copy_stream(qi_backend *dst, qi_backend *src);
 qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_err *err);
 
 /* An event at the current end of b's stream. */
@@ -240,7 +245,37 @@ struct qi_backend {
     qi_status fail_st;
     qi_err fail;
     long inject; /* tests: > 0, the inject-th stream command from now fails */
+    long inject_op; /* tests: > 0, the inject_op-th op from now fails (qi_backend_*) */
 };
+
+/* ---- ops as the engine calls them (ops.c) ----------------------------------
+ *
+ * Each wrapper checks its arguments before the device sees them (a bad
+ * shape, a missing array, an id outside a table: QI_ERR_INVALID naming
+ * the device and the op, never an assertion inside a kernel), does
+ * nothing for zero rows, and calls the device's op. The caller times an
+ * op with the device's events around it, so an asynchronous device is
+ * timed on its own clock, not by the host's around a call that only
+ * queued work. Results are the iface ops' (above). */
+qi_status qi_backend_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T,
+                              qi_err *err);
+qi_status qi_backend_rmsnorm(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y,
+                             qi_err *err);
+qi_status qi_backend_rope(qi_backend *b, float *q, int Hq, float *k, int Hk, int T, int D, int n_rot,
+                          const int32_t *pos, float base, float freq_scale, int mode, qi_err *err);
+qi_status qi_backend_attention(qi_backend *b, const qi_attn_paged_args *a, int n, qi_err *err);
+qi_status qi_backend_attention_merge(qi_backend *b, const qi_attn_merge_args *a, qi_err *err);
+/* gate = act(gate) * up: GELU (tanh) with gelu, else SiLU */
+qi_status qi_backend_glu(qi_backend *b, bool gelu, float *gate, const float *up, int T, int n, qi_err *err);
+qi_status qi_backend_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D, qi_err *err);
+qi_status qi_backend_add(qi_backend *b, float *x, const float *y, long n, qi_err *err);
+qi_status qi_backend_scale(qi_backend *b, float *x, long n, float s, qi_err *err);
+qi_status qi_backend_softcap(qi_backend *b, float *x, long n, float cap, qi_err *err);
+qi_status qi_backend_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width, qi_err *err);
+qi_status qi_backend_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out, qi_err *err);
+/* Tests: the n-th qi_backend_* op called on b from now fails (not run;
+ * QI_ERR_BACKEND naming the device and the op); 0 turns it off. */
+void qi_dev_inject_op_fail(qi_backend *b, long n);
 
 /* The parts of an event a device fills (device.c owns the rest). */
 void qi_event_complete(qi_event *ev, double t);

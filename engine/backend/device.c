@@ -113,6 +113,12 @@ qi_status qi_dev_copy(qi_backend *b, qi_view dst, qi_view src, size_t n, qi_err 
     return QI_OK;
 }
 
+qi_backend *qi_dev_copy_stream(qi_backend *dst, qi_backend *src) {
+    if (dst->info.host_visible) return src;
+    if (src->info.host_visible || src == dst) return dst;
+    return NULL;
+}
+
 qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err) {
     qi_status st = check_view(b, dst, n, false, err);
     if (st) return st;

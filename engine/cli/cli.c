@@ -233,6 +233,13 @@ void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
         fprintf(stderr, " MiB)");
     }
     fprintf(stderr, "\n");
+    qi_engine_prof pr;
+    qi_engine_profile(e, &pr);
+    if (pr.copies > 0)
+        fprintf(stderr,
+                "qinfer %s: copies between devices %ld (%.1f MiB, %.3f s of device time), of which KV blocks moved "
+                "%ld\n",
+                cmd, pr.copies, pr.copy_bytes / 1048576.0, pr.copy_seconds, pr.kv_block_moves);
 }
 
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {

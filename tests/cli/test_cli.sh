@@ -70,6 +70,25 @@ for p in ngl=1 ngl=31; do
                    grep -q "placement ngl=${p#ngl=} (testdev), cpu .* MiB in use" "$tmp/err" ||
                      bad "--placement $p --profile does not print the plan: $(cat "$tmp/err")"; }
 done
+# Split attention (every layer at 0.5): the greedy text of the unsplit run
+# (a split differs by float rounding only), the copies counted with
+# --profile, and perplexity within 2% (the bound the other non-exact path,
+# --attn-blas, is held to).
+for l in $(seq 30); do echo "cpu testdev 0.5 testdev"; done >"$tmp/split.plan"
+expect_ok $Q generate $M -p "The three laws of robotics are" -n 12 --temp 0 --devices cpu,testdev \
+  --placement "$tmp/split.plan" --profile &&
+  { cmp -s "$tmp/out" "$tmp/cpu.txt" || bad "split attention: the text differs from all-cpu";
+    grep -q "split layers 30" "$tmp/err" && grep -q "copies between devices [1-9][0-9]* (" "$tmp/err" ||
+      bad "split --profile: $(cat "$tmp/err")"; }
+if [[ -n $(ls "${QINFER_CACHE:-$HOME/.cache/qinfer}"/corpora/devils-dictionary.txt 2>/dev/null) ]]; then
+  for p in all-cpu "$tmp/split.plan"; do
+    expect_ok $Q ppl $M -f devil --ctx 192 --chunks 2 --devices cpu,testdev --placement "$p" &&
+      sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$tmp/out" >"$tmp/ppl_${p##*/}"
+  done
+  awk -v a="$(cat "$tmp/ppl_all-cpu")" -v b="$(cat "$tmp/ppl_split.plan")" \
+    'BEGIN { d = (b - a) / a; exit !(a > 0 && d < 0.02 && d > -0.02) }' &&
+    ok || bad "ppl with split attention $(cat "$tmp/ppl_split.plan") is not within 2% of $(cat "$tmp/ppl_all-cpu")"
+fi
 expect_fail 2 "the first device must be cpu" $Q generate $M -p hi -n 1 --devices gpu
 expect_fail 2 "no device 'cuda:0' in this build" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
 expect_fail 2 "needs a second device" $Q generate $M -p hi -n 1 --placement ngl=2
@@ -78,8 +97,14 @@ expect_fail 1 "not a readable plan file" $Q generate $M -p hi -n 1 --placement "
 printf 'cpu cpu\nnope cpu\n' >"$tmp/bad.plan"
 expect_fail 1 "bad.plan:2: no device 'nope'" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement "$tmp/bad.plan"
 expect_fail 1 "plan does not fit device testdev:20M" $Q generate $M -p hi -n 1 --devices cpu,testdev:20M --placement ngl=31
-expect_fail 1 "KV policy 'h2o' evicts" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=31 \
+expect_fail 1 "KV policy 'h2o' evicts" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement "$tmp/split.plan" \
   --kv-policy h2o --kv-budget 50%
+# a policy on layers whose attention is on the device: the all-CPU text
+expect_ok $Q generate $M -p "The three laws of robotics are" -n 12 --temp 0 --kv-policy h2o --kv-budget 50% &&
+  cp "$tmp/out" "$tmp/h2o.txt"
+expect_ok $Q generate $M -p "The three laws of robotics are" -n 12 --temp 0 --kv-policy h2o --kv-budget 50% \
+  --devices cpu,testdev --placement ngl=31 &&
+  { cmp -s "$tmp/out" "$tmp/h2o.txt" || bad "h2o with ngl=31: the text differs from all-cpu"; }
 expect_fail 2 "needs a value" $Q generate $M -p hi -n 1 --placement
 expect_ok $Q tokenize -m smollm2-135m -p "Hello world" && { [[ $(cat "$tmp/out") =~ ^[0-9\ ]+$ ]] || bad "tokenize output: $(cat "$tmp/out")"; }
 

@@ -276,6 +276,51 @@ START_TEST(test_ops_equal_cpu) {
 }
 END_TEST
 
+/* The qi_backend_* wrappers: bad arguments are errors naming the device
+ * and the op (nothing runs), zero rows do nothing, a good call runs the
+ * op, and an injected failure stops the n-th op. */
+START_TEST(test_op_checks) {
+    qi_backend *b = make(1, 0);
+    qi_err e = {0};
+    ck_assert_int_eq(b->iface->reserve(b, 4096, 4, 16, 1, 64, &e), QI_OK);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0}, w[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(qi_backend_rmsnorm(b, NULL, w, 2, 4, 1e-6f, y, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "testdev: rmsnorm:"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_rmsnorm(b, x, w, -1, 4, 1e-6f, y, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_rmsnorm(b, x, w, 0, 4, 1e-6f, y, &e), QI_OK); /* nothing to do */
+    ck_assert(y[0] == 0.0f);
+    ck_assert_int_eq(qi_backend_rmsnorm(b, x, w, 2, 4, 1e-6f, y, &e), QI_OK);
+    ck_assert(y[0] != 0.0f && y[7] != 0.0f);
+    const int32_t bad_rows[2] = {1, 0}, ids[1] = {5};
+    ck_assert_int_eq(qi_backend_gather_rows(b, x, bad_rows, 2, 4, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "gather rows"), "%s", e.msg);
+    qi_err_clear(&e);
+    const qi_weight emb = {.type = QI_TYPE_F32, .n_cols = 4, .n_rows = 2, .row_bytes = 16, .data = x};
+    ck_assert_int_eq(qi_backend_get_rows(b, &emb, ids, 1, y, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "id 5 of 2 rows"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_softcap(b, x, 8, 0.0f, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    const int n_slots[1] = {-1};
+    const int32_t qpos[1] = {0};
+    const qi_attn_paged_args bad = {.T = 1, .H = 3, .Hkv = 2, .D = 4, .q = x, .out = y, .q_pos = qpos,
+                                    .n_slots = n_slots};
+    ck_assert_int_eq(qi_backend_attention(b, &bad, 1, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "3 heads over 2 KV heads"), "%s", e.msg);
+    qi_err_clear(&e);
+    /* the second op from now fails, the first and third run */
+    qi_dev_inject_op_fail(b, 2);
+    ck_assert_int_eq(qi_backend_scale(b, x, 8, 1.0f, &e), QI_OK);
+    ck_assert_int_eq(qi_backend_add(b, x, y, 8, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "testdev: add: injected failure"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_add(b, x, y, 8, &e), QI_OK);
+    qi_backend_free(b);
+}
+END_TEST
+
 static Suite *device_suite(void) {
     Suite *s = suite_create("device");
     TCase *tc = tcase_create("device");
@@ -285,6 +330,7 @@ static Suite *device_suite(void) {
     tcase_add_test(tc, test_round_trip_and_events);
     tcase_add_test(tc, test_sticky_failure);
     tcase_add_test(tc, test_ops_equal_cpu);
+    tcase_add_test(tc, test_op_checks);
     suite_add_tcase(s, tc);
     return s;
 }

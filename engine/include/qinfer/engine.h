@@ -115,6 +115,10 @@ typedef struct {
     size_t capacity, in_use, peak;
 } qi_engine_dev;
 bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out);
+/* Tests: the n_op-th op and the n_copy-th copy queued on device d from now
+ * fail (0: not), as a device's failure would: the step returns the error,
+ * naming the device, and the engine stays usable for new sequences. */
+void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy);
 
 /* Wall time per kind of op since creation (with opts.profile), and the
  * weight bytes the matmuls read: what a placement cost model is fitted to. */
@@ -131,6 +135,13 @@ typedef struct {
     long calls[QI_OP_COUNT];
     double matmul_bytes; /* weight bytes read by the matmuls */
     long steps;
+    /* Copies between the plan's devices (counted with profile off too):
+     * the hidden state where consecutive blocks differ, a split
+     * attention's queries, keys, values and partial results, and the KV
+     * blocks a split moves to the attention's device as its share grows;
+     * with profile on, their device time, from events around them. */
+    long copies, kv_block_moves;
+    double copy_bytes, copy_seconds;
 } qi_engine_prof;
 void qi_engine_profile(const qi_engine *e, qi_engine_prof *out);
 const char *qi_op_kind_name(qi_op_kind k);

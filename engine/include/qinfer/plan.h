@@ -8,9 +8,9 @@
  * residual); the output head (final norm, logits). A plan names, for
  * every block, a device by its index in the engine's device list (0 is the
  * host CPU). A layer's attention may be split: the first 1 - r of each
- * stream's working KV slots are attended on the attention's device, the
- * rest on split_dev, and the partial results are merged exactly
- * (backend.h). The FFN neuron split (rows of gate/up and the matching
+ * stream's working KV slots (in whole KV blocks, rounded) are attended on
+ * the attention's device, the rest on split_dev, and the partial results
+ * are merged exactly up to rounding (backend.h). The FFN neuron split (rows of gate/up and the matching
  * columns of down on a second device) is reserved here for the
  * hot-neuron placement that fills it; a plan that sets it is refused
  * until then.
