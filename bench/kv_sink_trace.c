@@ -11,10 +11,13 @@
  * perplexity and those counts, so a rise in perplexity can be laid beside
  * the loss of the sinks. A chunk's result does not depend on the others
  * decoded beside it (test_engine checks it), so one chunk alone gives the
- * figures `ppl --batch 4` gets for it.
+ * figures `ppl --batch 4` gets for it. --from N starts the windows at step
+ * N instead of the first scored one (steps before the scored half show no
+ * perplexity), and --steps N stops after N steps, to see when the first
+ * tokens go.
  *
- *   bench_kv_sink_trace -m MODEL -f CORPUS [--ctx N] [--chunk I] [--window N] [-t N]
- *                       [--kv-policy P] [--kv-budget B] [--kv-param K=V,...]
+ *   bench_kv_sink_trace -m MODEL -f CORPUS [--ctx N] [--chunk I] [--window N] [--from N]
+ *                       [--steps N] [-t N] [--kv-policy P] [--kv-budget B] [--kv-param K=V,...]
  *
  * Only an analysis aid; `qinfer ppl` is the measurement.
  */
@@ -33,8 +36,8 @@
 #define N_SINKS 4
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_kv_sink_trace -m MODEL -f CORPUS [--ctx N] [--chunk I] [--window N] [-t N] "
-                    "[--kv-policy P] [--kv-budget B] [--kv-param K=V,...]\n");
+    fprintf(stderr, "usage: bench_kv_sink_trace -m MODEL -f CORPUS [--ctx N] [--chunk I] [--window N] [--from N] "
+                    "[--steps N] [-t N] [--kv-policy P] [--kv-budget B] [--kv-param K=V,...]\n");
     return 2;
 }
 
@@ -56,7 +59,7 @@ static char *read_file(const char *path, size_t *len) {
 
 int main(int argc, char **argv) {
     const char *model = "smollm2-135m", *corpus = "devil", *policy = "full", *budget = NULL, *kvp = "";
-    int n_ctx = 2048, chunk = 0, window = 128, threads = 2;
+    int n_ctx = 2048, chunk = 0, window = 128, threads = 2, from = -1, steps = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -65,6 +68,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ctx")) n_ctx = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--window")) window = atoi(v);
+        else if (!strcmp(a, "--from")) from = atoi(v);
+        else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "-t")) threads = atoi(v);
         else if (!strcmp(a, "--kv-policy")) policy = v;
         else if (!strcmp(a, "--kv-budget")) budget = v;
@@ -123,23 +128,28 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int L = m->hp.n_layer, Hkv = m->hp.n_head_kv, V = m->hp.n_vocab, first = n_ctx / 2;
+    if (from < 0 || from > first) from = first;
+    const int last = steps > 0 && steps < n_ctx - 1 ? steps - 1 : n_ctx - 2; /* the last step traced */
     const int32_t *c = ids + (size_t)chunk * n_ctx;
     printf("kv_sink_trace: %s, chunk %d of %d tokens, policy %s, budget %s%s%s; %d streams (layer x KV head)\n",
            model, chunk + 1, n_ctx, policy, budget ? budget : "none", kvp[0] ? ", " : "", kvp, L * Hkv);
     printf("| scored steps | PPL | streams holding position 0 | 1 | 2 | 3 | all of 0..3 |\n|---|---|---|---|---|---|---|\n");
     double nll = 0, nll_all = 0, held[N_SINKS + 1] = {0};
-    int in_win = 0, w0 = first;
-    for (int j = 0; j < n_ctx - 1; j++) {
+    int in_win = 0, scored = 0, w0 = from;
+    for (int j = 0; j <= last; j++) {
         int32_t tok = c[j];
         if (j == 0 && qi_tokenizer_add_bos(m->tok)) tok = qi_tokenizer_bos(m->tok);
         if (qi_engine_seq_feed(e, id, &tok, 1, false, &err) || qi_engine_step(e, NULL, &err)) {
             fprintf(stderr, "bench_kv_sink_trace: step %d: %s\n", j, err.msg);
             return 1;
         }
-        if (j < first) continue;
-        const double lp = qi_log_prob(qi_engine_seq_logits(e, id, -1), V, c[j + 1]);
-        nll -= lp;
-        nll_all -= lp;
+        if (j < from) continue;
+        if (j >= first) {
+            const double lp = qi_log_prob(qi_engine_seq_logits(e, id, -1), V, c[j + 1]);
+            nll -= lp;
+            nll_all -= lp;
+            scored++;
+        }
         for (int l = 0; l < L; l++)
             for (int hk = 0; hk < Hkv; hk++) {
                 const int32_t *pos;
@@ -153,8 +163,9 @@ int main(int argc, char **argv) {
                     }
                 held[N_SINKS] += got == N_SINKS;
             }
-        if (++in_win == window || j == n_ctx - 2) {
-            printf("| %d-%d | %.2f |", w0, j, exp(nll / in_win));
+        if (++in_win == window || j == last) {
+            if (j >= first && w0 >= first) printf("| %d-%d | %.2f |", w0, j, exp(nll / in_win));
+            else printf("| %d-%d | - |", w0, j);
             for (int s = 0; s <= N_SINKS; s++) printf(" %.1f |", held[s] / in_win);
             printf("\n");
             nll = 0;
@@ -163,7 +174,7 @@ int main(int argc, char **argv) {
             memset(held, 0, sizeof held);
         }
     }
-    printf("chunk perplexity %.4f over %d scored tokens\n", exp(nll_all / (n_ctx - 1 - first)), n_ctx - 1 - first);
+    if (scored > 0) printf("chunk perplexity %.4f over %d scored tokens\n", exp(nll_all / scored), scored);
     qi_engine_free(e);
     qi_model_free(m);
     qi_free(ids);
