@@ -87,15 +87,15 @@ typedef struct {
     qi_kv_stream *streams;   /* [n_layer][Hkv] */
 } seq_state;
 
+/* The most KV heads a policy decides together (ada=). */
+#define MAX_TOGETHER 64
+
 /* A host thread's policy scratch, [n_ctx] each per stream it decides at
  * once (one, or a layer's Hkv streams of a sequence when the policy decides
  * KV heads together): the view of the stream, its attention weights, the
  * probe's scores. The policy object is the thread's own (a policy keeps no
  * state across streams, kv_policy.h), so selects of different streams run
  * at once. */
-/* The most KV heads a policy decides together (ada=). */
-#define MAX_TOGETHER 64
-
 typedef struct {
     qi_kv_policy *pol;
     float *attn;
@@ -794,44 +794,40 @@ static void view_stream(const qi_engine *e, pol_scratch *ps, int r, seq_state *s
     const qi_kv_stream *st = stream_of(e, s, l, hk);
     const int group = hp->n_head / hp->n_head_kv;
     const int nw = st->work.n, no = st->off.n, n = nw + no;
-    const size_t o = (size_t)r * (size_t)e->o.n_ctx;
-    pol_scratch rs = *ps; /* the region's arrays */
-    rs.attn += o;
-    rs.vpos += o;
-    rs.vtier += o;
-    rs.vscore += o;
-    rs.obs += o;
-    ps = &rs;
+    const size_t o = (size_t)r * (size_t)e->o.n_ctx; /* the region's arrays */
+    float *w_attn = ps->attn + o, *vscore = ps->vscore + o, *obs = ps->obs + o;
+    int32_t *vpos = ps->vpos + o;
+    uint8_t *vtier = ps->vtier + o;
     const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(ps->pol, s->decode_steps + 1);
     if (probed) {
-        probe_weights(e, ps, g, st, hk, 0, ps->attn);
+        probe_weights(e, ps, g, st, hk, 0, w_attn);
     } else {
         for (int i = 0; i < nw; i++) {
             float w = 0.0f;
             for (int h = hk * group; h < (hk + 1) * group; h++) w += a->stats[(size_t)h * a->stats_stride + i];
-            ps->attn[i] = w;
+            w_attn[i] = w;
         }
-        memset(ps->attn + nw, 0, sizeof(float) * (size_t)no);
+        memset(w_attn + nw, 0, sizeof(float) * (size_t)no);
     }
     /* an empty offload tier has no arrays yet (NULL), and memcpy's pointers must be valid even for 0 bytes */
-    memcpy(ps->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
-    memcpy(ps->vscore, st->work.score, sizeof(float) * (size_t)nw);
+    memcpy(vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
+    memcpy(vscore, st->work.score, sizeof(float) * (size_t)nw);
     if (no > 0) {
-        memcpy(ps->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
-        memcpy(ps->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+        memcpy(vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
+        memcpy(vscore + nw, st->off.score, sizeof(float) * (size_t)no);
     }
-    memset(ps->vtier, QI_KV_WORKING, (size_t)nw);
-    memset(ps->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
+    memset(vtier, QI_KV_WORKING, (size_t)nw);
+    memset(vtier + nw, QI_KV_OFFLOADED, (size_t)no);
     const int32_t cur = g->pos0 + g->n - 1;
     /* a prompt: more of it pending after this segment, or this segment
      * ends it (several tokens, nothing pending after) */
     const int W = qi_kv_policy_obs_window(ps->pol), n_obs = g->n > 1 && s->n_pending == g->n ? (W < g->n ? W : g->n) : 0;
-    if (n_obs > 0) probe_weights(e, ps, g, st, hk, g->n - n_obs, ps->obs);
-    *out = (qi_kv_view){.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = ps->vpos,
-                        .tier = ps->vtier, .score = ps->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
+    if (n_obs > 0) probe_weights(e, ps, g, st, hk, g->n - n_obs, obs);
+    *out = (qi_kv_view){.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = vpos,
+                        .tier = vtier, .score = vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
                         .budget = resolve_budget(e, cur), .probed = probed, .prompt_more = s->n_pending > g->n,
-                        .obs = n_obs > 0 ? ps->obs : NULL, .n_obs = n_obs};
-    *attn = ps->attn;
+                        .obs = n_obs > 0 ? obs : NULL, .n_obs = n_obs};
+    *attn = w_attn;
 }
 
 /* Show the nh streams (segment g, layer l, KV heads hk0..hk0+nh-1) to the
