@@ -87,10 +87,15 @@ typedef struct {
     qi_kv_stream *streams;   /* [n_layer][Hkv] */
 } seq_state;
 
-/* A host thread's policy scratch, [n_ctx] each: the view of one stream, its
- * attention weights, the probe's scores. The policy object is the thread's
- * own (a policy keeps no state across streams, kv_policy.h), so selects of
- * different streams run at once. */
+/* The most KV heads a policy decides together (ada=). */
+#define MAX_TOGETHER 64
+
+/* A host thread's policy scratch, [n_ctx] each per stream it decides at
+ * once (one, or a layer's Hkv streams of a sequence when the policy decides
+ * KV heads together): the view of the stream, its attention weights, the
+ * probe's scores. The policy object is the thread's own (a policy keeps no
+ * state across streams, kv_policy.h), so selects of different streams run
+ * at once. */
 typedef struct {
     qi_kv_policy *pol;
     float *attn;
@@ -622,6 +627,14 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d threads", o->n_threads);
         goto fail;
     }
+    /* regions per thread: a stream's, or a layer's KV heads' together */
+    const int together = qi_kv_policy_heads_together(e->pol) ? hp->n_head_kv : 1;
+    if (together > MAX_TOGETHER) {
+        st = QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' with ada= decides a layer's KV heads together, at most "
+                    "%d, and the model has %d", e->o.kv_policy, MAX_TOGETHER, together);
+        goto fail;
+    }
+    const size_t NR = N * (size_t)together;
     for (int t = 0; t < o->n_threads; t++) {
         pol_scratch *ps = &e->ps[t];
         if (t == 0)
@@ -629,13 +642,13 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         else if ((st = qi_kv_policy_create(e->o.kv_policy, o->kv_params ? o->kv_params : &none, hp->n_layer,
                                            &ps->pol, err)))
             goto fail;
-        ps->attn = qi_malloc(sizeof(float) * N);
-        ps->vpos = qi_malloc(sizeof(int32_t) * N);
-        ps->vtier = qi_malloc(N);
-        ps->vscore = qi_malloc(sizeof(float) * N);
+        ps->attn = qi_malloc(sizeof(float) * NR);
+        ps->vpos = qi_malloc(sizeof(int32_t) * NR);
+        ps->vtier = qi_malloc(NR);
+        ps->vscore = qi_malloc(sizeof(float) * NR);
         ps->probe_s = qi_malloc(sizeof(float) * (N + 16));
         ps->probe_q16 = qi_malloc(sizeof(uint16_t) * (size_t)hp->head_dim);
-        ps->obs = qi_malloc(sizeof(float) * N);
+        ps->obs = qi_malloc(sizeof(float) * NR);
         if (!ps->attn || !ps->vpos || !ps->vtier || !ps->vscore || !ps->probe_s || !ps->probe_q16 || !ps->obs) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the KV policy's scratch of %d positions", o->n_ctx);
             goto fail;
@@ -887,57 +900,80 @@ static void probe_weights(const qi_engine *e, pol_scratch *ps, const segment *g,
     }
 }
 
-/* Show stream (segment g, layer l, KV head hk) to the policy and write its
- * decision to fate (the stream's working then offloaded tokens); the
- * scores go back to the stream, the fates are applied later. The
- * statistics of the segment's attention are in its call a. Touches only
- * this stream and ps, so streams run on different threads at once. */
-static qi_status decide_stream(const qi_engine *e, pol_scratch *ps, seq_state *s, const segment *g,
-                               const qi_attn_paged_args *a, int l, int hk, const uint16_t *const *wk, uint8_t *fate,
-                               qi_err *err) {
+/* The view of stream k of the layer (segment g, layer l, KV head hk) in
+ * the r-th region of ps (ps arrays + r * n_ctx), its weights in *attn.
+ * The statistics of the segment's attention are in its call a; a probe
+ * reads the stream's working keys from the host's copy when the layer's
+ * device is not host-visible (stage_for_probes). */
+static void view_stream(const qi_engine *e, pol_scratch *ps, int r, seq_state *s, const segment *g,
+                        const qi_attn_paged_args *a, int l, int hk, long k, qi_kv_view *out, float **attn) {
     const qi_hparams *hp = &e->m->hp;
-    qi_kv_stream *st = stream_of(e, s, l, hk);
+    const qi_kv_stream *st = stream_of(e, s, l, hk);
+    const uint16_t *const *wk = e->kst_at[k] >= 0 ? e->kst_blk + e->kst_at[k] : (const uint16_t *const *)st->work.k_blk;
     const int group = hp->n_head / hp->n_head_kv;
     const int nw = st->work.n, no = st->off.n, n = nw + no;
+    const size_t o = (size_t)r * (size_t)e->o.n_ctx; /* the region's arrays */
+    float *w_attn = ps->attn + o, *vscore = ps->vscore + o, *obs = ps->obs + o;
+    int32_t *vpos = ps->vpos + o;
+    uint8_t *vtier = ps->vtier + o;
     const bool probed = g->n == 1 && no > 0 && qi_kv_policy_probe(ps->pol, s->decode_steps + 1);
     if (probed) {
-        probe_weights(e, ps, g, st, hk, wk, 0, ps->attn);
+        probe_weights(e, ps, g, st, hk, wk, 0, w_attn);
     } else {
         for (int i = 0; i < nw; i++) {
             float w = 0.0f;
             for (int h = hk * group; h < (hk + 1) * group; h++) w += a->stats[(size_t)h * a->stats_stride + i];
-            ps->attn[i] = w;
+            w_attn[i] = w;
         }
-        memset(ps->attn + nw, 0, sizeof(float) * (size_t)no);
+        memset(w_attn + nw, 0, sizeof(float) * (size_t)no);
     }
     /* an empty offload tier has no arrays yet (NULL), and memcpy's pointers must be valid even for 0 bytes */
-    memcpy(ps->vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
-    memcpy(ps->vscore, st->work.score, sizeof(float) * (size_t)nw);
+    memcpy(vpos, st->work.pos, sizeof(int32_t) * (size_t)nw);
+    memcpy(vscore, st->work.score, sizeof(float) * (size_t)nw);
     if (no > 0) {
-        memcpy(ps->vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
-        memcpy(ps->vscore + nw, st->off.score, sizeof(float) * (size_t)no);
+        memcpy(vpos + nw, st->off.pos, sizeof(int32_t) * (size_t)no);
+        memcpy(vscore + nw, st->off.score, sizeof(float) * (size_t)no);
     }
-    memset(ps->vtier, QI_KV_WORKING, (size_t)nw);
-    memset(ps->vtier + nw, QI_KV_OFFLOADED, (size_t)no);
+    memset(vtier, QI_KV_WORKING, (size_t)nw);
+    memset(vtier + nw, QI_KV_OFFLOADED, (size_t)no);
     const int32_t cur = g->pos0 + g->n - 1;
     /* a prompt: more of it pending after this segment, or this segment
      * ends it (several tokens, nothing pending after) */
     const int W = qi_kv_policy_obs_window(ps->pol), n_obs = g->n > 1 && s->n_pending == g->n ? (W < g->n ? W : g->n) : 0;
-    if (n_obs > 0) probe_weights(e, ps, g, st, hk, wk, g->n - n_obs, ps->obs);
-    qi_kv_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = ps->vpos,
-                    .tier = ps->vtier, .score = ps->vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
-                    .budget = resolve_budget(e, cur), .probed = probed, .prompt_more = s->n_pending > g->n,
-                    .obs = n_obs > 0 ? ps->obs : NULL, .n_obs = n_obs};
-    qi_kv_policy_observe(ps->pol, &v, ps->attn);
-    qi_status rc = qi_kv_policy_select(ps->pol, &v, fate, err);
+    if (n_obs > 0) probe_weights(e, ps, g, st, hk, wk, g->n - n_obs, obs);
+    *out = (qi_kv_view){.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .n = n, .pos = vpos,
+                        .tier = vtier, .score = vscore, .n_new = g->n < nw ? g->n : nw, .cur_pos = cur,
+                        .budget = resolve_budget(e, cur), .probed = probed, .prompt_more = s->n_pending > g->n,
+                        .obs = n_obs > 0 ? obs : NULL, .n_obs = n_obs};
+    *attn = w_attn;
+}
+
+/* Show the nh streams (segment g, layer l, KV heads hk0..hk0+nh-1) to the
+ * policy and write their decisions to fate[0..nh) (each stream's working
+ * then offloaded tokens); the scores go back to the streams, the fates are
+ * applied later. Touches only these streams and ps, so the streams of
+ * different units run on different threads at once. */
+static qi_status decide_streams(const qi_engine *e, pol_scratch *ps, seq_state *s, const segment *g,
+                                const qi_attn_paged_args *a, int l, int hk0, long k0, int nh, uint8_t *const *fate,
+                                qi_err *err) {
+    qi_kv_view v[MAX_TOGETHER];
+    float *attn[MAX_TOGETHER];
+    for (int r = 0; r < nh; r++) view_stream(e, ps, r, s, g, a, l, hk0 + r, k0 + r, &v[r], &attn[r]);
+    qi_status rc = qi_kv_policy_decide(ps->pol, v, nh, (const float *const *)attn, fate, err);
     if (rc) return rc;
-    memcpy(st->work.score, ps->vscore, sizeof(float) * (size_t)nw);
-    if (no > 0) memcpy(st->off.score, ps->vscore + nw, sizeof(float) * (size_t)no);
+    for (int r = 0; r < nh; r++) {
+        qi_kv_stream *st = stream_of(e, s, l, hk0 + r);
+        const int nw = st->work.n, no = st->off.n;
+        memcpy(st->work.score, v[r].score, sizeof(float) * (size_t)nw);
+        if (no > 0) memcpy(st->off.score, v[r].score + nw, sizeof(float) * (size_t)no);
+    }
     return QI_OK;
 }
 
 /* The policy's decisions for a layer's streams, stream k = segment k / Hkv,
- * KV head k % Hkv, shared out over the host threads in ranges of k. */
+ * KV head k % Hkv, shared out over the host threads in ranges of units: a
+ * stream each, or a segment's Hkv streams together when the policy decides
+ * a layer's KV heads together (ada=). */
 typedef struct {
     qi_engine *e;
     const segment *segs;
@@ -947,18 +983,17 @@ typedef struct {
 static void policy_work(void *arg, int ith, int nth) {
     policy_job *j = arg;
     qi_engine *e = j->e;
-    const int Hkv = e->m->hp.n_head_kv;
+    const int Hkv = e->m->hp.n_head_kv, nh = qi_kv_policy_heads_together(e->pol) ? Hkv : 1;
     pol_scratch *ps = &e->ps[ith];
     long lo, hi;
-    qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
-    for (long k = lo; k < hi; k++) {
+    qi_split((long)j->n_seg * (Hkv / nh), ith, nth, &lo, &hi);
+    for (long u = lo; u < hi; u++) {
+        const long k = u * nh; /* the unit's first stream */
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
         const segment *g = &j->segs[i];
-        const qi_kv_stream *sm = stream_of(e, &e->seqs[g->id], j->l, hk);
-        const uint16_t *const *wk = e->kst_at && e->kst_at[k] >= 0 ? e->kst_blk + e->kst_at[k]
-                                                                    : (const uint16_t *const *)sm->work.k_blk;
-        qi_status st = decide_stream(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, wk, e->fates + e->fate_off[k],
-                                     &ps->err);
+        uint8_t *fate[MAX_TOGETHER];
+        for (int r = 0; r < nh; r++) fate[r] = e->fates + e->fate_off[k + r];
+        qi_status st = decide_streams(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, k, nh, fate, &ps->err);
         if (st) {
             ps->err_k = k;
             ps->err_st = st;

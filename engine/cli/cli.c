@@ -303,7 +303,10 @@ void qi_cli_kv_help(void) {
            "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
            "      --kv-param K=V,...  policy parameters (repeatable); any policy also takes\n"
            "                          pyramid=B in [0, 1): budgets falling linearly from the\n"
-           "                          lowest budgeted layer to the highest, same total (PyramidKV)\n");
+           "                          lowest budgeted layer to the highest, same total (PyramidKV);\n"
+           "                          a scored policy also takes ada=F in [0, 1]: a layer's budget\n"
+           "                          shared among its KV heads by their scores, each sure of\n"
+           "                          (1-F) of it, same total (Ada-KV)\n");
 }
 
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {

@@ -20,35 +20,20 @@
 #include "kv/rank_int.h"
 
 typedef struct {
-    qi_kv_policy base;
+    qi_kv_scored sc;
     double heavy; /* fraction of the budget for heavy hitters */
-    qi_kv_scratch scratch;
 } h2o_policy;
 
 extern const qi_kv_policy_i qi_kv_h2o_policy;
-
-static void h2o_free(qi_kv_policy *pp) {
-    h2o_policy *p = (h2o_policy *)pp;
-    if (!p) return;
-    qi_kv_scratch_fini(&p->scratch);
-    qi_free(p);
-}
 
 static qi_status h2o_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"heavy", NULL};
     double heavy;
     qi_status st = qi_params_check_known(params, "h2o", known, err);
     if (!st) st = qi_params_double(params, "h2o", "heavy", 0.5, 0.0, 1.0, &heavy, err);
+    if (!st) st = qi_kv_scored_new(&qi_kv_h2o_policy, sizeof(h2o_policy), out, err);
     if (st) return st;
-    h2o_policy *p = qi_calloc(1, sizeof *p);
-    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "h2o: out of memory");
-    p->base.iface = &qi_kv_h2o_policy;
-    p->heavy = heavy;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
-        h2o_free(&p->base);
-        return st;
-    }
-    *out = &p->base;
+    ((h2o_policy *)*out)->heavy = heavy;
     return QI_OK;
 }
 
@@ -58,20 +43,9 @@ static void h2o_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
 
 static void h2o_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     h2o_policy *p = (h2o_policy *)pp;
-    const int budget = v->budget;
-    int m = qi_kv_rank_begin(v, false, fate);
-    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
-        qi_kv_rank_mark_by_pos(v, fate, budget, true, QI_KV_KEEP);
-        qi_kv_rank_finish(v, fate, QI_KV_DROP);
-        return;
-    }
-    const int heavy = qi_kv_heavy_count(budget, p->heavy), recent = budget - heavy;
-    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
-    qi_kv_item *it = p->scratch.items;
-    int r = qi_kv_rank_gather(v, fate, it);
-    qi_kv_rank_top_by_score(it, r, heavy);
-    for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
-    qi_kv_rank_finish(v, fate, QI_KV_DROP);
+    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    qi_kv_rank_begin(v, false, fate);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, NULL, QI_KV_DROP);
 }
 
 const qi_kv_policy_i qi_kv_h2o_policy = {
@@ -82,5 +56,5 @@ const qi_kv_policy_i qi_kv_h2o_policy = {
     .create = h2o_create,
     .observe = h2o_observe,
     .select = h2o_select,
-    .free = h2o_free,
+    .free = qi_kv_scored_free,
 };

@@ -37,22 +37,14 @@
 #include "kv/rank_int.h"
 
 typedef struct {
-    qi_kv_policy base;
+    qi_kv_scored sc;
     double heavy, tau_init, tau_end;
     long steps;
     uint64_t seed;
     bool noise;
-    qi_kv_scratch scratch;
 } kf_policy;
 
 extern const qi_kv_policy_i qi_kv_keyformer_policy;
-
-static void kf_free(qi_kv_policy *pp) {
-    kf_policy *p = (kf_policy *)pp;
-    if (!p) return;
-    qi_kv_scratch_fini(&p->scratch);
-    qi_free(p);
-}
 
 static qi_status kf_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"heavy", "tau_init", "tau_end", "steps", "noise", "seed", NULL};
@@ -67,21 +59,15 @@ static qi_status kf_create(const qi_params *params, int n_layer, qi_kv_policy **
     if (!st) st = qi_params_int(params, who, "steps", 2048, 1, 1L << 30, &steps, err);
     if (!st) st = qi_params_bool(params, who, "noise", true, &noise, err);
     if (!st) st = qi_params_int(params, who, "seed", 1, 0, 1L << 30, &seed, err);
+    if (!st) st = qi_kv_scored_new(&qi_kv_keyformer_policy, sizeof(kf_policy), out, err);
     if (st) return st;
-    kf_policy *p = qi_calloc(1, sizeof *p);
-    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "keyformer: out of memory");
-    p->base.iface = &qi_kv_keyformer_policy;
+    kf_policy *p = (kf_policy *)*out;
     p->heavy = heavy;
     p->tau_init = tau_init;
     p->tau_end = tau_end;
     p->steps = steps;
     p->noise = noise;
     p->seed = (uint64_t)seed;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
-        kf_free(&p->base);
-        return st;
-    }
-    *out = &p->base;
     return QI_OK;
 }
 
@@ -120,7 +106,7 @@ static void kf_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
     for (int i = 0; i < v->n; i++) total += attn[i] > 0 ? attn[i] : 0;
     if (!(total > 0)) return;
     const double inv_tau = 1.0 / kf_tau(p, v->cur_pos);
-    qi_kv_item *keep = v->n <= p->scratch.cap ? p->scratch.items : NULL;
+    qi_kv_item *keep = v->n <= p->sc.scratch.cap ? p->sc.scratch.items : NULL;
     double z = 0.0;
     for (int i = 0; i < v->n; i++) {
         if (!(attn[i] > 0)) continue;
@@ -137,20 +123,9 @@ static void kf_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
 
 static void kf_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     kf_policy *p = (kf_policy *)pp;
-    const int budget = v->budget;
-    int m = qi_kv_rank_begin(v, false, fate);
-    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
-        qi_kv_rank_mark_by_pos(v, fate, budget, true, QI_KV_KEEP);
-        qi_kv_rank_finish(v, fate, QI_KV_DROP);
-        return;
-    }
-    const int heavy = qi_kv_heavy_count(budget, p->heavy), recent = budget - heavy;
-    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
-    qi_kv_item *it = p->scratch.items;
-    int r = qi_kv_rank_gather(v, fate, it);
-    qi_kv_rank_top_by_score(it, r, heavy);
-    for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
-    qi_kv_rank_finish(v, fate, QI_KV_DROP);
+    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    qi_kv_rank_begin(v, false, fate);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, NULL, QI_KV_DROP);
 }
 
 const qi_kv_policy_i qi_kv_keyformer_policy = {
@@ -161,5 +136,5 @@ const qi_kv_policy_i qi_kv_keyformer_policy = {
     .create = kf_create,
     .observe = kf_observe,
     .select = kf_select,
-    .free = kf_free,
+    .free = qi_kv_scored_free,
 };

@@ -38,7 +38,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 2u
+#define QI_KV_POLICY_VERSION 3u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -100,6 +100,11 @@ typedef struct {
      * before the end of the prompt, where the question usually is.
      * Optional: NULL or 0 means none (evict segment by segment). */
     int (*obs_window)(const qi_kv_policy *p);
+    /* A stored score as a rank comparable across a layer's KV heads, higher
+     * better (scissorhands: minus the unimportant steps its bit mask
+     * counts). Read by the per-head budgets (ada=). Optional: NULL means
+     * the score itself. */
+    float (*rank)(float score);
 } qi_kv_policy_i;
 
 /* Every policy object starts with its interface. The fields after it
@@ -112,7 +117,15 @@ struct qi_kv_policy {
      * (1 + B) x budget to (1 - B) x budget, rounded so that their sum is
      * the layers' count x budget; 0 is the same budget on every layer. */
     double pyramid;
+    /* ada=F (Ada-KV's head budgets), in [0, 1]: a (sequence, layer)'s KV
+     * heads are decided together, each head sure of floor((1 - F) x
+     * budget) tokens (at least one) and the rest of the layer's heads x
+     * budget going to the best ranks over all of them; 0 is the same
+     * budget for every head. Only for policies with observe(). */
+    double ada;
     int n_layer;
+    struct qi_kv_item *ada_items; /* the ranking scratch of ada=, grown on use */
+    int ada_cap;
 };
 
 /* registry.c: the policies, NULL-terminated. */
@@ -122,7 +135,7 @@ extern const qi_kv_policy_i *const qi_kv_policies[];
 const qi_kv_policy_i *qi_kv_policy_find(const char *name);
 
 /* Create by name; an unknown name is an error listing the known ones.
- * The registry's own options (pyramid=) are taken out of params before
+ * The registry's own options (pyramid=, ada=) are taken out of params before
  * the policy sees them. */
 qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_layer, qi_kv_policy **out,
                               qi_err *err);
@@ -142,6 +155,20 @@ bool qi_kv_policy_exempt(const qi_kv_policy *p, int layer);
  * to it. */
 int qi_kv_policy_layer_budget(const qi_kv_policy *p, int layer, int budget);
 bool qi_kv_policy_probe(const qi_kv_policy *p, long step);
+/* With ada= a (sequence, layer)'s KV heads are decided together, by
+ * qi_kv_policy_decide over all of them, not stream by stream. */
+bool qi_kv_policy_heads_together(const qi_kv_policy *p);
+/* observe() then select() for the n streams of one (sequence, layer), one
+ * per KV head, v[h] showing head h (attn[h] its weights, fate[h] its
+ * decision; every v[h].budget the nominal budget). Without ada= (or with
+ * n = 1) it is qi_kv_policy_observe and qi_kv_policy_select on each; with
+ * it, after observing all, the layer's budget (pyramid= applied) times n
+ * is shared among the heads (qi_kv_rank_ada_budgets in rank_int.h) and
+ * each select() is shown and held to its head's share. If the scratch for
+ * that cannot grow, every head gets the layer's budget. Errors as
+ * qi_kv_policy_select's, for the first head that fails. */
+qi_status qi_kv_policy_decide(qi_kv_policy *p, qi_kv_view *v, int n, const float *const *attn, uint8_t *const *fate,
+                              qi_err *err);
 int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
 const char *qi_kv_policy_name(const qi_kv_policy *p);
 void qi_kv_policy_free(qi_kv_policy *p); /* NULL is a no-op */

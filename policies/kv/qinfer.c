@@ -116,10 +116,7 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
                     qi_params_get(params, "decay"));
     long judge, pool;
     if (!st) st = qi_params_int(params, who, "judge", 0, 0, 65536, &judge, err);
-    if (!st) st = qi_params_int(params, who, "pool", 7, 1, 1023, &pool, err);
-    if (!st && pool % 2 == 0)
-        st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'pool' must be odd (a window centred on the token), "
-                                         "got %ld", pool);
+    if (!st) st = qi_kv_params_pool(params, who, &pool, err);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");

@@ -161,8 +161,6 @@ static int cmp_score(const qi_kv_item *a, const qi_kv_item *b) {
     return newer_first(a, b);
 }
 
-
-
 static void swap_items(qi_kv_item *a, qi_kv_item *b) {
     const qi_kv_item t = *a;
     *a = *b;
@@ -190,6 +188,87 @@ void qi_kv_rank_top_by_score(qi_kv_item *it, int n, int k) {
         else if (k - 1 >= i) lo = i;
         else break;
     }
+}
+
+void qi_kv_rank_recent_top(const qi_kv_view *v, uint8_t *fate, qi_kv_scratch *s, int recent, int heavy,
+                           float (*key)(float), uint8_t evict) {
+    int m = 0;
+    for (int i = 0; i < v->n; i++) m += fate[i] == QI_KV_UNDECIDED;
+    if (m <= recent + heavy || (heavy > 0 && !qi_kv_scratch_reserve(s, m))) {
+        qi_kv_rank_mark_by_pos(v, fate, recent + heavy, true, QI_KV_KEEP);
+        qi_kv_rank_finish(v, fate, evict);
+        return;
+    }
+    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
+    if (heavy > 0) {
+        qi_kv_item *it = s->items;
+        const int r = qi_kv_rank_gather(v, fate, it);
+        if (key)
+            for (int i = 0; i < r; i++) it[i].score = key(it[i].score);
+        qi_kv_rank_top_by_score(it, r, heavy);
+        for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
+    }
+    qi_kv_rank_finish(v, fate, evict);
+}
+
+void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, double ada, float (*rank)(float),
+                            qi_kv_item *items, int *out) {
+    int f = qi_kv_heavy_count(budget, 1.0 - ada);
+    if (f < 1) f = 1;
+    /* Each head's tokens, its f_h best moved to the front of its run and
+     * the rest packed after the previous heads' rest: the pool. A slot is
+     * numbered across the heads (base + slot), which orders equal scores
+     * and positions by head and tells whose a pooled token is. */
+    long R = (long)n * budget;
+    int pooled = 0, base = 0;
+    for (int h = 0; h < n; h++) {
+        qi_kv_item *run = items + pooled;
+        for (int i = 0; i < v[h].n; i++)
+            run[i] = (qi_kv_item){rank ? rank(v[h].score[i]) : v[h].score[i], v[h].pos[i], base + i};
+        const int fh = f < v[h].n ? f : v[h].n;
+        qi_kv_rank_top_by_score(run, v[h].n, fh);
+        out[h] = fh;
+        R -= fh;
+        for (int i = fh; i < v[h].n; i++) items[pooled++] = run[i];
+        base += v[h].n;
+    }
+    if (R <= 0 || pooled == 0) return;
+    const int won = R < pooled ? (int)R : pooled;
+    qi_kv_rank_top_by_score(items, pooled, won);
+    for (int k = 0; k < won; k++) {
+        int h = 0, b = 0;
+        while (items[k].slot >= b + v[h].n) b += v[h++].n;
+        out[h]++;
+    }
+}
+
+qi_status qi_kv_scored_new(const qi_kv_policy_i *pi, size_t size, qi_kv_policy **out, qi_err *err) {
+    *out = NULL;
+    qi_kv_scored *p = qi_calloc(1, size);
+    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory", pi->name);
+    p->base.iface = pi;
+    qi_status st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err);
+    if (st) {
+        qi_free(p);
+        return st;
+    }
+    *out = &p->base;
+    return QI_OK;
+}
+
+void qi_kv_scored_free(qi_kv_policy *pp) {
+    qi_kv_scored *p = (qi_kv_scored *)pp;
+    if (!p) return;
+    qi_kv_scratch_fini(&p->scratch);
+    qi_free(p);
+}
+
+qi_status qi_kv_params_pool(const qi_params *params, const char *who, long *pool, qi_err *err) {
+    qi_status st = qi_params_int(params, who, "pool", 7, 1, 1023, pool, err);
+    if (!st && *pool % 2 == 0)
+        st = QI_ERR(err, QI_ERR_INVALID, "%s: parameter 'pool' must be odd (a window centred on the token), got %ld",
+                    who, *pool);
+    return st;
 }
 
 static int by_position(const void *a, const void *b) {

@@ -32,7 +32,7 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
 /* Every token still undecided gets `to`. */
 void qi_kv_rank_finish(const qi_kv_view *v, uint8_t *fate, uint8_t to);
 
-typedef struct {
+typedef struct qi_kv_item {
     float score;
     int32_t pos;
     int32_t slot; /* index into the view */
@@ -61,6 +61,50 @@ int qi_kv_rank_gather(const qi_kv_view *v, const uint8_t *fate, qi_kv_item *item
  * NaN scores rank last. The order is total, so the set is the one a sort
  * would put first. */
 void qi_kv_rank_top_by_score(qi_kv_item *items, int n, int k);
+
+/* The rule h2o, keyformer, tova, scissorhands and snapkv share, on the
+ * competitors qi_kv_rank_begin labelled: keep the `recent` newest, then the
+ * `heavy` best by score (key(score) when key is not NULL: a policy whose
+ * stored score is not its rank, as scissorhands' bit masks), and give the
+ * rest `evict`. All are kept when they fit in recent + heavy; if the
+ * scratch cannot grow to rank them, the recent + heavy newest are kept, a
+ * decision that needs no memory. */
+void qi_kv_rank_recent_top(const qi_kv_view *v, uint8_t *fate, qi_kv_scratch *s, int recent, int heavy,
+                           float (*key)(float), uint8_t evict);
+
+/* Ada-KV's budgets (Feng et al., 2024) for the n KV heads of one
+ * (sequence, layer), v[h] head h after observe(): every token a view holds
+ * (both tiers, since an offloaded token may be recalled) is a candidate,
+ * ranked by rank(score) (NULL: the score) under the order of
+ * qi_kv_rank_top_by_score, equal scores and positions going to the
+ * higher head. Each head is sure of its f_h = min(f, its tokens) best,
+ * where f = floor((1 - ada) x budget) raised to 1 (Ada-KV's safeguard: no
+ * head starves); the other R = n x budget - sum f_h go to the R best of
+ * all heads' remaining candidates. out[h] = f_h + what head h won there,
+ * so the budgets sum to n x budget (less only when fewer tokens are held).
+ * items needs room for the views' tokens together; no allocation. */
+void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, double ada, float (*rank)(float),
+                            qi_kv_item *items, int *out);
+
+/* A scored policy's object starts with this: its base, then the scratch
+ * for score ranking. */
+typedef struct {
+    qi_kv_policy base;
+    qi_kv_scratch scratch;
+} qi_kv_scored;
+
+/* create()'s shared tail for a scored policy: a zeroed object of size
+ * bytes (a struct whose first member is a qi_kv_scored) with its interface
+ * set and a scratch of QI_KV_SCRATCH_INIT items; QI_ERR_NOMEM naming the
+ * policy, nothing allocated, on failure. */
+qi_status qi_kv_scored_new(const qi_kv_policy_i *pi, size_t size, qi_kv_policy **out, qi_err *err);
+/* Frees such an object (its scratch, then it); NULL is a no-op. A policy
+ * with no other allocation uses it as its free(). */
+void qi_kv_scored_free(qi_kv_policy *p);
+
+/* The `pool` parameter of an observation window's vote (snapkv, qinfer
+ * judge=): an odd kernel in [1, 1023], default 7. */
+qi_status qi_kv_params_pool(const qi_params *params, const char *who, long *pool, qi_err *err);
 
 /* SnapKV's pooled vote: out[slot] = the largest obs[] among the tokens
  * within kernel / 2 places of it in position order (a max pool over the

@@ -17,7 +17,17 @@
  * The wrappers also apply the options every policy takes: pyramid=, the
  * layer budgets of PyramidKV (Cai et al., "PyramidKV: Dynamic KV Cache
  * Compression based on Pyramidal Information Funneling", 2024), by showing
- * the policy a view with its layer's budget and holding it to that.
+ * the policy a view with its layer's budget and holding it to that; and
+ * ada=, the head budgets of Ada-KV (Feng et al., "Ada-KV: Optimizing KV
+ * Cache Eviction by Adaptive Budget Allocation for Efficient LLM
+ * Inference", 2024): qi_kv_policy_decide observes a (sequence, layer)'s KV
+ * heads, shares the layer's budget among them by their ranked scores
+ * (rank.c) and shows each select() its head's share. Both are options of
+ * the registry rather than of each policy because they only move budget
+ * between the streams a policy already decides; the policy's rule inside
+ * a stream is unchanged. Ada-KV ranks on the policy's own scores, so a
+ * policy without observe() (full, window, streaming) has none and refuses
+ * ada=.
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +35,7 @@
 #include <string.h>
 
 #include "kv/kv_policy.h"
+#include "kv/rank_int.h"
 
 #define QI_KV_POLICY_LIST(X)                                                                                   \
     X(full)                                                                                                    \
@@ -70,13 +81,20 @@ qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_l
     /* the registry's options, then the rest for the policy */
     qi_params own;
     qi_params_init(&own);
-    double pyramid = 0.0;
+    double pyramid = 0.0, ada = 0.0;
     for (int i = 0; params && i < params->n; i++)
-        if (strcmp(params->items[i].key, "pyramid") != 0) own.items[own.n++] = params->items[i];
+        if (strcmp(params->items[i].key, "pyramid") != 0 && strcmp(params->items[i].key, "ada") != 0)
+            own.items[own.n++] = params->items[i];
     qi_status st = qi_params_double(params, pi->name, "pyramid", 0.0, 0.0, 1.0, &pyramid, err);
     if (!st && !(pyramid < 1.0))
         st = QI_ERR(err, QI_ERR_INVALID, "%s: parameter 'pyramid' must be a number in [0, 1), got '%s'", pi->name,
                     qi_params_get(params, "pyramid"));
+    if (!st) st = qi_params_double(params, pi->name, "ada", 0.0, 0.0, 1.0, &ada, err);
+    if (!st && ada > 0 && !pi->observe)
+        st = QI_ERR(err, QI_ERR_INVALID,
+                    "%s: parameter 'ada' shares a layer's budget among its KV heads by the policy's scores, and "
+                    "'%s' keeps none (name a scored policy: h2o, qinfer, tova, scissorhands, keyformer, snapkv)",
+                    pi->name, pi->name);
     if (st) return st;
     qi_kv_policy *p = NULL;
     st = pi->create(&own, n_layer, &p, err);
@@ -86,6 +104,7 @@ qi_status qi_kv_policy_create(const char *name, const qi_params *params, int n_l
         return QI_ERR(err, QI_ERR_BACKEND, "KV policy '%s': create returned no policy of its own", pi->name);
     }
     p->pyramid = pyramid;
+    p->ada = ada;
     p->n_layer = n_layer;
     *out = p;
     return QI_OK;
@@ -131,17 +150,27 @@ int qi_kv_policy_obs_window(const qi_kv_policy *p) {
 const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
 
 void qi_kv_policy_free(qi_kv_policy *p) {
-    if (p) p->iface->free(p);
+    if (!p) return;
+    qi_free(p->ada_items);
+    p->iface->free(p);
 }
 
-qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err) {
-    const char *name = p->iface->name;
+bool qi_kv_policy_heads_together(const qi_kv_policy *p) { return p->ada > 0; }
+
+static qi_status bad_view(const qi_kv_policy *p, const qi_kv_view *v, const uint8_t *fate, qi_err *err) {
     if (v->n < 0 || v->budget < 1 || (v->n > 0 && !fate))
-        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad view (n %d, budget %d, fate %s)", name, v->n,
-                      v->budget, fate ? "set" : "NULL");
+        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad view (n %d, budget %d, fate %s)", p->iface->name,
+                      v->n, v->budget, fate ? "set" : "NULL");
+    return QI_OK;
+}
+
+/* select() shown the view with `budget` (its layer's, or its head's share
+ * of the layer's), and held to it. */
+static qi_status select_within(qi_kv_policy *p, const qi_kv_view *v, int budget, uint8_t *fate, qi_err *err) {
+    const char *name = p->iface->name;
     if (v->n == 0) return QI_OK;
-    qi_kv_view lv = *v; /* the layer's share of the budget */
-    lv.budget = qi_kv_policy_layer_budget(p, v->layer, v->budget);
+    qi_kv_view lv = *v;
+    lv.budget = budget;
     v = &lv;
     memset(fate, 0xFF, (size_t)v->n); /* poison: an unwritten fate is caught below */
     p->iface->select(p, v, fate);
@@ -159,5 +188,59 @@ qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fat
                       "KV policy '%s' broke its contract: kept %d tokens, over the budget of %d (layer %d, KV "
                       "head %d)",
                       name, keep, v->budget, v->layer, v->kv_head);
+    return QI_OK;
+}
+
+qi_status qi_kv_policy_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate, qi_err *err) {
+    qi_status st = bad_view(p, v, fate, err);
+    return st ? st : select_within(p, v, qi_kv_policy_layer_budget(p, v->layer, v->budget), fate, err);
+}
+
+/* The heads' budgets under ada=, into out[n]; false (uniform budgets) when
+ * the layer is exempt, a prompt is still being read by a policy that
+ * judges it at its end, or the scratch cannot grow. */
+static bool ada_budgets(qi_kv_policy *p, const qi_kv_view *v, int n, int budget, int *out) {
+    if (qi_kv_policy_exempt(p, v[0].layer) || (v[0].prompt_more && qi_kv_policy_obs_window(p) > 0)) return false;
+    long total = 0;
+    for (int h = 0; h < n; h++) total += v[h].n;
+    if (total > INT32_MAX) return false;
+    if (total > p->ada_cap) {
+        qi_kv_item *it = qi_realloc(p->ada_items, (size_t)total * sizeof *it);
+        if (!it) return false;
+        p->ada_items = it;
+        p->ada_cap = (int)total;
+    }
+    qi_kv_rank_ada_budgets(v, n, budget, p->ada, p->iface->rank, p->ada_items, out);
+    return true;
+}
+
+/* Head budgets for at most this many KV heads at once; a model with more
+ * is decided in groups of this many. */
+#define ADA_MAX_HEADS 64
+
+qi_status qi_kv_policy_decide(qi_kv_policy *p, qi_kv_view *v, int n, const float *const *attn, uint8_t *const *fate,
+                              qi_err *err) {
+    qi_status st;
+    for (int h = 0; h < n; h++)
+        if ((st = bad_view(p, &v[h], fate[h], err))) return st;
+    if (!(p->ada > 0) || n < 2) {
+        for (int h = 0; h < n; h++) {
+            qi_kv_policy_observe(p, &v[h], attn[h]);
+            if ((st = qi_kv_policy_select(p, &v[h], fate[h], err))) return st;
+        }
+        return QI_OK;
+    }
+    for (int h0 = 0; h0 < n; h0 += ADA_MAX_HEADS) {
+        const int g = n - h0 < ADA_MAX_HEADS ? n - h0 : ADA_MAX_HEADS;
+        int budgets[ADA_MAX_HEADS];
+        for (int h = h0; h < h0 + g; h++) qi_kv_policy_observe(p, &v[h], attn[h]);
+        const int lb = qi_kv_policy_layer_budget(p, v[h0].layer, v[h0].budget);
+        const bool ada = ada_budgets(p, v + h0, g, lb, budgets);
+        for (int h = h0; h < h0 + g; h++) {
+            /* a head with nothing to keep still shows select() a budget of one */
+            const int b = !ada ? lb : budgets[h - h0] > 0 ? budgets[h - h0] : 1;
+            if ((st = select_within(p, &v[h], b, fate[h], err))) return st;
+        }
+    }
     return QI_OK;
 }

@@ -29,20 +29,12 @@
 #define SH_MAX_HISTORY 24
 
 typedef struct {
-    qi_kv_policy base;
+    qi_kv_scored sc;
     int history;
     double heavy;
-    qi_kv_scratch scratch;
 } sh_policy;
 
 extern const qi_kv_policy_i qi_kv_scissorhands_policy;
-
-static void sh_free(qi_kv_policy *pp) {
-    sh_policy *p = (sh_policy *)pp;
-    if (!p) return;
-    qi_kv_scratch_fini(&p->scratch);
-    qi_free(p);
-}
 
 static qi_status sh_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"history", "heavy", NULL};
@@ -52,17 +44,11 @@ static qi_status sh_create(const qi_params *params, int n_layer, qi_kv_policy **
     qi_status st = qi_params_check_known(params, who, known, err);
     if (!st) st = qi_params_int(params, who, "history", 16, 1, SH_MAX_HISTORY, &history, err);
     if (!st) st = qi_params_double(params, who, "heavy", 0.5, 0.0, 1.0, &heavy, err);
+    if (!st) st = qi_kv_scored_new(&qi_kv_scissorhands_policy, sizeof(sh_policy), out, err);
     if (st) return st;
-    sh_policy *p = qi_calloc(1, sizeof *p);
-    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "scissorhands: out of memory");
-    p->base.iface = &qi_kv_scissorhands_policy;
+    sh_policy *p = (sh_policy *)*out;
     p->history = (int)history;
     p->heavy = heavy;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
-        sh_free(&p->base);
-        return st;
-    }
-    *out = &p->base;
     return QI_OK;
 }
 
@@ -87,30 +73,18 @@ static void sh_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
     }
 }
 
-static int popcount24(uint32_t m) {
+/* A token's rank: minus its unimportant steps, so the fewest rank first. */
+static float sh_rank(float mask) {
     int c = 0;
-    for (; m; m &= m - 1) c++;
-    return c;
+    for (uint32_t m = (uint32_t)mask; m; m &= m - 1) c++;
+    return -(float)c;
 }
 
 static void sh_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     sh_policy *p = (sh_policy *)pp;
-    const int budget = v->budget;
-    int m = qi_kv_rank_begin(v, false, fate);
-    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
-        qi_kv_rank_mark_by_pos(v, fate, budget, true, QI_KV_KEEP);
-        qi_kv_rank_finish(v, fate, QI_KV_DROP);
-        return;
-    }
-    const int heavy = qi_kv_heavy_count(budget, p->heavy), recent = budget - heavy;
-    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
-    qi_kv_item *it = p->scratch.items;
-    int r = qi_kv_rank_gather(v, fate, it);
-    /* fewest unimportant steps first */
-    for (int i = 0; i < r; i++) it[i].score = -(float)popcount24((uint32_t)it[i].score);
-    qi_kv_rank_top_by_score(it, r, heavy);
-    for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
-    qi_kv_rank_finish(v, fate, QI_KV_DROP);
+    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    qi_kv_rank_begin(v, false, fate);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, sh_rank, QI_KV_DROP);
 }
 
 const qi_kv_policy_i qi_kv_scissorhands_policy = {
@@ -121,5 +95,6 @@ const qi_kv_policy_i qi_kv_scissorhands_policy = {
     .create = sh_create,
     .observe = sh_observe,
     .select = sh_select,
-    .free = sh_free,
+    .free = qi_kv_scored_free,
+    .rank = sh_rank,
 };

@@ -31,19 +31,11 @@
 #include "kv/rank_int.h"
 
 typedef struct {
-    qi_kv_policy base;
+    qi_kv_scored sc;
     int window, pool;
-    qi_kv_scratch scratch;
 } snapkv_policy;
 
 extern const qi_kv_policy_i qi_kv_snapkv_policy;
-
-static void snapkv_free(qi_kv_policy *pp) {
-    snapkv_policy *p = (snapkv_policy *)pp;
-    if (!p) return;
-    qi_kv_scratch_fini(&p->scratch);
-    qi_free(p);
-}
 
 static qi_status snapkv_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"window", "pool", NULL};
@@ -51,21 +43,12 @@ static qi_status snapkv_create(const qi_params *params, int n_layer, qi_kv_polic
     long window, pool;
     qi_status st = qi_params_check_known(params, who, known, err);
     if (!st) st = qi_params_int(params, who, "window", 32, 1, 65536, &window, err);
-    if (!st) st = qi_params_int(params, who, "pool", 7, 1, 1023, &pool, err);
-    if (!st && pool % 2 == 0)
-        st = QI_ERR(err, QI_ERR_INVALID, "snapkv: parameter 'pool' must be odd (a window centred on the token), "
-                                         "got %ld", pool);
+    if (!st) st = qi_kv_params_pool(params, who, &pool, err);
+    if (!st) st = qi_kv_scored_new(&qi_kv_snapkv_policy, sizeof(snapkv_policy), out, err);
     if (st) return st;
-    snapkv_policy *p = qi_calloc(1, sizeof *p);
-    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "snapkv: out of memory");
-    p->base.iface = &qi_kv_snapkv_policy;
+    snapkv_policy *p = (snapkv_policy *)*out;
     p->window = (int)window;
     p->pool = (int)pool;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
-        snapkv_free(&p->base);
-        return st;
-    }
-    *out = &p->base;
     return QI_OK;
 }
 
@@ -77,8 +60,8 @@ static void snapkv_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
         for (int i = 0; i < v->n; i++) v->score[i] += attn[i];
         return;
     }
-    if (p->pool > 1 && qi_kv_scratch_reserve(&p->scratch, v->n))
-        qi_kv_rank_pool_max(v, v->obs, p->pool, p->scratch.items, v->score);
+    if (p->pool > 1 && qi_kv_scratch_reserve(&p->sc.scratch, v->n))
+        qi_kv_rank_pool_max(v, v->obs, p->pool, p->sc.scratch.items, v->score);
     else
         for (int i = 0; i < v->n; i++) v->score[i] = v->obs[i];
 }
@@ -86,25 +69,13 @@ static void snapkv_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
 static void snapkv_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     snapkv_policy *p = (snapkv_policy *)pp;
     const int budget = v->budget;
-    int m = qi_kv_rank_begin(v, false, fate);
-    if (v->prompt_more || m <= budget) {
+    qi_kv_rank_begin(v, false, fate);
+    if (v->prompt_more) {
         qi_kv_rank_finish(v, fate, QI_KV_KEEP);
         return;
     }
-    const int recent = p->window < budget ? p->window : budget, heavy = budget - recent;
-    if (heavy > 0 && !qi_kv_scratch_reserve(&p->scratch, m)) {
-        qi_kv_rank_mark_by_pos(v, fate, budget, true, QI_KV_KEEP);
-        qi_kv_rank_finish(v, fate, QI_KV_DROP);
-        return;
-    }
-    qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
-    if (heavy > 0) {
-        qi_kv_item *it = p->scratch.items;
-        int r = qi_kv_rank_gather(v, fate, it);
-        qi_kv_rank_top_by_score(it, r, heavy);
-        for (int k = 0; k < heavy && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
-    }
-    qi_kv_rank_finish(v, fate, QI_KV_DROP);
+    const int recent = p->window < budget ? p->window : budget;
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, recent, budget - recent, NULL, QI_KV_DROP);
 }
 
 const qi_kv_policy_i qi_kv_snapkv_policy = {
@@ -116,5 +87,5 @@ const qi_kv_policy_i qi_kv_snapkv_policy = {
     .observe = snapkv_observe,
     .select = snapkv_select,
     .obs_window = snapkv_obs_window,
-    .free = snapkv_free,
+    .free = qi_kv_scored_free,
 };

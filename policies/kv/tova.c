@@ -22,33 +22,12 @@
 #include "kv/kv_policy.h"
 #include "kv/rank_int.h"
 
-typedef struct {
-    qi_kv_policy base;
-    qi_kv_scratch scratch;
-} tova_policy;
-
 extern const qi_kv_policy_i qi_kv_tova_policy;
-
-static void tova_free(qi_kv_policy *pp) {
-    tova_policy *p = (tova_policy *)pp;
-    if (!p) return;
-    qi_kv_scratch_fini(&p->scratch);
-    qi_free(p);
-}
 
 static qi_status tova_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {NULL};
     qi_status st = qi_params_check_known(params, "tova", known, err);
-    if (st) return st;
-    tova_policy *p = qi_calloc(1, sizeof *p);
-    if (!p) return QI_ERR(err, QI_ERR_NOMEM, "tova: out of memory");
-    p->base.iface = &qi_kv_tova_policy;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
-        tova_free(&p->base);
-        return st;
-    }
-    *out = &p->base;
-    return QI_OK;
+    return st ? st : qi_kv_scored_new(&qi_kv_tova_policy, sizeof(qi_kv_scored), out, err);
 }
 
 static void tova_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
@@ -57,19 +36,8 @@ static void tova_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
 }
 
 static void tova_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
-    tova_policy *p = (tova_policy *)pp;
-    const int budget = v->budget;
-    int m = qi_kv_rank_begin(v, false, fate);
-    if (m <= budget || !qi_kv_scratch_reserve(&p->scratch, m)) {
-        qi_kv_rank_mark_by_pos(v, fate, budget, true, QI_KV_KEEP);
-        qi_kv_rank_finish(v, fate, QI_KV_DROP);
-        return;
-    }
-    qi_kv_item *it = p->scratch.items;
-    int r = qi_kv_rank_gather(v, fate, it);
-    qi_kv_rank_top_by_score(it, r, budget);
-    for (int k = 0; k < budget && k < r; k++) fate[it[k].slot] = QI_KV_KEEP;
-    qi_kv_rank_finish(v, fate, QI_KV_DROP);
+    qi_kv_rank_begin(v, false, fate);
+    qi_kv_rank_recent_top(v, fate, &((qi_kv_scored *)pp)->scratch, 0, v->budget, NULL, QI_KV_DROP);
 }
 
 const qi_kv_policy_i qi_kv_tova_policy = {
@@ -80,5 +48,5 @@ const qi_kv_policy_i qi_kv_tova_policy = {
     .create = tova_create,
     .observe = tova_observe,
     .select = tova_select,
-    .free = tova_free,
+    .free = qi_kv_scored_free,
 };

@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for c in agree needle; do
   if expect_ok "$Q" $c --help; then
     grep -q "usage: qinfer $c" "$tmp/out" || bad "$c --help prints no usage"
-    for f in --kv-policy --kv-budget --kv-param; do
+    for f in --kv-policy --kv-budget --kv-param pyramid=B ada=F; do
       grep -q -- "$f" "$tmp/out" || bad "$c --help does not mention $f"
     done
   fi
@@ -44,6 +44,8 @@ M=(-m smollm2-135m -t 2)
 # The policy reports its own parameter errors, and a budgeted policy needs a budget.
 expect_fail 2 "h2o: parameter 'heavy'" "$Q" agree "${M[@]}" -p x --kv-policy h2o --kv-budget 50% --kv-param heavy=abc
 expect_fail 2 "needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy window
+expect_fail 2 "window: parameter 'ada' shares a layer's budget among its KV heads by the policy's scores" \
+  "$Q" agree "${M[@]}" -p x --kv-policy window --kv-budget 50% --kv-param ada=0.5
 # A budget for a policy that keeps every token is refused, naming the ones that take it.
 for c in "agree -p x" "needle" "ppl -f devil"; do
   # shellcheck disable=SC2086 # the command and its own arguments
@@ -71,6 +73,12 @@ if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy
   grep -q "policy window, budget 16 tokens, prompt 64 tokens, 16 steps" "$tmp/out" || bad "agree window header: $(cat "$tmp/out")"
   grep -Eq "^agree: top-1 [0-9.]+% \([0-9]+/16\), mean KL [0-9.]+e[-+][0-9]+ nats, max KL [0-9.]+e[-+][0-9]+, working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" ||
     bad "agree window result: $(cat "$tmp/out")"
+fi
+
+# Head budgets (ada=) move tokens between a layer's KV heads, never add any:
+# still 1440 working tokens.
+if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy h2o --kv-budget 16 --kv-param ada=0.8; then
+  grep -Eq "working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" || bad "agree h2o ada=0.8: $(cat "$tmp/out")"
 fi
 
 # A small needle run: a table with one row and the overall line (accuracy not asserted).

@@ -601,9 +601,11 @@ START_TEST(policy_batched_equals_separate) {
     policy_batched_vs_separate("scissorhands", "history=4");
     policy_batched_vs_separate("keyformer", "steps=64");
     policy_batched_vs_separate("h2o", "pyramid=0.5");
+    policy_batched_vs_separate("scissorhands", "history=4,ada=0.5"); /* KV heads decided together */
     /* prompts of several chunks, judged at their end */
     g_pb_step_tokens = 16;
     policy_batched_vs_separate("snapkv", "window=4");
+    policy_batched_vs_separate("snapkv", "window=4,ada=1");
     policy_batched_vs_separate("qinfer", "judge=4,probe_every=2");
     g_pb_step_tokens = 0;
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
@@ -612,14 +614,16 @@ END_TEST
 
 /* A policy with an observation window keeps a prompt of several chunks
  * whole until its last chunk, then cuts it to the budget; h2o cuts it
- * chunk by chunk. Prompt 40 tokens in chunks of 16, budget 16 tokens. */
+ * chunk by chunk, and with ada= (budgets moved between KV heads) keeps the
+ * same total. Prompt 40 tokens in chunks of 16, budget 16 tokens. */
 START_TEST(prompt_judged_at_its_end) {
     if (!g_model) return;
-    static const char *const pol[][2] = {{"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0"}, {"h2o", ""}};
+    static const char *const pol[][2] = {
+        {"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0"}, {"h2o", ""}, {"h2o", "ada=1"}};
     const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
     int32_t ids[40];
     make_ids(ids, 40, 17, g_model->hp.n_vocab);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         g_pb_step_tokens = 16;
         qi_engine *eng = make_policy_engine(pol[k][0], pol[k][1], 2, 1);
         g_pb_step_tokens = 0;
@@ -637,6 +641,25 @@ START_TEST(prompt_judged_at_its_end) {
                           pol[k][0], step, st.work_tokens, want);
         }
         ck_assert_int_eq(qi_engine_seq_pending(eng, id), 0);
+        if (k == 3) { /* ada=1: every layer holds Hkv x 16, some not 16 a head */
+            int uneven = 0;
+            for (int l = 0; l < L; l++) {
+                int sum = 0, first = -1;
+                bool differ = false;
+                for (int hk = 0; hk < Hkv; hk++) {
+                    const int32_t *pos;
+                    const float *score;
+                    const int n = qi_engine_kv_stream_tokens(eng, id, l, hk, 0, &pos, &score);
+                    sum += n;
+                    differ |= first >= 0 && n != first;
+                    first = n;
+                }
+                ck_assert_msg(sum == PB_BUDGET * Hkv, "ada=1 layer %d: %d working tokens over its heads", l, sum);
+                uneven += differ;
+            }
+            ck_assert_msg(Hkv == 1 || uneven > 0, "ada=1: every layer's heads kept the same count");
+            printf("ada=1: %d of %d layers with budgets moved between KV heads\n", uneven, L);
+        }
         qi_engine_free(eng);
     }
 }

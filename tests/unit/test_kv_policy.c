@@ -123,6 +123,8 @@ static int bits_set(float mask) {
 
 static int g_key; /* the rule's key, for better() */
 
+static float sh_rank_ref(float mask) { return -(float)bits_set(mask); }
+
 static float key_of(const tview *t, int i) {
     return g_key == KEY_FEWEST_BITS ? -(float)bits_set(t->score[i]) : t->score[i];
 }
@@ -853,6 +855,243 @@ START_TEST(pyramid_budgets_keep_the_total) {
 }
 END_TEST
 
+/* ---- Ada-KV's head budgets (ada=) -----------------------------------------
+ * The brute force: every token of every head ranked by counting the tokens
+ * that beat it (higher rank key, then newer position, then the higher head,
+ * then the higher slot); a head's floor is its f_h best within itself, and
+ * of the rest the R best over all heads are won. */
+
+#define ADA_HEADS 5
+
+/* Does token (h, i) beat token (g, j)? key: KEY_SCORE or KEY_FEWEST_BITS. */
+static bool ada_beats(tview *const *t, int key, int h, int i, int g, int j) {
+    g_key = key;
+    const float a = key_of(t[h], i), b = key_of(t[g], j);
+    if (a != b) return a > b;
+    if (t[h]->pos[i] != t[g]->pos[j]) return t[h]->pos[i] > t[g]->pos[j];
+    return h != g ? h > g : i > j;
+}
+
+/* Per head: floor[h][i] (in its head's f_h best) and the budgets. */
+static void ada_oracle(tview *const *t, int n, int budget, double ada, int key, int *budgets,
+                       uint8_t floor_of[][MAXN], uint8_t won[][MAXN]) {
+    int f = (int)floor((double)budget * (1.0 - ada) + 1e-9);
+    if (f < 1) f = 1;
+    if (f > budget) f = budget;
+    long R = (long)n * budget;
+    for (int h = 0; h < n; h++) {
+        const int fh = f < t[h]->v.n ? f : t[h]->v.n;
+        for (int i = 0; i < t[h]->v.n; i++) {
+            int above = 0;
+            for (int j = 0; j < t[h]->v.n; j++) above += ada_beats(t, key, h, j, h, i);
+            floor_of[h][i] = above < fh;
+        }
+        budgets[h] = fh;
+        R -= fh;
+    }
+    for (int h = 0; h < n; h++)
+        for (int i = 0; i < t[h]->v.n; i++) {
+            won[h][i] = 0;
+            if (floor_of[h][i]) continue;
+            long above = 0;
+            for (int g = 0; g < n; g++)
+                for (int j = 0; j < t[g]->v.n; j++) above += !floor_of[g][j] && ada_beats(t, key, g, j, h, i);
+            if (above < R) {
+                won[h][i] = 1;
+                budgets[h]++;
+            }
+        }
+}
+
+static uint8_t g_floor[ADA_HEADS][MAXN], g_won[ADA_HEADS][MAXN];
+
+/* qi_kv_rank_ada_budgets against the brute force on random heads (some
+ * empty, some smaller than the floor, tied scores, shuffled slots), and
+ * the budgets' sum: the heads times the budget, or every token held when
+ * there are fewer. */
+START_TEST(ada_budgets_match_brute_force) {
+    uint64_t rng = 91;
+    static const double adas[] = {0.0, 0.2, 0.5, 0.9, 1.0};
+    tview *t[ADA_HEADS];
+    for (int h = 0; h < ADA_HEADS; h++) t[h] = tv_new(0, 1, 3);
+    qi_kv_item *items = malloc(sizeof *items * ADA_HEADS * 200);
+    ck_assert_ptr_nonnull(items);
+    for (int it = 0; it < 400; it++) {
+        const int n = 1 + (int)(qi_test_rand(&rng) % ADA_HEADS), budget = 1 + (int)(qi_test_rand(&rng) % 60);
+        const double ada = adas[qi_test_rand(&rng) % 5];
+        const int key = it % 4 == 3 ? KEY_FEWEST_BITS : KEY_SCORE;
+        long held = 0;
+        for (int h = 0; h < n; h++) {
+            const int m = (int)(qi_test_rand(&rng) % 8 == 0 ? qi_test_rand(&rng) % 3 : qi_test_rand(&rng) % 200);
+            random_view(t[h], &rng, m, 0.1, 1);
+            if (key == KEY_FEWEST_BITS)
+                for (int i = 0; i < m; i++) t[h]->score[i] = (float)(qi_test_rand(&rng) % 64);
+            held += m;
+        }
+        qi_kv_view v[ADA_HEADS];
+        for (int h = 0; h < n; h++) v[h] = t[h]->v;
+        int got[ADA_HEADS], want[ADA_HEADS];
+        qi_kv_rank_ada_budgets(v, n, budget, ada, key == KEY_FEWEST_BITS ? sh_rank_ref : NULL, items, got);
+        ada_oracle(t, n, budget, ada, key, want, g_floor, g_won);
+        long sum = 0;
+        for (int h = 0; h < n; h++) {
+            ck_assert_msg(got[h] == want[h], "case %d (heads %d, budget %d, ada %g): head %d budget %d, oracle %d", it,
+                          n, budget, ada, h, got[h], want[h]);
+            sum += got[h];
+        }
+        const long full = (long)n * budget;
+        ck_assert_msg(sum == (held < full ? held : full), "case %d: budgets sum to %ld of %ld (held %ld)", it, sum,
+                      full, held);
+        /* ada 0 with every head full is the uniform budget (a head holding
+         * fewer tokens than its floor leaves the rest to the others) */
+        bool all_full = true;
+        for (int h = 0; h < n; h++) all_full &= t[h]->v.n >= budget;
+        for (int h = 0; ada == 0.0 && all_full && h < n; h++) ck_assert_int_eq(got[h], budget);
+    }
+    free(items);
+    for (int h = 0; h < ADA_HEADS; h++) free(t[h]);
+}
+END_TEST
+
+/* Decide n heads through qi_kv_policy_decide, attention all zero (h2o's
+ * and snapkv's scores stay as set) or, for scissorhands, all equal. */
+static void decide_heads(qi_kv_policy *p, tview *const *t, int n) {
+    static float zero[MAXN], one[MAXN];
+    for (int i = 0; i < MAXN; i++) one[i] = 1.0f;
+    const bool sh = strcmp(qi_kv_policy_name(p), "scissorhands") == 0;
+    qi_kv_view v[ADA_HEADS];
+    const float *attn[ADA_HEADS];
+    uint8_t *fate[ADA_HEADS];
+    for (int h = 0; h < n; h++) {
+        v[h] = t[h]->v;
+        attn[h] = sh ? one : zero;
+        fate[h] = t[h]->fate;
+    }
+    qi_err e = {0};
+    ck_assert_msg(qi_kv_policy_decide(p, v, n, attn, fate, &e) == QI_OK, "%s", e.msg);
+}
+
+/* Two heads of ten tokens, budget 4 each, h2o keeping only scores: head 0
+ * scores 10..19 by position, head 1 scores 0..9. ada=1: head 1 is sure of
+ * its best token only, and head 0 wins the other six; ada=0.5: two and
+ * six; ada=0: four each. */
+START_TEST(ada_moves_budget_to_the_heavier_head) {
+    static const struct {
+        const char *spec;
+        int k0, k1;
+    } cases[] = {{"heavy=1,ada=1", 7, 1}, {"heavy=1,ada=0.5", 6, 2}, {"heavy=1", 4, 4}, {"heavy=1,ada=0", 4, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *p = make("h2o", cases[c].spec);
+        tview *t[2] = {tv_new(10, 4, 1), tv_new(10, 4, 1)};
+        t[1]->v.kv_head = 1;
+        for (int i = 0; i < 10; i++) {
+            t[0]->score[i] = 10.0f + (float)i;
+            t[1]->score[i] = (float)i;
+        }
+        ck_assert(qi_kv_policy_heads_together(p) == (strstr(cases[c].spec, "ada=0.5") || strstr(cases[c].spec, "ada=1")));
+        decide_heads(p, t, 2);
+        int32_t keep0[10], keep1[10];
+        for (int i = 0; i < cases[c].k0; i++) keep0[i] = 9 - i;
+        for (int i = 0; i < cases[c].k1; i++) keep1[i] = 9 - i;
+        expect_kept(t[0], keep0, cases[c].k0, QI_KV_DROP);
+        expect_kept(t[1], keep1, cases[c].k1, QI_KV_DROP);
+        qi_kv_policy_free(p);
+        free(t[0]);
+        free(t[1]);
+    }
+}
+END_TEST
+
+/* Through the wrapper, on random heads: h2o and tova with heavy scores
+ * only keep exactly the oracle's floors and winnings; scissorhands
+ * (heavy=1, ranked by its rank()) likewise on its masks; h2o at its
+ * default split keeps each head's budget, which sum to the heads times the
+ * layer's budget (pyramid= applied first). */
+START_TEST(ada_policies_keep_the_oracle_set) {
+    static const struct {
+        const char *name, *spec;
+        int key;
+        bool exact;
+    } cases[] = {{"h2o", "heavy=1,ada=0.5", KEY_SCORE, true},
+                 {"tova", "ada=1", KEY_SCORE, true},
+                 {"scissorhands", "heavy=1,ada=0.7", KEY_FEWEST_BITS, true},
+                 {"h2o", "ada=0.8,pyramid=0.5", KEY_SCORE, false},
+                 {"snapkv", "window=3,ada=0.5", KEY_SCORE, false}};
+    uint64_t rng = 5;
+    tview *t[ADA_HEADS];
+    for (int h = 0; h < ADA_HEADS; h++) t[h] = tv_new(0, 1, 5);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *p = make(cases[c].name, cases[c].spec);
+        for (int it = 0; it < 60; it++) {
+            const int n = 2 + (int)(qi_test_rand(&rng) % (ADA_HEADS - 1)), budget = 1 + (int)(qi_test_rand(&rng) % 50);
+            for (int h = 0; h < n; h++) {
+                random_view(t[h], &rng, (int)(qi_test_rand(&rng) % 150), 0.0, 1);
+                t[h]->v.kv_head = h;
+                t[h]->v.budget = budget;
+                if (cases[c].key == KEY_FEWEST_BITS)
+                    for (int i = 0; i < t[h]->v.n; i++) t[h]->score[i] = (float)(qi_test_rand(&rng) % 4096);
+            }
+            decide_heads(p, t, n);
+            /* the oracle on the scores after observe() */
+            const int lb = qi_kv_policy_layer_budget(p, 5, budget);
+            int want[ADA_HEADS];
+            const double ada = atof(strstr(cases[c].spec, "ada=") + 4);
+            ada_oracle(t, n, lb, ada, cases[c].key, want, g_floor, g_won);
+            long kept = 0, held = 0;
+            for (int h = 0; h < n; h++) {
+                int k = 0;
+                for (int i = 0; i < t[h]->v.n; i++) {
+                    k += t[h]->fate[i] == QI_KV_KEEP;
+                    if (cases[c].exact)
+                        ck_assert_msg((t[h]->fate[i] == QI_KV_KEEP) == (g_floor[h][i] || g_won[h][i]),
+                                      "%s %s case %d head %d slot %d (position %d): fate %u, oracle %s", cases[c].name,
+                                      cases[c].spec, it, h, i, t[h]->pos[i], t[h]->fate[i],
+                                      g_floor[h][i] ? "floor" : g_won[h][i] ? "won" : "evict");
+                }
+                ck_assert_msg(k == want[h], "%s %s case %d head %d: kept %d, budget %d", cases[c].name, cases[c].spec,
+                              it, h, k, want[h]);
+                kept += k;
+                held += t[h]->v.n;
+            }
+            const long full = (long)n * lb;
+            ck_assert_int_eq(kept, held < full ? held : full);
+        }
+        qi_kv_policy_free(p);
+    }
+    for (int h = 0; h < ADA_HEADS; h++) free(t[h]);
+}
+END_TEST
+
+static void noop_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {}
+
+/* The wrapper holds each head to its share, not to the nominal budget:
+ * a policy keeping 60 tokens a head passes at budget 60 uniform and fails
+ * where ada= gives the lighter head less. */
+START_TEST(ada_wrapper_holds_heads_to_their_share) {
+    static const qi_kv_policy_i KEEP60 = {
+        .version = QI_KV_POLICY_VERSION, .name = "planted_60", .select = keep_60, .observe = noop_observe};
+    tview *t[2] = {tv_new(200, 60, 0), tv_new(200, 60, 0)};
+    t[1]->v.kv_head = 1;
+    for (int i = 0; i < 200; i++) {
+        t[0]->score[i] = 2.0f;
+        t[1]->score[i] = 1.0f;
+    }
+    static float zero[200];
+    qi_kv_view v[2] = {t[0]->v, t[1]->v};
+    const float *attn[2] = {zero, zero};
+    uint8_t *fate[2] = {t[0]->fate, t[1]->fate};
+    qi_err e = {0};
+    qi_kv_policy k60 = {.iface = &KEEP60, .n_layer = N_LAYER};
+    ck_assert_int_eq(qi_kv_policy_decide(&k60, v, 2, attn, fate, &e), QI_OK);
+    k60.ada = 0.5; /* head 1 is sure of 30 only; head 0 wins the other 60 */
+    ck_assert_int_eq(qi_kv_policy_decide(&k60, v, 2, attn, fate, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "kept 60 tokens, over the budget of 30") && strstr(e.msg, "KV head 1"), "%s", e.msg);
+    qi_free(k60.ada_items);
+    free(t[0]);
+    free(t[1]);
+}
+END_TEST
+
 /* ---- scores against their definitions -------------------------------------
  * A decoding run where the test keeps every token's weight at every step
  * and recomputes each policy's score from its definition after every
@@ -1321,6 +1560,9 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("qinfer", "pool=2", N_LAYER, (const char *[]){"qinfer", "'pool'", "odd", NULL});
     expect_create_fails("qinfer", "judge=-1", N_LAYER, (const char *[]){"qinfer", "'judge'", NULL});
     expect_create_fails("h2o", "pyramid=1", N_LAYER, (const char *[]){"h2o", "'pyramid'", "[0, 1)", NULL});
+    expect_create_fails("h2o", "ada=1.5", N_LAYER, (const char *[]){"h2o", "'ada'", NULL});
+    expect_create_fails("window", "ada=0.5", N_LAYER, (const char *[]){"window", "'ada'", "scored policy", NULL});
+    expect_create_fails("full", "ada=0.2", N_LAYER, (const char *[]){"full", "'ada'", NULL});
     expect_create_fails("snapkv", "pyramid=-0.1", N_LAYER, (const char *[]){"snapkv", "'pyramid'", NULL});
     expect_create_fails("tova", "heavy=0.5", N_LAYER, (const char *[]){"tova", "'heavy'", NULL});
     expect_create_fails("scissorhands", "history=25", N_LAYER,
@@ -1438,6 +1680,10 @@ int main(void) {
     tcase_add_test(tc, qinfer_judges_the_prompt_at_its_end);
     tcase_add_test(tc, pool_max_matches_brute_force);
     tcase_add_test(tc, pyramid_budgets_keep_the_total);
+    tcase_add_test(tc, ada_budgets_match_brute_force);
+    tcase_add_test(tc, ada_moves_budget_to_the_heavier_head);
+    tcase_add_test(tc, ada_policies_keep_the_oracle_set);
+    tcase_add_test(tc, ada_wrapper_holds_heads_to_their_share);
     tcase_add_test(tc, top_by_score_selects_the_best);
     tcase_add_test(tc, policies_match_oracle_on_random_views);
     tcase_add_test(tc, policies_match_oracle_while_decoding);
