@@ -39,17 +39,14 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/perplexity.h"
 #include "qinfer/tokenizer.h"
 #include "sha256.h"
 #include "threadpool.h"
 
-double lq_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double lq_now(void) { return qi_measure_now(); }
 
 /* ---- models -------------------------------------------------------------------- */
 
