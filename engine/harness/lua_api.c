@@ -772,6 +772,7 @@ int luaopen_qinfer(lua_State *L) {
     lua_pop(L, 1);
     luaL_newlib(L, k_functions);
     luaL_setfuncs(L, lq_measure_functions, 0);
+    luaL_setfuncs(L, lq_serve_functions, 0);
     lq_set_str(L, "version", QI_VERSION);
     return 1;
 }

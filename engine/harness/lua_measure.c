@@ -192,6 +192,24 @@ static size_t read_file(lua_State *L, const char *path, char **slot) {
     return len;
 }
 
+const char *lq_model_corpus(lua_State *L, lq_model *mb, const char *corpus, lq_scratch *s) {
+    qi_err err = {0};
+    char path[1024];
+    if (qi_cache_resolve(corpus, "corpus", path, sizeof path, &err)) lq_fail(L, &err);
+    if (!mb->corpus_ids || strcmp(mb->corpus, path) != 0) {
+        qi_free(mb->corpus_ids);
+        mb->corpus_ids = NULL;
+        mb->corpus[0] = 0;
+        size_t len = read_file(L, path, &s->text);
+        /* llama-perplexity drops one trailing newline before tokenising */
+        if (len > 0 && s->text[len - 1] == '\n') len--;
+        if (qi_tokenize(mb->m->tok, s->text, len, true, false, &mb->corpus_ids, &mb->n_corpus_ids, &err))
+            lq_fail(L, &err);
+        snprintf(mb->corpus, sizeof mb->corpus, "%s", path);
+    }
+    return mb->corpus;
+}
+
 /* qinfer.perplexity(model, corpus, {ctx=512, chunks, decode, batch=4, kv_...})
  * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, seconds}; as
  * `qinfer ppl` computes it (decode mode implied by a KV policy or budget).
@@ -211,19 +229,7 @@ static int l_perplexity(lua_State *L) {
 
     lq_scratch *s = lq_scratch_push(L);
     qi_err err = {0};
-    char path[1024];
-    if (qi_cache_resolve(corpus, "corpus", path, sizeof path, &err)) return lq_fail(L, &err);
-    if (!mb->corpus_ids || strcmp(mb->corpus, path) != 0) {
-        qi_free(mb->corpus_ids);
-        mb->corpus_ids = NULL;
-        mb->corpus[0] = 0;
-        size_t len = read_file(L, path, &s->text);
-        /* llama-perplexity drops one trailing newline before tokenising */
-        if (len > 0 && s->text[len - 1] == '\n') len--;
-        if (qi_tokenize(mb->m->tok, s->text, len, true, false, &mb->corpus_ids, &mb->n_corpus_ids, &err))
-            return lq_fail(L, &err);
-        snprintf(mb->corpus, sizeof mb->corpus, "%s", path);
-    }
+    const char *path = lq_model_corpus(L, mb, corpus, s);
     size_t n_ids = mb->n_corpus_ids;
     if (n_ids < 2 * (size_t)n_ctx)
         return luaL_error(L, "%s is %d tokens; perplexity at ctx %d needs at least %d", path, (int)n_ids, n_ctx,
@@ -337,6 +343,42 @@ static void push_summary(lua_State *L, const char *k, const qi_measure_summary *
     lua_setfield(L, -2, k);
 }
 
+void lq_push_run(lua_State *L, const qi_run_metrics *rm_) {
+    const qi_run_metrics rm = *rm_;
+    lq_set_int(L, "n_requests", rm.n_requests);
+    lq_set_int(L, "n_done", rm.n_done);
+    lq_set_int(L, "n_rejected", rm.n_rejected);
+    lq_set_int(L, "n_good", rm.n_good);
+    lq_set_int(L, "prompt_tokens", rm.prompt_tokens);
+    lq_set_int(L, "output_tokens", rm.output_tokens);
+    lq_set_num(L, "duration_s", rm.duration_s);
+    lq_set_num(L, "requests_per_s", rm.requests_per_s);
+    lq_set_num(L, "output_tokens_per_s", rm.output_tokens_per_s);
+    lq_set_num(L, "total_tokens_per_s", rm.total_tokens_per_s);
+    lq_set_num(L, "goodput_req_per_s", rm.goodput_req_per_s);
+    push_summary(L, "ttft", &rm.ttft);
+    push_summary(L, "tpot", &rm.tpot);
+    push_summary(L, "itl", &rm.itl);
+    push_summary(L, "e2e", &rm.e2e);
+    push_summary(L, "queue", &rm.queue);
+    lua_newtable(L);
+    const char *name, *unit;
+    double v;
+    int k = 0;
+    for (int i = 0; qi_measure_run_metric(&rm, i, &name, &unit, &v); i++) {
+        if (!name) continue;
+        lua_createtable(L, 3, 0);
+        lua_pushstring(L, name);
+        lua_rawseti(L, -2, 1);
+        lua_pushnumber(L, v);
+        lua_rawseti(L, -2, 2);
+        lua_pushstring(L, unit);
+        lua_rawseti(L, -2, 3);
+        lua_rawseti(L, -2, ++k);
+    }
+    lua_setfield(L, -2, "metrics");
+}
+
 /* Field k of the table at idx as a number; def when absent. */
 static double req_num(lua_State *L, int idx, lua_Integer i, const char *k, double def) {
     int t = lua_getfield(L, idx, k);
@@ -410,38 +452,7 @@ static int l_measure_requests(lua_State *L) {
     qi_err err = {0};
     if (qi_measure_run(tl, (long)n, &slo, &rm, &err)) return lq_fail(L, &err);
     lua_createtable(L, 0, 16);
-    lq_set_int(L, "n_requests", rm.n_requests);
-    lq_set_int(L, "n_done", rm.n_done);
-    lq_set_int(L, "n_rejected", rm.n_rejected);
-    lq_set_int(L, "n_good", rm.n_good);
-    lq_set_int(L, "prompt_tokens", rm.prompt_tokens);
-    lq_set_int(L, "output_tokens", rm.output_tokens);
-    lq_set_num(L, "duration_s", rm.duration_s);
-    lq_set_num(L, "requests_per_s", rm.requests_per_s);
-    lq_set_num(L, "output_tokens_per_s", rm.output_tokens_per_s);
-    lq_set_num(L, "total_tokens_per_s", rm.total_tokens_per_s);
-    lq_set_num(L, "goodput_req_per_s", rm.goodput_req_per_s);
-    push_summary(L, "ttft", &rm.ttft);
-    push_summary(L, "tpot", &rm.tpot);
-    push_summary(L, "itl", &rm.itl);
-    push_summary(L, "e2e", &rm.e2e);
-    push_summary(L, "queue", &rm.queue);
-    lua_newtable(L);
-    const char *name, *unit;
-    double v;
-    int k = 0;
-    for (int i = 0; qi_measure_run_metric(&rm, i, &name, &unit, &v); i++) {
-        if (!name) continue;
-        lua_createtable(L, 3, 0);
-        lua_pushstring(L, name);
-        lua_rawseti(L, -2, 1);
-        lua_pushnumber(L, v);
-        lua_rawseti(L, -2, 2);
-        lua_pushstring(L, unit);
-        lua_rawseti(L, -2, 3);
-        lua_rawseti(L, -2, ++k);
-    }
-    lua_setfield(L, -2, "metrics");
+    lq_push_run(L, &rm);
     return 1;
 }
 

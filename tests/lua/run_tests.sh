@@ -28,7 +28,9 @@
 #   measure     qinfer.measure_requests on a hand-made timeline (the C
 #               definitions, the metric names, refusals); then, with the
 #               model, bench's batched rate and qinfer.throughput's under
-#               the fake clock (QINFER_FAKE_CLOCK): one definition, one number
+#               the fake clock (QINFER_FAKE_CLOCK): one definition, one number;
+#               test_serve.lua: workloads (seeds, traces, refusals) and,
+#               with the model, qinfer.serve (nothing lost, reasons)
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -573,6 +575,7 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   ;;
 measure)
   expect_ok "$Q" lua test_measure.lua
+  expect_ok "$Q" lua test_serve.lua
   if ((!have_model)); then echo "skipped: smollm2-135m not cached (models/fetch.sh smollm2-135m)"; exit 77; fi
   # bench's batched row and qinfer.throughput run one definition: under the
   # fake clock (one tick a read) both give batch / tick exactly, 3 / 0.001
@@ -582,6 +585,7 @@ measure)
   lua=$(QINFER_FAKE_CLOCK=0.001 "$Q" lua -t 2 test_measure.lua throughput 2>"$tmp/err")
   [[ $lua == "3000.000000 0.006000" ]] && ok || bad "qinfer.throughput under the fake clock: '$lua', want '3000.000000 0.006000' $(head -c 300 "$tmp/err")"
   [[ ${lua%% *} == "$bench" ]] && ok || bad "bench ($bench t/s) and Lua (${lua%% *} t/s) disagree on one run"
+  expect_ok "$Q" lua -t 2 test_serve.lua model
   ;;
 *)
   echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results, measure)" >&2
