@@ -315,7 +315,40 @@ fig_needle() {
   done <<<"$settings"
 }
 
+# ---- latency_throughput: the serving frontier per KV policy -------------------------------------
+fig_frontier() {
+  local fig=latency_throughput db=$db_dir/latency_throughput.db exp=latency_throughput
+  check "$fig" "$db" "$exp" latency_throughput.lua "throughput.output_tokens_per_s[max_batch=16]" \
+    "tpot.p99_s[max_batch=16]" || return
+  local where pol
+  where="$(done_runs "$db" "$exp") AND $(cfg rate) > 0"
+  pol="$(cfg kv_policy) || CASE WHEN $(cfg kv_policy) <> 'full' AND $(cfg kv_budget) IS NOT NULL
+       THEN ' ' || CAST(round($(cfg kv_budget) * 100) AS INT) || '%' ELSE '' END"
+  : >"$work/$fig.dat"
+  : >"$work/$fig.titles"
+  local i=0 s
+  while IFS= read -r s; do
+    [[ -n $s ]] || continue
+    ((i > 0)) && printf '\n\n' >>"$work/$fig.dat"
+    q "$db" "SELECT avg(CASE WHEN $label = 'throughput.output_tokens_per_s[max_batch=16]' THEN m.value END),
+                    avg(CASE WHEN $label = 'tpot.p99_s[max_batch=16]' THEN m.value END) * 1000, $(cfg rate)
+             FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where AND ($pol) = '${s//\'/\'\'}'
+             GROUP BY $(cfg rate) ORDER BY $(cfg rate)" | tr '\t' ' ' >>"$work/$fig.dat" ||
+      { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+    printf '"%s" ' "$s" >>"$work/$fig.titles"
+    i=$((i + 1))
+  done < <(q "$db" "SELECT DISTINCT $pol FROM runs r WHERE $where ORDER BY r.id")
+  local sim mark=""
+  sim=$(simulated "$db" "$exp" "tpot.p99_s[max_batch=16]")
+  [[ $sim == 1 ]] && mark=" (simulated)"
+  render "$fig" latency_throughput.gp "data='$work/$fig.dat'" "n=$i" "bound_ms=250" \
+    "titles=$(gp_str "$(cat "$work/$fig.titles")")" \
+    "heading=$(gp_title "Serving frontier: throughput against p99 time per output token$mark")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); Poisson arrivals (rate per point), continuous batching up to 16; $(hardware "$db" "$exp")")"
+}
+
 fig_quickstart
+fig_frontier
 fig_throughput
 fig_tpot
 fig_ppl_budget
