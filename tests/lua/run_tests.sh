@@ -586,6 +586,11 @@ measure)
   [[ $lua == "3000.000000 0.006000" ]] && ok || bad "qinfer.throughput under the fake clock: '$lua', want '3000.000000 0.006000' $(head -c 300 "$tmp/err")"
   [[ ${lua%% *} == "$bench" ]] && ok || bad "bench ($bench t/s) and Lua (${lua%% *} t/s) disagree on one run"
   expect_ok "$Q" lua -t 2 test_serve.lua model
+  # qinfer generate's TTFT and TPOT are the module's: under the fake clock the
+  # prompt spans one tick, each token one more
+  gen=$(QINFER_FAKE_CLOCK=0.001 "$Q" generate -t 2 -p "Once upon a time" -n 4 --temp 0 --ignore-eos 2>&1 >/dev/null | tail -1)
+  [[ $gen == "qinfer generate: TTFT 0.002 s, TPOT 0.0010 s (1000.0 t/s), end to end 0.005 s" ]] && ok ||
+    bad "qinfer generate's timing under the fake clock: '$gen'"
   ;;
 *)
   echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results, measure)" >&2
