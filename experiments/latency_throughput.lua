@@ -26,6 +26,8 @@
 --   throughput.total_tokens_per_s, goodput.requests_per_s, requests.done,
 --   requests.rejected, run.duration_s
 --   serve.preemptions     requests preempted by recompute          (1)
+--   request.ttft_s, request.tpot_s, request.e2e_s, request.queue_s   each request's own (s),
+--   request.preemptions, request.rejected (1): params {max_batch = B, request = i}
 --
 --   qinfer run experiments/latency_throughput.lua -t 2          -> results/latency_throughput.db
 --   qinfer run experiments/latency_throughput.lua -t 2 --set kv_policy=full
@@ -41,6 +43,15 @@ local function record(ctx, r, batch)
   local p = { params = { max_batch = batch } }
   for _, mt in ipairs(r.metrics) do ctx.metric(mt[1], mt[2], mt[3], p) end
   ctx.metric("serve.preemptions", r.n_preemptions, "1", p)
+  -- each request's own figures, params {max_batch, request}
+  for i, q in ipairs(r.requests) do
+    local pq = { params = { max_batch = batch, request = i } }
+    for _, k in ipairs({ "ttft", "tpot", "e2e", "queue" }) do
+      if q[k .. "_s"] then ctx.metric("request." .. k .. "_s", q[k .. "_s"], "s", pq) end
+    end
+    ctx.metric("request.preemptions", q.preemptions, "1", pq)
+    ctx.metric("request.rejected", q.rejected and 1 or 0, "1", pq)
+  end
 end
 
 return {

@@ -6,7 +6,8 @@
  *       -> {{arrival, n_prompt, n_out, prompt_at}, ...}
  *   qinfer.serve(model, workload, {max_batch, max_step_tokens, kv_memory, queue_limit,
  *                max_preemptions, n_ctx, corpus, seed, ttft_slo_s, tpot_slo_s, kv_...})
- *       -> {requests = {...}, n_steps, n_preemptions, peak_kv_bytes, <the run's figures>}
+ *       -> {requests = {{..., ttft_s, tpot_s, e2e_s, queue_s}, ...}, n_steps, n_preemptions,
+ *           peak_kv_bytes, <the run's figures>}
  *
  * The run's figures are qi_measure_run's (the names of results/README.md in
  * `metrics`), so an experiment records what bench and the C API report.
@@ -223,6 +224,14 @@ static int l_serve(lua_State *L) {
         lq_set_int(L, "n_out", q->t.n_out);
         lq_set_int(L, "n_asked", q->n_asked);
         lq_set_int(L, "preemptions", q->preemptions);
+        qi_request_metrics rq;
+        qi_err rerr = {0};
+        if (qi_measure_request(&q->t, &rq, &rerr) == QI_OK) { /* NaN (undefined) figures are left out */
+            if (!isnan(rq.ttft_s)) lq_set_num(L, "ttft_s", rq.ttft_s);
+            if (!isnan(rq.tpot_s)) lq_set_num(L, "tpot_s", rq.tpot_s);
+            if (!isnan(rq.e2e_s)) lq_set_num(L, "e2e_s", rq.e2e_s);
+            if (!isnan(rq.queue_s)) lq_set_num(L, "queue_s", rq.queue_s);
+        }
         lua_pushboolean(L, q->t.rejected);
         lua_setfield(L, -2, "rejected");
         if (q->reason[0]) lq_set_str(L, "reason", q->reason);

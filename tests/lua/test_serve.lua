@@ -60,6 +60,10 @@ for i, q in ipairs(r.requests) do
     T.eq(#q.tokens, q.n_out, "a time per token")
     T.eq(#q.ids, q.n_out, "an id per token")
     T.ok(q.start >= q.arrival, "scheduled after it arrived")
+    T.near(q.ttft_s, q.tokens[1] - q.arrival, 1e-9, "its TTFT")
+    T.near(q.e2e_s, q.tokens[#q.tokens] - q.arrival, 1e-9, "its e2e")
+    T.near(q.queue_s, q.start - q.arrival, 1e-9, "its queueing delay")
+    if q.n_out > 1 then T.near(q.tpot_s, (q.e2e_s - q.ttft_s) / (q.n_out - 1), 1e-9, "its TPOT") end
   end
 end
 local names = {}
