@@ -1,0 +1,785 @@
+/* cmd_serve.c - `qinfer serve`: an OpenAI-compatible HTTP endpoint over the
+ * batched engine.
+ *
+ * HTTP is libmicrohttpd's (a thread per connection, so a handler may block
+ * while its request runs), JSON is cJSON's; nothing here parses either by
+ * hand. Each completion request becomes a qi_sreq handed to the engine
+ * thread (serve_loop.c), which batches every admitted request into one
+ * engine step. A non-streaming handler waits for its request to finish; a
+ * streaming one returns a response whose reader blocks until more text is
+ * ready and sends it as server-sent events, with a comment line every second
+ * of silence, so a client that went away is noticed (the write fails), the
+ * response is destroyed and its request cancelled, freeing its KV blocks.
+ *
+ * Built only when libmicrohttpd and cJSON are found (QI_HAVE_SERVE); without
+ * them the command says so.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef QI_HAVE_SERVE
+int qi_cmd_serve(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    qi_cli_error("serve", "not built: libmicrohttpd and cJSON were not found at configure time "
+                          "(apt-get install libmicrohttpd-dev libcjson-dev, then configure again)");
+    return QI_EXIT_RUNTIME;
+}
+#else
+
+#include <arpa/inet.h>
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "qinfer/chat.h"
+#include "qinfer/model_files.h"
+#include "serve.h"
+#include "threadpool.h"
+
+#define BODY_LIMIT (1u << 20) /* request bodies past 1 MiB get 413 */
+
+typedef struct {
+    qi_server srv;
+    const char *model_id;
+    qi_chat_template chat;
+    bool have_chat;
+    char chat_error[512];
+} app;
+
+/* One connection's request: its body as it arrives. */
+typedef struct {
+    char *body;
+    size_t n;
+    bool too_big, answered;
+} conn;
+
+static void help(void) {
+    printf(
+        "usage: qinfer serve [-m MODEL] [--host ADDR] [--port N] [options]\n\n"
+        "Serve the model over HTTP with an OpenAI-compatible API: POST /v1/completions and\n"
+        "/v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models,\n"
+        "/health and /metrics (Prometheus text). Concurrent requests share the engine's\n"
+        "steps (continuous batching). Stop with Ctrl-C; log lines go to stderr.\n\n"
+        "  -m, --model MODEL     GGUF path or cached short name (default smollm2-135m); the\n"
+        "                        API's model id is the name as given\n"
+        "      --host ADDR       IPv4 address to bind (default 127.0.0.1: this machine only)\n"
+        "      --port N          TCP port (default 8080; 0: any free one, printed at start)\n"
+        "      --max-batch N     requests run at once (default 8)\n"
+        "      --max-queue N     requests waiting at most; more get 429 (default 64)\n"
+        "  -c, --ctx N           context per request in tokens (default 2048, at most the model's)\n"
+        "  -t, --threads N       worker threads (default: physical cores)\n"
+        QI_CLI_REPACK_HELP
+        "      --attn-blas       the prompts' attention through OpenBLAS sgemm (not bit-exact)\n");
+    qi_cli_kv_help();
+    qi_cli_place_help();
+    printf("  -h, --help            this help\n\n"
+           "Requests: model, prompt (completions; a string or a list of one string) or\n"
+           "messages (chat: an optional system message, then one user message), max_tokens\n"
+           "(default 16; 0 with echo: the prompt's logprobs alone), temperature (default 1;\n"
+           "0: greedy), top_p, seed, stop (a string or up to 4), stream; completions also\n"
+           "echo and logprobs (0-5 alternatives per token).\n");
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, char *body) {
+    struct MHD_Response *rs = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!rs) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(rs, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(c, status, rs);
+    MHD_destroy_response(rs);
+    return ret;
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, cJSON *j) {
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) return MHD_NO;
+    return reply(c, status, "application/json", s);
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt,
+                                   ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt,
+                                   ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
+    return reply_json(c, status, j);
+}
+
+/* Text as valid UTF-8 (JSON strings must be): bytes that are not part of a
+ * well-formed character become U+FFFD. qi_malloc'ed, NULL when out of memory. */
+static char *utf8_clean(const char *s, size_t n) {
+    char *o = qi_malloc(n * 3 + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && c != 0 && i + (size_t)len <= n && !(len == 2 && c < 0xC2) && !(c > 0xF4);
+        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok) {
+            memcpy(p, s + i, (size_t)len);
+            p += len;
+            i += (size_t)len;
+        } else {
+            memcpy(p, "\xEF\xBF\xBD", 3);
+            p += 3;
+            i++;
+        }
+    }
+    *p = '\0';
+    return o;
+}
+
+static cJSON *json_text(const char *s, size_t n) {
+    char *t = utf8_clean(s, n);
+    cJSON *j = t ? cJSON_CreateString(t) : NULL;
+    qi_free(t);
+    return j;
+}
+
+/* ---- parsing a completion request ---------------------------------------------------- */
+
+typedef struct {
+    bool chat, stream, echo;
+    qi_sreq *r;
+    char *prompt_text; /* the prompt as sent (echo) */
+} job;
+
+/* Reads an optional number field; false (with *msg) when it is of the wrong type or range. */
+static bool opt_num(const cJSON *req, const char *key, double lo, double hi, double *v, char *msg, size_t cap) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, key);
+    if (!x || cJSON_IsNull(x)) return true;
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi)) {
+        snprintf(msg, cap, "'%s' must be a number in %g..%g", key, lo, hi);
+        return false;
+    }
+    *v = x->valuedouble;
+    return true;
+}
+
+static bool opt_bool(const cJSON *req, const char *key, bool *v, char *msg, size_t cap) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, key);
+    if (!x || cJSON_IsNull(x)) return true;
+    if (!cJSON_IsBool(x)) {
+        snprintf(msg, cap, "'%s' must be a boolean", key);
+        return false;
+    }
+    *v = cJSON_IsTrue(x);
+    return true;
+}
+
+static bool is_int(double v) { return v == floor(v); }
+
+/* The request's prompt text: a completion's prompt, or the chat formatted by
+ * the model's template. NULL with *msg on a bad request. */
+static char *prompt_of(app *ap, const cJSON *req, bool chat, char *msg, size_t cap) {
+    if (!chat) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
+        if (!cJSON_IsString(p)) {
+            snprintf(msg, cap, "'prompt' must be a string (or a list of one string)");
+            return NULL;
+        }
+        char *t = qi_malloc(strlen(p->valuestring) + 1);
+        if (t) strcpy(t, p->valuestring);
+        return t;
+    }
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(req, "messages");
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) < 1) {
+        snprintf(msg, cap, "'messages' must be a non-empty list");
+        return NULL;
+    }
+    const char *system = NULL, *user = NULL;
+    int n = cJSON_GetArraySize(ms);
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(ms, i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+            snprintf(msg, cap, "messages[%d] must have a string 'role' and a string 'content'", i);
+            return NULL;
+        }
+        if (!strcmp(role->valuestring, "system") && i == 0 && n > 1) system = content->valuestring;
+        else if (!strcmp(role->valuestring, "user") && i == n - 1) user = content->valuestring;
+        else {
+            snprintf(msg, cap, "messages: an optional system message then one user message are supported "
+                               "(the chat formatter takes one turn); messages[%d] is '%s'", i, role->valuestring);
+            return NULL;
+        }
+    }
+    if (!ap->have_chat) {
+        snprintf(msg, cap, "this model has no chat format: %.400s", ap->chat_error);
+        return NULL;
+    }
+    char *t = NULL;
+    qi_err err = {0};
+    if (qi_chat_format(&ap->chat, system, user, &t, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        return NULL;
+    }
+    return t;
+}
+
+/* Parses and checks a completion request into j (its qi_sreq made, not
+ * submitted). On a bad request: 0 with the reply queued. */
+static unsigned parse_job(app *ap, const char *body, size_t n, bool chat, job *j, char *msg, size_t cap,
+                          const char **etype) {
+    *etype = "invalid_request_error";
+    memset(j, 0, sizeof *j);
+    j->chat = chat;
+    cJSON *req = cJSON_ParseWithLength(body, n);
+    unsigned status = 400;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!req || !cJSON_IsObject(req)) {
+        snprintf(msg, cap, "the body is not a JSON object");
+        goto out;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+    if (model && !cJSON_IsNull(model) && (!cJSON_IsString(model) || strcmp(model->valuestring, ap->model_id))) {
+        snprintf(msg, cap, "unknown model %s%s%s: this server has '%s'", cJSON_IsString(model) ? "'" : "",
+                 cJSON_IsString(model) ? model->valuestring : "(not a string)", cJSON_IsString(model) ? "'" : "",
+                 ap->model_id);
+        *etype = "model_not_found";
+        goto out;
+    }
+    double max_tokens = 16, temp = 1.0, top_p = 1.0, seed = -1, logprobs = -1;
+    bool echo = false, stream = false;
+    if (!opt_num(req, "max_tokens", 0, 1 << 20, &max_tokens, msg, cap) ||
+        !opt_num(req, chat ? "max_completion_tokens" : "max_tokens", 0, 1 << 20, &max_tokens, msg, cap) ||
+        !opt_num(req, "temperature", 0, 2, &temp, msg, cap) || !opt_num(req, "top_p", 1e-6, 1, &top_p, msg, cap) ||
+        !opt_num(req, "seed", -9.2e18, 9.2e18, &seed, msg, cap) || !opt_bool(req, "stream", &stream, msg, cap) ||
+        (!chat && !opt_bool(req, "echo", &echo, msg, cap)) ||
+        (!chat && !opt_num(req, "logprobs", 0, QI_SERVE_MAX_TOP, &logprobs, msg, cap)))
+        goto out;
+    if (!is_int(max_tokens) || !is_int(logprobs) || !is_int(seed)) {
+        snprintf(msg, cap, "max_tokens, logprobs and seed must be integers");
+        goto out;
+    }
+    const cJSON *n_choices = cJSON_GetObjectItemCaseSensitive(req, "n");
+    if (n_choices && !cJSON_IsNull(n_choices) && !(cJSON_IsNumber(n_choices) && n_choices->valuedouble == 1)) {
+        snprintf(msg, cap, "'n' must be 1 (one choice per request)");
+        goto out;
+    }
+    if (!(text = prompt_of(ap, req, chat, msg, cap))) goto out;
+    qi_err err = {0};
+    const qi_model *m = ap->srv.m;
+    if (qi_tokenize(m->tok, text, strlen(text), true, chat, &ids, &n_ids, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        status = err.code == QI_ERR_NOMEM ? 500 : 400;
+        goto out;
+    }
+    if (n_ids == 0) {
+        snprintf(msg, cap, "the prompt tokenises to nothing");
+        goto out;
+    }
+    if ((long)n_ids >= ap->srv.n_ctx) {
+        snprintf(msg, cap, "the prompt is %zu tokens; the context is %d", n_ids, ap->srv.n_ctx);
+        *etype = "context_length_exceeded";
+        goto out;
+    }
+    if (max_tokens > ap->srv.n_ctx - (double)n_ids) max_tokens = ap->srv.n_ctx - (double)n_ids;
+    qi_sampler_params sp = qi_sampler_defaults();
+    sp.temp = (float)temp;
+    sp.top_p = (float)top_p;
+    sp.top_k = 0;
+    sp.min_p = 0;
+    sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)j;
+    if (qi_sreq_create(&ap->srv, ids, (int)n_ids, (int)max_tokens, &sp, (int)logprobs, echo && logprobs >= 0,
+                       &j->r, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        status = err.code == QI_ERR_NOMEM ? 500 : 400;
+        goto out;
+    }
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
+    if (stop && !cJSON_IsNull(stop)) {
+        const cJSON *one = cJSON_IsString(stop) ? stop : NULL;
+        int k = one ? 1 : cJSON_IsArray(stop) ? cJSON_GetArraySize(stop) : -1;
+        if (k < 0 || k > QI_SERVE_MAX_STOP) {
+            snprintf(msg, cap, "'stop' must be a string or a list of at most %d strings", QI_SERVE_MAX_STOP);
+            goto out;
+        }
+        for (int i = 0; i < k; i++) {
+            const cJSON *s = one ? one : cJSON_GetArrayItem(stop, i);
+            if (!cJSON_IsString(s) || !s->valuestring[0]) {
+                snprintf(msg, cap, "'stop' must hold non-empty strings");
+                goto out;
+            }
+            if (!qi_sreq_add_stop(j->r, s->valuestring)) {
+                snprintf(msg, cap, "out of memory");
+                status = 500;
+                goto out;
+            }
+        }
+    }
+    j->stream = stream;
+    j->echo = echo;
+    j->prompt_text = text;
+    text = NULL;
+    status = 0;
+out:
+    if (status) {
+        qi_server_release(&ap->srv, j->r); /* never submitted: freed */
+        j->r = NULL;
+    }
+    qi_free(text);
+    qi_free(ids);
+    cJSON_Delete(req);
+    return status;
+}
+
+/* ---- answers --------------------------------------------------------------------------- */
+
+static const char *finish_name(qi_finish f) { return f == QI_FINISH_LENGTH ? "length" : "stop"; }
+
+static void add_usage(cJSON *o, const qi_sreq *r) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
+}
+
+static cJSON *piece_json(const qi_model *m, int32_t id) {
+    char buf[256];
+    size_t n = qi_token_to_piece(m->tok, id, true, buf, sizeof buf);
+    return json_text(buf, n < sizeof buf ? n : sizeof buf);
+}
+
+/* The completions logprobs object over the prompt's tokens (echo) and the
+ * generated ones; text_offset counts bytes of the returned text. */
+static cJSON *logprobs_json(const app *ap, const qi_sreq *r, bool echo) {
+    const qi_model *m = ap->srv.m;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    const int from = echo ? 0 : r->n_prompt, to = r->n_prompt + r->n_gen;
+    long off = 0;
+    for (int pos = from; pos < to; pos++) {
+        const int32_t id = pos < r->n_prompt ? r->prompt[pos] : r->out[pos - r->n_prompt];
+        cJSON_AddItemToArray(toks, piece_json(m, id));
+        cJSON_AddItemToArray(lps, isnan(r->lp[pos]) ? cJSON_CreateNull() : cJSON_CreateNumber(r->lp[pos]));
+        if (isnan(r->lp[pos]) || r->logprobs <= 0) {
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        } else {
+            cJSON *t = cJSON_CreateObject();
+            for (int k = 0; k < r->logprobs; k++) {
+                char buf[256];
+                size_t n = qi_token_to_piece(m->tok, r->top_id[(size_t)pos * r->logprobs + k], true, buf, sizeof buf);
+                char *key = utf8_clean(buf, n < sizeof buf ? n : sizeof buf);
+                if (key && !cJSON_GetObjectItemCaseSensitive(t, key))
+                    cJSON_AddNumberToObject(t, key, r->top_lp[(size_t)pos * r->logprobs + k]);
+                qi_free(key);
+            }
+            cJSON_AddItemToArray(tops, t);
+        }
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += (long)qi_token_to_piece(m->tok, id, false, NULL, 0);
+    }
+    return o;
+}
+
+static cJSON *answer_json(const app *ap, const job *j, long created) {
+    const qi_sreq *r = j->r;
+    char id[48];
+    snprintf(id, sizeof id, "%s-%ld", j->chat ? "chatcmpl" : "cmpl", r->id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", ap->model_id);
+    cJSON *cs = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (j->chat) {
+        cJSON *msg = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddItemToObject(msg, "content", json_text(r->text, r->n_text));
+    } else {
+        size_t np = j->echo ? strlen(j->prompt_text) : 0;
+        char *all = qi_malloc(np + r->n_text + 1);
+        if (all) {
+            memcpy(all, j->prompt_text, np);
+            memcpy(all + np, r->text, r->n_text);
+        }
+        cJSON_AddItemToObject(c, "text", all ? json_text(all, np + r->n_text) : NULL);
+        qi_free(all);
+        if (r->logprobs >= 0) cJSON_AddItemToObject(c, "logprobs", logprobs_json(ap, r, j->echo));
+        else cJSON_AddNullToObject(c, "logprobs");
+    }
+    cJSON_AddStringToObject(c, "finish_reason", finish_name(r->finish));
+    add_usage(o, r);
+    return o;
+}
+
+/* ---- streaming --------------------------------------------------------------------------- */
+
+typedef struct {
+    app *ap;
+    job j;
+    long created;
+    size_t sent;      /* bytes of the request's text sent */
+    bool role_sent, done;
+    char *buf;        /* events ready to go: buf[at..n) */
+    size_t n, at, cap;
+} stream;
+
+static bool st_push(stream *st, const char *s, size_t n) {
+    if (st->n + n > st->cap) {
+        size_t cap = st->cap ? st->cap : 1024;
+        while (cap < st->n + n) cap *= 2;
+        char *b = qi_realloc(st->buf, cap);
+        if (!b) return false;
+        st->buf = b;
+        st->cap = cap;
+    }
+    memcpy(st->buf + st->n, s, n);
+    st->n += n;
+    return true;
+}
+
+/* One event: data: {chunk}\n\n with text (NULL: none) and the finish reason (NULL: not yet). */
+static bool st_event(stream *st, const char *text, size_t n_text, const char *finish, bool role) {
+    const qi_sreq *r = st->j.r;
+    char id[48];
+    snprintf(id, sizeof id, "%s-%ld", st->j.chat ? "chatcmpl" : "cmpl", r->id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", st->j.chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)st->created);
+    cJSON_AddStringToObject(o, "model", st->ap->model_id);
+    cJSON *cs = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (st->j.chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (text) cJSON_AddItemToObject(d, "content", json_text(text, n_text));
+    } else {
+        cJSON_AddItemToObject(c, "text", json_text(text ? text : "", text ? n_text : 0));
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish) add_usage(o, r);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    bool ok = s && st_push(st, "data: ", 6) && st_push(st, s, strlen(s)) && st_push(st, "\n\n", 2);
+    free(s);
+    return ok;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+    stream *st = cls;
+    (void)pos;
+    if (st->at == st->n) {
+        st->at = st->n = 0;
+        if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        qi_server *s = &st->ap->srv;
+        qi_sreq *r = st->j.r;
+        bool ok = true;
+        pthread_mutex_lock(&s->mu);
+        if (st->j.chat && !st->role_sent) {
+            ok = st_event(st, NULL, 0, NULL, true);
+            st->role_sent = true;
+        } else {
+            size_t end = r->n_safe;
+            /* never cut a character in two */
+            while (end > st->sent && end < r->n_text && ((unsigned char)r->text[end] & 0xC0) == 0x80) end--;
+            if (end == st->sent && r->state != QI_SREQ_DONE) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&s->progress, &s->mu, &ts);
+                end = r->n_safe;
+                while (end > st->sent && end < r->n_text && ((unsigned char)r->text[end] & 0xC0) == 0x80) end--;
+            }
+            if (end > st->sent) {
+                ok = st_event(st, r->text + st->sent, end - st->sent, NULL, false);
+                st->sent = end;
+            } else if (r->state == QI_SREQ_DONE) {
+                if (r->finish == QI_FINISH_ERROR || r->finish == QI_FINISH_CANCEL) {
+                    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+                    cJSON_AddStringToObject(e, "message", r->finish == QI_FINISH_ERROR ? r->error : "cancelled: the server is stopping");
+                    cJSON_AddStringToObject(e, "type", "server_error");
+                    char *js = cJSON_PrintUnformatted(o);
+                    cJSON_Delete(o);
+                    ok = js && st_push(st, "data: ", 6) && st_push(st, js, strlen(js)) && st_push(st, "\n\n", 2);
+                    free(js);
+                } else {
+                    ok = st_event(st, st->j.chat ? NULL : "", 0, finish_name(r->finish), false);
+                }
+                ok = ok && st_push(st, "data: [DONE]\n\n", 14);
+                st->done = true;
+            } else {
+                ok = st_push(st, ": waiting\n\n", 11); /* finds a client that went away */
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t k = st->n - st->at < max ? st->n - st->at : max;
+    memcpy(out, st->buf + st->at, k);
+    st->at += k;
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls) {
+    stream *st = cls;
+    qi_server_release(&st->ap->srv, st->j.r); /* cancels it when unfinished: the client went away */
+    qi_free(st->j.prompt_text);
+    qi_free(st->buf);
+    qi_free(st);
+}
+
+/* ---- routing --------------------------------------------------------------------------- */
+
+static enum MHD_Result complete(app *ap, struct MHD_Connection *c, conn *cn, bool chat) {
+    char msg[512];
+    const char *etype;
+    job j;
+    unsigned st = parse_job(ap, cn->body ? cn->body : "", cn->n, chat, &j, msg, sizeof msg, &etype);
+    if (st) return reply_error(c, st, st == 500 ? "server_error" : etype, "%s", msg);
+    int q = qi_server_submit(&ap->srv, j.r);
+    if (q) {
+        qi_server_release(&ap->srv, j.r);
+        qi_free(j.prompt_text);
+        return q == 1 ? reply_error(c, 429, "rate_limit_exceeded", "the queue is full (%d requests waiting); retry later",
+                                    ap->srv.max_queue)
+                      : reply_error(c, 503, "server_error", "the server is stopping");
+    }
+    const long created = (long)time(NULL);
+    if (j.stream) {
+        stream *sm = qi_calloc(1, sizeof *sm);
+        struct MHD_Response *rs =
+            sm ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free) : NULL;
+        if (!rs) {
+            qi_server_release(&ap->srv, j.r);
+            qi_free(j.prompt_text);
+            qi_free(sm);
+            return reply_error(c, 500, "server_error", "out of memory");
+        }
+        *sm = (stream){.ap = ap, .j = j, .created = created};
+        MHD_add_response_header(rs, "Content-Type", "text/event-stream");
+        MHD_add_response_header(rs, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, rs);
+        MHD_destroy_response(rs);
+        return ret;
+    }
+    qi_server *s = &ap->srv;
+    pthread_mutex_lock(&s->mu);
+    while (j.r->state != QI_SREQ_DONE) pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    enum MHD_Result ret;
+    if (j.r->finish == QI_FINISH_ERROR) ret = reply_error(c, 500, "server_error", "%s", j.r->error);
+    else if (j.r->finish == QI_FINISH_CANCEL) ret = reply_error(c, 503, "server_error", "the server is stopping");
+    else ret = reply_json(c, 200, answer_json(ap, &j, created));
+    qi_server_release(s, j.r);
+    qi_free(j.prompt_text);
+    return ret;
+}
+
+static enum MHD_Result route(app *ap, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
+    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (get) return reply(c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    } else if (!strcmp(url, "/v1/models")) {
+        if (get) {
+            cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "object", "list");
+            cJSON_AddItemToArray(d, m);
+            cJSON_AddStringToObject(m, "id", ap->model_id);
+            cJSON_AddStringToObject(m, "object", "model");
+            cJSON_AddNumberToObject(m, "created", 0);
+            cJSON_AddStringToObject(m, "owned_by", "qinfer");
+            return reply_json(c, 200, o);
+        }
+    } else if (!strcmp(url, "/metrics")) {
+        if (get) {
+            char *t = qi_server_metrics(&ap->srv);
+            char *s = t ? strdup(t) : NULL;
+            qi_free(t);
+            if (!s) return reply_error(c, 500, "server_error", "out of memory");
+            return reply(c, 200, "text/plain; version=0.0.4", s);
+        }
+    } else if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+        if (post) return complete(ap, c, cn, !strcmp(url, "/v1/chat/completions"));
+    } else {
+        return reply_error(c, 404, "not_found", "no such path: %s", url);
+    }
+    return reply_error(c, 405, "invalid_request_error", "method %s not allowed on %s", method, url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    app *ap = cls;
+    (void)version;
+    conn *cn = *con_cls;
+    if (!cn) {
+        if (!(cn = qi_calloc(1, sizeof *cn))) return MHD_NO;
+        *con_cls = cn;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT) {
+            cn->answered = true;
+            return reply_error(c, 413, "invalid_request_error", "the body is over %u bytes", BODY_LIMIT);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cn->too_big && cn->n + *upload_size > BODY_LIMIT) {
+            cn->too_big = true;
+            qi_free(cn->body);
+            cn->body = NULL;
+            cn->n = 0;
+        }
+        if (!cn->too_big && !cn->answered) {
+            char *b = qi_realloc(cn->body, cn->n + *upload_size + 1);
+            if (!b) return MHD_NO;
+            memcpy(b + cn->n, upload, *upload_size);
+            cn->body = b;
+            cn->n += *upload_size;
+            cn->body[cn->n] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cn->answered) return MHD_YES;
+    cn->answered = true;
+    if (cn->too_big) return reply_error(c, 413, "invalid_request_error", "the body is over %u bytes", BODY_LIMIT);
+    return route(ap, c, url, method, cn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    conn *cn = *con_cls;
+    if (cn) {
+        qi_free(cn->body);
+        qi_free(cn);
+    }
+    *con_cls = NULL;
+}
+
+/* The API's model id: the -m argument, or a path's file name without .gguf. */
+static void model_id_of(const char *arg, char *out, size_t cap) {
+    const char *b = strrchr(arg, '/');
+    snprintf(out, cap, "%s", b ? b + 1 : arg);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
+}
+
+int qi_cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve", *model_arg = "smollm2-135m", *host = "127.0.0.1";
+    int port = 8080, max_batch = 8, max_queue = 64, n_ctx = 2048, n_threads = qi_n_physical_cores();
+    bool repack = false, attn_blas = false;
+    qi_cli_kv kvo;
+    qi_cli_kv_init(&kvo);
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--host")) host = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--port")) qi_args_int(&a, 0, 65535, &port);
+        else if (qi_args_is(&a, NULL, "--max-batch")) qi_args_int(&a, 1, 256, &max_batch);
+        else if (qi_args_is(&a, NULL, "--max-queue")) qi_args_int(&a, 1, 1 << 20, &max_queue);
+        else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 1, 1 << 20, &n_ctx);
+        else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
+        else if (qi_args_is(&a, NULL, "--repack")) repack = true;
+        else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
+        else if (qi_cli_place_flag(&a, &kvo)) continue;
+        else if (qi_cli_kv_flag(&a, &kvo)) continue;
+        else qi_args_unknown(&a);
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        qi_cli_error(cmd, "option --host: '%s' is not an IPv4 address", host);
+        return QI_EXIT_USAGE;
+    }
+
+    static app ap; /* the HTTP threads' view; lives until they are stopped */
+    memset(&ap, 0, sizeof ap);
+    char model_id[256];
+    model_id_of(model_arg, model_id, sizeof model_id);
+    ap.model_id = model_id;
+    qi_err err = {0};
+    char path[1024];
+    qi_model *m = NULL;
+    qi_engine *eng = NULL;
+    struct MHD_Daemon *d = NULL;
+    bool srv_up = false;
+    int rc = 0;
+    if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err))
+        goto fail;
+    if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
+    qi_err cerr = {0};
+    ap.have_chat = qi_chat_detect(m->chat_template, m->hp.arch_name, &ap.chat, &cerr) == QI_OK;
+    if (!ap.have_chat) snprintf(ap.chat_error, sizeof ap.chat_error, "%s", cerr.msg);
+    qi_engine_opts eo;
+    qi_engine_opts_default(&eo);
+    eo.n_threads = n_threads;
+    eo.n_ctx = n_ctx;
+    eo.max_seqs = max_batch;
+    eo.attn_blas = attn_blas;
+    qi_cli_kv_apply(&kvo, &eo);
+    if (qi_engine_create(m, &eo, &eng, &err) || qi_server_init(&ap.srv, m, eng, max_batch, n_ctx, max_queue, &err))
+        goto fail;
+    srv_up = true;
+    /* the signals are taken by sigwait below, in this thread only */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (qi_server_start(&ap.srv, &err)) goto fail;
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, on_request,
+                         &ap, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                         &ap, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)15, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)64, MHD_OPTION_END);
+    if (!d) {
+        QI_ERR(&err, QI_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char desc[512];
+    qi_cli_kv_describe(&kvo, desc, sizeof desc);
+    fprintf(stderr, "qinfer serve: %s on http://%s:%u (batch %d, queue %d, context %d, kv %s, %d threads)\n", model_id,
+            host, di ? di->port : (unsigned)port, max_batch, max_queue, n_ctx, desc, n_threads);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "qinfer serve: signal %d, stopping\n", sig);
+    goto done;
+fail:
+    rc = qi_cli_fail(cmd, &err);
+done:
+    if (srv_up) qi_server_stop(&ap.srv); /* every open request ends, so the HTTP threads can */
+    if (d) MHD_stop_daemon(d);
+    if (srv_up) qi_server_fini(&ap.srv);
+    qi_engine_free(eng);
+    qi_model_free(m);
+    return rc;
+}
+
+#endif
