@@ -111,6 +111,16 @@ metrics = urllib.request.urlopen(url + "/metrics").read().decode()
 done = [ln for ln in metrics.splitlines() if ln.startswith('qinfer_requests_total{status="done"}')]
 check(done and int(done[0].split()[-1]) >= 20, f"metrics: {done}")
 check("qinfer_throughput_output_tokens_per_s " in metrics and "qinfer_ttft_p99_s " in metrics, "run figures")
+# the run figures are measure.h's: rates are the done requests' counts over
+# the run's duration (first arrival to last token), as bench and Lua define them
+fig = {ln.split()[0]: float(ln.split()[1]) for ln in metrics.splitlines() if ln and not ln.startswith("#")}
+dur = fig["qinfer_run_duration_s"]
+for rate, count in [("qinfer_throughput_output_tokens_per_s", "qinfer_output_tokens_total"),
+                    ("qinfer_throughput_requests_per_s", 'qinfer_requests_total{status="done"}'),
+                    ("qinfer_throughput_total_tokens_per_s", None)]:
+    n = fig[count] if count else fig["qinfer_output_tokens_total"] + fig["qinfer_prompt_tokens_total"]
+    check(abs(fig[rate] * dur - n) <= 1e-6 * n, f"{rate} {fig[rate]} x {dur} s != {n}")
+check(fig["qinfer_requests_done"] == fig['qinfer_requests_total{status="done"}'], "the window spans every request")
 
 print(f"serve openai: {len(fails)} failures")
 sys.exit(1 if fails else 0)
