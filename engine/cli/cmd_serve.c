@@ -14,6 +14,7 @@
  * Built only when libmicrohttpd and cJSON are found (QI_HAVE_SERVE); without
  * them the command says so.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@ int qi_cmd_serve(int argc, char **argv) {
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -499,8 +501,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         qi_sreq *r = st->j.r;
         bool ok = true;
         pthread_mutex_lock(&s->mu);
-        if (st->j.chat && !st->role_sent) {
-            ok = st_event(st, NULL, 0, NULL, true);
+        if (!st->role_sent && (st->j.chat || st->j.echo)) {
+            /* chat: the role first; echo: the prompt first */
+            ok = st->j.chat ? st_event(st, NULL, 0, NULL, true)
+                            : st_event(st, st->j.prompt_text, strlen(st->j.prompt_text), NULL, false);
             st->role_sent = true;
         } else {
             size_t end = r->n_safe;
@@ -586,13 +590,30 @@ static enum MHD_Result complete(app *ap, struct MHD_Connection *c, conn *cn, boo
         MHD_destroy_response(rs);
         return ret;
     }
+    /* wait, looking every second for a client that hung up: its request is cancelled */
     qi_server *s = &ap->srv;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     pthread_mutex_lock(&s->mu);
-    while (j.r->state != QI_SREQ_DONE) pthread_cond_wait(&s->progress, &s->mu);
+    double looked = qi_measure_now();
+    while (j.r->state != QI_SREQ_DONE) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&s->progress, &s->mu, &ts); /* woken after every step, too */
+        if (ci && !j.r->cancel && qi_measure_now() - looked >= 1.0) {
+            looked = qi_measure_now();
+            struct pollfd pf = {.fd = ci->connect_fd, .events = POLLRDHUP};
+            if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                j.r->cancel = true;
+                pthread_cond_signal(&s->work);
+            }
+        }
+    }
     pthread_mutex_unlock(&s->mu);
     enum MHD_Result ret;
     if (j.r->finish == QI_FINISH_ERROR) ret = reply_error(c, 500, "server_error", "%s", j.r->error);
-    else if (j.r->finish == QI_FINISH_CANCEL) ret = reply_error(c, 503, "server_error", "the server is stopping");
+    else if (j.r->finish == QI_FINISH_CANCEL)
+        ret = reply_error(c, 503, "server_error", "the request was cancelled (the client went away, or the server is stopping)");
     else ret = reply_json(c, 200, answer_json(ap, &j, created));
     qi_server_release(s, j.r);
     qi_free(j.prompt_text);

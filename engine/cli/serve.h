@@ -109,8 +109,9 @@ bool qi_sreq_add_stop(qi_sreq *r, const char *stop);
 /* Queues r (the caller keeps its reference). 0: queued; 1: the queue is
  * full; 2: the server is stopping. */
 int qi_server_submit(qi_server *s, qi_sreq *r);
-/* The caller's reference dropped; a request not finished is cancelled (its
- * sequence removed, its KV blocks freed, at the engine's next turn). */
+/* The caller's reference dropped; a request not finished is cancelled: a
+ * waiting one leaves the queue at once, a running one's sequence is removed
+ * (its KV blocks freed) at the engine's next turn. */
 void qi_server_release(qi_server *s, qi_sreq *r);
 /* The /metrics text (Prometheus exposition format), qi_malloc'ed; NULL when
  * out of memory. */

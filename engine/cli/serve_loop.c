@@ -186,7 +186,9 @@ static void finish(qi_server *s, qi_sreq *r, qi_finish f, const char *error) {
         const qi_request_timeline tl = {.arrival = r->arrival, .start = r->start, .token_t = r->tok_t,
                                         .n_prompt = r->n_prompt, .n_out = r->n_gen};
         qi_request_metrics rm;
-        if (qi_measure_request(&tl, &rm, NULL) == QI_OK)
+        if (r->n_gen == 0)
+            fprintf(stderr, "qinfer serve: request %ld: %d prompt tokens, none generated\n", r->id, r->n_prompt);
+        else if (qi_measure_request(&tl, &rm, NULL) == QI_OK)
             fprintf(stderr, "qinfer serve: request %ld: %d prompt + %d tokens, TTFT %.3f s, end to end %.3f s, %s\n",
                     r->id, r->n_prompt, r->n_gen, rm.ttft_s, rm.e2e_s, f == QI_FINISH_STOP ? "stop" : "length");
     } else if (f == QI_FINISH_CANCEL) {
@@ -376,7 +378,18 @@ int qi_server_submit(qi_server *s, qi_sreq *r) {
 void qi_server_release(qi_server *s, qi_sreq *r) {
     if (!r) return;
     pthread_mutex_lock(&s->mu);
-    if (r->state != QI_SREQ_DONE && r->refs > 1) {
+    if (r->state == QI_SREQ_WAITING && r->refs > 1) {
+        /* out of the queue at once, so it holds no place there */
+        for (qi_sreq **p = &s->head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
+            if (*p == r) {
+                *p = r->next;
+                if (s->tail == r) s->tail = prev;
+                s->n_waiting--;
+                r->next = NULL;
+                finish(s, r, QI_FINISH_CANCEL, NULL);
+                break;
+            }
+    } else if (r->state != QI_SREQ_DONE && r->refs > 1) {
         r->cancel = true;
         pthread_cond_signal(&s->work);
     }

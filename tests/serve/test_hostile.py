@@ -115,6 +115,21 @@ while time.time() < deadline and (metric('qinfer_requests_total{status="cancelle
 check(metric('qinfer_requests_total{status="cancelled"}') == cancelled0 + 1, "the vanished stream was not cancelled")
 check(metric("qinfer_requests_running") == 0, "a sequence is left running")
 
+# ... and one that vanishes while a non-streamed request runs
+cancelled0 = metric('qinfer_requests_total{status="cancelled"}')
+s = socket.create_connection((HOST, PORT), timeout=60)
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0}).encode()
+s.sendall(f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+          + body)
+time.sleep(0.5)
+s.close()
+deadline = time.time() + 20
+while time.time() < deadline and (metric('qinfer_requests_total{status="cancelled"}') <= cancelled0 or
+                                  metric("qinfer_requests_running") != 0):
+    time.sleep(0.2)
+check(metric('qinfer_requests_total{status="cancelled"}') == cancelled0 + 1, "the vanished request was not cancelled")
+check(metric("qinfer_requests_running") == 0, "a sequence is left running after a vanished request")
+
 # past the queue limit: 429 (the server runs --max-batch 4 --max-queue 4; a
 # burst arrives faster than the engine admits, so at least 5 are served)
 results = []

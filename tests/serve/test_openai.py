@@ -34,6 +34,9 @@ check(a.choices[0].text == b.choices[0].text, "greedy completions differ")
 parts = [c.choices[0].text for c in client.completions.create(model=M, prompt=P, max_tokens=8, temperature=0,
                                                               stream=True)]
 check("".join(parts) == a.choices[0].text, f"streamed {parts!r} != {a.choices[0].text!r}")
+echoed = "".join(c.choices[0].text for c in client.completions.create(model=M, prompt=P, max_tokens=8, temperature=0,
+                                                                   stream=True, echo=True))
+check(echoed == P + a.choices[0].text, f"streamed with echo: {echoed!r}")
 
 # seeded sampling reproduces
 s1 = client.completions.create(model=M, prompt="Once upon a time", max_tokens=12, temperature=0.8, top_p=0.95,
