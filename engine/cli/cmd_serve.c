@@ -138,6 +138,11 @@ static char *utf8_clean(const char *s, size_t n) {
         int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
         bool ok = len > 0 && c != 0 && i + (size_t)len <= n && !(len == 2 && c < 0xC2) && !(c > 0xF4);
         for (int k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && len > 2) { /* no overlong forms, surrogates or values past U+10FFFF */
+            const unsigned char c1 = (unsigned char)s[i + 1];
+            ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0) && !(c == 0xF0 && c1 < 0x90) &&
+                 !(c == 0xF4 && c1 >= 0x90);
+        }
         if (ok) {
             memcpy(p, s + i, (size_t)len);
             p += len;
