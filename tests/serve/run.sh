@@ -19,6 +19,17 @@ trap cleanup EXIT
 if ! "$qinfer" inspect smollm2-135m >/dev/null 2>&1; then echo "skip: model smollm2-135m not fetched"; exit 77; fi
 if "$qinfer" serve --help >/dev/null 2>&1; [[ $? -ne 0 ]]; then echo "skip: $("$qinfer" serve 2>&1)"; exit 77; fi
 
+if [[ $test == hostile ]]; then # bad flags: one line, exit 2
+  for args in "--host nowhere" "--port 70000" "--max-queue 0" "--bogus"; do
+    # shellcheck disable=SC2086
+    "$qinfer" serve $args >/dev/null 2>"$tmp/flag"; frc=$?
+    if [[ $frc -ne 2 || $(wc -l <"$tmp/flag") -ne 1 ]]; then
+      echo "FAIL: serve $args -> exit $frc, stderr: $(cat "$tmp/flag")"; exit 1
+    fi
+  done
+  "$qinfer" serve --help | grep -q -- "--max-queue" || { echo "FAIL: serve --help lacks --max-queue"; exit 1; }
+fi
+
 py=python3
 if [[ $test == openai ]]; then
   venv=$cache/serve-venv
