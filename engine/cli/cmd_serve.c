@@ -84,7 +84,8 @@ static void help(void) {
     qi_cli_place_help();
     printf("  -h, --help            this help\n\n"
            "Requests: model, prompt (completions; a string or a list of one string) or\n"
-           "messages (chat: an optional system message, then one user message), max_tokens\n"
+           "messages (chat: an optional system message, then user and assistant messages in\n"
+           "turn, the last one the user's), max_tokens\n"
            "(default 16; 0 with echo: the prompt's logprobs alone), temperature (default 1;\n"
            "0: greedy), top_p, seed, stop (a string or up to 4), stream; completions also\n"
            "echo and logprobs (0-5 alternatives per token).\n");
@@ -216,31 +217,48 @@ static char *prompt_of(app *ap, const cJSON *req, bool chat, char *msg, size_t c
         snprintf(msg, cap, "'messages' must be a non-empty list");
         return NULL;
     }
-    const char *system = NULL, *user = NULL;
-    int n = cJSON_GetArraySize(ms);
+    const char *system = NULL;
+    int n = cJSON_GetArraySize(ms), n_turns = 0;
+    const char **turns = qi_malloc(sizeof *turns * (size_t)n);
+    if (!turns) {
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(ms, i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
             snprintf(msg, cap, "messages[%d] must have a string 'role' and a string 'content'", i);
+            qi_free(turns);
             return NULL;
         }
-        if (!strcmp(role->valuestring, "system") && i == 0 && n > 1) system = content->valuestring;
-        else if (!strcmp(role->valuestring, "user") && i == n - 1) user = content->valuestring;
+        const char *want = n_turns % 2 == 0 ? "user" : "assistant";
+        if (!strcmp(role->valuestring, "system") && i == 0) system = content->valuestring;
+        else if (!strcmp(role->valuestring, want)) turns[n_turns++] = content->valuestring;
         else {
-            snprintf(msg, cap, "messages: an optional system message then one user message are supported "
-                               "(the chat formatter takes one turn); messages[%d] is '%s'", i, role->valuestring);
+            snprintf(msg, cap, "messages[%d] is '%.64s' where '%s' was due: an optional system message, then "
+                               "user and assistant messages in turn, the last one the user's", i,
+                     role->valuestring, want);
+            qi_free(turns);
             return NULL;
         }
     }
+    if (n_turns % 2 == 0) {
+        snprintf(msg, cap, "messages must end with a user message");
+        qi_free(turns);
+        return NULL;
+    }
     if (!ap->have_chat) {
         snprintf(msg, cap, "this model has no chat format: %.400s", ap->chat_error);
+        qi_free(turns);
         return NULL;
     }
     char *t = NULL;
     qi_err err = {0};
-    if (qi_chat_format(&ap->chat, system, user, &t, &err)) {
+    qi_status st = qi_chat_format_turns(&ap->chat, system, turns, n_turns, &t, &err);
+    qi_free(turns);
+    if (st) {
         snprintf(msg, cap, "%s", err.msg);
         return NULL;
     }

@@ -59,6 +59,10 @@ check(text == c.choices[0].message.content, f"streamed chat {text!r} != {c.choic
 check(chunks[0].choices[0].delta.role == "assistant", "the first chunk carries no role")
 check(chunks[-1].choices[0].finish_reason in ("stop", "length"), "the last chunk carries no finish reason")
 
+conv = msgs + [{"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another one?"}]
+c2 = client.chat.completions.create(model=M, messages=conv, max_tokens=8, temperature=0)
+check(c2.choices[0].message.content and c2.usage.prompt_tokens > c.usage.prompt_tokens, f"multi-turn chat: {c2}")
+
 # echo + logprobs, max_tokens 0: the prompt's logprobs, scoring a multiple choice
 def score(context, option):
     r = client.completions.create(model=M, prompt=context + option, max_tokens=0, echo=True, logprobs=1,
