@@ -14,6 +14,7 @@
  */
 #include "qinfer/chat.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,23 +45,56 @@ qi_status qi_chat_detect(const char *tmpl, const char *arch, qi_chat_template *o
     return QI_OK;
 }
 
-qi_status qi_chat_format(const qi_chat_template *t, const char *system, const char *user, char **out,
-                         qi_err *err) {
+/* Appends text to the growing prompt; false when out of memory. */
+static bool put(char **s, size_t *n, size_t *cap, const char *text) {
+    const size_t k = strlen(text);
+    if (*n + k + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        while (c < *n + k + 1) c *= 2;
+        char *p = qi_realloc(*s, c);
+        if (!p) return false;
+        *s = p, *cap = c;
+    }
+    memcpy(*s + *n, text, k + 1);
+    *n += k;
+    return true;
+}
+
+qi_status qi_chat_format_turns(const qi_chat_template *t, const char *system, const char *const *turns, int n_turns,
+                               char **out, qi_err *err) {
     *out = NULL;
     if (t->kind != QI_CHAT_CHATML && t->kind != QI_CHAT_GEMMA)
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "unknown chat format %d", (int)t->kind);
+    if (n_turns < 1 || n_turns % 2 == 0)
+        return QI_ERR(err, QI_ERR_INVALID, "a conversation alternates user and assistant turns and ends with the "
+                                           "user's: %d turns", n_turns);
     if (!system && t->default_system[0]) system = t->default_system;
-    size_t n = strlen(user) + (system ? strlen(system) : 0) + 128;
-    char *s = qi_malloc(n);
-    if (!s) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
-    if (t->kind == QI_CHAT_GEMMA)
-        snprintf(s, n, "<start_of_turn>user\n%s%s%s<end_of_turn>\n<start_of_turn>model\n", system ? system : "",
-                 system ? "\n\n" : "", user);
-    else if (system)
-        snprintf(s, n, "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n",
-                 system, user);
-    else
-        snprintf(s, n, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
+    const bool gemma = t->kind == QI_CHAT_GEMMA;
+    char *s = NULL;
+    size_t n = 0, cap = 0;
+    bool ok = true;
+    if (system && !gemma) ok = put(&s, &n, &cap, "<|im_start|>system\n") && put(&s, &n, &cap, system) &&
+                               put(&s, &n, &cap, "<|im_end|>\n");
+    for (int i = 0; ok && i < n_turns; i++) {
+        const bool user = i % 2 == 0;
+        if (gemma)
+            ok = put(&s, &n, &cap, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n") &&
+                 (i > 0 || !system || (put(&s, &n, &cap, system) && put(&s, &n, &cap, "\n\n"))) &&
+                 put(&s, &n, &cap, turns[i]) && put(&s, &n, &cap, "<end_of_turn>\n");
+        else
+            ok = put(&s, &n, &cap, user ? "<|im_start|>user\n" : "<|im_start|>assistant\n") &&
+                 put(&s, &n, &cap, turns[i]) && put(&s, &n, &cap, "<|im_end|>\n");
+    }
+    ok = ok && put(&s, &n, &cap, gemma ? "<start_of_turn>model\n" : "<|im_start|>assistant\n");
+    if (!ok) {
+        qi_free(s);
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    }
     *out = s;
     return QI_OK;
+}
+
+qi_status qi_chat_format(const qi_chat_template *t, const char *system, const char *user, char **out,
+                         qi_err *err) {
+    return qi_chat_format_turns(t, system, &user, 1, out, err);
 }

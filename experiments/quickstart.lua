@@ -10,10 +10,13 @@
 --                          deterministic, so measured once (repetition 0)
 --   kv.work_tokens         working KV tokens per (layer, KV head) stream,
 --                          averaged over the scored positions
---   decode.b1_tokens_per_s, decode.b4_tokens_per_s
---                          greedy decode rate, batch of 1 and aggregate
---                          over a batch of 4 (64-token prompts, 32 steps)
---   prefill.b4_ttft_s      time to the first token of the batch of 4
+--   decode.tokens_per_s    greedy decode rate, params {batch = 1} and
+--                          {batch = 4} (aggregate over the 4 sequences;
+--                          64-token prompts, 32 steps)
+--   prefill.ttft_s         time to the first token of every sequence of
+--                          the batch, params {batch = 4}
+-- (shown by `qinfer results` as decode.tokens_per_s[batch=4]; names and
+-- definitions: results/README.md)
 -- Throughput is repeated 3 times after 1 warm-up.
 --
 -- Takes under a minute on 2 cores (about 10 s per policy; 43 s measured);
@@ -22,7 +25,7 @@
 --   qinfer run experiments/quickstart.lua            -> results/kv_quickstart.db
 --   qinfer run experiments/quickstart.lua --set kv_policy=h2o
 --   sqlite3 -header -column results/kv_quickstart.db "SELECT json_extract(r.config_json, '$.kv_policy') AS policy,
---     m.name, avg(m.value) FROM runs r JOIN metrics m ON m.run_id = r.id GROUP BY policy, m.name"
+--     m.name, m.params, avg(m.value) FROM runs r JOIN metrics m ON m.run_id = r.id GROUP BY policy, m.name, m.params"
 local qinfer = require "qinfer"
 
 return {
@@ -48,8 +51,8 @@ return {
     for _, batch in ipairs({ 1, 4 }) do
       local t = qinfer.throughput(m, { batch = batch, n_gen = 32, prompt = 64,
         kv_policy = kv.kv_policy, kv_budget = kv.kv_budget })
-      ctx.metric("decode.b" .. batch .. "_tokens_per_s", t.tokens_per_s, "tok/s")
-      if batch == 4 then ctx.metric("prefill.b4_ttft_s", t.ttft_s, "s") end
+      ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s", { params = { batch = batch } })
+      if batch == 4 then ctx.metric("prefill.ttft_s", t.ttft_s, "s", { params = { batch = batch } }) end
     end
   end,
 }

@@ -12,9 +12,11 @@
 -- Metrics (one value per repetition):
 --   decode.tokens_per_s          aggregate decode rate, batch x n_gen / time    (tok/s)
 --   decode.per_seq_tokens_per_s  the rate of each sequence, n_gen / time        (tok/s)
---   decode.tpot_ms               time per output token: one decode step         (ms)
---   prefill.ttft_ms              time to first token: prefill of the whole batch
---                                and the first decode step's logits             (ms)
+--   decode.tpot_s                time per output token: one decode step         (s)
+--   prefill.ttft_s               time to first token: prefill of the whole batch
+--                                until every sequence's first token             (s)
+-- (definitions: results/README.md; databases written with the older
+-- decode.tpot_ms and prefill.ttft_ms read under these names)
 --
 -- Sweep: kv_policy full and qinfer (kv_budget 0.5, which full ignores) x
 -- prompt 64, 256, 1024 tokens x batch 1, 2, 4, 8, 16; n_gen 32: 30
@@ -71,7 +73,7 @@ return {
       kv_policy = cfg.kv_policy, kv_budget = cfg.kv_budget })
     ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")
     ctx.metric("decode.per_seq_tokens_per_s", t.per_seq_tokens_per_s, "tok/s")
-    ctx.metric("decode.tpot_ms", t.tpot_s * 1e3, "ms")
-    ctx.metric("prefill.ttft_ms", t.ttft_s * 1e3, "ms")
+    ctx.metric("decode.tpot_s", t.tpot_s, "s")
+    ctx.metric("prefill.ttft_s", t.ttft_s, "s")
   end,
 }

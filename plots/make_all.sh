@@ -52,11 +52,15 @@ q() { sqlite3 -batch -readonly -noheader -separator $'\t' "$1" "$2" 2>"$work/sql
 # The runs of experiment $2 in database $1 that are done: a WHERE clause on r.
 done_runs() { echo "r.status = 'done' AND r.experiment_id = (SELECT id FROM experiments WHERE name = '$2')"; }
 
+# A metric as qinfer results shows it: its name, then its params as
+# [key=value,...] (decode.tokens_per_s[batch=4]), as SQL over metrics m.
+label="(m.name || coalesce('[' || (SELECT group_concat(key || '=' || value, ',') FROM json_each(m.params)) || ']', ''))"
+
 # has DB EXP METRIC: the experiment's finished runs have the metric
 has() {
   local n
   n=$(q "$1" "SELECT count(*) FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $(done_runs "$1" "$2")
-              AND m.name = '$3'") || return 2
+              AND $label = '$3'") || return 2
   [[ $n -gt 0 ]]
 }
 
@@ -65,7 +69,12 @@ has() {
 check() {
   local fig=$1 db=$2 exp=$3 script=$4; shift 4
   if [[ ! -f $db ]]; then skip "$fig" "no $db (run qinfer run experiments/$script, or see --db-dir)"; return 1; fi
-  local m rc
+  local m rc ver
+  ver=$(q "$db" "PRAGMA user_version") || { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return 1; }
+  if ((ver < 3)); then
+    skip "$fig" "$db was written by an older qinfer (schema $ver): qinfer run experiments/$script migrates it (and skips what is done)"
+    return 1
+  fi
   for m in "$@"; do
     has "$db" "$exp" "$m"; rc=$?
     if ((rc == 2)); then fail "$fig" "$db: $(head -1 "$work/sql.err")"; return 1; fi
@@ -94,7 +103,7 @@ simulated() {
   local list
   list=$(printf "'%s'," "${@:3}")
   q "$1" "SELECT coalesce(max(m.simulated), 0) FROM runs r JOIN metrics m ON m.run_id = r.id
-          WHERE $(done_runs "$1" "$2") AND m.name IN (${list%,})"
+          WHERE $(done_runs "$1" "$2") AND $label IN (${list%,})"
 }
 
 # render FIG GP VAR=VALUE...: the figure as out/FIG.png and out/FIG.svg
@@ -135,12 +144,12 @@ cfg() { echo "json_extract(r.config_json, '\$.$1')"; }
 # ---- kv_quickstart: perplexity and decode throughput per policy -----------------------
 fig_quickstart() {
   local fig=kv_quickstart db=$db_dir/kv_quickstart.db exp=kv_quickstart
-  check "$fig" "$db" "$exp" quickstart.lua ppl.value decode.b1_tokens_per_s decode.b4_tokens_per_s || return
+  check "$fig" "$db" "$exp" quickstart.lua ppl.value "decode.tokens_per_s[batch=1]" "decode.tokens_per_s[batch=4]" || return
   local where
   where=$(done_runs "$db" "$exp")
   # one row per policy (in the order the sweep ran them), mean and sd per metric
   if ! q "$db" "
-      WITH v AS (SELECT $(cfg kv_policy) AS policy, m.name, m.value, r.id FROM runs r JOIN metrics m ON m.run_id = r.id
+      WITH v AS (SELECT $(cfg kv_policy) AS policy, $label AS name, m.value, r.id FROM runs r JOIN metrics m ON m.run_id = r.id
                  WHERE $where),
            s AS (SELECT policy, name, avg(value) AS mean, count(*) AS n,
                         sqrt(max(sum(value * value) - sum(value) * sum(value) / count(*), 0) / max(count(*) - 1, 1)) AS sd
@@ -148,10 +157,10 @@ fig_quickstart() {
       SELECT p.policy,
         (SELECT mean FROM s WHERE s.policy = p.policy AND name = 'ppl.value'),
         coalesce((SELECT mean FROM s WHERE s.policy = p.policy AND name = 'ppl.err'), 0),
-        (SELECT mean FROM s WHERE s.policy = p.policy AND name = 'decode.b1_tokens_per_s'),
-        (SELECT sd FROM s WHERE s.policy = p.policy AND name = 'decode.b1_tokens_per_s'),
-        (SELECT mean FROM s WHERE s.policy = p.policy AND name = 'decode.b4_tokens_per_s'),
-        (SELECT sd FROM s WHERE s.policy = p.policy AND name = 'decode.b4_tokens_per_s')
+        (SELECT mean FROM s WHERE s.policy = p.policy AND name = 'decode.tokens_per_s[batch=1]'),
+        (SELECT sd FROM s WHERE s.policy = p.policy AND name = 'decode.tokens_per_s[batch=1]'),
+        (SELECT mean FROM s WHERE s.policy = p.policy AND name = 'decode.tokens_per_s[batch=4]'),
+        (SELECT sd FROM s WHERE s.policy = p.policy AND name = 'decode.tokens_per_s[batch=4]')
       FROM (SELECT policy, min(id) AS first FROM v GROUP BY policy) p ORDER BY p.first" >"$work/$fig.dat"; then
     fail "$fig" "$db: $(head -1 "$work/sql.err")"; return
   fi
@@ -161,7 +170,7 @@ fig_quickstart() {
   budgets=$(q "$db" "SELECT group_concat(b, ', ') FROM (SELECT DISTINCT CAST(round($(cfg kv_budget) * 100) AS INT) || '%' AS b
                      FROM runs r WHERE $where AND $(cfg kv_budget) IS NOT NULL)")
   hw=$(hardware "$db" "$exp")
-  sim=$(simulated "$db" "$exp" ppl.value decode.b1_tokens_per_s decode.b4_tokens_per_s)
+  sim=$(simulated "$db" "$exp" ppl.value "decode.tokens_per_s[batch=1]" "decode.tokens_per_s[batch=4]")
   [[ $sim == 1 ]] && mark=" (simulated)"
   render "$fig" kv_quickstart.gp "data='$work/$fig.dat'" \
     "heading=$(gp_title "KV cache policies at a budget of ${budgets:-?}: accuracy and decode speed$mark")" \
@@ -170,11 +179,12 @@ fig_quickstart() {
     "b4_title=$(gp_str "batch 4, all sequences$mark")"
 }
 
-# series_data DB EXP METRIC SERIES_SQL X_SQL WHERE_EXTRA -> $work/series.dat and $work/series.titles
+# series_data DB EXP METRIC SERIES_SQL X_SQL WHERE_EXTRA SCALE -> $work/series.dat and $work/series.titles
 # One block per distinct SERIES_SQL value (text), in the order the sweep ran
-# them: x, the mean and sample sd of METRIC over the runs and repetitions.
+# them: x, the mean and sample sd of METRIC (times SCALE, default 1) over
+# the runs and repetitions.
 series_data() {
-  local db=$1 exp=$2 metric=$3 series=$4 x=$5 extra=${6:-1}
+  local db=$1 exp=$2 metric=$3 series=$4 x=$5 extra=${6:-1} scale=${7:-1}
   : >"$work/series.dat"
   : >"$work/series.titles"
   local rows
@@ -186,8 +196,8 @@ series_data() {
     [[ -n $s ]] || continue
     local sq=${s//\'/\'\'}
     ((i > 0)) && printf '\n\n' >>"$work/series.dat"
-    q "$db" "SELECT $x AS x, avg(m.value),
-               coalesce(sqrt(max(sum(m.value * m.value) - sum(m.value) * sum(m.value) / count(*), 0) / (count(*) - 1)), 0)
+    q "$db" "SELECT $x AS x, avg(m.value) * $scale,
+               coalesce(sqrt(max(sum(m.value * m.value) - sum(m.value) * sum(m.value) / count(*), 0) / (count(*) - 1)), 0) * $scale
              FROM runs r JOIN metrics m ON m.run_id = r.id
              WHERE $(done_runs "$db" "$exp") AND m.name = '$metric' AND ($extra) AND $series = '$sq'
              GROUP BY x ORDER BY x" | tr '\t' ' ' >>"$work/series.dat" || return 1
@@ -218,17 +228,17 @@ fig_throughput() {
 
 fig_tpot() {
   local fig=tpot_vs_seq_len db=$db_dir/throughput_batch_seq.db exp=throughput_batch_seq
-  check "$fig" "$db" "$exp" throughput_batch_seq.lua decode.tpot_ms || return
+  check "$fig" "$db" "$exp" throughput_batch_seq.lua decode.tpot_s || return
   # the smallest and the largest batch: the two ends of the trade-off
   local bmin bmax
   bmin=$(q "$db" "SELECT min($(cfg batch)) FROM runs r WHERE $(done_runs "$db" "$exp")")
   bmax=$(q "$db" "SELECT max($(cfg batch)) FROM runs r WHERE $(done_runs "$db" "$exp")")
   local series="$(cfg kv_policy) || CASE WHEN $(cfg kv_policy) <> 'full' AND $(cfg kv_budget) IS NOT NULL
                 THEN ' ' || CAST(round($(cfg kv_budget) * 100) AS INT) || '%' ELSE '' END || ', batch ' || $(cfg batch)"
-  series_data "$db" "$exp" decode.tpot_ms "$series" "$(cfg prompt)" "$(cfg batch) IN (${bmin:-1}, ${bmax:-1})" ||
+  series_data "$db" "$exp" decode.tpot_s "$series" "$(cfg prompt)" "$(cfg batch) IN (${bmin:-1}, ${bmax:-1})" 1000 ||
     { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
   local sim mark=""
-  sim=$(simulated "$db" "$exp" decode.tpot_ms)
+  sim=$(simulated "$db" "$exp" decode.tpot_s)
   [[ $sim == 1 ]] && mark=" (simulated)"
   render "$fig" tpot_vs_seq_len.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
     "titles=$(gp_str "$(cat "$work/series.titles")")" \
@@ -305,7 +315,40 @@ fig_needle() {
   done <<<"$settings"
 }
 
+# ---- latency_throughput: the serving frontier per KV policy -------------------------------------
+fig_frontier() {
+  local fig=latency_throughput db=$db_dir/latency_throughput.db exp=latency_throughput
+  check "$fig" "$db" "$exp" latency_throughput.lua "throughput.output_tokens_per_s[max_batch=16]" \
+    "tpot.p99_s[max_batch=16]" || return
+  local where pol
+  where="$(done_runs "$db" "$exp") AND $(cfg rate) > 0"
+  pol="$(cfg kv_policy) || CASE WHEN $(cfg kv_policy) <> 'full' AND $(cfg kv_budget) IS NOT NULL
+       THEN ' ' || CAST(round($(cfg kv_budget) * 100) AS INT) || '%' ELSE '' END"
+  : >"$work/$fig.dat"
+  : >"$work/$fig.titles"
+  local i=0 s
+  while IFS= read -r s; do
+    [[ -n $s ]] || continue
+    ((i > 0)) && printf '\n\n' >>"$work/$fig.dat"
+    q "$db" "SELECT avg(CASE WHEN $label = 'throughput.output_tokens_per_s[max_batch=16]' THEN m.value END),
+                    avg(CASE WHEN $label = 'tpot.p99_s[max_batch=16]' THEN m.value END) * 1000, $(cfg rate)
+             FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where AND ($pol) = '${s//\'/\'\'}'
+             GROUP BY $(cfg rate) ORDER BY $(cfg rate)" | tr '\t' ' ' >>"$work/$fig.dat" ||
+      { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+    printf '"%s" ' "$s" >>"$work/$fig.titles"
+    i=$((i + 1))
+  done < <(q "$db" "SELECT DISTINCT $pol FROM runs r WHERE $where ORDER BY r.id")
+  local sim mark=""
+  sim=$(simulated "$db" "$exp" "tpot.p99_s[max_batch=16]")
+  [[ $sim == 1 ]] && mark=" (simulated)"
+  render "$fig" latency_throughput.gp "data='$work/$fig.dat'" "n=$i" "bound_ms=250" \
+    "titles=$(gp_str "$(cat "$work/$fig.titles")")" \
+    "heading=$(gp_title "Serving frontier: throughput against p99 time per output token$mark")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); Poisson arrivals (rate per point), continuous batching up to 16; $(hardware "$db" "$exp")")"
+}
+
 fig_quickstart
+fig_frontier
 fig_throughput
 fig_tpot
 fig_ppl_budget

@@ -1,5 +1,5 @@
 -- schema.sql - the results database as the migrations leave it (schema
--- version 2), to read; the program builds it from migrations/*.sql, applied
+-- version 3), to read; the program builds it from migrations/*.sql, applied
 -- in order by qi_db_open. The unit tests check that this file and the
 -- migrations describe the same tables. Change both together: add a migration
 -- (never edit an applied one) and update this file.
@@ -51,9 +51,12 @@ CREATE TABLE runs (
     UNIQUE (experiment_id, config_key)
 );
 
--- One row per measured number. name is area.what_unit ('decode.tokens_per_s');
--- unit is spelled out again ('tok/s', 'ms', 'B', '1' for a pure number);
--- repetition counts from 0 for repeated measurements of one configuration.
+-- One row per measured number. name is area.what_unit ('decode.tokens_per_s',
+-- the names of results/README.md); unit is spelled out again ('tok/s', 's',
+-- 'B', '1' for a pure number); repetition counts from 0 for repeated
+-- measurements of one configuration; params is the canonical JSON object of
+-- what the measurement varied within its run that the configuration does not
+-- say ('{"batch":4}'), '{}' for most: a parameter is never part of a name.
 CREATE TABLE metrics (
     id         INTEGER PRIMARY KEY,
     run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -62,7 +65,8 @@ CREATE TABLE metrics (
     unit       TEXT NOT NULL CHECK (unit <> ''),
     repetition INTEGER NOT NULL DEFAULT 0 CHECK (repetition >= 0),
     simulated  INTEGER NOT NULL DEFAULT 0 CHECK (simulated IN (0, 1)),
-    UNIQUE (run_id, name, repetition)
+    params     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(params) AND json_type(params) = 'object'),
+    UNIQUE (run_id, name, params, repetition)
 );
 
 -- Figures select one metric across runs. (The UNIQUE constraints already

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "kv/kv_policy.h"
+#include "qinfer/measure.h"
 
 #include <errno.h>
 #include <math.h>
@@ -105,11 +106,7 @@ int qi_cli_fail(const char *cmd, const qi_err *err) {
     return err->code == QI_ERR_INVALID ? QI_EXIT_USAGE : QI_EXIT_RUNTIME;
 }
 
-double qi_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double qi_now_s(void) { return qi_measure_now(); }
 
 bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, qi_out_format *out) {
     if (!strcmp(arg, human)) *out = QI_OUT_HUMAN;

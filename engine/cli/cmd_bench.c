@@ -39,12 +39,14 @@
  * process and blur the comparison with a CPU-only llama-bench.
  *
  * Results are collected and printed at the end (md, csv or json), since peak
- * RSS is known only then; progress goes to stderr meanwhile. --db appends the
- * rows, each repetition's rate included, to a SQLite table; SQLite is
- * optional at build time (QI_HAVE_SQLITE), and without it --db is refused
- * before anything runs. Columns added after the first schema (batch,
- * kv_policy, avg_seq_ts, attn_blas, depth) are added to an older table when
- * it is opened, so one file keeps every run's rows.
+ * RSS is known only then; progress goes to stderr meanwhile. --db adds each
+ * row as a run of experiment "bench" to a results database (the schema of
+ * results/README.md, shared with `qinfer run`: `qinfer results bench` reads
+ * it), each repetition's rate a metric under the names every figure uses
+ * (decode.tokens_per_s, prefill.tokens_per_s; the batch a configuration
+ * parameter). The batched rows' rate is qi_measure_decode's, the function
+ * Lua's qinfer.throughput runs too. SQLite is optional at build time
+ * (QI_HAVE_SQLITE), and without it --db is refused before anything runs.
  *
  * --attn-blas runs prompts' attention through OpenBLAS sgemm (qi_ctx and the
  * engine alike). Only the pp row has prompts of more than one token (the tg
@@ -71,6 +73,7 @@
 #include "kernels.h"
 #include "qinfer/model_files.h"
 #include "qinfer/engine.h"
+#include "qinfer/measure.h"
 #include "qinfer/model.h"
 #include "qinfer/sysinfo.h"
 #include "sha256.h"
@@ -78,6 +81,8 @@
 
 #ifdef QI_HAVE_SQLITE
 #include <sqlite3.h>
+
+#include "harness/db.h"
 #endif
 
 #define MAX_BATCHES 16  /* sizes in one --batch list */
@@ -113,7 +118,8 @@ static void help(void) {
         "  -r, --repetitions N   timed runs of each test (default 5)\n"
         "      --warmup N        untimed runs of each test first (default 1)\n"
         "  -o, --output FMT      md (default), csv or json, to stdout\n"
-        "      --db FILE         also append the rows to table 'bench' of a SQLite file%s\n"
+        "      --db FILE         also add each row as a run of experiment 'bench' to a results\n"
+        "                        database (results/README.md; read with qinfer results bench)%s\n"
         "      --probe-mib N     bandwidth probe buffer in MiB (default: 4x the last-level\n"
         "                        cache, at least 512; 0 = skip the probe)\n"
         QI_CLI_REPACK_HELP
@@ -318,66 +324,38 @@ static int32_t first_token(const qi_model *m) {
 typedef struct {
     const qi_model *m;
     qi_ctx *ctx;
-    int32_t *toks; /* [max(n_prompt, depth)] */
+    int32_t *toks; /* [max(n_prompt, depth x largest batch)] */
     qi_engine *eng;
-    int ids[MAX_BATCH];
-    int n_ids;
     qi_engine_prof prof; /* --profile: the timed decode steps of a batched test's repetitions */
 } bench_runner;
 
-/* acc += the engine's profile now less before. */
-static void prof_add_since(qi_engine_prof *acc, const qi_engine *e, const qi_engine_prof *before) {
-    qi_engine_prof now;
-    qi_engine_profile(e, &now);
+/* acc += p. */
+static void prof_add(qi_engine_prof *acc, const qi_engine_prof *p) {
     for (int k = 0; k < QI_OP_COUNT; k++) {
-        acc->seconds[k] += now.seconds[k] - before->seconds[k];
-        acc->calls[k] += now.calls[k] - before->calls[k];
+        acc->seconds[k] += p->seconds[k];
+        acc->calls[k] += p->calls[k];
     }
-    acc->matmul_bytes += now.matmul_bytes - before->matmul_bytes;
-    acc->steps += now.steps - before->steps;
+    acc->matmul_bytes += p->matmul_bytes;
+    acc->steps += p->steps;
 }
 
-/* Run every pending token of the engine's sequences. */
-static qi_status engine_drain(qi_engine *e, qi_err *err) {
-    int n;
-    do {
-        qi_status st = qi_engine_step(e, &n, err);
-        if (st) return st;
-    } while (n > 0);
-    return QI_OK;
-}
-
-/* One batched run: fresh sequences, their prompts (untimed), then n_gen
- * steps of one token each; *secs is the steps. */
+/* One batched run, as qi_measure_decode defines it (Lua's qinfer.throughput
+ * runs the same function): fresh sequences with distinct prompts (untimed
+ * here), then n_gen steps of one random token each; *secs is the steps. */
 static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *secs, qi_err *err) {
     const int V = r->m->hp.n_vocab;
-    qi_status st;
-    while (r->n_ids > 0)
-        if ((st = qi_engine_seq_remove(r->eng, r->ids[--r->n_ids], err))) return st;
     for (int b = 0; b < t->batch; b++) {
-        if ((st = qi_engine_seq_add(r->eng, &r->ids[r->n_ids], err))) return st;
-        r->n_ids++;
-        r->toks[0] = first_token(r->m);
-        for (int i = 1; i < t->depth; i++) r->toks[i] = random_token(V);
-        if ((st = qi_engine_seq_feed(r->eng, r->ids[b], r->toks, t->depth, false, err))) return st;
+        int32_t *p = r->toks + (size_t)b * (size_t)t->depth;
+        p[0] = first_token(r->m);
+        for (int i = 1; i < t->depth; i++) p[i] = random_token(V);
     }
-    if ((st = engine_drain(r->eng, err))) return st;
-    qi_engine_prof before;
-    qi_engine_profile(r->eng, &before);
-    double t0 = qi_now_s();
-    for (int i = 0; i < t->n_gen; i++) {
-        for (int b = 0; b < t->batch; b++) {
-            int32_t tok = random_token(V);
-            if ((st = qi_engine_seq_feed(r->eng, r->ids[b], &tok, 1, false, err))) return st;
-        }
-        int n;
-        if ((st = qi_engine_step(r->eng, &n, err))) return st;
-        if (n != t->batch)
-            return QI_ERR(err, QI_ERR_BACKEND, "a decode step ran %d tokens, not one for each of %d sequences", n,
-                          t->batch);
-    }
-    *secs = qi_now_s() - t0;
-    prof_add_since(&r->prof, r->eng, &before);
+    const qi_decode_opts o = {.batch = t->batch, .n_gen = t->n_gen, .prompts = r->toks, .n_prompt = t->depth,
+                              .prompt_stride = t->depth, .greedy = false, .seed = random_token(V) + 1u};
+    qi_decode_result res;
+    qi_status st = qi_measure_decode(r->eng, r->m, &o, &res, err);
+    if (st) return st;
+    *secs = res.decode_s;
+    prof_add(&r->prof, &res.prof);
     return QI_OK;
 }
 
@@ -423,7 +401,7 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
     for (int i = 0; i < t->n_reps; i++) {
         qi_status st = run_once(r, t, &secs, err);
         if (st) return st;
-        t->ts[i] = secs > 0 ? n_tok / secs : INFINITY;
+        t->ts[i] = qi_measure_rate(n_tok, secs);
         sum += t->ts[i];
         fprintf(stderr, "qinfer %s: %s run %d/%d: %.2f t/s (%.3f s)\n", cmd, t->name, i + 1, t->n_reps,
                 t->ts[i], secs);
@@ -457,6 +435,13 @@ typedef struct {
     char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
     bool attn_blas;      /* --attn-blas */
 } bench_info;
+
+/* The command's settings a --db row records besides bench_info. */
+typedef struct {
+    bool repack;
+    int n_warmup;
+    const char *devices, *placement; /* NULL: the defaults */
+} bench_settings;
 
 /* The KV policy a row ran with: the qi_ctx keeps every token. */
 static const char *row_kv(const bench_info *bi, const bench_test *t) { return t->engine ? bi->kv_desc : "full"; }
@@ -676,137 +661,109 @@ static void print_rows(out_format fmt, const bench_info *bi, const bench_test *t
 /* ---- SQLite --------------------------------------------------------------------- */
 
 #ifdef QI_HAVE_SQLITE
-static const char k_schema[] =
-    "CREATE TABLE IF NOT EXISTS bench ("
-    " id INTEGER PRIMARY KEY,"
-    " timestamp TEXT NOT NULL,"      /* ISO 8601, UTC */
-    " qinfer_version TEXT NOT NULL,"
-    " cpu TEXT NOT NULL, n_cores INTEGER, n_logical INTEGER, gpu TEXT,"
-    " model_type TEXT, model_name TEXT, model_filename TEXT,"
-    " model_sha256 TEXT, model_size INTEGER, model_n_params INTEGER,"
-    " backend TEXT NOT NULL, n_threads INTEGER NOT NULL,"
-    " test TEXT NOT NULL, n_prompt INTEGER, n_gen INTEGER, n_reps INTEGER,"
-    " avg_ts REAL, stddev_ts REAL,"
-    " samples_ts TEXT,"              /* JSON array: each repetition's t/s */
-    " mem_bw_gbs REAL, weight_bytes_per_token INTEGER, roofline_share REAL,"
-    " peak_rss_bytes INTEGER)";
+/* --db: each row one run of experiment "bench" in a results database
+ * (results/README.md), its test and settings the configuration, its rates
+ * one metric per repetition under the names every figure uses. Bench rows
+ * are appended, never skipped: the key is the configuration's plus when and
+ * which row, so the same test run twice is two runs. */
+#define BENCH_EXPERIMENT "bench"
 
-/* Columns added since the first schema, by db_migrate, to a new table and
- * to one made before them alike; the defaults are what the older rows were
- * (one sequence, the full cache). */
-static const struct {
-    const char *name, *decl;
-} k_added[] = {
-    {"batch", "INTEGER NOT NULL DEFAULT 1"}, /* sequences decoded at once */
-    {"kv_policy", "TEXT NOT NULL DEFAULT 'full'"},
-    {"avg_seq_ts", "REAL"},                  /* avg_ts / batch */
-    {"attn_blas", "INTEGER NOT NULL DEFAULT 0"}, /* 1: --attn-blas */
-    {"depth", "INTEGER"}, /* batched rows' prompt tokens per sequence, 0 for pp/tg; NULL in rows made before it */
-};
-
-/* Add the k_added columns the table lacks. */
-static int db_migrate(sqlite3 *db) {
-    for (size_t i = 0; i < sizeof k_added / sizeof k_added[0]; i++) {
+/* A file holding the table of the bench before the results schema: not
+ * ours to convert, so it is refused with a message saying what it is. */
+static bool old_bench_file(const char *file) {
+    sqlite3 *c = NULL;
+    bool old = false;
+    if (sqlite3_open_v2(file, &c, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
         sqlite3_stmt *s = NULL;
-        if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('bench') WHERE name = ?", -1, &s, NULL) !=
-            SQLITE_OK)
-            return SQLITE_ERROR;
-        sqlite3_bind_text(s, 1, k_added[i].name, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(s);
+        if (sqlite3_prepare_v2(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'bench'", -1, &s,
+                               NULL) == SQLITE_OK)
+            old = sqlite3_step(s) == SQLITE_ROW;
         sqlite3_finalize(s);
-        if (rc == SQLITE_ROW) continue;
-        if (rc != SQLITE_DONE) return rc;
-        char sql[160];
-        snprintf(sql, sizeof sql, "ALTER TABLE bench ADD COLUMN %s %s", k_added[i].name, k_added[i].decl);
-        if ((rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) != SQLITE_OK) return rc;
     }
-    return SQLITE_OK;
+    sqlite3_close(c);
+    return old;
 }
 
-static qi_status db_fail(sqlite3 *db, const char *file, qi_err *err) {
-    return QI_ERR(err, QI_ERR_DB, "%s: %s", file, db ? sqlite3_errmsg(db) : "cannot open");
+/* Open (creating or migrating if needed) before the tests, so a bad path
+ * fails before minutes of benchmarking. */
+static qi_status db_open(const char *file, qi_db **out, int64_t *exp, qi_err *err) {
+    if (old_bench_file(file))
+        return QI_ERR(err, QI_ERR_DB, "%s holds the bench table of an older qinfer (its rows stay readable with "
+                                      "sqlite3); give --db a results database or a new file", file);
+    qi_status st = qi_db_open(file, out, err);
+    if (st) return st;
+    return qi_db_experiment(*out, BENCH_EXPERIMENT, NULL, NULL, exp, err);
 }
 
-/* Open (creating the table if needed) before the tests, so a bad path fails
- * before minutes of benchmarking. */
-static qi_status db_open(const char *file, sqlite3 **out, qi_err *err) {
-    *out = NULL;
-    sqlite3 *db = NULL;
-    if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(db, 10000) != SQLITE_OK || sqlite3_exec(db, k_schema, NULL, NULL, NULL) != SQLITE_OK ||
-        db_migrate(db) != SQLITE_OK) {
-        qi_status st = db_fail(db, file, err);
-        sqlite3_close(db);
-        return st;
+/* JSON string s (quoted, escaped) appended at buf + *n. */
+static void json_put_str(char *buf, size_t cap, size_t *n, const char *s) {
+    if (*n < cap) *n += (size_t)snprintf(buf + *n, cap - *n, "\"");
+    for (; *s && *n + 8 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') *n += (size_t)snprintf(buf + *n, cap - *n, "\\%c", ch);
+        else if (ch < 0x20) *n += (size_t)snprintf(buf + *n, cap - *n, "\\u%04x", ch);
+        else buf[(*n)++] = (char)ch;
     }
-    *out = db;
-    return QI_OK;
+    if (*n < cap) *n += (size_t)snprintf(buf + *n, cap - *n, "\"");
 }
 
-static qi_status db_insert(sqlite3 *db, const char *file, const bench_info *bi, const bench_test *tests,
-                           int n_tests, qi_err *err) {
-    static const char sql[] =
-        "INSERT INTO bench (timestamp, qinfer_version, cpu, n_cores, n_logical, gpu, model_type, model_name,"
-        " model_filename, model_sha256, model_size, model_n_params, backend, n_threads, test, n_prompt, n_gen,"
-        " n_reps, avg_ts, stddev_ts, samples_ts, mem_bw_gbs, weight_bytes_per_token, roofline_share,"
-        " peak_rss_bytes, batch, kv_policy, avg_seq_ts, attn_blas, depth)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-    sqlite3_stmt *s = NULL;
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return db_fail(db, file, err);
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) goto fail;
+static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const bench_test *tests, int n_tests,
+                           const bench_settings *bs, qi_err *err) {
+    qi_db_host host;
+    qi_db_host_get(&host, ".");
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     for (int i = 0; i < n_tests; i++) {
         const bench_test *t = &tests[i];
-        char samples[8192];
-        size_t n = (size_t)snprintf(samples, sizeof samples, "[");
-        for (int k = 0; k < t->n_reps && n < sizeof samples; k++)
-            n += (size_t)snprintf(samples + n, sizeof samples - n, "%s%.6f", k ? ", " : "", t->ts[k]);
-        if (n < sizeof samples) snprintf(samples + n, sizeof samples - n, "]");
+        char cfg[2048];
+        size_t n = 0;
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, "{\"test\":");
+        json_put_str(cfg, sizeof cfg, &n, t->name);
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n,
+                              ",\"n_prompt\":%d,\"n_gen\":%d,\"batch\":%d,\"depth\":%d,\"threads\":%d,\"repack\":%s,"
+                              "\"attn_blas\":%s,\"repetitions\":%d,\"warmup\":%d,\"backend\":",
+                              t->n_prompt, t->n_gen, t->batch, t->depth, bi->n_threads, bs->repack ? "true" : "false",
+                              bi->attn_blas ? "true" : "false", t->n_reps, bs->n_warmup);
+        json_put_str(cfg, sizeof cfg, &n, bi->backend);
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"kv_policy\":");
+        json_put_str(cfg, sizeof cfg, &n, row_kv(bi, t));
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"devices\":");
+        json_put_str(cfg, sizeof cfg, &n, bs->devices ? bs->devices : "cpu");
+        n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"placement\":");
+        json_put_str(cfg, sizeof cfg, &n, bs->placement ? bs->placement : "all-cpu");
+        if (n + 2 >= sizeof cfg) return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);
+        snprintf(cfg + n, sizeof cfg - n, "}");
+        char key[160], sha[65];
+        qi_status st = qi_db_config_key(cfg, sha, err);
+        if (st) return st;
+        snprintf(key, sizeof key, "%s@%lld.%09ld#%d", sha, (long long)now.tv_sec, now.tv_nsec, i);
+        qi_db_run_info info;
+        qi_db_run_info_init(&info, &host);
+        info.model_path = bi->path;
+        info.model_sha256 = bi->sha256[0] ? bi->sha256 : NULL;
+        int64_t run;
+        if ((st = qi_db_run_begin(db, exp, cfg, key, &info, &run, err))) return st;
+        const bool pp = t->n_prompt > 0;
+        for (int k = 0; k < t->n_reps && !st; k++) {
+            st = qi_db_metric(db, run, pp ? "prefill.tokens_per_s" : "decode.tokens_per_s", t->ts[k], "tok/s", k,
+                              false, err);
+            if (!st && !pp)
+                st = qi_db_metric(db, run, "decode.per_seq_tokens_per_s", t->ts[k] / t->batch, "tok/s", k, false,
+                                  err);
+        }
         double r = roofline_share(bi, t);
-        int c = 1;
-        sqlite3_reset(s);
-        sqlite3_bind_text(s, c++, bi->timestamp, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, QI_VERSION, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, bi->hw.cpu_model, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, c++, bi->hw.n_cores);
-        sqlite3_bind_int(s, c++, bi->hw.n_threads);
-        sqlite3_bind_text(s, c++, bi->gpu, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, bi->desc, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, bi->name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, bi->path, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, c++, bi->sha256, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->model_size);
-        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->n_params);
-        sqlite3_bind_text(s, c++, bi->backend, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, c++, bi->n_threads);
-        sqlite3_bind_text(s, c++, t->name, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, c++, t->n_prompt);
-        sqlite3_bind_int(s, c++, t->n_gen);
-        sqlite3_bind_int(s, c++, t->n_reps);
-        sqlite3_bind_double(s, c++, t->mean);
-        sqlite3_bind_double(s, c++, t->sd);
-        sqlite3_bind_text(s, c++, samples, -1, SQLITE_TRANSIENT);
-        if (bi->bw_gbs > 0) sqlite3_bind_double(s, c++, bi->bw_gbs);
-        else sqlite3_bind_null(s, c++);
-        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->bytes_tok);
-        if (!isnan(r)) sqlite3_bind_double(s, c++, r);
-        else sqlite3_bind_null(s, c++);
-        sqlite3_bind_int64(s, c++, (sqlite3_int64)bi->peak_rss);
-        sqlite3_bind_int(s, c++, t->batch);
-        sqlite3_bind_text(s, c++, row_kv(bi, t), -1, SQLITE_STATIC);
-        sqlite3_bind_double(s, c++, t->mean / t->batch);
-        sqlite3_bind_int(s, c++, bi->attn_blas);
-        sqlite3_bind_int(s, c++, t->depth);
-        if (sqlite3_step(s) != SQLITE_DONE) goto fail;
+        if (!st && bi->bw_gbs > 0) st = qi_db_metric(db, run, "mem.read_gb_per_s", bi->bw_gbs, "GB/s", 0, false, err);
+        if (!st)
+            st = qi_db_metric(db, run, "decode.weight_bytes_per_token", (double)bi->bytes_tok, "B", 0, false, err);
+        if (!st && !isnan(r)) st = qi_db_metric(db, run, "decode.roofline_share", r, "1", 0, false, err);
+        if (!st) st = qi_db_metric(db, run, "mem.peak_rss_bytes", (double)bi->peak_rss, "B", 0, false, err);
+        if (st) {
+            qi_db_run_end(db, run, false, err->msg, NULL);
+            return st;
+        }
+        if ((st = qi_db_run_end(db, run, true, NULL, err))) return st;
     }
-    sqlite3_finalize(s);
-    s = NULL;
-    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) goto fail;
     return QI_OK;
-fail:;
-    qi_status st = db_fail(db, file, err);
-    sqlite3_finalize(s);
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    return st;
 }
 #endif
 
@@ -931,7 +888,8 @@ int qi_cmd_bench(int argc, char **argv) {
     int n_tests = 0, rc = 0;
     memset(tests, 0, sizeof tests);
 #ifdef QI_HAVE_SQLITE
-    sqlite3 *db = NULL;
+    qi_db *db = NULL;
+    int64_t db_exp = 0;
 #endif
     bench_info bi;
     memset(&bi, 0, sizeof bi);
@@ -958,9 +916,9 @@ int qi_cmd_bench(int argc, char **argv) {
                n_prompt, n_gen, need, m->hp.n_ctx_train);
         goto fail;
     }
+    int max_b = 0;
+    for (int i = 0; batched && i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
     if (batched) {
-        int max_b = 0;
-        for (int i = 0; i < n_batches; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
         if (eo.n_ctx > m->hp.n_ctx_train) {
             QI_ERR(&err, QI_ERR_INVALID,
                    "--batch: %d prompt + %d decoded tokens per sequence exceed the model's context of %d", depth,
@@ -987,7 +945,7 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_engine_free(probe_eng);
     }
 #ifdef QI_HAVE_SQLITE
-    if (db_file && db_open(db_file, &db, &err)) goto fail;
+    if (db_file && db_open(db_file, &db, &db_exp, &err)) goto fail;
 #endif
 
     bi.llc_bytes = llc_bytes();
@@ -1030,7 +988,8 @@ int qi_cmd_bench(int argc, char **argv) {
 
     int n_ctx = n_prompt > n_gen + 1 ? n_prompt : n_gen + 1;
     run.m = m;
-    run.toks = qi_malloc(sizeof *run.toks * (size_t)(n_prompt > depth ? n_prompt : depth));
+    size_t n_toks = (size_t)depth * (size_t)max_b > (size_t)n_prompt ? (size_t)depth * (size_t)max_b : (size_t)n_prompt;
+    run.toks = qi_malloc(sizeof *run.toks * (n_toks ? n_toks : 1));
     if (!run.toks) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
@@ -1076,7 +1035,6 @@ int qi_cmd_bench(int argc, char **argv) {
             o.max_seqs = t->batch;
             o.profile = profile;
             if (o.step_tokens < t->batch) o.step_tokens = t->batch;
-            run.n_ids = 0;
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }
         if (run_test(&run, t, n_warmup, &err)) goto fail;
@@ -1099,15 +1057,17 @@ int qi_cmd_bench(int argc, char **argv) {
     else print_rows(fmt, &bi, tests, n_tests);
     fflush(stdout);
 #ifdef QI_HAVE_SQLITE
-    if (db && db_insert(db, db_file, &bi, tests, n_tests, &err)) goto fail;
-    if (db) fprintf(stderr, "qinfer %s: %d rows appended to %s (table bench)\n", cmd, n_tests, db_file);
+    const bench_settings bs = {.repack = repack, .n_warmup = n_warmup, .devices = kv.devices,
+                               .placement = kv.placement};
+    if (db && db_insert(db, db_exp, &bi, tests, n_tests, &bs, &err)) goto fail;
+    if (db) fprintf(stderr, "qinfer %s: %d runs added to %s (experiment %s)\n", cmd, n_tests, db_file, BENCH_EXPERIMENT);
 #endif
     goto done;
 fail:
     rc = qi_cli_fail(cmd, &err);
 done:
 #ifdef QI_HAVE_SQLITE
-    sqlite3_close(db);
+    qi_db_close(db);
 #endif
     for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts);
     qi_free(run.toks);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/chat.h"
 #include "qinfer/engine.h"
@@ -102,6 +103,7 @@ int qi_cmd_generate(int argc, char **argv) {
     qi_sampler *smp = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
+    double *tok_t = NULL; /* [n_predict] when each token was sampled */
     size_t n_ids = 0;
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
@@ -137,6 +139,11 @@ int qi_cmd_generate(int argc, char **argv) {
         goto fail;
     for (size_t i = 0; i < n_ids; i++) qi_sampler_accept(smp, ids[i]);
 
+    /* when each token was sampled: the request's timeline (measure.h) */
+    if (!(tok_t = qi_malloc(sizeof *tok_t * (size_t)(n_predict > 0 ? n_predict : 1)))) {
+        QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     double t0 = qi_now_s();
     if (qi_engine_seq_feed(eng, sid, ids, (int)n_ids, false, &err)) goto fail;
     while (qi_engine_seq_pending(eng, sid) > 0)
@@ -150,6 +157,7 @@ int qi_cmd_generate(int argc, char **argv) {
         int32_t tok = qi_sampler_sample(smp, qi_engine_seq_logits(eng, sid, -1));
         qi_sampler_accept(smp, tok);
         if (!ignore_eos && qi_tokenizer_is_eog(m->tok, tok)) break;
+        tok_t[n_gen] = qi_now_s();
         if (print_ids) {
             printf("%s%d", n_gen ? " " : "", tok);
         } else {
@@ -171,6 +179,16 @@ int qi_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
+    /* TTFT and TPOT as every figure defines them (measure.h, results/README.md) */
+    const qi_request_timeline tl = {.arrival = t0, .start = t0, .token_t = tok_t, .n_prompt = (int)n_ids,
+                                    .n_out = n_gen};
+    qi_request_metrics rm;
+    if (n_gen > 0 && qi_measure_request(&tl, &rm, &err) == QI_OK) {
+        fprintf(stderr, "qinfer generate: TTFT %.3f s", rm.ttft_s);
+        if (n_gen > 1) fprintf(stderr, ", TPOT %.4f s (%.1f t/s), ", rm.tpot_s, 1.0 / rm.tpot_s);
+        else fprintf(stderr, ", ");
+        fprintf(stderr, "end to end %.3f s\n", rm.e2e_s);
+    }
     if (profile) {
         qi_engine_prof pr;
         qi_engine_profile(eng, &pr);
@@ -192,6 +210,7 @@ fail:
     rc = qi_cli_fail(cmd, &err);
 done:
     qi_free(ids);
+    qi_free(tok_t);
     qi_free(text);
     qi_sampler_free(smp);
     qi_engine_free(eng);

@@ -22,6 +22,7 @@ static const struct {
     {"submit", qi_cmd_submit, "submit an experiment's sweep to Slurm as a job array, one shard per task"},
     {"lua", qi_cmd_lua, "run a Lua script with the qinfer module (no sweep, no database)"},
     {"synth", qi_cmd_synth, "write a llama-shaped GGUF with random weights, for throughput runs"},
+    {"serve", qi_cmd_serve, "serve the model over HTTP: an OpenAI-compatible API, batched"},
     {"results", qi_cmd_results, "list experiments, or an experiment's metrics as a table, CSV or JSON"},
 };
 

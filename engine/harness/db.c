@@ -272,8 +272,26 @@ qi_status qi_db_open_read(const char *path, qi_db **out, qi_err *err) {
             st = qi_db_fail(db, rc, err, "opening");
         else if ((st = check_version(db, app, ver, err)) == QI_OK && ver == 0)
             st = QI_ERR(err, QI_ERR_DB, "%s: not a qinfer results database (it holds no schema)", path);
-        /* An older schema is read as it is: the queries of db_query.c use
-         * only what version 1 has. */
+        /* An older schema is read as the current one: before version 3 the
+         * metrics lack params and carry the old names, so a temporary view
+         * (the temp schema is writable on a read-only connection, and is
+         * searched before main) shows them as migration 0003 maps them. The
+         * unit tests hold the view to the migration. */
+        else if (st == QI_OK && ver < 3 &&
+                 (rc = qi_db_exec(db, "CREATE TEMP VIEW metrics AS SELECT id, run_id,"
+                                      " CASE WHEN name GLOB 'decode.b[0-9]*_tokens_per_s' THEN 'decode.tokens_per_s'"
+                                      " WHEN name GLOB 'prefill.b[0-9]*_ttft_s' THEN 'prefill.ttft_s'"
+                                      " WHEN name = 'prefill.ttft_ms' THEN 'prefill.ttft_s'"
+                                      " WHEN name = 'decode.tpot_ms' THEN 'decode.tpot_s' ELSE name END AS name,"
+                                      " CASE WHEN name IN ('prefill.ttft_ms', 'decode.tpot_ms') THEN value / 1000"
+                                      " ELSE value END AS value,"
+                                      " CASE WHEN name IN ('prefill.ttft_ms', 'decode.tpot_ms') THEN 's'"
+                                      " ELSE unit END AS unit, repetition, simulated,"
+                                      " CASE WHEN name GLOB 'decode.b[0-9]*_tokens_per_s'"
+                                      " OR name GLOB 'prefill.b[0-9]*_ttft_s' THEN json_object('batch',"
+                                      " CAST(substr(name, instr(name, '.b') + 2, instr(name, '_') - instr(name, '.b')"
+                                      " - 2) AS INTEGER)) ELSE '{}' END AS params FROM main.metrics")) != SQLITE_OK)
+            st = qi_db_fail(db, rc, err, "reading schema version %lld", (long long)ver);
     }
     if (st != QI_OK) {
         qi_db_close(db);
@@ -579,6 +597,11 @@ static qi_status check_open_run(const qi_db *db, int64_t run_id, const char *fn,
 
 qi_status qi_db_metric(qi_db *db, int64_t run_id, const char *name, double value, const char *unit,
                        int repetition, bool simulated, qi_err *err) {
+    return qi_db_metric_params(db, run_id, name, NULL, value, unit, repetition, simulated, err);
+}
+
+qi_status qi_db_metric_params(qi_db *db, int64_t run_id, const char *name, const char *params_json, double value,
+                              const char *unit, int repetition, bool simulated, qi_err *err) {
     qi_status st = check_open_run(db, run_id, "qi_db_metric", err);
     if (st != QI_OK) return st;
     if (!metric_name_ok(name))
@@ -589,11 +612,23 @@ qi_status qi_db_metric(qi_db *db, int64_t run_id, const char *name, double value
         return QI_ERR(err, QI_ERR_INVALID, "metric %s: no unit (use \"1\" for a pure number)", name);
     if (repetition < 0) return QI_ERR(err, QI_ERR_INVALID, "metric %s: repetition %d < 0", name, repetition);
     if (isnan(value)) return QI_ERR(err, QI_ERR_INVALID, "metric %s: value is NaN", name);
+    char *params = NULL;
+    if (params_json) {
+        size_t plen;
+        if ((st = qi_json_canonical(params_json, &params, &plen, err))) {
+            qi_err_prefix(err, "metric %s: params", name);
+            return st;
+        }
+        if (params[0] != '{') {
+            qi_free(params);
+            return QI_ERR(err, QI_ERR_INVALID, "metric %s: params %s is not a JSON object", name, params_json);
+        }
+    }
     int rc = SQLITE_OK;
     if (!db->ins_metric)
         rc = sqlite3_prepare_v3(db->conn,
-                                "INSERT INTO metrics (run_id, name, value, unit, repetition, simulated)"
-                                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                "INSERT INTO metrics (run_id, name, value, unit, repetition, simulated, params)"
+                                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                                 -1, SQLITE_PREPARE_PERSISTENT, &db->ins_metric, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_stmt *s = db->ins_metric;
@@ -603,18 +638,21 @@ qi_status qi_db_metric(qi_db *db, int64_t run_id, const char *name, double value
         sqlite3_bind_text(s, 4, unit, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int(s, 5, repetition);
         sqlite3_bind_int(s, 6, simulated || db->run_simulated ? 1 : 0);
+        sqlite3_bind_text(s, 7, params ? params : "{}", -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(s);
         if (rc == SQLITE_DONE) rc = SQLITE_OK;
     }
     if (rc == SQLITE_OK) {
         sqlite3_reset(db->ins_metric);
+        qi_free(params);
         return QI_OK;
     }
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
-        st = QI_ERR(err, QI_ERR_INVALID, "%s: metric %s repetition %d recorded twice in run %lld", db->path, name,
-                    repetition, (long long)run_id);
+        st = QI_ERR(err, QI_ERR_INVALID, "%s: metric %s%s repetition %d recorded twice in run %lld", db->path, name,
+                    params ? params : "", repetition, (long long)run_id);
     else
         st = qi_db_fail(db, rc, err, "recording metric %s of run %lld", name, (long long)run_id);
+    qi_free(params);
     if (db->ins_metric) sqlite3_reset(db->ins_metric);
     check_run_lost(db, err);
     return st;

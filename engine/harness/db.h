@@ -167,6 +167,14 @@ qi_status qi_db_run_begin(qi_db *db, int64_t exp_id, const char *config_json, co
  * leaves the run open. */
 qi_status qi_db_metric(qi_db *db, int64_t run_id, const char *name, double value, const char *unit,
                        int repetition, bool simulated, qi_err *err);
+/* qi_db_metric with the measurement's parameters: params_json (NULL: none,
+ * stored '{}') a JSON object of what the measurement varied within the run
+ * that its configuration does not say ({"batch":4}), stored canonically; a
+ * parameter is never part of a name. One value per (name, params,
+ * repetition). Errors as qi_db_metric's, and QI_ERR_INVALID for params that
+ * are not a JSON object. */
+qi_status qi_db_metric_params(qi_db *db, int64_t run_id, const char *name, const char *params_json, double value,
+                              const char *unit, int repetition, bool simulated, qi_err *err);
 
 /* The placement plan (JSON, qi_plan_json's) the open run's engines ran
  * under. Errors: QI_ERR_INVALID (run_id not the open run, JSON not

@@ -24,6 +24,13 @@ qi_status qi_db_fail(const qi_db *db, int rc, qi_err *err, const char *fmt, ...)
 #endif
     ;
 
+/* How a metric is shown and selected (`qinfer results --metric`, the CSV
+ * export): its name, then its params, if any, as [key=value,...]:
+ * decode.tokens_per_s[batch=4]. M is the metrics table's alias. */
+#define QI_DB_METRIC_LABEL(M)                                                                                    \
+    M ".name || coalesce('[' || (SELECT group_concat(key || '=' || value, ',') FROM json_each(" M ".params)) " \
+      "|| ']', '')"
+
 static inline int qi_db_exec(qi_db *db, const char *sql) { return sqlite3_exec(db->conn, sql, NULL, NULL, NULL); }
 
 #endif

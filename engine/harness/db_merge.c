@@ -128,7 +128,7 @@ static const char scratch_sql[] =
     "CREATE INDEX in_runs_src ON in_runs(src, id);"
     "CREATE TABLE in_metrics (id INTEGER PRIMARY KEY, src INTEGER NOT NULL, run_id INTEGER NOT NULL,"
     " name TEXT NOT NULL, value REAL NOT NULL, unit TEXT NOT NULL, repetition INTEGER NOT NULL,"
-    " simulated INTEGER NOT NULL);"
+    " simulated INTEGER NOT NULL, params TEXT NOT NULL);"
     "CREATE INDEX in_metrics_run ON in_metrics(src, run_id);"
     "CREATE TABLE pick (src_run INTEGER PRIMARY KEY, exp_id INTEGER NOT NULL, config_key TEXT NOT NULL,"
     " replace_id INTEGER);";
@@ -220,8 +220,8 @@ static qi_status stage(merge_ctx *m, const char *path, int64_t src, qi_err *err)
         " r.cores, r.mem_bytes, r.gpu, r.gpu_driver, r.model_path, r.model_sha256, r.engine_version, r.seed,"
         " r.simulated, r.started, r.finished, r.placement"
         " FROM src.runs r JOIN src.experiments e ON e.id = r.experiment_id ORDER BY r.id;"
-        "INSERT INTO in_metrics (src, run_id, name, value, unit, repetition, simulated)"
-        " SELECT ?1, run_id, name, value, unit, repetition, simulated FROM src.metrics ORDER BY id;";
+        "INSERT INTO in_metrics (src, run_id, name, value, unit, repetition, simulated, params)"
+        " SELECT ?1, run_id, name, value, unit, repetition, simulated, params FROM src.metrics ORDER BY id;";
     const char *tail = sql;
     while (*tail) {
         sqlite3_stmt *s = NULL;
@@ -296,8 +296,8 @@ static qi_status merge_one(merge_ctx *m, const char *out_path, int64_t src, qi_d
         " SELECT p.exp_id, r.config_json, r.config_key, r.status, r.error, r.git_rev, r.git_dirty, r.cpu, r.cores,"
         " r.mem_bytes, r.gpu, r.gpu_driver, r.model_path, r.model_sha256, r.engine_version, r.seed, r.simulated,"
         " r.started, r.finished, r.placement FROM pick p JOIN in_runs r ON r.rid = p.src_run ORDER BY r.id",
-        "INSERT INTO out.metrics (run_id, name, value, unit, repetition, simulated)"
-        " SELECT d.id, x.name, x.value, x.unit, x.repetition, x.simulated FROM pick p"
+        "INSERT INTO out.metrics (run_id, name, value, unit, repetition, simulated, params)"
+        " SELECT d.id, x.name, x.value, x.unit, x.repetition, x.simulated, x.params FROM pick p"
         " JOIN in_runs r ON r.rid = p.src_run"
         " JOIN in_metrics x ON x.src = r.src AND x.run_id = r.id"
         " JOIN out.runs d ON d.experiment_id = p.exp_id AND d.config_key = p.config_key"

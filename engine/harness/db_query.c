@@ -179,8 +179,8 @@ qi_status qi_db_export_csv(qi_db *db, const char *exp_name, FILE *out, qi_err *e
     if ((rc = sqlite3_prepare_v2(db->conn, LEAF_SQL("json_tree(?1) t"), -1, &q_leaf, NULL)) != SQLITE_OK)
         goto sql_fail;
     if ((rc = sqlite3_prepare_v2(db->conn,
-                                 "SELECT name, value, unit, repetition, simulated FROM metrics"
-                                 " WHERE run_id = ?1 ORDER BY name, repetition",
+                                 "SELECT " QI_DB_METRIC_LABEL("m") ", value, unit, repetition, simulated FROM metrics m"
+                                 " WHERE run_id = ?1 ORDER BY 1, repetition",
                                  -1, &q_met, NULL)) != SQLITE_OK)
         goto sql_fail;
     while ((rc = sqlite3_step(q_runs)) == SQLITE_ROW) {
@@ -472,8 +472,8 @@ qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summ
                          " AND r.experiment_id = ?1 AND r.status = 'done') ORDER BY path",
                          exp_id, &leaves)) != SQLITE_DONE ||
         (rc = query_list(db,
-                         "SELECT DISTINCT m.name FROM runs r JOIN metrics m ON m.run_id = r.id"
-                         " WHERE r.experiment_id = ?1 AND r.status = 'done' ORDER BY m.name",
+                         "SELECT DISTINCT " QI_DB_METRIC_LABEL("m") " FROM runs r JOIN metrics m ON m.run_id = r.id"
+                         " WHERE r.experiment_id = ?1 AND r.status = 'done' ORDER BY 1",
                          exp_id, &names)) != SQLITE_DONE)
         goto sql_fail;
 
@@ -493,7 +493,7 @@ qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summ
 
     /* Key k is bound as ?(k + 2), its JSON path. JSON text keeps true apart
      * from 1 and "1" apart from 1; the plain value orders the rows. */
-    sql_add(&q, "SELECT r.id, m.name, m.unit, m.value, m.simulated");
+    sql_add(&q, "SELECT r.id, " QI_DB_METRIC_LABEL("m") ", m.unit, m.value, m.simulated");
     for (int k = 0; k < s->n_keys; k++)
         sql_add(&q,
                 ", json_type(r.config_json, ?%d), CASE WHEN json_type(r.config_json, ?%d) IS NULL THEN NULL"
@@ -504,7 +504,7 @@ qi_status qi_db_summary_create(qi_db *db, const char *exp_name, const qi_db_summ
                 " WHERE r.experiment_id = ?1 AND r.status = 'done' ORDER BY ");
     if (!s->per_run)
         for (int k = 0; k < s->n_keys; k++) sql_add(&q, "%d, %d, ", SQ_KEYS + 3 * k + 3, SQ_KEYS + 3 * k + 2);
-    sql_add(&q, "r.id, m.name, m.repetition");
+    sql_add(&q, "r.id, 2, m.repetition");
     if (q.failed) goto nomem;
     if ((rc = sqlite3_prepare_v2(db->conn, q.s, -1, &stmt, NULL)) != SQLITE_OK) goto sql_fail;
     sqlite3_bind_int64(stmt, 1, exp_id);

@@ -39,17 +39,14 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/perplexity.h"
 #include "qinfer/tokenizer.h"
 #include "sha256.h"
 #include "threadpool.h"
 
-double lq_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double lq_now(void) { return qi_measure_now(); }
 
 /* ---- models -------------------------------------------------------------------- */
 
@@ -775,6 +772,7 @@ int luaopen_qinfer(lua_State *L) {
     lua_pop(L, 1);
     luaL_newlib(L, k_functions);
     luaL_setfuncs(L, lq_measure_functions, 0);
+    luaL_setfuncs(L, lq_serve_functions, 0);
     lq_set_str(L, "version", QI_VERSION);
     return 1;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "qinfer/engine.h"
+#include "qinfer/measure.h"
 #include "qinfer/model.h"
 #include "qinfer/params.h"
 #include "qinfer/sampler.h"
@@ -99,6 +100,15 @@ void lq_set_str(lua_State *L, const char *k, const char *v);
 
 /* qinfer.generate, perplexity, throughput, now, sleep, sysinfo. */
 extern const luaL_Reg lq_measure_functions[];
+extern const luaL_Reg lq_serve_functions[];
+/* The fields of a run's figures (qi_measure_run) set in the table on top:
+ * counts, rates, the latency summaries and `metrics`, the list of {name,
+ * value, unit} under the canonical names. */
+void lq_push_run(lua_State *L, const qi_run_metrics *rm);
+/* The corpus (a path or a cached corpus name) tokenised by mb's tokenizer,
+ * kept in mb->corpus_ids until another corpus is asked for; its resolved
+ * path (owned by mb). Raises a Lua error on failure (s holds temporaries). */
+const char *lq_model_corpus(lua_State *L, lq_model *mb, const char *corpus, lq_scratch *s);
 
 /* Set by SIGINT/SIGTERM while an experiment runs (lua_run.c). */
 extern volatile sig_atomic_t lq_interrupted;

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/perplexity.h"
 #include "qinfer/sysinfo.h"
@@ -119,7 +120,9 @@ static int l_generate(lua_State *L) {
     s->ids2 = qi_malloc(sizeof(int32_t) * (size_t)(n_predict > 0 ? n_predict : 1));
     if (!s->ids2) return luaL_error(L, "out of memory");
 
-    double t0 = lq_now(), t_first = t0;
+    /* when each token was sampled: the request's timeline (measure.h) */
+    double *tt = lua_newuserdatauv(L, sizeof(double) * (size_t)(n_predict > 0 ? n_predict : 1), 0);
+    double t0 = lq_now();
     if (qi_engine_seq_feed(e, sid, s->ids, (int)n_ids, false, &err)) return lq_fail(L, &err);
     while (qi_engine_seq_pending(e, sid) > 0)
         if (qi_engine_step(e, NULL, &err)) return lq_fail(L, &err);
@@ -127,7 +130,7 @@ static int l_generate(lua_State *L) {
     for (; n_gen < n_predict && qi_engine_seq_n_past(e, sid) < n_ctx; n_gen++) {
         int32_t tok = qi_sampler_sample(s->smp, qi_engine_seq_logits(e, sid, -1));
         qi_sampler_accept(s->smp, tok);
-        if (n_gen == 0) t_first = lq_now();
+        tt[n_gen] = lq_now();
         if (!ignore_eos && qi_tokenizer_is_eog(m->tok, tok)) break;
         s->ids2[n_gen] = tok;
         if (n_gen + 1 < n_predict && qi_engine_seq_n_past(e, sid) < n_ctx &&
@@ -149,11 +152,16 @@ static int l_generate(lua_State *L) {
     luaL_addsize(&b, qi_detok_flush(&d, p, QI_DETOK_MAX_PENDING));
     luaL_pushresult(&b);
     lq_push_ids(L, s->ids2, (size_t)n_gen);
-    lua_createtable(L, 0, 6);
-    lq_set_num(L, "ttft_s", t_first - t0);
-    double tpot = n_gen > 1 ? (t_end - t_first) / (n_gen - 1) : 0.0;
+    const qi_request_timeline tl = {.arrival = t0, .start = t0, .token_t = tt, .n_prompt = (int)n_ids,
+                                    .n_out = n_gen};
+    qi_request_metrics rm;
+    if (qi_measure_request(&tl, &rm, &err)) return lq_fail(L, &err);
+    lua_createtable(L, 0, 7);
+    lq_set_num(L, "ttft_s", n_gen > 0 ? rm.ttft_s : 0.0);
+    double tpot = n_gen > 1 ? rm.tpot_s : 0.0;
     lq_set_num(L, "tpot_s", tpot);
     lq_set_num(L, "tokens_per_s", tpot > 0 ? 1.0 / tpot : 0.0);
+    lq_set_num(L, "e2e_s", n_gen > 0 ? rm.e2e_s : 0.0);
     lq_set_num(L, "total_s", t_end - t0);
     lq_set_int(L, "n_prompt", (lua_Integer)n_ids);
     lq_set_int(L, "n_gen", n_gen);
@@ -184,6 +192,24 @@ static size_t read_file(lua_State *L, const char *path, char **slot) {
     return len;
 }
 
+const char *lq_model_corpus(lua_State *L, lq_model *mb, const char *corpus, lq_scratch *s) {
+    qi_err err = {0};
+    char path[1024];
+    if (qi_cache_resolve(corpus, "corpus", path, sizeof path, &err)) lq_fail(L, &err);
+    if (!mb->corpus_ids || strcmp(mb->corpus, path) != 0) {
+        qi_free(mb->corpus_ids);
+        mb->corpus_ids = NULL;
+        mb->corpus[0] = 0;
+        size_t len = read_file(L, path, &s->text);
+        /* llama-perplexity drops one trailing newline before tokenising */
+        if (len > 0 && s->text[len - 1] == '\n') len--;
+        if (qi_tokenize(mb->m->tok, s->text, len, true, false, &mb->corpus_ids, &mb->n_corpus_ids, &err))
+            lq_fail(L, &err);
+        snprintf(mb->corpus, sizeof mb->corpus, "%s", path);
+    }
+    return mb->corpus;
+}
+
 /* qinfer.perplexity(model, corpus, {ctx=512, chunks, decode, batch=4, kv_...})
  * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, seconds}; as
  * `qinfer ppl` computes it (decode mode implied by a KV policy or budget).
@@ -203,19 +229,7 @@ static int l_perplexity(lua_State *L) {
 
     lq_scratch *s = lq_scratch_push(L);
     qi_err err = {0};
-    char path[1024];
-    if (qi_cache_resolve(corpus, "corpus", path, sizeof path, &err)) return lq_fail(L, &err);
-    if (!mb->corpus_ids || strcmp(mb->corpus, path) != 0) {
-        qi_free(mb->corpus_ids);
-        mb->corpus_ids = NULL;
-        mb->corpus[0] = 0;
-        size_t len = read_file(L, path, &s->text);
-        /* llama-perplexity drops one trailing newline before tokenising */
-        if (len > 0 && s->text[len - 1] == '\n') len--;
-        if (qi_tokenize(mb->m->tok, s->text, len, true, false, &mb->corpus_ids, &mb->n_corpus_ids, &err))
-            return lq_fail(L, &err);
-        snprintf(mb->corpus, sizeof mb->corpus, "%s", path);
-    }
+    const char *path = lq_model_corpus(L, mb, corpus, s);
     size_t n_ids = mb->n_corpus_ids;
     if (n_ids < 2 * (size_t)n_ctx)
         return luaL_error(L, "%s is %d tokens; perplexity at ctx %d needs at least %d", path, (int)n_ids, n_ctx,
@@ -249,12 +263,13 @@ static int l_perplexity(lua_State *L) {
 }
 
 /* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, kv_...})
- * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, batch, n_gen, n_prompt}
- * batch sequences get the prompt (a text, or that many pseudo-random ids
- * after BOS, distinct per sequence); ttft_s is the prefill of all of them
- * plus the first token; then n_gen steps of greedy decoding, one token per
- * sequence each: tpot_s is a step's mean time and tokens_per_s the aggregate
- * rate, batch * n_gen / time. */
+ * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt}
+ * qi_measure_decode, as bench's batched rows: batch sequences get the
+ * prompt (a text, or that many pseudo-random ids after BOS, distinct per
+ * sequence); ttft_s is the prefill of all of them until each one's first
+ * token; then n_gen steps of greedy decoding, one token per sequence each:
+ * tpot_s is a step's mean time and tokens_per_s the aggregate rate,
+ * batch * n_gen / decode_s. */
 static int l_throughput(lua_State *L) {
     lq_model *mb = lq_check_model(L, 1);
     static const char *const keys[] = {"batch", "n_gen", "prompt", "n_ctx", LQ_ENGINE_KEYS, NULL};
@@ -299,66 +314,145 @@ static int l_throughput(lua_State *L) {
     eo.o.n_ctx = n_ctx;
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
     lq_note_plan(L, s->engine);
-    qi_engine *e = s->engine;
-    /* ids2: the sequence ids, then each sequence's first generated token
-     * (-1 until its prompt is done). */
-    s->ids2 = qi_malloc(sizeof(int32_t) * 2 * (size_t)batch);
-    if (!s->ids2) return luaL_error(L, "out of memory");
-    int32_t *first = s->ids2 + batch;
-    int n;
-    double t0 = lq_now();
-    for (int b = 0; b < batch; b++) {
-        int id;
-        if (qi_engine_seq_add(e, &id, &err) ||
-            qi_engine_seq_feed(e, id, s->ids + (per_seq ? (size_t)b * n_prompt : 0), (int)n_prompt, false, &err))
-            return lq_fail(L, &err);
-        s->ids2[b] = id;
-        first[b] = -1;
-    }
-    /* Step while prompts are pending: a step with nothing to run would
-     * leave the sequences without logits. A step holds at most step_tokens
-     * tokens, so the prompts of a large batch end in different steps, and
-     * a sequence's logits last only until the next step: each one's first
-     * token is taken in the step its prompt ends. */
-    for (bool pending = true; pending;) {
-        if (qi_engine_step(e, &n, &err)) return lq_fail(L, &err);
-        pending = false;
-        for (int b = 0; b < batch; b++) {
-            if (qi_engine_seq_pending(e, s->ids2[b]) > 0) {
-                pending = true;
-            } else if (first[b] < 0) {
-                const float *lg = qi_engine_seq_logits(e, s->ids2[b], -1);
-                if (!lg) return luaL_error(L, "sequence %d has no logits after its prompt", s->ids2[b]);
-                first[b] = qi_argmax(lg, m->hp.n_vocab);
-            }
-        }
-    }
-    double t_first = lq_now(), t1 = t_first;
-    for (int i = 0; i < n_gen; i++) {
-        for (int b = 0; b < batch; b++) {
-            int32_t tok = first[b];
-            if (i > 0) {
-                const float *lg = qi_engine_seq_logits(e, s->ids2[b], -1);
-                if (!lg) return luaL_error(L, "sequence %d has no logits after its step", s->ids2[b]);
-                tok = qi_argmax(lg, m->hp.n_vocab);
-            }
-            if (qi_engine_seq_feed(e, s->ids2[b], &tok, 1, false, &err)) return lq_fail(L, &err);
-        }
-        if (i == 0) t_first = lq_now();
-        if (qi_engine_step(e, &n, &err)) return lq_fail(L, &err);
-        if (n != batch)
-            return luaL_error(L, "a decode step ran %d tokens, not one for each of %d sequences", n, batch);
-    }
-    t1 = lq_now();
-    double dec = t1 - t_first;
-    lua_createtable(L, 0, 8);
-    lq_set_num(L, "ttft_s", t_first - t0);
-    lq_set_num(L, "tpot_s", dec / n_gen);
-    lq_set_num(L, "tokens_per_s", dec > 0 ? batch * (double)n_gen / dec : 0.0);
-    lq_set_num(L, "per_seq_tokens_per_s", dec > 0 ? n_gen / dec : 0.0);
+    const qi_decode_opts o = {.batch = batch, .n_gen = n_gen, .prompts = s->ids, .n_prompt = (int)n_prompt,
+                              .prompt_stride = per_seq ? (int)n_prompt : 0, .greedy = true};
+    qi_decode_result r;
+    if (qi_measure_decode(s->engine, m, &o, &r, &err)) return lq_fail(L, &err);
+    lua_createtable(L, 0, 9);
+    lq_set_num(L, "ttft_s", r.prefill_s);
+    lq_set_num(L, "tpot_s", r.tpot_s);
+    lq_set_num(L, "tokens_per_s", r.tokens_per_s);
+    lq_set_num(L, "per_seq_tokens_per_s", r.seq_tokens_per_s);
+    lq_set_num(L, "decode_s", r.decode_s);
     lq_set_int(L, "batch", batch);
     lq_set_int(L, "n_gen", n_gen);
     lq_set_int(L, "n_prompt", (lua_Integer)n_prompt);
+    return 1;
+}
+
+/* Summary d as a table {n, mean, median, p90, p99, min, max} at t[k]. */
+static void push_summary(lua_State *L, const char *k, const qi_measure_summary *d) {
+    lua_createtable(L, 0, 7);
+    lq_set_int(L, "n", d->n);
+    lq_set_num(L, "mean", d->mean);
+    lq_set_num(L, "median", d->median);
+    lq_set_num(L, "p90", d->p90);
+    lq_set_num(L, "p99", d->p99);
+    lq_set_num(L, "min", d->min);
+    lq_set_num(L, "max", d->max);
+    lua_setfield(L, -2, k);
+}
+
+void lq_push_run(lua_State *L, const qi_run_metrics *rm_) {
+    const qi_run_metrics rm = *rm_;
+    lq_set_int(L, "n_requests", rm.n_requests);
+    lq_set_int(L, "n_done", rm.n_done);
+    lq_set_int(L, "n_rejected", rm.n_rejected);
+    lq_set_int(L, "n_good", rm.n_good);
+    lq_set_int(L, "prompt_tokens", rm.prompt_tokens);
+    lq_set_int(L, "output_tokens", rm.output_tokens);
+    lq_set_num(L, "duration_s", rm.duration_s);
+    lq_set_num(L, "requests_per_s", rm.requests_per_s);
+    lq_set_num(L, "output_tokens_per_s", rm.output_tokens_per_s);
+    lq_set_num(L, "total_tokens_per_s", rm.total_tokens_per_s);
+    lq_set_num(L, "goodput_req_per_s", rm.goodput_req_per_s);
+    push_summary(L, "ttft", &rm.ttft);
+    push_summary(L, "tpot", &rm.tpot);
+    push_summary(L, "itl", &rm.itl);
+    push_summary(L, "e2e", &rm.e2e);
+    push_summary(L, "queue", &rm.queue);
+    lua_newtable(L);
+    const char *name, *unit;
+    double v;
+    int k = 0;
+    for (int i = 0; qi_measure_run_metric(&rm, i, &name, &unit, &v); i++) {
+        if (!name) continue;
+        lua_createtable(L, 3, 0);
+        lua_pushstring(L, name);
+        lua_rawseti(L, -2, 1);
+        lua_pushnumber(L, v);
+        lua_rawseti(L, -2, 2);
+        lua_pushstring(L, unit);
+        lua_rawseti(L, -2, 3);
+        lua_rawseti(L, -2, ++k);
+    }
+    lua_setfield(L, -2, "metrics");
+}
+
+/* Field k of the table at idx as a number; def when absent. */
+static double req_num(lua_State *L, int idx, lua_Integer i, const char *k, double def) {
+    int t = lua_getfield(L, idx, k);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return def;
+    }
+    if (t != LUA_TNUMBER)
+        luaL_error(L, "request %d: field '%s' is a %s, not a number", (int)i, k, lua_typename(L, t));
+    double v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* qinfer.measure_requests({{arrival=, start=, tokens={t1, t2, ...}, n_prompt=, rejected=}, ...},
+ *                         {ttft_slo_s=, tpot_slo_s=})
+ * -> {n_requests, n_done, n_rejected, n_good, duration_s, requests_per_s,
+ *     output_tokens_per_s, total_tokens_per_s, goodput_req_per_s,
+ *     ttft = {n, mean, median, p90, p99, min, max}, tpot, itl, e2e, queue,
+ *     metrics = {{name, value, unit}, ...}}
+ * A run's figures from its requests' timelines, by qi_measure_run (the
+ * definitions bench, Lua and the engine share: results/README.md); metrics
+ * is what ctx.metric should record, under the canonical names. */
+static int l_measure_requests(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    static const char *const keys[] = {"ttft_slo_s", "tpot_slo_s", NULL};
+    lq_opts_check(L, 2, 2, keys);
+    qi_slo slo = {.ttft_s = lq_opt_num(L, 2, 2, "ttft_slo_s", 0), .tpot_s = lq_opt_num(L, 2, 2, "tpot_slo_s", 0)};
+    if (slo.ttft_s < 0 || slo.tpot_s < 0) return luaL_argerror(L, 2, "a latency bound is negative");
+    lua_Integer n = luaL_len(L, 1);
+    if (n < 0 || n > (1 << 24)) return luaL_argerror(L, 1, "too many requests");
+    long n_tok = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_geti(L, 1, i) != LUA_TTABLE) return luaL_error(L, "request %d is not a table", (int)i);
+        if (lua_getfield(L, -1, "tokens") == LUA_TTABLE) n_tok += (long)luaL_len(L, -1);
+        else if (!lua_isnil(L, -1)) return luaL_error(L, "request %d: field 'tokens' is not a list of times", (int)i);
+        lua_pop(L, 2);
+        if (n_tok > (1L << 28)) return luaL_argerror(L, 1, "too many tokens");
+    }
+    /* timelines and token times in userdata: collected whatever happens */
+    qi_request_timeline *tl = lua_newuserdatauv(L, sizeof *tl * (size_t)(n ? n : 1), 0);
+    double *times = lua_newuserdatauv(L, sizeof *times * (size_t)(n_tok ? n_tok : 1), 0);
+    long at = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, 1, i);
+        int r = lua_gettop(L);
+        qi_request_timeline *t = &tl[i - 1];
+        t->arrival = req_num(L, r, i, "arrival", NAN);
+        t->start = req_num(L, r, i, "start", NAN);
+        double np = req_num(L, r, i, "n_prompt", 0);
+        if (!(np >= 0 && np <= INT_MAX)) return luaL_error(L, "request %d: n_prompt out of range", (int)i);
+        t->n_prompt = (int)np;
+        lua_getfield(L, r, "rejected");
+        t->rejected = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        t->token_t = times + at;
+        t->n_out = 0;
+        if (lua_getfield(L, r, "tokens") == LUA_TTABLE) {
+            lua_Integer k = luaL_len(L, -1);
+            for (lua_Integer j = 1; j <= k; j++) {
+                if (lua_geti(L, -1, j) != LUA_TNUMBER)
+                    return luaL_error(L, "request %d: token time %d is not a number", (int)i, (int)j);
+                times[at + t->n_out++] = lua_tonumber(L, -1);
+                lua_pop(L, 1);
+            }
+        }
+        at += t->n_out;
+        lua_pop(L, 2);
+    }
+    qi_run_metrics rm;
+    qi_err err = {0};
+    if (qi_measure_run(tl, (long)n, &slo, &rm, &err)) return lq_fail(L, &err);
+    lua_createtable(L, 0, 16);
+    lq_push_run(L, &rm);
     return 1;
 }
 
@@ -400,6 +494,7 @@ const luaL_Reg lq_measure_functions[] = {
     {"generate", l_generate},
     {"perplexity", l_perplexity},
     {"throughput", l_throughput},
+    {"measure_requests", l_measure_requests},
     {"now", l_now},
     {"sleep", l_sleep},
     {"sysinfo", l_sysinfo},

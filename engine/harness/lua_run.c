@@ -88,14 +88,69 @@ typedef struct {
     int n_m;
 } run_state;
 
-/* ctx.metric(name, value, unit[, {repetition=, simulated=}]) */
+static bool has_ctrl(const char *v) {
+    for (; *v; v++)
+        if ((unsigned char)*v < 0x20 || *v == 0x7f) return true;
+    return false;
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The params table at idx ({batch = 4}: string keys, number, boolean or
+ * string values) as a JSON object, keys sorted, into json (cap bytes), and
+ * as "[batch=4]" into label; raises a Lua error for anything else. */
+static void params_json(lua_State *L, int idx, char *json, size_t cap, char *label, size_t lcap) {
+    const char *keys[16];
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) luaL_argerror(L, 4, "option 'params': keys must be strings");
+        if (n == 16) luaL_argerror(L, 4, "option 'params': more than 16 keys");
+        keys[n++] = lua_tostring(L, -1);
+    }
+    qsort(keys, (size_t)n, sizeof *keys, cmp_cstr);
+    size_t u = (size_t)snprintf(json, cap, "{"), lu = 0;
+    label[0] = 0;
+    for (int i = 0; i < n; i++) {
+        for (const char *k = keys[i]; *k; k++)
+            if (!((*k >= 'a' && *k <= 'z') || (*k >= '0' && *k <= '9') || *k == '_'))
+                luaL_argerror(L, 4, lua_pushfstring(L, "option 'params': key '%s' is not lower-case letters, digits "
+                                                       "and '_'", keys[i]));
+        lua_getfield(L, idx, keys[i]);
+        char val[64];
+        int t = lua_type(L, -1);
+        if (t == LUA_TNUMBER && lua_isinteger(L, -1)) snprintf(val, sizeof val, "%lld", (long long)lua_tointeger(L, -1));
+        else if (t == LUA_TNUMBER && isfinite(lua_tonumber(L, -1))) snprintf(val, sizeof val, "%.17g", lua_tonumber(L, -1));
+        else if (t == LUA_TBOOLEAN) snprintf(val, sizeof val, "%s", lua_toboolean(L, -1) ? "true" : "false");
+        else if (t == LUA_TSTRING) {
+            const char *v = lua_tostring(L, -1);
+            if (strlen(v) > 48 || strpbrk(v, "\"\\,=[]") || has_ctrl(v))
+                luaL_argerror(L, 4, "option 'params': a string value is longer than 48 bytes or holds quotes, "
+                                    "backslashes, ',', '=', '[', ']' or control characters");
+            snprintf(val, sizeof val, "\"%s\"", v);
+        } else
+            luaL_argerror(L, 4, "option 'params': values must be finite numbers, booleans or strings");
+        lua_pop(L, 1);
+        u += (size_t)snprintf(json + u, u < cap ? cap - u : 0, "%s\"%s\":%s", i ? "," : "", keys[i], val);
+        const char *plain = t == LUA_TSTRING ? val + 1 : val;
+        int plen = t == LUA_TSTRING ? (int)strlen(val) - 2 : (int)strlen(val);
+        lu += (size_t)snprintf(label + lu, lu < lcap ? lcap - lu : 0, "%s%s=%.*s", i ? "," : "[", keys[i], plen, plain);
+    }
+    if (n) lu += (size_t)snprintf(label + lu, lu < lcap ? lcap - lu : 0, "]");
+    u += (size_t)snprintf(json + u, u < cap ? cap - u : 0, "}");
+    if (u >= cap || lu >= lcap) luaL_argerror(L, 4, "option 'params': too long");
+}
+
+/* ctx.metric(name, value, unit[, {repetition=, simulated=, params={...}}]) */
 static int ctx_metric(lua_State *L) {
     run_state *rs = lua_touserdata(L, lua_upvalueindex(1));
     const char *name = luaL_checkstring(L, 1);
     double v = luaL_checknumber(L, 2);
     const char *unit = luaL_checkstring(L, 3);
     int rep = rs->repetition;
-    bool sim = false;
+    bool sim = false, has_params = false;
+    char pjson[1024], plabel[1024];
     if (!lua_isnoneornil(L, 4)) {
         luaL_checktype(L, 4, LUA_TTABLE);
         if (lua_getfield(L, 4, "repetition") != LUA_TNIL) {
@@ -108,18 +163,29 @@ static int ctx_metric(lua_State *L) {
             sim = lua_toboolean(L, -1);
         }
         lua_pop(L, 2);
+        int pt = lua_getfield(L, 4, "params");
+        if (pt == LUA_TTABLE) {
+            params_json(L, lua_gettop(L), pjson, sizeof pjson, plabel, sizeof plabel);
+            has_params = true;
+        } else if (pt != LUA_TNIL) {
+            luaL_argerror(L, 4, "option 'params': table expected");
+        }
+        lua_pop(L, 1);
     }
     if (!rs->run_id) return luaL_error(L, "ctx.metric: no run is open (called outside run()?)");
     if (rs->warmup) return 0;
     qi_err err = {0};
-    if (qi_db_metric(rs->db, rs->run_id, name, v, unit, rep, sim, &err))
+    if (qi_db_metric_params(rs->db, rs->run_id, name, has_params ? pjson : NULL, v, unit, rep, sim, &err))
         return luaL_error(L, "ctx.metric: %s", err.msg);
+    /* the summary line shows the metric as `qinfer results` does: name[key=value] */
+    char label[64];
+    if (snprintf(label, sizeof label, "%s%s", name, has_params ? plabel : "") >= (int)sizeof label) return 0;
     int i = 0;
-    while (i < rs->n_m && strcmp(rs->m[i].name, name) != 0) i++;
-    if (i == rs->n_m && i < MAX_SUMMARY && strlen(name) < sizeof rs->m[i].name) {
+    while (i < rs->n_m && strcmp(rs->m[i].name, label) != 0) i++;
+    if (i == rs->n_m && i < MAX_SUMMARY) {
         rs->n_m++;
         memset(&rs->m[i], 0, sizeof rs->m[i]);
-        snprintf(rs->m[i].name, sizeof rs->m[i].name, "%s", name);
+        snprintf(rs->m[i].name, sizeof rs->m[i].name, "%s", label);
         snprintf(rs->m[i].unit, sizeof rs->m[i].unit, "%s", unit);
     }
     if (i < rs->n_m) {

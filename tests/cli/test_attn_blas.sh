@@ -78,8 +78,8 @@ if ! grep -q "built without SQLite" "$tmp/help"; then
   db="$tmp/bench.db"
   expect_ok "$Q" "${B[@]}" --db "$db"
   expect_ok "$Q" "${B[@]}" --attn-blas --db "$db"
-  got=$(python3 -c 'import sqlite3, sys; print(" ".join(str(r[0]) for r in sqlite3.connect(sys.argv[1]).execute("SELECT attn_blas FROM bench ORDER BY id")))' "$db")
-  [[ $got == "0 1" ]] && ok || bad "db attn_blas column: got '$got', want '0 1'"
+  got=$(python3 -c 'import sqlite3, sys; print(" ".join(str(r[0]) for r in sqlite3.connect(sys.argv[1]).execute("SELECT json_extract(config_json, \x27$.attn_blas\x27) FROM runs ORDER BY id")))' "$db")
+  [[ $got == "0 1" ]] && ok || bad "db runs' attn_blas setting: got '$got', want '0 1'"
 fi
 
 echo "$passes passed, $fails failed"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of `qinfer bench`: --help, one-line errors with exit 2 for
 # bad flags and impossible sizes, then tiny runs on the cached default model
-# (markdown table, CSV, JSON, batched decode rows, and --db rows when built
-# with SQLite, also into a table made before the batch column). Exits 77
+# (markdown table, CSV, JSON, batched decode rows, and --db runs in a
+# results database when built with SQLite; a file of the older bench table
+# refused). Exits 77
 # (skip) after the flag checks when the model is not cached. --attn-blas is
 # checked by test_attn_blas.sh.
 # Usage: test_bench.sh PATH/TO/qinfer
@@ -165,45 +166,47 @@ if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o json; then
     && ok || bad "json does not parse: $(cat "$tmp/out")"
 fi
 
-# --db: rows readable by SQLite, appended on a second run.
+# --db: each row a run of experiment "bench" in a results database, its
+# rates one metric per repetition; a second invocation adds runs.
 if ((sqlite)); then
   db="$tmp/bench.db"
+  rows() {
+    if command -v sqlite3 >/dev/null; then sqlite3 "$1" "$2"
+    else python3 -c 'import sqlite3, sys; print("\n".join("|".join(str(c) for c in r) for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$1" "$2"
+    fi
+  }
   expect_ok "$Q" bench "${T[@]}" -n 0 --probe-mib 0 --db "$db"
   expect_ok "$Q" bench "${T[@]}" --probe-mib 0 --db "$db"
-  query="SELECT test || ' ' || n_reps || ' ' || (avg_ts > 0) || ' ' || (samples_ts LIKE '[%,%]') FROM bench ORDER BY id"
-  if command -v sqlite3 >/dev/null; then
-    got=$(sqlite3 "$db" "$query")
-  else
-    got=$(python3 -c 'import sqlite3, sys; print("\n".join(r[0] for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$db" "$query")
+  query="SELECT json_extract(r.config_json, '$.test') || ' ' || r.status || ' ' || m.name || ' ' || count(*) || ' '
+           || (min(m.value) > 0) || ' ' || m.unit FROM runs r JOIN metrics m ON m.run_id = r.id
+         WHERE m.name LIKE '%tokens_per_s' GROUP BY r.id, m.name ORDER BY r.id, m.name"
+  got=$(rows "$db" "$query")
+  want=$'pp16 done prefill.tokens_per_s 2 1 tok/s\npp16 done prefill.tokens_per_s 2 1 tok/s\ntg4 done decode.per_seq_tokens_per_s 2 1 tok/s\ntg4 done decode.tokens_per_s 2 1 tok/s'
+  [[ $got == "$want" ]] && ok || bad "db runs: got '$got', want '$want'"
+  got=$(rows "$db" "SELECT count(*) FROM metrics WHERE name IN ('decode.weight_bytes_per_token', 'mem.peak_rss_bytes') AND value > 0")
+  [[ $got == 6 ]] && ok || bad "db: weight bytes and peak RSS of each run: $got, want 6"
+  expect_ok "$Q" results bench --db "$db" --by test --metric decode.tokens_per_s,prefill.tokens_per_s -o csv
+  grep -q '^"\?tg4"\?,' "$tmp/out" && ok || bad "qinfer results bench lacks the tg4 row: $(cat "$tmp/out")"
+  # a batched row: the batch a configuration parameter, the aggregate and
+  # per-sequence rates one definition apart (x batch)
+  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$db"; then
+    got=$(rows "$db" "SELECT json_extract(r.config_json, '$.batch') || '|' || json_extract(r.config_json, '$.kv_policy')
+      || '|' || json_extract(r.config_json, '$.depth') || '|' || (abs(a.value - 2 * p.value) < 1e-9 * a.value)
+      FROM runs r JOIN metrics a ON a.run_id = r.id AND a.name = 'decode.tokens_per_s'
+      JOIN metrics p ON p.run_id = r.id AND p.name = 'decode.per_seq_tokens_per_s'
+      WHERE json_extract(r.config_json, '$.test') = 'tg4 @ b2'")
+    [[ $got == "2|full|4|1" ]] && ok || bad "batched db run: got '$got', want '2|full|4|1'"
   fi
-  want=$'pp16 2 1 1\npp16 2 1 1\ntg4 2 1 1'
-  [[ $got == "$want" ]] && ok || bad "db rows: got '$got', want '$want'"
-  # A table of the schema before the batch column gains it (old rows: batch 1,
-  # the full cache) and takes batched rows.
+  # a file of the older bench table is refused, untouched
   old="$tmp/old.db"
-  python3 - "$old" <<'EOF' || bad "cannot make the old-schema table"
-import sqlite3, sys
+  python3 -c 'import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-db.execute("CREATE TABLE bench (id INTEGER PRIMARY KEY, timestamp TEXT NOT NULL, qinfer_version TEXT NOT NULL,"
-           " cpu TEXT NOT NULL, n_cores INTEGER, n_logical INTEGER, gpu TEXT, model_type TEXT, model_name TEXT,"
-           " model_filename TEXT, model_sha256 TEXT, model_size INTEGER, model_n_params INTEGER,"
-           " backend TEXT NOT NULL, n_threads INTEGER NOT NULL, test TEXT NOT NULL, n_prompt INTEGER, n_gen INTEGER,"
-           " n_reps INTEGER, avg_ts REAL, stddev_ts REAL, samples_ts TEXT, mem_bw_gbs REAL,"
-           " weight_bytes_per_token INTEGER, roofline_share REAL, peak_rss_bytes INTEGER)")
-db.execute("INSERT INTO bench (timestamp, qinfer_version, cpu, backend, n_threads, test, n_gen, avg_ts)"
-           " VALUES ('t', 'v', 'c', 'CPU', 2, 'tg4', 4, 10.0)")
-db.commit()
-EOF
-  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$old"; then
-    query="SELECT test || '|' || batch || '|' || kv_policy || '|' || attn_blas || '|' || ifnull(depth, 'null') || '|' || (avg_seq_ts IS NULL OR abs(avg_seq_ts * batch - avg_ts) < 1e-6 * avg_ts) FROM bench ORDER BY id"
-    if command -v sqlite3 >/dev/null; then
-      got=$(sqlite3 "$old" "$query")
-    else
-      got=$(python3 -c 'import sqlite3, sys; print("\n".join(r[0] for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$old" "$query")
-    fi
-    want=$'tg4|1|full|0|null|1\ntg4|1|full|0|0|1\ntg4 @ b2|2|full|0|4|1'
-    [[ $got == "$want" ]] && ok || bad "old-schema db rows: got '$got', want '$want'"
-  fi
+db.execute("CREATE TABLE bench (id INTEGER PRIMARY KEY, timestamp TEXT NOT NULL, test TEXT NOT NULL, avg_ts REAL)")
+db.execute("INSERT INTO bench (timestamp, test, avg_ts) VALUES (\"t\", \"tg4\", 10.0)")
+db.commit()' "$old" || bad "cannot make the old-schema table"
+  sum=$(cksum <"$old")
+  expect_fail 1 "holds the bench table of an older qinfer" "$Q" bench "${T[@]}" --probe-mib 0 --db "$old"
+  [[ $(cksum <"$old") == "$sum" ]] && ok || bad "the older bench file was changed"
   expect_fail 1 "x.db" "$Q" bench "${T[@]}" --probe-mib 0 --db "$tmp/no/such/dir/x.db"
 fi
 

@@ -25,6 +25,12 @@
 #               of only the unfinished shards; nothing when all are done;
 #               sbatch failing or missing; bad flags (tests/slurm/ runs it on
 #               a real Slurm)
+#   measure     qinfer.measure_requests on a hand-made timeline (the C
+#               definitions, the metric names, refusals); then, with the
+#               model, bench's batched rate and qinfer.throughput's under
+#               the fake clock (QINFER_FAKE_CLOCK): one definition, one number;
+#               test_serve.lua: workloads (seeds, traces, refusals) and,
+#               with the model, qinfer.serve (nothing lost, reasons)
 #   results     `qinfer results` on a database of synthetic numbers with known
 #               means (results_exp.lua, no model): the listing, per-run and
 #               grouped tables, CSV and JSON, the full export, the marking of
@@ -368,8 +374,8 @@ merge)
     merge_expect 1 "$tmp/new.db" "$tmp/s0.db" "$2"
     [[ ! -e $tmp/new.db ]] && ok || bad "a refused merge created its output"
   }
-  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 3"
-  refused "v.db: schema version 3, but this merge writes version 2" "$tmp/v.db"
+  cp "$tmp/s1.db" "$tmp/v.db"; sql "$tmp/v.db" "PRAGMA user_version = 4"
+  refused "v.db: schema version 4, but this merge writes version 3" "$tmp/v.db"
   # another definition: the same experiment run from an edited script
   cp shard_exp.lua "$tmp/edited_exp.lua"; echo "-- edited" >>"$tmp/edited_exp.lua"
   "$Q" run "$tmp/edited_exp.lua" --db "$tmp/x.db" -t 1 --shard 3/4 >/dev/null 2>&1
@@ -567,8 +573,27 @@ assert r["h2o"]["metrics"]["sim.tok_s"]["simulated"] is True and r["h2o"]["runs"
   expect_fail 1 "junk.db: opening: file is not a database" "$Q" results --db "$tmp/junk.db"
   expect_ok "$Q" results --help
   ;;
+measure)
+  expect_ok "$Q" lua test_measure.lua
+  expect_ok "$Q" lua test_serve.lua
+  if ((!have_model)); then echo "skipped: smollm2-135m not cached (models/fetch.sh smollm2-135m)"; exit 77; fi
+  # bench's batched row and qinfer.throughput run one definition: under the
+  # fake clock (one tick a read) both give batch / tick exactly, 3 / 0.001
+  bench=$(QINFER_FAKE_CLOCK=0.001 "$Q" bench -t 2 -p 0 -n 6 -b 3 -r 1 --warmup 0 --probe-mib 0 -o json 2>"$tmp/err" |
+    python3 -c 'import json, sys; print("%.6f" % [r for r in json.load(sys.stdin) if r["batch"] == 3][0]["avg_ts"])')
+  [[ $bench == "3000.000000" ]] && ok || bad "bench tg6 @ b3 under the fake clock: '$bench' t/s, want 3000.000000 $(head -c 300 "$tmp/err")"
+  lua=$(QINFER_FAKE_CLOCK=0.001 "$Q" lua -t 2 test_measure.lua throughput 2>"$tmp/err")
+  [[ $lua == "3000.000000 0.006000" ]] && ok || bad "qinfer.throughput under the fake clock: '$lua', want '3000.000000 0.006000' $(head -c 300 "$tmp/err")"
+  [[ ${lua%% *} == "$bench" ]] && ok || bad "bench ($bench t/s) and Lua (${lua%% *} t/s) disagree on one run"
+  expect_ok "$Q" lua -t 2 test_serve.lua model
+  # qinfer generate's TTFT and TPOT are the module's: under the fake clock the
+  # prompt spans one tick, each token one more
+  gen=$(QINFER_FAKE_CLOCK=0.001 "$Q" generate -t 2 -p "Once upon a time" -n 4 --temp 0 --ignore-eos 2>&1 >/dev/null | tail -1)
+  [[ $gen == "qinfer generate: TTFT 0.002 s, TPOT 0.0010 s (1000.0 t/s), end to end 0.005 s" ]] && ok ||
+    bad "qinfer generate's timing under the fake clock: '$gen'"
+  ;;
 *)
-  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results)" >&2
+  echo "run_tests.sh: unknown mode '$MODE' (unit, api, run_resume, run_errors, shard, merge, submit, results, measure)" >&2
   exit 2
   ;;
 esac

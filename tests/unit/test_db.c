@@ -1028,6 +1028,124 @@ START_TEST(summary_statistics) {
 }
 END_TEST
 
+/* A measurement's parameters are not part of its name: one name, values
+ * apart per params; shown and selected as name[key=value]. */
+START_TEST(metric_params) {
+    tmp_db t;
+    tmp_init(&t);
+    qi_db *db = open_ok(t.path);
+    int64_t exp = exp_ok(db, "par");
+    int64_t r = begin_ok(db, exp, "{\"kv\":\"full\"}", NULL);
+    qi_err e = {0};
+    ck_assert_int_eq(qi_db_metric_params(db, r, "decode.tokens_per_s", "{\"batch\":1}", 40, "tok/s", 0, false, &e),
+                     QI_OK);
+    ck_assert_int_eq(qi_db_metric_params(db, r, "decode.tokens_per_s", " { \"batch\" : 4 } ", 120, "tok/s", 0, false,
+                                         &e),
+                     QI_OK);
+    metric_ok(db, r, "decode.tokens_per_s", 99, "tok/s", 0, false); /* no params: another value again */
+    ck_assert_int_eq(qi_db_metric_params(db, r, "decode.tokens_per_s", "{\"batch\":4}", 1, "tok/s", 0, false, &e),
+                     QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "recorded twice") && strstr(e.msg, "{\"batch\":4}"), "%s", e.msg);
+    e = (qi_err){0};
+    ck_assert_int_eq(qi_db_metric_params(db, r, "decode.tokens_per_s", "[4]", 1, "tok/s", 1, false, &e),
+                     QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "not a JSON object"), "%s", e.msg);
+    e = (qi_err){0};
+    ck_assert_int_eq(qi_db_metric_params(db, r, "decode.tokens_per_s", "{batch:4}", 1, "tok/s", 1, false, &e),
+                     QI_ERR_INVALID);
+    e = (qi_err){0};
+    end_ok(db, r, true, NULL);
+    char buf[64];
+    sqlite3 *c = raw_open(t.path);
+    ck_assert_str_eq(sql_text(c, "SELECT params FROM metrics WHERE value = 120", buf, sizeof buf), "{\"batch\":4}");
+    ck_assert_str_eq(sql_text(c, "SELECT params FROM metrics WHERE value = 99", buf, sizeof buf), "{}");
+    sqlite3_close(c);
+    qi_db_summary *s = NULL;
+    const char *met[] = {"decode.tokens_per_s[batch=4]", "decode.tokens_per_s[batch=1]", "decode.tokens_per_s"};
+    qi_db_summary_opts o = {NULL, 0, met, 3};
+    ck_assert_msg(qi_db_summary_create(db, "par", &o, &s, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(s->n_rows, 1);
+    ck_assert(s->cells[0].mean == 120 && s->cells[1].mean == 40 && s->cells[2].mean == 99);
+    qi_db_summary_free(s);
+    qi_db_close(db);
+    tmp_fini(&t);
+}
+END_TEST
+
+/* A database of schema version 2 with the old names reads under the new
+ * ones after migration 0003: the batch moves into params, milliseconds
+ * become seconds, everything else is kept as it was. */
+START_TEST(old_metric_names_mapped) {
+    tmp_db t;
+    tmp_init(&t);
+    sqlite3 *c = NULL;
+    ck_assert_int_eq(sqlite3_open(t.path, &c), SQLITE_OK);
+    const char *files[] = {QI_SOURCE_DIR "/results/migrations/0001_init.sql",
+                           QI_SOURCE_DIR "/results/migrations/0002_placement.sql"};
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *sql = qi_test_read_file(files[i], &len);
+        ck_assert_ptr_nonnull(sql);
+        ck_assert_msg(sqlite3_exec(c, sql, NULL, NULL, NULL) == SQLITE_OK, "%s: %s", files[i], sqlite3_errmsg(c));
+        free(sql);
+    }
+    ck_assert_msg(sqlite3_exec(c,
+                               "PRAGMA application_id = 1363758662; PRAGMA user_version = 2;"
+                               "INSERT INTO experiments (id, name) VALUES (1, 'kv_quickstart');"
+                               "INSERT INTO runs (id, experiment_id, config_json, config_key, status)"
+                               " VALUES (1, 1, '{\"kv_policy\":\"h2o\"}', 'k1', 'done');"
+                               "INSERT INTO metrics (run_id, name, value, unit, repetition) VALUES"
+                               " (1, 'decode.b1_tokens_per_s', 41.5, 'tok/s', 0),"
+                               " (1, 'decode.b1_tokens_per_s', 42.5, 'tok/s', 1),"
+                               " (1, 'decode.b16_tokens_per_s', 300, 'tok/s', 0),"
+                               " (1, 'prefill.b4_ttft_s', 0.25, 's', 0),"
+                               " (1, 'prefill.ttft_ms', 250, 'ms', 1),"
+                               " (1, 'decode.tpot_ms', 20, 'ms', 0),"
+                               " (1, 'ppl.value', 30.5, '1', 0);",
+                               NULL, NULL, NULL) == SQLITE_OK,
+                  "%s", sqlite3_errmsg(c));
+    sqlite3_close(c);
+    /* read-only, it reads as the migration will write it */
+    qi_db *ro = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_db_open_read(t.path, &ro, &e) == QI_OK, "%s", e.msg);
+    static char before[8192], after[8192];
+    FILE *f = fmemopen(before, sizeof before - 1, "w");
+    ck_assert_msg(qi_db_export_csv(ro, "kv_quickstart", f, &e) == QI_OK, "%s", e.msg);
+    fclose(f);
+    qi_db_close(ro);
+    ck_assert_ptr_nonnull(strstr(before, "decode.tokens_per_s[batch=16],300,tok/s"));
+    ck_assert_ptr_null(strstr(before, "decode.b1"));
+    ck_assert_int_eq(path_int(t.path, "PRAGMA user_version"), 2); /* untouched */
+    qi_db_close(open_ok(t.path)); /* migrates */
+    ck_assert_msg(qi_db_open_read(t.path, &ro, &e) == QI_OK, "%s", e.msg);
+    f = fmemopen(after, sizeof after - 1, "w");
+    ck_assert_msg(qi_db_export_csv(ro, "kv_quickstart", f, &e) == QI_OK, "%s", e.msg);
+    fclose(f);
+    qi_db_close(ro);
+    ck_assert_str_eq(before, after);
+    c = raw_open(t.path);
+    ck_assert_int_eq(sql_int(c, "PRAGMA user_version"), qi_db_schema_version());
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics"), 7);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name = 'decode.tokens_per_s'"
+                                " AND params = '{\"batch\":1}' AND unit = 'tok/s'"), 2);
+    ck_assert_int_eq(sql_int(c, "SELECT value FROM metrics WHERE name = 'decode.tokens_per_s'"
+                                " AND params = '{\"batch\":16}'"), 300);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name = 'prefill.ttft_s' AND unit = 's'"
+                                " AND abs(value - 0.25) < 1e-12"), 2);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name = 'prefill.ttft_s'"
+                                " AND params = '{\"batch\":4}'"), 1);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name = 'decode.tpot_s' AND unit = 's'"
+                                " AND abs(value - 0.02) < 1e-12"), 1);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name = 'ppl.value' AND params = '{}'"), 1);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM metrics WHERE name GLOB '*.b[0-9]*' OR name GLOB '*_ms'"), 0);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"), 1);
+    ck_assert_int_eq(sql_int(c, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    sqlite3_close(c);
+    tmp_fini(&t);
+}
+END_TEST
+
 START_TEST(garbage_file_refused) {
     tmp_db t;
     tmp_init(&t);
@@ -1494,6 +1612,8 @@ int main(void) {
     tcase_add_test(tc, fresh_schema);
     tcase_add_test(tc, migrations_embedded);
     tcase_add_test(tc, schema_file_matches_migrations);
+    tcase_add_test(tc, metric_params);
+    tcase_add_test(tc, old_metric_names_mapped);
     tcase_add_test(tc, reopen_is_noop);
     tcase_add_test(tc, future_and_foreign_refused);
     tcase_add_test(tc, experiment_get_or_create);

@@ -123,6 +123,19 @@ START_TEST(chat_chatml) {
     ck_assert_int_eq(qi_chat_format(&t, "Be brief.", "Hi", &s, &e), QI_OK);
     ck_assert_str_eq(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
     qi_free(s);
+    const char *conv[] = {"Hi", "Hello.", "Bye"};
+    ck_assert_int_eq(qi_chat_format_turns(&t, "Be brief.", conv, 3, &s, &e), QI_OK);
+    ck_assert_str_eq(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+                        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+    qi_free(s);
+    ck_assert_int_eq(qi_chat_format_turns(&t, NULL, conv, 2, &s, &e), QI_ERR_INVALID);
+    ck_assert_ptr_null(s);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_chat_detect("<|im_start|>", NULL, &t, &e), QI_OK);
+    ck_assert_int_eq(qi_chat_format_turns(&t, "Be brief.", conv, 3, &s, &e), QI_OK);
+    ck_assert_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+    qi_free(s);
     ck_assert_int_eq(qi_chat_detect("{{ '<start_of_turn>' + role }}", "llama", &t, &e), QI_OK);
     ck_assert_int_eq(t.kind, QI_CHAT_GEMMA);
 }

@@ -30,4 +30,10 @@ qi_status qi_chat_detect(const char *tmpl, const char *arch, qi_chat_template *o
 qi_status qi_chat_format(const qi_chat_template *t, const char *system, const char *user, char **out,
                          qi_err *err);
 
+/* A conversation: turns[0..n_turns) alternate user, assistant, ..., user
+ * (n_turns odd), after the system message as above, followed by the
+ * assistant's opening. QI_ERR_INVALID for an even count; *out as above. */
+qi_status qi_chat_format_turns(const qi_chat_template *t, const char *system, const char *const *turns, int n_turns,
+                               char **out, qi_err *err);
+
 #endif

@@ -1,0 +1,88 @@
+/* sched.h - serving a workload: requests arrive on the clock, wait in a
+ * queue, are admitted to the batched engine under limits, decode, and are
+ * preempted when KV memory runs out. Every request ends either done (all
+ * its output tokens) or rejected with the reason; nothing is lost.
+ *
+ * Continuous batching: each engine step runs every admitted request (a
+ * decode token each, prompt chunks as the engine's step allows), and after
+ * every step finished requests leave and waiting ones are admitted, so the
+ * batch changes from step to step. Admission control, checked before each
+ * step in arrival order (first come, first served):
+ *   max_batch         requests admitted at once;
+ *   max_step_tokens   tokens one step runs (decodes plus prompt tokens); a
+ *                     request whose prompt would pass it waits, unless
+ *                     nothing else runs;
+ *   kv_budget_bytes   KV memory the admitted requests may hold: a request
+ *                     is admitted only when its prompt's blocks fit beside
+ *                     what is held and what the running requests' next
+ *                     tokens need.
+ * Preemption: when the running requests' next tokens would pass the KV
+ * budget, the one admitted last is preempted by recompute: its sequence is
+ * removed (its blocks freed) and it goes back to the head of the queue, to
+ * run again with its prompt and the tokens it produced as the new prompt.
+ * Its output is unchanged (greedy decoding recomputes the same cache).
+ * Preemptions are counted per request; past max_preemptions it is rejected.
+ *
+ * Output tokens are greedy (argmax), so a run is reproducible and a
+ * preempted request's text can be checked against the same request alone.
+ * Times come from qi_measure_now, so a run's figures are qi_measure_run's.
+ */
+#ifndef QINFER_SCHED_H
+#define QINFER_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qinfer/engine.h"
+#include "qinfer/measure.h"
+#include "qinfer/model.h"
+#include "qinfer/status.h"
+#include "qinfer/workload.h"
+
+typedef struct {
+    int max_batch;          /* requests admitted at once, 1..the engine's max_seqs */
+    int max_step_tokens;    /* tokens per step (decodes + prompt tokens); 0: no limit */
+    size_t kv_budget_bytes; /* KV bytes the admitted requests may hold; 0: no limit */
+    int queue_limit;        /* requests waiting at most; an arrival past it is rejected; 0: no limit */
+    int max_preemptions;    /* a request preempted more often is rejected (default 8 when 0) */
+    int n_ctx;              /* the engine's positions per sequence: longer requests are rejected */
+    const int32_t *corpus;  /* prompts are corpus[prompt_at ..]; NULL: seeded pseudo-random ids after BOS */
+    long n_corpus;
+    uint64_t seed;          /* of the pseudo-random prompts */
+    qi_slo slo;             /* for goodput */
+} qi_sched_opts;
+
+#define QI_SCHED_REASON 96
+
+/* One request's fate. token_t and tokens point into the result. */
+typedef struct {
+    qi_request_timeline t;   /* arrival, start, token times, n_prompt, n_out produced, rejected */
+    int n_asked;             /* output tokens asked for */
+    int preemptions;
+    int32_t *tokens;         /* [n_out] the output ids */
+    char reason[QI_SCHED_REASON]; /* why it was rejected; "" when done */
+} qi_sched_req;
+
+typedef struct {
+    qi_sched_req *req;       /* [n], in the workload's order */
+    long n;
+    long n_steps, n_preemptions;
+    size_t peak_kv_bytes;    /* the most KV memory held at once (both tiers) */
+    qi_run_metrics run;      /* qi_measure_run over the requests, with opts.slo */
+    double *times_;          /* storage */
+    int32_t *tokens_;
+} qi_sched_result;
+
+/* Serves workload w on engine e (which must hold no sequences of its own,
+ * over model m) until every request is done or rejected, waiting on the
+ * clock for arrivals. Errors: QI_ERR_INVALID for options that cannot hold (a
+ * batch above the engine's sequences, a corpus too short for a request);
+ * QI_ERR_NOMEM. A failed engine step is not an error of the run: the
+ * requests of that step are rejected with its message and the run goes on.
+ * *out is NULL on failure. */
+qi_status qi_sched_run(qi_engine *e, const qi_model *m, const qi_workload *w, const qi_sched_opts *o,
+                       qi_sched_result **out, qi_err *err);
+void qi_sched_result_free(qi_sched_result *r); /* NULL is a no-op */
+
+#endif

@@ -1,0 +1,270 @@
+/* test_sched.c - the scheduler under load on the real default model: no
+ * request is lost (each finishes with every token it asked for, or is
+ * rejected with a reason); batching and preemption by recompute leave each
+ * request's greedy output what it is alone; the KV budget is never passed;
+ * the tokens-per-step limit keeps a second prompt out of a prompt's step;
+ * the queue limit, the context and a request too big for the budget reject
+ * with their reasons; online arrivals are waited for; no KV block is left
+ * behind. Skips (77) without the model. */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "qinfer/engine.h"
+#include "qinfer/model.h"
+#include "qinfer/sched.h"
+#include "qinfer/workload.h"
+#include "testutil.h"
+
+#define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static qi_model *g_model;
+
+static qi_engine *engine(int max_seqs) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.max_seqs = max_seqs;
+    o.n_ctx = 160;
+    qi_engine *e = NULL;
+    qi_err err = {0};
+    ck_assert_msg(qi_engine_create(g_model, &o, &e, &err) == QI_OK, "%s", err.msg);
+    return e;
+}
+
+static qi_workload *work(long n, double rate, const char *pl, const char *ol, uint64_t seed) {
+    qi_workload_opts o = {.n_requests = n, .rate = rate, .seed = seed};
+    qi_err err = {0};
+    ck_assert_int_eq(qi_len_dist_parse(pl, &o.prompt_len, &err), QI_OK);
+    ck_assert_int_eq(qi_len_dist_parse(ol, &o.output_len, &err), QI_OK);
+    qi_workload *w = NULL;
+    ck_assert_msg(qi_workload_generate(&o, &w, &err) == QI_OK, "%s", err.msg);
+    return w;
+}
+
+static qi_sched_opts opts(int max_batch) {
+    return (qi_sched_opts){.max_batch = max_batch, .n_ctx = 160, .seed = 5};
+}
+
+static qi_sched_result *run(qi_engine *e, const qi_workload *w, const qi_sched_opts *o) {
+    qi_sched_result *r = NULL;
+    qi_err err = {0};
+    ck_assert_msg(qi_sched_run(e, g_model, w, o, &r, &err) == QI_OK, "%s", err.msg);
+    ck_assert_int_eq(r->n, w->n);
+    /* nothing lost, nothing half-done */
+    for (long i = 0; i < r->n; i++) {
+        const qi_sched_req *q = &r->req[i];
+        if (q->t.rejected) {
+            ck_assert_msg(q->reason[0], "request %ld rejected without a reason", i);
+        } else {
+            ck_assert_msg(q->t.n_out == q->n_asked, "request %ld: %d of %d tokens", i, q->t.n_out, q->n_asked);
+            ck_assert_msg(q->reason[0] == 0, "request %ld done with a reason: %s", i, q->reason);
+            ck_assert(q->t.start >= q->t.arrival);
+            ck_assert(q->t.token_t[0] >= q->t.start);
+        }
+    }
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    ck_assert_msg(pool.work_blocks == 0 && pool.off_blocks == 0, "%ld blocks left behind",
+                  pool.work_blocks + pool.off_blocks);
+    ck_assert_int_eq(r->run.n_done + r->run.n_rejected, r->n);
+    return r;
+}
+
+/* Request i of w served alone: its greedy tokens. Its pseudo-random prompt
+ * is seeded by its index, so it is served as request i of a workload whose
+ * requests before it are one-token stubs, each done before it starts. */
+static void alone(const qi_workload *w, long i, const qi_sched_opts *base, int32_t *out, int n) {
+    qi_engine *e = engine(1);
+    qi_sched_opts o = *base;
+    o.max_batch = 1;
+    o.kv_budget_bytes = 0;
+    o.queue_limit = 0;
+    qi_work_request *reqs = qi_calloc((size_t)i + 1, sizeof *reqs);
+    ck_assert_ptr_nonnull(reqs);
+    for (long k = 0; k < i; k++) reqs[k] = (qi_work_request){.arrival_s = 0, .n_prompt = 1, .n_out = 1};
+    reqs[i] = w->req[i];
+    reqs[i].arrival_s = 0;
+    qi_workload wi = {.req = reqs, .n = i + 1};
+    qi_sched_result *r = NULL;
+    qi_err err = {0};
+    ck_assert_msg(qi_sched_run(e, g_model, &wi, &o, &r, &err) == QI_OK, "%s", err.msg);
+    ck_assert_int_eq(r->req[i].t.n_out, n);
+    memcpy(out, r->req[i].tokens, sizeof(int32_t) * (size_t)n);
+    qi_sched_result_free(r);
+    qi_free(reqs);
+    qi_engine_free(e);
+}
+
+START_TEST(batching_keeps_each_output) {
+    qi_workload *w = work(5, 0, "uniform:6-20", "uniform:3-7", 21);
+    qi_engine *e = engine(3);
+    qi_sched_opts o = opts(3);
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 5);
+    ck_assert_int_eq(r->n_preemptions, 0);
+    /* quick mode (the sanitizer build): two requests checked, not five */
+    for (long i = 0; i < (qi_test_quick() ? 2 : w->n); i++) {
+        int32_t ref[8];
+        alone(w, i, &o, ref, w->req[i].n_out);
+        ck_assert_msg(!memcmp(ref, r->req[i].tokens, sizeof(int32_t) * (size_t)w->req[i].n_out),
+                      "request %ld: batched output differs from alone", i);
+    }
+    /* the figures are qi_measure_run's over these timelines */
+    ck_assert_int_eq(r->run.output_tokens, r->req[0].n_asked + r->req[1].n_asked + r->req[2].n_asked +
+                                               r->req[3].n_asked + r->req[4].n_asked);
+    ck_assert(r->run.ttft.n == 5 && r->run.ttft.max >= r->run.ttft.min);
+    qi_sched_result_free(r);
+    qi_engine_free(e);
+    qi_workload_free(w);
+}
+END_TEST
+
+START_TEST(preemption_by_recompute) {
+    /* prompts of 60 tokens, 8 out: each crosses into a second 64-token block
+     * while decoding; a budget of 3 blocks per stream set admits 3 and must
+     * preempt when the first grows */
+    qi_workload *w = work(4, 0, "60", "8", 3);
+    qi_engine *e = engine(3);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    const size_t set = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * pool.block_bytes;
+    qi_sched_opts o = opts(3);
+    o.kv_budget_bytes = 3 * set;
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 4);
+    ck_assert_msg(r->n_preemptions > 0, "a budget of 3 block sets did not preempt");
+    ck_assert_msg(r->peak_kv_bytes <= o.kv_budget_bytes, "peak %zu > budget %zu", r->peak_kv_bytes,
+                  o.kv_budget_bytes);
+    int preempted = 0;
+    for (long i = 0; i < w->n; i++) {
+        preempted += r->req[i].preemptions > 0;
+        if (qi_test_quick() && r->req[i].preemptions == 0) continue; /* quick: the preempted ones only */
+        int32_t ref[8];
+        alone(w, i, &o, ref, 8);
+        ck_assert_msg(!memcmp(ref, r->req[i].tokens, sizeof ref), "request %ld (preempted %d times) differs", i,
+                      r->req[i].preemptions);
+    }
+    ck_assert_int_gt(preempted, 0);
+    qi_sched_result_free(r);
+    /* a cap of one preemption: requests preempted more are rejected, with the reason */
+    o.max_preemptions = 1;
+    o.kv_budget_bytes = 2 * set;
+    r = run(e, w, &o);
+    for (long i = 0; i < w->n; i++)
+        if (r->req[i].t.rejected) ck_assert_msg(strstr(r->req[i].reason, "preempted more than 1"), "%s", r->req[i].reason);
+    qi_sched_result_free(r);
+    qi_engine_free(e);
+    qi_workload_free(w);
+}
+END_TEST
+
+START_TEST(step_token_limit) {
+    /* prompts of 40: under a limit of 50 tokens a step, a second prompt is
+     * admitted only once the first is decoding (1 + 40 <= 50), so it starts
+     * after the first's first token; without the limit both start at once */
+    qi_workload *w = work(3, 0, "40", "3", 6);
+    qi_engine *e = engine(3);
+    qi_sched_opts o = opts(3);
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_msg(r->req[1].t.start < r->req[0].t.token_t[0], "no limit: admitted together");
+    qi_sched_result_free(r);
+    o.max_step_tokens = 50;
+    r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 3);
+    for (long i = 1; i < 3; i++)
+        ck_assert_msg(r->req[i].t.start >= r->req[i - 1].t.token_t[0], "request %ld admitted beside a prompt", i);
+    qi_sched_result_free(r);
+    qi_engine_free(e);
+    qi_workload_free(w);
+}
+END_TEST
+
+START_TEST(rejections_have_reasons) {
+    qi_engine *e = engine(2);
+    /* the queue holds 2: of 6 arriving at once with one admitted at a time, 4 wait too many */
+    qi_workload *w = work(6, 0, "8", "2", 4);
+    qi_sched_opts o = opts(1);
+    o.queue_limit = 2;
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_rejected, 4);
+    for (long i = 2; i < 6; i++) ck_assert_str_eq(r->req[i].reason, "queue full");
+    qi_sched_result_free(r);
+    qi_workload_free(w);
+    /* longer than the context */
+    w = work(2, 0, "150", "20", 4);
+    o = opts(2);
+    r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_rejected, 2);
+    ck_assert_msg(strstr(r->req[0].reason, "exceed the context of 160"), "%s", r->req[0].reason);
+    qi_sched_result_free(r);
+    qi_workload_free(w);
+    /* bigger than the whole budget */
+    w = work(2, 0, "100", "4", 4);
+    o = opts(2);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    o.kv_budget_bytes = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * pool.block_bytes; /* one block set */
+    r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_rejected, 2);
+    ck_assert_msg(strstr(r->req[1].reason, "more KV memory than the budget"), "%s", r->req[1].reason);
+    qi_sched_result_free(r);
+    qi_workload_free(w);
+    qi_engine_free(e);
+}
+END_TEST
+
+START_TEST(online_arrivals_waited_for) {
+    /* 6 requests at 40 per second: about 0.15 s of arrivals */
+    qi_workload *w = work(6, 40, "8", "3", 9);
+    qi_engine *e = engine(4);
+    qi_sched_opts o = opts(4);
+    o.slo = (qi_slo){.ttft_s = 60, .tpot_s = 60};
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 6);
+    ck_assert_int_eq(r->run.n_good, 6);
+    for (long i = 0; i < w->n; i++) ck_assert(r->req[i].t.start >= w->req[i].arrival_s);
+    ck_assert(r->run.duration_s >= w->req[5].arrival_s - w->req[0].arrival_s);
+    qi_sched_result_free(r);
+    qi_engine_free(e);
+    qi_workload_free(w);
+}
+END_TEST
+
+START_TEST(bad_options_refused) {
+    qi_engine *e = engine(1);
+    qi_workload *w = work(1, 0, "8", "2", 1);
+    qi_sched_result *r = NULL;
+    qi_err err = {0};
+    qi_sched_opts o = opts(0);
+    ck_assert_int_eq(qi_sched_run(e, g_model, w, &o, &r, &err), QI_ERR_INVALID);
+    ck_assert_ptr_null(r);
+    int32_t corpus[4] = {1, 2, 3, 4};
+    o = opts(1);
+    o.corpus = corpus;
+    o.n_corpus = 4; /* a prompt of 8 does not fit */
+    err = (qi_err){0};
+    ck_assert_int_eq(qi_sched_run(e, g_model, w, &o, &r, &err), QI_ERR_INVALID);
+    ck_assert_msg(strstr(err.msg, "outside the corpus"), "%s", err.msg);
+    qi_workload_free(w);
+    qi_engine_free(e);
+}
+END_TEST
+
+int main(void) {
+    g_model = qi_test_load_cached(SMOL_FILE);
+    if (!g_model) return qi_test_skip("test_sched", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
+    Suite *su = suite_create("sched");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, batching_keeps_each_output);
+    tcase_add_test(tc, preemption_by_recompute);
+    tcase_add_test(tc, step_token_limit);
+    tcase_add_test(tc, rejections_have_reasons);
+    tcase_add_test(tc, online_arrivals_waited_for);
+    tcase_add_test(tc, bad_options_refused);
+    suite_add_tcase(su, tc);
+    int rc = qi_test_run_suite(su);
+    qi_model_free(g_model);
+    return rc;
+}
