@@ -265,7 +265,7 @@ static bool every_layer(const qi_model *m, int l) { return (void)m, (void)l, tru
  * random-token prompts amplify through the layers and the activations'
  * 8-bit quantisation (as --attn-blas, the other non-exact path, does):
  * the rows' next-token distributions are held to a mean KL divergence from
- * all-cpu of SPLIT_TOL nats (measured: 0.004 to 0.023 on both models) and
+ * all-cpu of SPLIT_TOL nats (measured: 0.002 to 0.023 on both models) and
  * 10 times that at worst (measured: up to 0.18). A merge that leaves one
  * part out gives a mean of 1.2 (SmolLM2) to 3.1 (Gemma 3) nats. The
  * accuracy a split keeps is measured on text (tests/cli/test_cli.sh: the
