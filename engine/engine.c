@@ -1034,6 +1034,7 @@ static qi_status stage_for_probes(qi_engine *e, const segment *segs, int n_seg, 
         blocks += (size_t)nb;
         rows += (size_t)nb * QI_KV_BLOCK;
     }
+    if (blocks == 0) return QI_OK; /* no stream probes: the policy reads only the statistics */
     int T = 0;
     for (int i = 0; i < n_seg; i++) T += segs[i].n;
     const size_t qbytes = sizeof(float) * (size_t)T * hp->n_head * D;
@@ -1336,7 +1337,13 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
     e->prof.kv_block_moves += moved;
     e->prof.copies += moved;
     e->prof.copy_bytes += (double)moved * (double)qi_kv_block_bytes(A->pool);
-    qi_status st2 = xfer_end(e, &x, true, err); /* B reuses the blocks it gave back */
+    qi_status st2 = QI_OK;
+    if (moved) {
+        st2 = xfer_end(e, &x, true, err); /* B reuses the blocks it gave back */
+    } else { /* nothing queued: nobody waits */
+        qi_event_free(x.t0);
+        x.t0 = NULL;
+    }
     if (st || (st = st2)) return st;
     int n_kv = 0, n_kv2 = 0;
     for (int i = 0; i < n_seg; i++)
