@@ -129,8 +129,8 @@ typedef struct {
      * the other device's copied over */
     float *so, *sm, *sl, *ro, *rm, *rl;
     char *act_base;         /* the address of act's first byte, for views of the arrays */
-    qi_buf *wbuf;
-    qi_layer *layers;       /* [n_layer]: weights of its blocks (others zero) */
+    qi_buf **wblk;          /* [2 n_layer + 2] the weight blocks it holds (not on the CPU; see wblock_count) */
+    qi_layer *layers;       /* [n_layer]: weights of its blocks (others stale or zero) */
     qi_weight tok_embd, out_norm, output;
     qi_buf *lbuf;           /* logits rows when it runs the output head (not the CPU) */
     float *logits;
@@ -144,6 +144,9 @@ typedef struct {
 static qi_view act_view(const dev_state *D, const float *p) {
     return qi_view_of(D->act, (size_t)((const char *)p - D->act_base));
 }
+
+/* Weight blocks a device may hold (see wblock_dev). */
+static int wblock_count(const qi_model *m) { return 2 * m->hp.n_layer + 2; }
 
 struct qi_engine {
     const qi_model *m;
@@ -351,7 +354,9 @@ void qi_engine_free(qi_engine *e) {
         dev_state *D = &e->dev[d];
         if (D->pool != e->pool) qi_kv_pool_free(D->pool);
         qi_buf_free(D->act);
-        qi_buf_free(D->wbuf);
+        if (D->wblk)
+            for (int b = 0; b < wblock_count(e->m); b++) qi_buf_free(D->wblk[b]);
+        qi_free(D->wblk);
         qi_buf_free(D->lbuf);
         qi_buf_free(D->sbuf);
         qi_free(D->layers);
@@ -395,64 +400,140 @@ static qi_status open_device(const qi_engine *e, const char *name, qi_backend **
 #define WALIGN 64
 static size_t walign(size_t n) { return (n + WALIGN - 1) / WALIGN * WALIGN; }
 
-/* Upload w into D's weight buffer at *off (or, with D->wbuf NULL, only
- * count the bytes), *dst its view there. */
-static qi_status put_weight(dev_state *D, const qi_weight *w, qi_weight *dst, size_t *off, qi_err *err) {
-    *dst = *w;
-    if (!w->data) return QI_OK;
-    const size_t n = (size_t)w->row_bytes * (size_t)w->n_rows;
-    const size_t np = w->packed ? (size_t)w->packed_group_bytes * (size_t)((w->n_rows + 15) / 16) : 0;
-    if (D->wbuf) {
-        qi_status st;
-        if ((st = qi_dev_upload(D->be, qi_view_of(D->wbuf, *off), w->data, n, err))) return st;
-        dst->data = qi_buf_ptr(D->be, qi_view_of(D->wbuf, *off), n, err);
-        if (np) {
-            if ((st = qi_dev_upload(D->be, qi_view_of(D->wbuf, *off + walign(n)), w->packed, np, err))) return st;
-            dst->packed = qi_buf_ptr(D->be, qi_view_of(D->wbuf, *off + walign(n)), np, err);
-        }
-    }
-    *off += walign(n) + (np ? walign(np) : 0);
-    return QI_OK;
+/* Weight blocks: what a device holds of the model, one buffer each: the
+ * token embedding (block 0), per layer l its attention (1 + 2l) and its
+ * MLP (2 + 2l), the output head (2L + 1). The CPU runs on the model's own
+ * views; another device holds an uploaded copy of the blocks it runs, so a
+ * new plan moves a block by uploading it where it goes and freeing it
+ * where it was. */
+static int wblock_dev(const qi_plan *p, int b) {
+    if (b == 0) return p->embd_dev;
+    if (b == 2 * p->n_layer + 1) return p->head_dev;
+    const qi_plan_layer *y = &p->layers[(b - 1) / 2];
+    return (b - 1) % 2 ? y->mlp_dev : y->attn_dev;
 }
 
-/* The weights of device d's blocks, counted (D->wbuf NULL) or uploaded;
- * *at_layer receives, while counting, the first block whose weights pass
- * `limit` bytes in all (-1: none; n_layer: the output head). */
-static qi_status place_weights(qi_engine *e, int d, size_t *off, size_t limit, int *at_layer, qi_err *err) {
-    const qi_model *m = e->m;
-    const qi_plan *p = &e->plan;
-    dev_state *D = &e->dev[d];
-    qi_status st = QI_OK;
-    *at_layer = -1;
-    if (p->embd_dev == d && (st = put_weight(D, &m->tok_embd, &D->tok_embd, off, err))) return st;
-    for (int l = 0; l < m->hp.n_layer && !st; l++) {
+/* "layer 3's attention" and the like, for messages. */
+static const char *wblock_name(const qi_model *m, int b, char *buf, size_t n) {
+    const int L = m->hp.n_layer;
+    if (b == 0) return "the token embedding";
+    if (b == 2 * L + 1) return "the output head";
+    snprintf(buf, n, "layer %d's %s", (b - 1) / 2, (b - 1) % 2 ? "MLP" : "attention");
+    return buf;
+}
+
+/* Block b's weights in the model and, with D, their places in D. */
+static int wblock_weights(const qi_model *m, dev_state *D, int b, const qi_weight **src, qi_weight **dst) {
+    const int L = m->hp.n_layer;
+    int n = 0;
+#define W(s_, d_) (src[n] = &(s_), dst[n++] = D ? &(d_) : NULL)
+    if (b == 0) {
+        W(m->tok_embd, D->tok_embd);
+    } else if (b == 2 * L + 1) {
+        W(m->out_norm, D->out_norm);
+        W(m->output, D->output);
+    } else {
+        const int l = (b - 1) / 2;
         const qi_layer *ly = &m->layers[l];
-        qi_layer *dl = &D->layers[l];
-        dl->swa = ly->swa;
-        if (p->layers[l].attn_dev == d) {
-            const qi_weight *src[] = {&ly->attn_norm, &ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->q_norm, &ly->k_norm,
-                                      &ly->attn_post_norm};
-            qi_weight *dst[] = {&dl->attn_norm, &dl->wq, &dl->wk, &dl->wv, &dl->wo, &dl->q_norm, &dl->k_norm,
-                                &dl->attn_post_norm};
-            for (size_t i = 0; i < sizeof src / sizeof src[0] && !st; i++) st = put_weight(D, src[i], dst[i], off, err);
+        qi_layer *dl = D ? &D->layers[l] : NULL;
+        if ((b - 1) % 2 == 0) {
+            W(ly->attn_norm, dl->attn_norm);
+            W(ly->wq, dl->wq);
+            W(ly->wk, dl->wk);
+            W(ly->wv, dl->wv);
+            W(ly->wo, dl->wo);
+            W(ly->q_norm, dl->q_norm);
+            W(ly->k_norm, dl->k_norm);
+            W(ly->attn_post_norm, dl->attn_post_norm);
+        } else {
+            W(ly->ffn_norm, dl->ffn_norm);
+            W(ly->w_gate, dl->w_gate);
+            W(ly->w_up, dl->w_up);
+            W(ly->w_down, dl->w_down);
+            W(ly->ffn_post_norm, dl->ffn_post_norm);
         }
-        if (p->layers[l].mlp_dev == d) {
-            const qi_weight *src[] = {&ly->ffn_norm, &ly->w_gate, &ly->w_up, &ly->w_down, &ly->ffn_post_norm};
-            qi_weight *dst[] = {&dl->ffn_norm, &dl->w_gate, &dl->w_up, &dl->w_down, &dl->ffn_post_norm};
-            for (size_t i = 0; i < sizeof src / sizeof src[0] && !st; i++) st = put_weight(D, src[i], dst[i], off, err);
-        }
-        if (*at_layer < 0 && limit && *off > limit) *at_layer = l;
     }
-    if (!st && p->head_dev == d) {
-        st = put_weight(D, &m->out_norm, &D->out_norm, off, err);
-        if (!st) st = put_weight(D, &m->output, &D->output, off, err);
-        if (*at_layer < 0 && limit && *off > limit) *at_layer = m->hp.n_layer;
+#undef W
+    return n;
+}
+
+/* A weight's bytes: its rows, and its packed copy when the CPU packed it. */
+static size_t weight_bytes(const qi_weight *w, size_t *packed) {
+    *packed = 0;
+    if (!w->data) return 0;
+    if (w->packed) *packed = (size_t)w->packed_group_bytes * (size_t)((w->n_rows + 15) / 16);
+    return (size_t)w->row_bytes * (size_t)w->n_rows;
+}
+
+static size_t wblock_bytes(const qi_model *m, int b) {
+    const qi_weight *src[8];
+    qi_weight *dst[8];
+    const int n = wblock_weights(m, NULL, b, src, dst);
+    size_t total = 0, np;
+    for (int i = 0; i < n; i++) {
+        const size_t nb = weight_bytes(src[i], &np);
+        total += walign(nb) + (np ? walign(np) : 0);
+    }
+    return total;
+}
+
+/* Block b uploaded to device D (not the CPU): one buffer, *out, and the
+ * weights' views in D pointing into it. The uploads are queued on D's
+ * stream. A block without weights gets no buffer. */
+static qi_status wblock_upload(const qi_engine *e, dev_state *D, int b, qi_buf **out, qi_err *err) {
+    *out = NULL;
+    const size_t total = wblock_bytes(e->m, b);
+    const qi_weight *src[8];
+    qi_weight *dst[8];
+    const int n = wblock_weights(e->m, D, b, src, dst);
+    char name[40];
+    qi_status st;
+    if (total && (st = qi_buf_alloc(D->be, total, wblock_name(e->m, b, name, sizeof name), out, err))) return st;
+    size_t off = 0, np;
+    for (int i = 0; i < n; i++) {
+        const qi_weight *w = src[i];
+        *dst[i] = *w;
+        const size_t nb = weight_bytes(w, &np);
+        if (!nb) continue;
+        if ((st = qi_dev_upload(D->be, qi_view_of(*out, off), w->data, nb, err))) break;
+        dst[i]->data = qi_buf_ptr(D->be, qi_view_of(*out, off), nb, err);
+        off += walign(nb);
+        if (np) {
+            if ((st = qi_dev_upload(D->be, qi_view_of(*out, off), w->packed, np, err))) break;
+            dst[i]->packed = qi_buf_ptr(D->be, qi_view_of(*out, off), np, err);
+            off += walign(np);
+        }
+    }
+    if (st) {
+        qi_buf_free(*out);
+        *out = NULL;
     }
     return st;
 }
 
+/* Bytes a device has left (SIZE_MAX: no capacity set). */
+static size_t dev_room(const qi_dev_info *in) {
+    if (!in->capacity) return SIZE_MAX;
+    return in->capacity > in->in_use ? in->capacity - in->in_use : 0;
+}
+
+/* The weight bytes plan p puts on device d that plan `have` does not (have
+ * NULL: all of them), and in *at the first block at which they pass `room`
+ * bytes (-1: none). */
+static size_t weights_arriving(const qi_engine *e, const qi_plan *p, const qi_plan *have, int d, size_t room,
+                               int *at) {
+    size_t need = 0;
+    *at = -1;
+    for (int b = 0; b < wblock_count(e->m); b++) {
+        if (wblock_dev(p, b) != d || (have && wblock_dev(have, b) == d)) continue;
+        need += wblock_bytes(e->m, b);
+        if (*at < 0 && need > room) *at = b;
+    }
+    return need;
+}
+
 /* The activations of R rows on device d: one buffer, the arrays in it
- * (those of split attention only when d takes part in one). */
+ * (those of split attention only when there is a second device). */
 static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     dev_state *D = &e->dev[d];
@@ -461,12 +542,9 @@ static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     const size_t widths[14] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F, qw, H, H, qw, H, H};
     float **arr[14] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up,
                        &D->so, &D->sm, &D->sl, &D->ro, &D->rm, &D->rl};
-    bool split = false;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const qi_plan_layer *y = &e->plan.layers[l];
-        split |= y->split > 0.0f && (y->attn_dev == d || y->split_dev == d);
-    }
-    const int n_arr = split ? 14 : 8;
+    /* with more than one device, any may take part in a split (a new plan
+     * may split a layer) */
+    const int n_arr = e->plan.n_devices > 1 ? 14 : 8;
     size_t total = 0;
     for (int i = 0; i < n_arr; i++) total += walign(sizeof(float) * R * widths[i]);
     qi_status st = qi_buf_alloc(D->be, total, "activations", &D->act, err);
@@ -480,6 +558,21 @@ static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     return QI_OK;
 }
 
+/* A layer the KV policy decides (evicts on) may not be split. */
+static bool policy_layer(const qi_engine *e, int l) {
+    return !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
+}
+
+static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err) {
+    for (int l = 0; l < p->n_layer; l++)
+        if (p->layers[l].split > 0.0f && policy_layer(e, l))
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: KV policy '%s' evicts on this layer, whose attention is split (a split "
+                          "layer keeps every token for now)",
+                          l, e->o.kv_policy);
+    return QI_OK;
+}
+
 /* Parse and check the plan, open its devices, and give each its weights,
  * activations and KV pool. A plan that does not fit a device is refused
  * here, before any work, naming the block and the bytes short. */
@@ -490,16 +583,8 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
     qi_status st = qi_plan_devices_parse(e->o.devices ? e->o.devices : "cpu", p, err);
     if (!st) st = qi_plan_parse(e->o.placement ? e->o.placement : "all-cpu", L, p, err);
     if (!st) st = qi_plan_validate(p, err);
+    if (!st) st = check_splits(e, p, err);
     if (st) return st;
-    for (int l = 0; l < L; l++) {
-        const qi_plan_layer *y = &p->layers[l];
-        const bool policy = !(m->hp.n_swa > 0 && m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
-        if (policy && y->split > 0.0f)
-            return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "plan layer %d: KV policy '%s' evicts on this layer, whose attention is split (a split "
-                          "layer keeps every token for now)",
-                          l, e->o.kv_policy);
-    }
     e->dev[0].be = e->be;
     e->dev[0].pool = e->pool;
     for (int d = 0; d < p->n_devices; d++) {
@@ -507,8 +592,10 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
         if (d > 0 && (st = open_device(e, p->devices[d], &D->be, err))) return st;
         /* the name as --devices gave it, so the plan prints as it was asked */
         snprintf(D->be->info.name, sizeof D->be->info.name, "%s", p->devices[d]);
-        if (!(D->layers = qi_calloc((size_t)L, sizeof *D->layers)))
-            return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", L);
+        D->layers = qi_calloc((size_t)L, sizeof *D->layers);
+        D->wblk = qi_calloc((size_t)wblock_count(m), sizeof *D->wblk);
+        if (!D->layers || !D->wblk) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", L);
+        for (int l = 0; l < L; l++) D->layers[l].swa = m->layers[l].swa;
         if ((st = place_activations(e, d, R, err))) return st;
         if (d == 0) {
             /* the CPU runs on the model's own views */
@@ -519,23 +606,20 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
             continue;
         }
         /* count first: refuse a plan that does not fit, naming the block */
-        size_t need = 0;
-        int at = -1;
         const qi_dev_info *in = qi_dev_info_get(D->be);
-        const size_t room = in->capacity ? (in->capacity > in->in_use ? in->capacity - in->in_use : 0) : 0;
-        if ((st = place_weights(e, d, &need, room, &at, err))) return st;
-        if (at >= 0)
+        const size_t room = dev_room(in);
+        int at;
+        const size_t need = weights_arriving(e, p, NULL, d, room, &at);
+        if (at >= 0) {
+            char name[40];
             return QI_ERR(err, QI_ERR_NOMEM,
-                          "plan does not fit device %s: its weights up to %s%d need more than the %zu bytes left "
+                          "plan does not fit device %s: its weights up to %s need more than the %zu bytes left "
                           "after its activations (%zu bytes in all, %zu short)",
-                          in->name, at == L ? "the output head, after layer " : "layer ", at == L ? L - 1 : at, room,
-                          need, need - room);
-        if (need > 0) {
-            if ((st = qi_buf_alloc(D->be, need, "weights", &D->wbuf, err))) return st;
-            size_t off = 0;
-            if ((st = place_weights(e, d, &off, 0, &at, err))) return st;
-            if ((st = qi_dev_synchronize(D->be, err))) return st;
+                          in->name, wblock_name(m, at, name, sizeof name), room, need, need - room);
         }
+        for (int b = 0; b < wblock_count(m); b++)
+            if (wblock_dev(p, b) == d && (st = wblock_upload(e, D, b, &D->wblk[b], err))) return st;
+        if ((st = qi_dev_synchronize(D->be, err))) return st;
         bool attn = false;
         for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d || (p->layers[l].split > 0.0f && p->layers[l].split_dev == d);
         if (attn && (st = qi_kv_pool_create(D->be, m->hp.head_dim, e->o.kv_max_bytes, &D->pool, err))) return st;
@@ -544,6 +628,182 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
 }
 
 const qi_plan *qi_engine_plan(const qi_engine *e) { return &e->plan; }
+
+/* ---- a new plan between steps --------------------------------------------------------- */
+
+/* Is a layer's working KV homed differently under plan q than under p? */
+static bool kv_moves(const qi_plan_layer *a, const qi_plan_layer *b) {
+    return a->attn_dev != b->attn_dev || a->split != b->split || (a->split > 0.0f && a->split_dev != b->split_dev);
+}
+
+/* The KV bytes (upper bound: the blocks the moves take beyond those free
+ * in the pool) a new plan p brings to device d's pool, from the working
+ * blocks of the streams whose home changes. */
+static size_t kv_arriving(const qi_engine *e, const qi_plan *p, int d) {
+    const qi_hparams *hp = &e->m->hp;
+    long blocks = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (!kv_moves(&e->plan.layers[l], y) || (y->attn_dev != d && !(y->split > 0.0f && y->split_dev == d)))
+            continue;
+        for (int i = 0; i < e->o.max_seqs; i++) {
+            if (!e->seqs[i].used) continue;
+            for (int h = 0; h < hp->n_head_kv; h++) blocks += stream_of(e, &e->seqs[i], l, h)->work.n_blocks;
+        }
+    }
+    const qi_kv_pool *pool = e->dev[d].pool;
+    if (pool) blocks -= qi_kv_pool_n_free(pool);
+    return blocks > 0 ? (size_t)blocks * (2 * QI_KV_BLOCK * (size_t)hp->head_dim * sizeof(uint16_t)) : 0;
+}
+
+static qi_status sync_all(qi_engine *e, qi_err *err) {
+    qi_status first = QI_OK;
+    for (int d = 0; d < e->plan.n_devices; d++) {
+        qi_err de = {0};
+        const qi_status st = qi_dev_synchronize(e->dev[d].be, &de);
+        if (st && !first) {
+            first = st;
+            if (err) *err = de;
+        }
+    }
+    return first;
+}
+
+qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cost *cost, qi_err *err) {
+    const qi_model *m = e->m;
+    const int L = m->hp.n_layer, Hkv = m->hp.n_head_kv, NB = wblock_count(m);
+    const double t0 = now_s();
+    qi_engine_replan_cost c = {0};
+    if (cost) *cost = c;
+    qi_status st;
+    if (np->n_layer != L)
+        return QI_ERR(err, QI_ERR_INVALID, "new plan has %d layers, the model %d", np->n_layer, L);
+    if (np->n_devices != e->plan.n_devices)
+        return QI_ERR(err, QI_ERR_INVALID, "new plan names %d devices, the engine has %d (devices are fixed at "
+                      "creation)", np->n_devices, e->plan.n_devices);
+    for (int d = 0; d < np->n_devices; d++)
+        if (strcmp(np->devices[d], e->plan.devices[d]) != 0)
+            return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
+                          "creation)", d, np->devices[d], e->plan.devices[d]);
+    if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err))) return st;
+    /* refused before any work when what arrives on a device does not fit
+     * beside what is there (a block leaves only once its move is done) */
+    for (int d = 1; d < np->n_devices; d++) {
+        const qi_dev_info *in = qi_dev_info_get(e->dev[d].be);
+        const size_t room = dev_room(in);
+        int at;
+        const size_t w = weights_arriving(e, np, &e->plan, d, room, &at);
+        const size_t kv = kv_arriving(e, np, d);
+        if (at >= 0 || (room != SIZE_MAX && w + kv > room)) {
+            char name[40];
+            return QI_ERR(err, QI_ERR_NOMEM,
+                          "new plan does not fit device %s: %s%s%zu bytes of weights and %zu of KV blocks move there, "
+                          "%zu bytes are left (%zu short)",
+                          in->name, at >= 0 ? "the weights up to " : "", at >= 0 ? wblock_name(m, at, name, sizeof name) : "",
+                          w, kv, room, w + kv - room);
+        }
+    }
+    qi_plan next = {0};
+    qi_buf **nblk = qi_calloc((size_t)NB, sizeof *nblk);
+    const long n_streams = (long)e->o.max_seqs * L * Hkv;
+    qi_kv_rehome *undo = qi_calloc((size_t)n_streams, sizeof *undo);
+    if (!nblk || !undo || (st = qi_plan_copy(&next, np, err))) {
+        qi_free(nblk);
+        qi_free(undo);
+        return nblk && undo ? st : QI_ERR(err, QI_ERR_NOMEM, "out of memory for a new plan");
+    }
+    /* the blocks that arrive on a device other than the CPU, uploaded */
+    for (int b = 0; b < NB && !st; b++) {
+        const int nd = wblock_dev(np, b);
+        if (nd == wblock_dev(&e->plan, b) || nd == 0) continue;
+        if (!(st = wblock_upload(e, &e->dev[nd], b, &nblk[b], err))) c.weight_bytes += (double)wblock_bytes(m, b);
+    }
+    /* pools where attention now runs, then every stream whose home moves */
+    for (int l = 0; l < L && !st; l++) {
+        const qi_plan_layer *y = &np->layers[l];
+        const int ds[2] = {y->attn_dev, y->split > 0.0f ? y->split_dev : -1};
+        for (int k = 0; k < 2 && !st; k++)
+            if (ds[k] >= 0 && !e->dev[ds[k]].pool)
+                st = qi_kv_pool_create(e->dev[ds[k]].be, m->hp.head_dim, e->o.kv_max_bytes, &e->dev[ds[k]].pool, err);
+    }
+    for (int l = 0; l < L && !st; l++) {
+        const qi_plan_layer *y = &np->layers[l];
+        if (!kv_moves(&e->plan.layers[l], y)) continue;
+        qi_kv_pool *wp = e->dev[y->attn_dev].pool, *sp = y->split > 0.0f ? e->dev[y->split_dev].pool : NULL;
+        for (int i = 0; i < e->o.max_seqs && !st; i++) {
+            if (!e->seqs[i].used) continue;
+            for (int h = 0; h < Hkv && !st; h++) {
+                const long k = ((long)i * L + l) * Hkv + h;
+                int moved = 0;
+                st = qi_kv_stream_rehome(stream_of(e, &e->seqs[i], l, h), wp, sp, y->split, &undo[k], &moved, err);
+                c.kv_blocks += moved;
+            }
+        }
+    }
+    /* every upload and copy done, or the first failure among them */
+    qi_err se = {0};
+    const qi_status fin = sync_all(e, st ? &se : err);
+    if (!st) st = fin;
+    for (int i = 0; i < e->o.max_seqs; i++) {
+        if (!e->seqs[i].used) continue;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < Hkv; h++) {
+                qi_kv_rehome *u = &undo[((long)i * L + l) * Hkv + h];
+                if (st)
+                    qi_kv_rehome_undo(stream_of(e, &e->seqs[i], l, h), u);
+                else
+                    qi_kv_rehome_commit(u);
+            }
+    }
+    if (st) { /* the engine as it was: the new blocks go */
+        for (int b = 0; b < NB; b++) qi_buf_free(nblk[b]);
+        qi_plan_free(&next);
+    } else {
+        for (int b = 0; b < NB; b++) {
+            const int od = wblock_dev(&e->plan, b), nd = wblock_dev(np, b);
+            if (od == nd) continue;
+            if (od > 0) {
+                qi_buf_free(e->dev[od].wblk[b]);
+                e->dev[od].wblk[b] = NULL;
+            }
+            if (nd > 0) e->dev[nd].wblk[b] = nblk[b];
+        }
+        /* buffers a device kept for blocks it no longer runs */
+        for (int d = 1; d < np->n_devices; d++) {
+            dev_state *D = &e->dev[d];
+            if (np->head_dev != d) {
+                qi_buf_free(D->lbuf);
+                D->lbuf = NULL;
+                D->cap_logit_rows = 0;
+            }
+            qi_buf_free(D->sbuf);
+            D->sbuf = NULL;
+            D->cap_sbuf = 0;
+        }
+        qi_plan_free(&e->plan);
+        e->plan = next;
+        c.kv_bytes = (double)c.kv_blocks * (2.0 * QI_KV_BLOCK * m->hp.head_dim * sizeof(uint16_t));
+        c.seconds = now_s() - t0;
+        e->prof.replans++;
+        e->prof.replan_bytes += c.weight_bytes + c.kv_bytes;
+        e->prof.replan_kv_blocks += c.kv_blocks;
+        e->prof.replan_seconds += c.seconds;
+        if (cost) *cost = c;
+    }
+    qi_free(nblk);
+    qi_free(undo);
+    return st;
+}
+
+qi_status qi_engine_replan_spec(qi_engine *e, const char *placement, qi_engine_replan_cost *cost, qi_err *err) {
+    qi_plan p = e->plan;
+    p.layers = NULL;
+    p.n_layer = 0;
+    qi_status st = qi_plan_parse(placement, e->m->hp.n_layer, &p, err);
+    if (!st) st = qi_engine_replan(e, &p, cost, err);
+    qi_plan_free(&p);
+    return st;
+}
 
 bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
     if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be) return false;
@@ -1377,7 +1637,7 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
  * policy then decides every segment's streams (policy_all). */
 static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T, int l, qi_err *err) {
     if (e->plan.layers[l].split > 0.0f) return attend_split(e, segs, n_seg, T, l, err);
-    const bool policy = !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
+    const bool policy = policy_layer(e, l);
     qi_backend *b = e->dev[e->plan.layers[l].attn_dev].be;
     qi_status st;
     int n_kv = 0;

@@ -233,6 +233,105 @@ qi_status qi_kv_stream_split(qi_kv_stream *s, int n_new, float r, int *moved, qi
     return QI_OK;
 }
 
+long qi_kv_pool_n_free(const qi_kv_pool *p) { return p->n_free; }
+
+/* Block b's rows into buffer nb of pool `to`, from pool `from`. */
+static qi_status block_copy(qi_kv_pool *to, qi_buf *nb, qi_kv_pool *from, qi_buf *ob, qi_err *err) {
+    const size_t n = to->u.block_bytes;
+    if (qi_dev_info_get(to->dev)->host_visible && qi_dev_info_get(from->dev)->host_visible) {
+        void *d = qi_buf_ptr(to->dev, qi_view_of(nb, 0), n, err), *src = qi_buf_ptr(from->dev, qi_view_of(ob, 0), n, err);
+        QI_ASSERT(d && src); /* the pools' own buffers */
+        memcpy(d, src, n);
+        return QI_OK;
+    }
+    qi_backend *cs = qi_dev_copy_stream(to->dev, from->dev);
+    if (!cs)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "no stream copies KV blocks from %s to %s (neither is host-visible)",
+                      qi_dev_info_get(from->dev)->name, qi_dev_info_get(to->dev)->name);
+    return qi_dev_copy(cs, qi_view_of(nb, 0), qi_view_of(ob, 0), n, err);
+}
+
+static void set_block(qi_kv_tier *t, int b, qi_kv_pool *p, qi_buf *buf) {
+    uint16_t *k = qi_buf_ptr(p->dev, qi_view_of(buf, 0), p->u.block_bytes, NULL);
+    QI_ASSERT(k);
+    t->blk[b] = buf;
+    t->k_blk[b] = k;
+    t->v_blk[b] = k + (size_t)QI_KV_BLOCK * p->D;
+}
+
+qi_status qi_kv_stream_rehome(qi_kv_stream *s, qi_kv_pool *wp, qi_kv_pool *sp, float r, qi_kv_rehome *u,
+                              int *moved, qi_err *err) {
+    QI_ASSERT(r >= 0.0f && r <= 1.0f && wp->D == s->wp->D && (!sp || sp->D == wp->D));
+    qi_kv_tier *t = &s->work;
+    *u = (qi_kv_rehome){.wp = s->wp, .sp = s->sp, .lo_blocks = s->lo_blocks};
+    *moved = 0;
+    const int nb = t->n_blocks;
+    const int lo = sp ? (int)floor((1.0 - (double)r) * nb + 0.5) : 0;
+    if (nb > 0) {
+        u->idx = qi_malloc(sizeof *u->idx * (size_t)nb);
+        u->old = qi_malloc(sizeof *u->old * (size_t)nb);
+        u->old_pool = qi_malloc(sizeof *u->old_pool * (size_t)nb);
+        u->new_pool = qi_malloc(sizeof *u->new_pool * (size_t)nb);
+        if (!u->idx || !u->old || !u->old_pool || !u->new_pool) {
+            qi_kv_rehome_undo(s, u);
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory moving a KV stream of %d blocks", nb);
+        }
+    }
+    for (int b = 0; b < nb; b++) {
+        qi_kv_pool *from = pool_of(s, 0, b), *to = sp && b >= lo ? sp : wp;
+        if (from == to) continue;
+        qi_buf *nbuf = NULL;
+        qi_status st = block_get(to, 0, &nbuf, err);
+        if (!st && (st = block_copy(to, nbuf, from, t->blk[b], err))) block_put(to, 0, nbuf);
+        if (st) {
+            qi_kv_rehome_undo(s, u);
+            *moved = 0;
+            return st;
+        }
+        u->idx[u->n] = b;
+        u->old[u->n] = t->blk[b];
+        u->old_pool[u->n] = from;
+        u->new_pool[u->n] = to;
+        u->n++;
+        set_block(t, b, to, nbuf);
+    }
+    /* pool_of reads the pools and the share: set once every block has
+     * been looked up under the old ones */
+    s->wp = wp;
+    s->sp = sp;
+    s->lo_blocks = sp ? lo : 0;
+    *moved = u->n;
+    return QI_OK;
+}
+
+static void rehome_free(qi_kv_rehome *u) {
+    qi_free(u->idx);
+    qi_free(u->old);
+    qi_free(u->old_pool);
+    qi_free(u->new_pool);
+    memset(u, 0, sizeof *u);
+}
+
+void qi_kv_rehome_commit(qi_kv_rehome *u) {
+    for (int i = 0; i < u->n; i++) block_put(u->old_pool[i], 0, u->old[i]);
+    rehome_free(u);
+}
+
+void qi_kv_rehome_undo(qi_kv_stream *s, qi_kv_rehome *u) {
+    qi_kv_tier *t = &s->work;
+    for (int i = 0; i < u->n; i++) {
+        const int b = u->idx[i];
+        block_put(u->new_pool[i], 0, t->blk[b]);
+        set_block(t, b, u->old_pool[i], u->old[i]);
+    }
+    if (u->wp) {
+        s->wp = u->wp;
+        s->sp = u->sp;
+        s->lo_blocks = u->lo_blocks;
+    }
+    rehome_free(u);
+}
+
 /* Moving tokens' rows between tiers or within one: a memcpy between host
  * blocks, else a copy queued on the stream that orders it (the device's:
  * a device's working tier and the host's offload tier). The first failure

@@ -102,6 +102,33 @@ qi_status qi_kv_stream_split(qi_kv_stream *s, int n_new, float r, int *moved, qi
 qi_backend *qi_kv_split_stream(const qi_kv_stream *s);
 size_t qi_kv_block_bytes(const qi_kv_pool *p);
 
+/* A new plan for the stream's layer (qi_engine_replan): its working tier
+ * moves to pools wp and sp (sp NULL: not split) with a split's share r,
+ * block by block: each block whose pool changes is copied into a block of
+ * its new pool (a memcpy between host pools, else a copy queued on the
+ * stream of the device that is not host-visible), the old kept in *u. The
+ * move is undone (qi_kv_rehome_undo: the stream as it was, the new blocks
+ * returned) or committed (qi_kv_rehome_commit: the old blocks returned)
+ * once the caller has synchronised the devices, so a copy that fails on a
+ * device's worker costs nothing. *moved counts the blocks copied; a
+ * failure (a pool's cap, memory, no stream between two devices) undoes
+ * this stream's move itself. */
+typedef struct {
+    qi_kv_pool *wp, *sp;  /* the stream's pools before */
+    int lo_blocks;
+    int n;                /* blocks moved */
+    int *idx;             /* [n] their indices */
+    qi_buf **old;         /* [n] their old buffers */
+    qi_kv_pool **old_pool, **new_pool; /* [n] */
+} qi_kv_rehome;
+qi_status qi_kv_stream_rehome(qi_kv_stream *s, qi_kv_pool *wp, qi_kv_pool *sp, float r, qi_kv_rehome *u,
+                              int *moved, qi_err *err);
+void qi_kv_rehome_commit(qi_kv_rehome *u);
+void qi_kv_rehome_undo(qi_kv_stream *s, qi_kv_rehome *u);
+/* Blocks a pool holds free for reuse: what a move into it takes before it
+ * allocates. */
+long qi_kv_pool_n_free(const qi_kv_pool *p);
+
 /* Apply fates (QI_KV_KEEP/OFFLOAD/DROP from kv_policy.h) to the tokens as
  * a policy saw them: the working tier's n tokens, then the offload tier's.
  * Kept working tokens stay, recalled ones are appended to the working tier,

@@ -18,6 +18,15 @@ void qi_plan_free(qi_plan *p) {
     p->n_layer = 0;
 }
 
+qi_status qi_plan_copy(qi_plan *dst, const qi_plan *src, qi_err *err) {
+    qi_plan c = *src;
+    c.layers = qi_malloc(sizeof *c.layers * (size_t)(src->n_layer > 0 ? src->n_layer : 1));
+    if (!c.layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory copying a plan of %d layers", src->n_layer);
+    if (src->n_layer > 0) memcpy(c.layers, src->layers, sizeof *c.layers * (size_t)src->n_layer);
+    *dst = c;
+    return QI_OK;
+}
+
 static bool name_ok(const char *s, size_t n) {
     if (n == 0 || n >= QI_PLAN_DEV_NAME) return false;
     for (size_t i = 0; i < n; i++)

@@ -237,6 +237,9 @@ void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
                 "qinfer %s: copies between devices %ld (%.1f MiB, %.3f s of device time), of which KV blocks moved "
                 "%ld\n",
                 cmd, pr.copies, pr.copy_bytes / 1048576.0, pr.copy_seconds, pr.kv_block_moves);
+    if (pr.replans > 0)
+        fprintf(stderr, "qinfer %s: new plans %ld, moving %.1f MiB (%ld KV blocks) in %.3f s\n", cmd, pr.replans,
+                pr.replan_bytes / 1048576.0, pr.replan_kv_blocks, pr.replan_seconds);
 }
 
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {

@@ -574,6 +574,38 @@ static int engine_profile(lua_State *L) {
     lua_setfield(L, -2, "calls");
     lq_set_num(L, "matmul_bytes", p.matmul_bytes);
     lq_set_int(L, "steps", p.steps);
+    lq_set_int(L, "copies", p.copies);
+    lq_set_num(L, "copy_bytes", p.copy_bytes);
+    lq_set_int(L, "kv_block_moves", p.kv_block_moves);
+    lq_set_int(L, "replans", p.replans);
+    lq_set_num(L, "replan_bytes", p.replan_bytes);
+    lq_set_num(L, "replan_seconds", p.replan_seconds);
+    return 1;
+}
+
+/* engine:replan(placement): the plan from the next step on (a --placement
+ * value); the move's cost. */
+static int engine_replan(lua_State *L) {
+    lq_engine_ud *u = lq_check_engine(L, 1);
+    const char *spec = luaL_checkstring(L, 2);
+    qi_engine_replan_cost c;
+    qi_err err = {0};
+    if (qi_engine_replan_spec(u->e, spec, &c, &err)) return lq_fail(L, &err);
+    lua_createtable(L, 0, 4);
+    lq_set_num(L, "weight_bytes", c.weight_bytes);
+    lq_set_int(L, "kv_blocks", c.kv_blocks);
+    lq_set_num(L, "kv_bytes", c.kv_bytes);
+    lq_set_num(L, "seconds", c.seconds);
+    return 1;
+}
+
+/* engine:plan(): the plan in force, in the plan-file format. */
+static int engine_plan(lua_State *L) {
+    const qi_plan *p = qi_engine_plan(lq_check_engine(L, 1)->e);
+    const int n = qi_plan_format(p, NULL, 0);
+    char *buf = lua_newuserdatauv(L, (size_t)n + 1, 0);
+    qi_plan_format(p, buf, (size_t)n + 1);
+    lua_pushlstring(L, buf, (size_t)n);
     return 1;
 }
 
@@ -731,6 +763,8 @@ static const luaL_Reg k_engine_methods[] = {
     {"pool_stats", engine_pool_stats},
     {"profile", engine_profile},
     {"policy", engine_policy},
+    {"replan", engine_replan},
+    {"plan", engine_plan},
     {"close", engine_close},
     {NULL, NULL},
 };

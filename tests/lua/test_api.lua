@@ -70,6 +70,35 @@ T.raises(function() e:argmax(a, 5) end, "bad argument #2 to 'argmax'", "row out 
 e:close()
 T.raises(function() e:step() end, "engine is closed")
 
+-- a new plan between steps: the same greedy tokens, what moved reported
+local function greedy_with(replan)
+  local g = m:engine { max_seqs = 1, n_ctx = 64, devices = "cpu,testdev" }
+  local id = g:add()
+  g:feed(id, ids)
+  while g:pending(id) > 0 do g:step() end
+  local out, moved = {}, 0
+  for i = 1, 4 do
+    if replan then
+      local c = g:replan(i % 2 == 1 and "ngl=31" or "all-cpu")
+      T.ok(c.seconds >= 0 and c.kv_blocks >= 0, "replan cost")
+      moved = moved + c.weight_bytes
+    end
+    out[i] = g:argmax(id)
+    g:feed(id, out[i])
+    g:step()
+  end
+  if replan then
+    T.ok(moved > 0, "weights moved to testdev")
+    T.eq(g:profile().replans, 4, "replans counted")
+    T.ok(g:plan():find("head cpu", 1, true), "plan() gives the plan in force")
+    T.raises(function() g:replan("ngl=99") end, "N must be an integer")
+    T.raises(function() g:replan({}) end, "bad argument #1 to 'replan'")
+  end
+  g:close()
+  return table.concat(out, ",")
+end
+T.eq(greedy_with(true), greedy_with(false), "greedy tokens unchanged by new plans")
+
 -- the full policy keeps everything
 local f = m:engine { max_seqs = 1, n_ctx = 64 }
 local s = f:add()

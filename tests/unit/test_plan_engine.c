@@ -25,7 +25,12 @@
  *     attention layers in its pool;
  *   - every allocation of the engine's creation, and a sample of a step's,
  *     failing in turn: an out-of-memory error, never a crash, and the
- *     engine usable after a failed step.
+ *     engine usable after a failed step;
+ *   - a new plan between steps (the "replan" case): a different plan
+ *     before every step gives the all-CPU logits bit for bit (full, h2o,
+ *     qinfer), split ratios changing stay within the split bound, what
+ *     moved equals what a device holds, and a new plan refused or failing
+ *     mid-move leaves the old one running.
  * QI_TEST_QUICK=1 runs batch 4 and fewer plans (splits: batch 16 at r = 0.5
  * only).
  */
@@ -53,7 +58,14 @@ static qi_model *load(const char *file) { return qi_test_load_cached(file); }
 typedef struct {
     const char *devices, *placement, *policy, *params;
     double frac;
+    /* NULL-terminated: before each step after the first, the engine
+     * replans to the next of these in turn (--placement values) */
+    const char *const *replans;
 } config;
+
+/* What the replans of run() moved, summed. */
+static qi_engine_replan_cost g_moved;
+static long g_replans;
 
 static qi_status create(const qi_model *m, const config *c, int S, qi_engine **out, qi_err *e) {
     qi_engine_opts o;
@@ -89,7 +101,17 @@ static void run(const qi_model *m, const config *c, int S, int32_t tokens[16][G]
         ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s], &e), QI_OK);
         ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s], prompt, n, false, &e), QI_OK);
     }
-    for (int left = S; left > 0;) {
+    int n_replans = 0;
+    while (c->replans && c->replans[n_replans]) n_replans++;
+    for (int left = S, k = 0; left > 0; k++) {
+        if (k > 0 && n_replans) {
+            qi_engine_replan_cost cost;
+            const char *spec = c->replans[(k - 1) % n_replans];
+            ck_assert_msg(qi_engine_replan_spec(eng, spec, &cost, &e) == QI_OK, "replan to %s: %s", spec, e.msg);
+            g_moved.weight_bytes += cost.weight_bytes;
+            g_moved.kv_blocks += cost.kv_blocks;
+            g_replans++;
+        }
         int n = 0;
         ck_assert_msg(qi_engine_step(eng, &n, &e) == QI_OK, "%s / %s: %s", c->devices, c->placement, e.msg);
         ck_assert_int_gt(n, 0);
@@ -540,6 +562,229 @@ START_TEST(device_failures) {
 }
 END_TEST
 
+/* ---- new plans between steps ---- */
+
+/* A plan changing before every step (weights uploaded to testdev and
+ * freed there, every layer's working KV moving between the pools as its
+ * attention moves) computes what the all-CPU run computes, bit for bit,
+ * under the full cache and under policies that evict (whose offload tier
+ * stays in host memory). */
+START_TEST(replans_exact) {
+    const int L = g_model->hp.n_layer, S = qi_test_quick() ? 4 : 16;
+    char half[16], all[16];
+    snprintf(half, sizeof half, "ngl=%d", L / 2);
+    snprintf(all, sizeof all, "ngl=%d", L + 1);
+    const char *const cycle[] = {half, plan_file(g_model, 0), plan_file(g_model, 2), plan_file(g_model, 1), all,
+                                 "all-cpu", NULL};
+    static const config pols[] = {{.policy = "full"},
+                                  {.policy = "h2o", .frac = 0.5},
+                                  {.policy = "qinfer", .frac = 0.5, .params = "full_layers=1,probe_every=2"}};
+    for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
+        if (qi_test_quick() && i == 1) continue;
+        config c = pols[i];
+        c.devices = "cpu,testdev";
+        c.placement = "all-cpu";
+        c.replans = cycle;
+        g_moved = (qi_engine_replan_cost){0};
+        g_replans = 0;
+        check_plan(g_model, &c, 1, "SmolLM2 a new plan every step");
+        check_plan(g_model, &c, S, "SmolLM2 a new plan every step");
+        ck_assert_int_gt(g_replans, 10);
+        ck_assert(g_moved.weight_bytes > 2.0 * (double)g_model->weight_bytes);
+        ck_assert_int_gt(g_moved.kv_blocks, 0);
+        printf("replans: %ld new plans moved %.1f MiB of weights and %ld KV blocks\n", g_replans,
+               g_moved.weight_bytes / 1048576.0, g_moved.kv_blocks);
+    }
+    for (int k = 0; k < 3; k++) unlink(cycle[1 + k]);
+}
+END_TEST
+
+/* A split's ratio changing between steps, and splits giving way to whole
+ * placements and back: the blocks move to their new share, and the rows
+ * stay within the split bound of splits_for (sequences within one block
+ * bit for bit). */
+START_TEST(replans_split) {
+    const int L = g_model->hp.n_layer;
+    static char files[3][80];
+    const double rs[3] = {0.5, 0.25, 0.75};
+    for (int i = 0; i < 3; i++) {
+        const char *f = split_file(g_model, rs[i], every_layer);
+        snprintf(files[i], sizeof files[i], "%s.%d", f, i);
+        ck_assert_int_eq(rename(f, files[i]), 0);
+    }
+    char all[16];
+    snprintf(all, sizeof all, "ngl=%d", L);
+    const char *const cycle[] = {files[0], files[1], all, files[2], "all-cpu", files[0], NULL};
+    const config c = {.devices = "cpu,testdev", .placement = "all-cpu", .replans = cycle};
+    g_moved = (qi_engine_replan_cost){0};
+    check_plan_tol(g_model, &c, 1, "SmolLM2 split ratio changing", -1, 0.0);
+    check_plan_tol(g_model, &c, 16, "SmolLM2 split ratio changing", 7, SPLIT_TOL);
+    ck_assert_int_gt(g_moved.kv_blocks, 0);
+    for (int i = 0; i < 3; i++) unlink(files[i]);
+}
+END_TEST
+
+static size_t dev_in_use(const qi_engine *eng) {
+    qi_engine_dev d;
+    ck_assert(qi_engine_device(eng, 1, &d));
+    return d.in_use;
+}
+
+/* What a new plan moves: the weights of the blocks that arrive on testdev
+ * (the memory an engine created with that plan holds), nothing for blocks
+ * that go to the CPU, which runs on the model's own views, and every
+ * working KV block of the layers whose attention moves. */
+START_TEST(replan_costs) {
+    const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    char all[16], attn_all[16];
+    snprintf(all, sizeof all, "ngl=%d", L + 1);
+    snprintf(attn_all, sizeof attn_all, "ngl=%d", L);
+    qi_engine *eng = NULL, *direct = NULL;
+    qi_err e = {0};
+    const config c0 = {.devices = "cpu,testdev", .placement = "all-cpu"};
+    const config c1 = {.devices = "cpu,testdev", .placement = all};
+    ck_assert_int_eq(create(g_model, &c0, 2, &eng, &e), QI_OK);
+    ck_assert_int_eq(create(g_model, &c1, 2, &direct, &e), QI_OK);
+    const size_t base = dev_in_use(eng);
+    qi_engine_replan_cost cost;
+    ck_assert_msg(qi_engine_replan_spec(eng, all, &cost, &e) == QI_OK, "%s", e.msg);
+    ck_assert_uint_eq(dev_in_use(eng), dev_in_use(direct));
+    ck_assert(cost.weight_bytes == (double)(dev_in_use(eng) - base));
+    ck_assert(cost.weight_bytes >= (double)g_model->weight_bytes * 0.9);
+    ck_assert_int_eq(cost.kv_blocks, 0);
+    qi_engine_free(direct);
+    /* the same plan again: nothing moves */
+    ck_assert_int_eq(qi_engine_replan_spec(eng, all, &cost, &e), QI_OK);
+    ck_assert(cost.weight_bytes == 0.0 && cost.kv_blocks == 0);
+    /* back to the CPU: free, and testdev holds its activations alone */
+    ck_assert_int_eq(qi_engine_replan_spec(eng, "all-cpu", &cost, &e), QI_OK);
+    ck_assert(cost.weight_bytes == 0.0);
+    ck_assert_uint_eq(dev_in_use(eng), base);
+    /* a 100-token sequence: two blocks a stream move with the attention */
+    int id;
+    int32_t prompt[100];
+    for (int i = 0; i < 100; i++) prompt[i] = 300 + i;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 100, false, &e), QI_OK);
+    while (qi_engine_seq_pending(eng, id) > 0) ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, attn_all, &cost, &e), QI_OK);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(eng, &pool);
+    ck_assert_int_eq(cost.kv_blocks, 2L * L * Hkv);
+    ck_assert(cost.kv_bytes == (double)cost.kv_blocks * (double)pool.block_bytes);
+    ck_assert_int_eq(pool.work_blocks, 0); /* all on testdev now */
+    ck_assert_int_eq(qi_engine_replan_spec(eng, "all-cpu", &cost, &e), QI_OK);
+    ck_assert_int_eq(cost.kv_blocks, 2L * L * Hkv);
+    qi_engine_kv_pool_stats(eng, &pool);
+    ck_assert_int_eq(pool.work_blocks, 2L * L * Hkv);
+    qi_engine_prof pr;
+    qi_engine_profile(eng, &pr);
+    ck_assert_int_eq(pr.replans, 5);
+    ck_assert_int_eq(pr.replan_kv_blocks, 4L * L * Hkv);
+    ck_assert(pr.replan_seconds > 0.0);
+    qi_engine_free(eng);
+}
+END_TEST
+
+/* One sequence's logits after 100 prompt tokens and 3 decode steps, a
+ * replan to `to` attempted before each decode step with the n-th
+ * allocation, or the n-th op and copy on testdev, failing (mode 1, 2; 0:
+ * none). A replan that fails leaves the old plan running, so the logits
+ * are those of a run that never replanned. Returns the failures met. */
+static int replan_failing(const char *to, int mode, long n, float *out) {
+    const int V = g_model->hp.n_vocab;
+    const config c = {.devices = "cpu,testdev", .placement = "all-cpu"};
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(create(g_model, &c, 1, &eng, &e), QI_OK);
+    int id, fails = 0;
+    int32_t prompt[100];
+    for (int i = 0; i < 100; i++) prompt[i] = 400 + i;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 100, false, &e), QI_OK);
+    while (qi_engine_seq_pending(eng, id) > 0) ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    for (int g = 0; g < 3; g++) {
+        char before[64];
+        qi_plan_summary(qi_engine_plan(eng), before, sizeof before);
+        if (mode == 1) qi_alloc_fail_after(n);
+        if (mode == 2) qi_engine_inject_fail(eng, 1, n, n);
+        qi_err re = {0};
+        const qi_status st = qi_engine_replan_spec(eng, g == 1 ? "all-cpu" : to, NULL, &re);
+        qi_alloc_fail_after(0);
+        qi_engine_inject_fail(eng, 1, 0, 0);
+        if (st) {
+            fails++;
+            ck_assert_msg(mode == 1 ? st == QI_ERR_NOMEM : st == QI_ERR_BACKEND, "status %d: %s", st, re.msg);
+            ck_assert_msg(strstr(re.msg, mode == 1 ? "memory" : "testdev"), "%s", re.msg);
+            char after[64];
+            qi_plan_summary(qi_engine_plan(eng), after, sizeof after);
+            ck_assert_str_eq(after, before);
+        }
+        const int32_t t = 500 + g;
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, &t, 1, false, &e), QI_OK);
+        ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "after replan failure: %s", e.msg);
+    }
+    memcpy(out, qi_engine_seq_logits(eng, id, -1), sizeof(float) * (size_t)V);
+    qi_engine_free(eng);
+    return fails;
+}
+
+/* Refused before any work: a plan over testdev's capacity (naming the
+ * device and the bytes short), devices other than the engine's, a policy
+ * evicting on a split layer. Failed mid-move: every allocation of a
+ * replan in turn and a sample of its uploads and copies; each an error,
+ * the old plan still running, the logits those of a run that never
+ * replanned. (Under ASan in CI: nothing leaks.) */
+START_TEST(replan_failures) {
+    const int L = g_model->hp.n_layer, V = g_model->hp.n_vocab;
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    config c = {.devices = "cpu,testdev:40M", .placement = "all-cpu"};
+    ck_assert_int_eq(create(g_model, &c, 1, &eng, &e), QI_OK);
+    char all[16];
+    snprintf(all, sizeof all, "ngl=%d", L + 1);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, all, NULL, &e), QI_ERR_NOMEM);
+    ck_assert_msg(strstr(e.msg, "new plan does not fit device testdev:40M") && strstr(e.msg, "short"), "%s", e.msg);
+    ck_assert_str_eq(qi_engine_plan(eng)->devices[1], "testdev:40M");
+    qi_plan other = {0};
+    ck_assert_int_eq(qi_plan_devices_parse("cpu,testdev", &other, &e), QI_OK);
+    ck_assert_int_eq(qi_plan_all_host(L, &other, &e), QI_OK);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_replan(eng, &other, NULL, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "devices are fixed"), "%s", e.msg);
+    qi_plan_free(&other);
+    qi_engine_free(eng);
+    c = (config){.devices = "cpu,testdev", .placement = "all-cpu", .policy = "h2o", .frac = 0.5};
+    ck_assert_int_eq(create(g_model, &c, 1, &eng, &e), QI_OK);
+    char *split = split_file(g_model, 0.5, every_layer);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, split, NULL, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "evicts on this layer"), "%s", e.msg);
+    unlink(split);
+    qi_engine_free(eng);
+
+    float *want = malloc(sizeof(float) * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
+    ck_assert_int_eq(replan_failing(all, 0, 0, want), 0);
+    char half[16];
+    snprintf(half, sizeof half, "ngl=%d", L / 2);
+    const char *const tos[] = {all, half};
+    long fails = 0;
+    for (int t = 0; t < 2; t++)
+        for (int mode = 1; mode <= 2; mode++)
+            for (long n = 1; n < 5000; n = mode == 1 ? n + (n < 8 ? 1 : qi_test_quick() ? 37 : 11) : n * 3 + 1) {
+                const int f = replan_failing(tos[t], mode, n, got);
+                fails += f;
+                ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)V) == 0,
+                              "replan to %s, failure %d/%ld: logits differ", tos[t], mode, n);
+                if (mode == 1 && f == 0) break; /* past the replan's last allocation */
+            }
+    ck_assert_int_gt(fails, 8);
+    printf("replan failures: %ld failed new plans, each leaving the old one running\n", fails);
+    free(want);
+    free(got);
+}
+END_TEST
+
 START_TEST(gemma_plans) {
     qi_model *m = load(GEMMA_FILE);
     ck_assert_ptr_nonnull(m);
@@ -584,6 +829,13 @@ int main(void) {
     tcase_set_timeout(tc, 1200);
     tcase_add_test(tc, smollm2_splits);
     tcase_add_test(tc, device_failures);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("replan");
+    tcase_set_timeout(tc, 1200);
+    tcase_add_test(tc, replans_exact);
+    tcase_add_test(tc, replans_split);
+    tcase_add_test(tc, replan_costs);
+    tcase_add_test(tc, replan_failures);
     suite_add_tcase(s, tc);
     tc = tcase_create("gemma");
     tcase_set_timeout(tc, 1200);

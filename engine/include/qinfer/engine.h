@@ -106,8 +106,33 @@ int qi_engine_kv_stream_tokens(const qi_engine *e, int id, int layer, int kv_hea
                                const float **score);
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
-/* The placement plan the engine runs (opts.devices and opts.placement). */
+/* The placement plan the engine runs (opts.devices and opts.placement, or
+ * the last qi_engine_replan). */
 const qi_plan *qi_engine_plan(const qi_engine *e);
+
+/* What a new plan moved and what it cost: the weight bytes uploaded to the
+ * devices that now run blocks (a block that goes to the CPU costs nothing:
+ * the CPU runs on the model's own views), the working KV blocks copied to
+ * the pools of the layers whose attention moved or whose split changed,
+ * and the wall time from the call until every device had finished. */
+typedef struct {
+    double weight_bytes;
+    long kv_blocks;
+    double kv_bytes;
+    double seconds;
+} qi_engine_replan_cost;
+
+/* Run plan p from the next step on (between steps; the devices are those
+ * of creation, named in the same order). Checked as at creation, and
+ * refused before any work when the weights and KV blocks that arrive on a
+ * device do not fit beside what is there (what leaves is freed only once
+ * the move is done), naming the device and the bytes short. The move is
+ * all or nothing: a failed upload or copy leaves the engine on its old
+ * plan, its sequences intact. *cost (may be NULL) receives the move's
+ * cost, also summed in the profile. qi_engine_replan_spec takes a
+ * --placement value instead. */
+qi_status qi_engine_replan(qi_engine *e, const qi_plan *p, qi_engine_replan_cost *cost, qi_err *err);
+qi_status qi_engine_replan_spec(qi_engine *e, const char *placement, qi_engine_replan_cost *cost, qi_err *err);
 /* Device d of the plan: its name, capacity and bytes in use now and at
  * peak (weights, activations, KV blocks); false when d is out of range. */
 typedef struct {
@@ -142,6 +167,11 @@ typedef struct {
      * with profile on, their device time, from events around them. */
     long copies, kv_block_moves;
     double copy_bytes, copy_seconds;
+    /* New plans (qi_engine_replan, counted with profile off too): how
+     * many, the weight and KV bytes they moved, their KV blocks, and
+     * their wall time. */
+    long replans, replan_kv_blocks;
+    double replan_bytes, replan_seconds;
 } qi_engine_prof;
 void qi_engine_profile(const qi_engine *e, qi_engine_prof *out);
 const char *qi_op_kind_name(qi_op_kind k);

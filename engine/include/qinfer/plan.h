@@ -66,6 +66,8 @@ qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err);
 /* Checks indices, ratios and the reserved fields. */
 qi_status qi_plan_validate(const qi_plan *p, qi_err *err);
 void qi_plan_free(qi_plan *p);
+/* A deep copy (dst's old layers are not freed). */
+qi_status qi_plan_copy(qi_plan *dst, const qi_plan *src, qi_err *err);
 
 /* The plan in a few words ("all-cpu", "ngl=N" when it is one, else "plan"
  * with per-device counts), and in full as text in the plan-file format
