@@ -1363,7 +1363,7 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
     }
     policy_job j = {e, segs, n_seg, l};
     if (n_streams > 1)
-        e->be->iface->host_run(e->be, policy_work, &j);
+        qi_backend_cpu_host_run(e->be, policy_work, &j);
     else
         policy_work(&j, 0, 1);
     /* the first failure in stream order, whichever thread met it */

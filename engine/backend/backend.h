@@ -209,11 +209,6 @@ typedef struct {
     void (*gather_rows)(qi_backend *b, float *x, const int32_t *rows, int n, int width);
     /* out[T][w->n_cols] = rows ids[t] of w, dequantised */
     void (*get_rows)(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out);
-    /* fn(ctx, ith, nth) on each of the backend's host threads, the caller
-     * being ith 0, returning when all have finished; nth is at most the
-     * thread count the backend was made with. For a step's host work that
-     * is not an op (the KV policy's decisions over a layer's streams). */
-    void (*host_run)(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx);
     /* Size scratch for activations of up to scratch_bytes (quantised rows),
      * ops of up to max_rows rows (tokens), and attention over up to max_pos
      * positions of Hkv KV heads of D values; called before any op, so
@@ -234,7 +229,7 @@ typedef struct {
     void (*drain)(qi_backend *b);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 11u
+#define QI_BACKEND_VERSION 12u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -291,6 +286,12 @@ size_t qi_backend_max_act_row_bytes(const qi_model *m);
  * bit-identical to llama.cpp; see backend_cpu.c); it loads OpenBLAS here
  * and fails (QI_ERR_UNSUPPORTED, naming the library) when it cannot. */
 qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err);
+/* The CPU device's own (no other device has host threads): fn(ctx, ith,
+ * nth) on each of its threads, the caller being ith 0, returning when all
+ * have finished; nth is at most the thread count it was made with. For a
+ * step's host work that is not an op (the KV policy's decisions over a
+ * layer's streams). */
+void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int nth), void *ctx);
 
 /* A second CPU device for tests and CI ("testdev"): its own buffers up to
  * capacity bytes (0: no limit), which other devices' ops cannot address,

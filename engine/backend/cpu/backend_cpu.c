@@ -763,8 +763,11 @@ static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a) {
     blas_run(&j);
 }
 
-static void cpu_host_run(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
-    qi_pool_run(C(b)->pool, fn, ctx);
+static const qi_backend_i k_cpu_iface;
+
+void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    QI_ASSERT(cpu->iface == &k_cpu_iface);
+    qi_pool_run(C(cpu)->pool, fn, ctx);
 }
 
 static void cpu_free(qi_backend *b) {
@@ -834,7 +837,6 @@ static const qi_backend_i k_cpu_iface = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .gather_rows = cpu_gather_rows,
-    .host_run = cpu_host_run,
     .reserve = cpu_reserve,
     .free = cpu_free,
     .buf_mem = cpu_buf_mem,

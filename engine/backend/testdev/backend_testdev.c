@@ -199,10 +199,6 @@ static void td_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, 
     qi_backend *in = OP(b);
     in->iface->gather_rows(in, x, rows, n, width);
 }
-static void td_host_run(qi_backend *b, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
-    qi_backend *in = INNER(b);
-    in->iface->host_run(in, fn, ctx);
-}
 static qi_status td_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
                             qi_err *err) {
     qi_backend *in = INNER(b);
@@ -248,7 +244,6 @@ static const qi_backend_i k_td_iface = {
     .scale = td_scale,
     .softcap = td_softcap,
     .gather_rows = td_gather_rows,
-    .host_run = td_host_run,
     .reserve = td_reserve,
     .free = td_free,
     .buf_mem = td_buf_mem,
