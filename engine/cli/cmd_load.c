@@ -12,8 +12,10 @@
  * client's side of the socket. A run is bounded in requests (--requests) and
  * in time (--max-seconds: what is not sent by then is not sent, what is
  * still running is abandoned, and both count as rejected, with the reason);
- * the rates rise until the share of the offered requests that met every
- * bound falls below --slo-goodput.
+ * the rates rise until the share of the requests sent that met every bound
+ * falls below --slo-goodput (the requests the time bound kept from being
+ * sent are the test's limit, not the server's, so they do not count
+ * against it; those abandoned at the bound do).
  *
  * Why libcurl's multi interface: many requests in flight from one thread,
  * each a streaming response read as it arrives, without hand-written HTTP.
@@ -105,7 +107,7 @@ static void help(void) {
         "      --temp T          sampling temperature (default 0: greedy)\n"
         "      --slo-ttft-ms MS  TTFT bound (default 1000; 0: none)\n"
         "      --slo-tpot-ms MS  TPOT bound (default 200; 0: none)\n"
-        "      --slo-goodput F   the SLO holds while at least this share of the offered requests\n"
+        "      --slo-goodput F   the SLO holds while at least this share of the requests sent\n"
         "                        meet every bound (default 0.9); the first rate below it is the last\n"
         "      --db FILE         results database (default results/load_test.db)\n"
         "      --experiment NAME experiment name (default load_test)\n"
@@ -477,7 +479,8 @@ static void end_request(lreq *q, CURLcode rc) {
 
 typedef struct {
     qi_run_metrics rm;
-    double offered_good; /* good / offered */
+    long n_sent;
+    double good_frac; /* good / sent: what the SLO is judged by */
     long n_rejected_time, n_rejected_other;
 } run_result;
 
@@ -564,7 +567,8 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
         tl[i].n_prompt = r->n_prompt;
     }
     if ((st = qi_measure_run(tl, w->n, &o->slo, &res->rm, err))) return st;
-    res->offered_good = w->n ? (double)res->rm.n_good / (double)w->n : 0;
+    for (long i = 0; i < w->n; i++) res->n_sent += q[i].sent;
+    res->good_frac = res->n_sent ? (double)res->rm.n_good / (double)res->n_sent : 0;
     return QI_OK;
 }
 
@@ -623,7 +627,8 @@ static qi_status db_record(db_ctx *d, const load_opts *o, double rate, int rate_
     for (int i = 0; !st && qi_measure_run_metric(&res->rm, i, &name, &unit, &v); i++)
         if (name && !isnan(v)) st = qi_db_metric_params(d->db, run, name, params, v, unit, 0, false, err);
     if (!st) st = qi_db_metric_params(d->db, run, "requests.offered", params, (double)n, "1", 0, false, err);
-    if (!st) st = qi_db_metric_params(d->db, run, "goodput.fraction", params, res->offered_good, "1", 0, false, err);
+    if (!st) st = qi_db_metric_params(d->db, run, "requests.sent", params, (double)res->n_sent, "1", 0, false, err);
+    if (!st) st = qi_db_metric_params(d->db, run, "goodput.fraction", params, res->good_frac, "1", 0, false, err);
     for (long i = 0; !st && i < n; i++) {
         if (q[i].failed) {
             cJSON *p = cJSON_CreateObject();
@@ -888,7 +893,7 @@ int qi_cmd_load(int argc, char **argv) {
 #endif
     printf("# load test of %s (%s) at %s: %d requests per rate, at most %g s each; prompts %s, outputs %s tokens\n",
            model_id, tok_path, url, n_requests, (double)max_seconds, prompt_spec, output_spec);
-    printf("# SLO: TTFT <= %g ms, TPOT <= %g ms for at least %.0f%% of the requests offered\n",
+    printf("# SLO: TTFT <= %g ms, TPOT <= %g ms for at least %.0f%% of the requests sent\n",
            (double)slo_ttft_ms, (double)slo_tpot_ms, slo_goodput * 100.0);
     printf("%8s %5s %5s %5s %8s %8s %9s %9s %9s %9s %s\n", "rate", "sent", "done", "rej", "goodput", "good%",
            "ttft_p99", "tpot_p99", "tok/s", "req/s", "slo");
@@ -903,13 +908,11 @@ int qi_cmd_load(int argc, char **argv) {
 #ifdef QI_HAVE_SQLITE
         if (!st && !no_db) st = db_record(&d, &o, rates[i], i, s, &res, q, tl, w->n, &err);
 #endif
-        long sent = 0;
-        for (long k = 0; !st && k < w->n; k++) sent += q[k].sent;
         if (!st) {
             const qi_run_metrics *m = &res.rm;
-            const bool ok = res.offered_good >= slo_goodput;
-            printf("%8.3g %5ld %5ld %5ld %8.3f %7.1f%% %8.1fms %8.1fms %9.2f %9.3f %s\n", rates[i], sent, m->n_done,
-                   m->n_rejected, m->goodput_req_per_s, 100 * res.offered_good, m->ttft.p99 * 1000,
+            const bool ok = res.good_frac >= slo_goodput;
+            printf("%8.3g %5ld %5ld %5ld %8.3f %7.1f%% %8.1fms %8.1fms %9.2f %9.3f %s\n", rates[i], res.n_sent, m->n_done,
+                   m->n_rejected, m->goodput_req_per_s, 100 * res.good_frac, m->ttft.p99 * 1000,
                    m->tpot.p99 * 1000, m->output_tokens_per_s, m->requests_per_s, ok ? "met" : "BROKEN");
             /* the reasons of the rejected, counted */
             for (long k = 0; k < w->n; k++) {

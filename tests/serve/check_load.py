@@ -10,7 +10,7 @@ per-request figures the same runs stored (the standard library only):
   - per run: the TTFT, TPOT and e2e statistics (mean, median, p90, p99 with
     numpy's linear percentile) of the requests done, output-token throughput
     = output tokens / run.duration_s, goodput (requests/s and fraction of
-    those offered) under the bounds.
+    those sent) under the bounds.
 Exit 1 naming every figure that disagrees."""
 import json
 import math
@@ -90,5 +90,7 @@ for run_id, cfg in runs:
         good = sum(1 for r in req.values() if r.get("request.ttft_s", math.inf) <= ttft_bound
                    and r.get("request.tpot_s", 0) <= tpot_bound)
         close(run.get("goodput.requests_per_s"), good / d, f"{w}: goodput")
-        close(run.get("goodput.fraction"), good / n_req, f"{w}: goodput fraction")
+        sent = n_req - sum(1 for r in rejected.values() if r.startswith("not sent"))
+        close(run.get("requests.sent"), sent, f"{w}: requests sent")
+        close(run.get("goodput.fraction"), good / sent, f"{w}: goodput fraction")
 sys.exit(1 if fails else 0)
