@@ -15,7 +15,9 @@
  * the rates rise until the share of the requests sent that met every bound
  * falls below --slo-goodput (the requests the time bound kept from being
  * sent are the test's limit, not the server's, so they do not count
- * against it; those abandoned at the bound do).
+ * against it; those abandoned at the bound do). Between rates it waits for
+ * the server to be idle (/metrics), so one rate's leftovers do not load the
+ * next.
  *
  * Why libcurl's multi interface: many requests in flight from one thread,
  * each a streaming response read as it arrives, without hand-written HTTP.
@@ -378,6 +380,21 @@ static qi_status http_get(const char *url, const char *path, char **out, qi_err 
     }
     *out = q.buf ? q.buf : qi_calloc(1, 1);
     return QI_OK;
+}
+
+/* Waits (up to 30 s) until the server has nothing running or waiting, so
+ * that what a rate abandoned at its time bound does not load the next one
+ * (a cancelled request leaves at the server's next step). */
+static void wait_idle(const char *url) {
+    for (int i = 0; i < 300; i++) {
+        char *m = NULL;
+        if (http_get(url, "/metrics", &m, NULL)) return;
+        const char *r = strstr(m, "\nqinfer_requests_running "), *w = strstr(m, "\nqinfer_requests_waiting ");
+        const bool idle = r && w && atol(r + 25) == 0 && atol(w + 25) == 0;
+        qi_free(m);
+        if (idle) return;
+        usleep(100000);
+    }
 }
 
 /* ---- a run ------------------------------------------------------------------------ */
@@ -904,6 +921,7 @@ int qi_cmd_load(int argc, char **argv) {
         qi_request_timeline *tl = NULL;
         qi_workload *w = NULL;
         const uint64_t s = seed + (uint64_t)i;
+        if (i > 0) wait_idle(url);
         qi_status st = run_rate(&o, rates[i], s, &res, &q, &tl, &w, &err);
 #ifdef QI_HAVE_SQLITE
         if (!st && !no_db) st = db_record(&d, &o, rates[i], i, s, &res, q, tl, w->n, &err);
