@@ -227,8 +227,7 @@ qi_status qi_sched_submit(qi_sched *s, const int32_t *prompt, int n_prompt, int 
     return QI_OK;
 }
 
-qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err) {
-    if (n_tokens) *n_tokens = 0;
+qi_status qi_sched_admit(qi_sched *s, qi_err *err) {
     qi_engine *e = s->e;
     const size_t block = s->block, streams = s->streams;
     /* the running requests, and what their next tokens need */
@@ -313,7 +312,15 @@ qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err) {
         step_tokens += need;
         growth += kv_need;
     }
-    if (s->n_running == 0) return QI_OK;
+    return QI_OK;
+}
+
+qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err) {
+    if (n_tokens) *n_tokens = 0;
+    qi_engine *e = s->e;
+    const size_t block = s->block;
+    qi_status st = qi_sched_admit(s, err);
+    if (st || s->n_running == 0) return st;
     /* one step */
     int n_tok = 0;
     qi_err step_err = {0};

@@ -9,7 +9,9 @@
 #     engine/measure.c's definitions (check_load.py); the server it started
 #     is stopped by SIGTERM;
 #   - against a server already running (--url), an SLO that cannot be met
-#     stops the rates at the first.
+#     stops the rates at the first;
+#   - that server's KV memory budget (--kv-memory) preempts requests, which
+#     answer as they do alone (check_preempt.py).
 # Exit 77 (skip) without the model or without load/serve built in.
 set -u
 qinfer=$1
@@ -55,7 +57,7 @@ fi
 python3 "$here/check_load.py" "$tmp/load.db" 2 6 1000 200 || fail "the figures in the database"
 
 # a running server (--url), an SLO no request can meet: one rate, then the stop
-"$qinfer" serve -m smollm2-135m --port 0 -t 1 --max-batch 2 -c 256 2>"$tmp/serve2.log" &
+"$qinfer" serve -m smollm2-135m --port 0 -t 1 --max-batch 4 --kv-memory 6 -c 256 2>"$tmp/serve2.log" &
 pid=$!
 for _ in $(seq 200); do
   grep -q 'on http://' "$tmp/serve2.log" && break
@@ -68,6 +70,9 @@ url=$(grep -o 'http://[0-9.:]*' "$tmp/serve2.log" | head -n 1)
 [[ $rc -eq 0 ]] || fail "load --url -> exit $rc: $(cat "$tmp/err2")"
 grep -q "the SLO broke at 1 requests/s" "$tmp/out2" || fail "the SLO did not break at the first rate: $(cat "$tmp/out2")"
 python3 "$here/check_load.py" "$tmp/url.db" 1 3 0.001 200 || fail "the figures in the --url database"
+# the same server admits through the scheduler: its KV budget (6 MiB, about two
+# block sets of this model) preempts, and preempted requests answer as alone
+python3 "$here/check_preempt.py" "$url" || fail "preemption under the KV budget"
 kill -0 "$pid" 2>/dev/null || fail "the server died: $(tail -n 20 "$tmp/serve2.log")"
 kill -TERM "$pid"; wait "$pid"; src=$?; pid=
 [[ $src -eq 0 ]] || fail "the server exited $src on SIGTERM"

@@ -112,6 +112,12 @@ qi_status qi_sched_submit(qi_sched *s, const int32_t *prompt, int n_prompt, int 
  * feeding a sequence, and QI_ERR_NOMEM. */
 qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err);
 
+/* The first half of qi_sched_step alone: preemption and admission, no
+ * engine step (a server calls it under its lock, so that the requests it
+ * admits stop counting as waiting before the step's seconds). Errors as
+ * qi_sched_step's. */
+qi_status qi_sched_admit(qi_sched *s, qi_err *err);
+
 /* A request's state; *reason (may be NULL) why it was rejected ("" otherwise). */
 qi_sched_state qi_sched_req_state(const qi_sched *s, long id, const char **reason);
 /* Times it was preempted; when it was first admitted (qi_measure_now; NAN: never). */
