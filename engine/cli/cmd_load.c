@@ -34,11 +34,10 @@
  * are the ones the client saw and the inter-token gaps of such tokens are 0.
  *
  * With -m the command starts `qinfer serve` itself (this same program, on a
- * free loopback port) as a child process and stops it at the end, on
+ * free loopback port) as a qi_load_child process and stops it at the end, on
  * failure too; with --url it drives a server already running. Built only
  * with libcurl and cJSON (QI_HAVE_LOAD); results need SQLite.
  */
-#define _GNU_SOURCE /* prctl */
 #include <stdio.h>
 #include <string.h>
 
@@ -55,22 +54,18 @@ int qi_cmd_load(int argc, char **argv) {
 #else
 
 #include <cJSON.h>
-#include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "qinfer/gguf.h"
 #include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/tokenizer.h"
 #include "qinfer/workload.h"
+#include "load.h"
 #ifdef QI_HAVE_SQLITE
 #include "harness/db.h"
 #endif
@@ -121,282 +116,6 @@ static void help(void) {
         "1 when it could not (no server, a database error), 2 on a bad flag.\n");
 }
 
-/* ---- one request ------------------------------------------------------------------ */
-
-typedef struct {
-    CURL *h;
-    struct curl_slist *hdr;
-    char *body;       /* the request's JSON */
-    char *buf;        /* bytes of the response not yet parsed */
-    size_t n, cap;
-    double t_send, t_finish;
-    double *ev_t;     /* times of events carrying text */
-    int n_ev, cap_ev;
-    int n_prompt, n_out; /* usage, from the last event */
-    bool sent, finished, done_event, failed;
-    char reason[160]; /* why it was rejected */
-} lreq;
-
-static void set_reason(lreq *q, const char *fmt, const char *s) {
-    if (!q->failed) snprintf(q->reason, sizeof q->reason, fmt, s);
-    q->failed = true;
-}
-
-/* One server-sent event's data. */
-static void on_event(lreq *q, const char *data, double now) {
-    if (!strcmp(data, "[DONE]")) {
-        q->done_event = true;
-        return;
-    }
-    cJSON *o = cJSON_Parse(data);
-    if (!o) {
-        set_reason(q, "bad event: %.100s", data);
-        return;
-    }
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
-    if (e) {
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
-        set_reason(q, "server error: %.120s", cJSON_IsString(m) ? m->valuestring : "?");
-    }
-    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "text");
-    if (cJSON_IsString(t) && t->valuestring[0]) {
-        if (q->n_ev == q->cap_ev) {
-            int cap = q->cap_ev ? q->cap_ev * 2 : 64;
-            double *p = qi_realloc(q->ev_t, sizeof *p * (size_t)cap);
-            if (!p) {
-                set_reason(q, "%s", "out of memory");
-                cJSON_Delete(o);
-                return;
-            }
-            q->ev_t = p;
-            q->cap_ev = cap;
-        }
-        q->ev_t[q->n_ev++] = now;
-    }
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "finish_reason");
-    if (cJSON_IsString(f)) {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "usage");
-        const cJSON *np = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
-        const cJSON *nc = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
-        q->n_prompt = cJSON_IsNumber(np) ? np->valueint : 0;
-        q->n_out = cJSON_IsNumber(nc) ? nc->valueint : 0;
-        q->finished = true;
-        q->t_finish = now;
-    }
-    cJSON_Delete(o);
-}
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *user) {
-    lreq *q = user;
-    size_t n = size * nmemb;
-    const double now = qi_measure_now();
-    if (q->n + n + 1 > q->cap) {
-        size_t cap = q->cap ? q->cap : 4096;
-        while (cap < q->n + n + 1) cap *= 2;
-        char *b = qi_realloc(q->buf, cap);
-        if (!b) return 0; /* aborts the transfer */
-        q->buf = b;
-        q->cap = cap;
-    }
-    memcpy(q->buf + q->n, p, n);
-    q->n += n;
-    q->buf[q->n] = '\0';
-    long code = 0;
-    curl_easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &code);
-    if (code != 200) return n; /* an error body: read whole at the end */
-    /* events end with a blank line; each line "data: X", or ": comment" */
-    char *start = q->buf, *end;
-    while ((end = strstr(start, "\n\n"))) {
-        *end = '\0';
-        for (char *line = start; line && *line;) {
-            char *nl = strchr(line, '\n');
-            if (nl) *nl = '\0';
-            if (!strncmp(line, "data: ", 6)) on_event(q, line + 6, now);
-            line = nl ? nl + 1 : NULL;
-        }
-        start = end + 2;
-    }
-    q->n -= (size_t)(start - q->buf);
-    memmove(q->buf, start, q->n + 1);
-    return n;
-}
-
-static void lreq_fini(CURLM *mh, lreq *q) {
-    if (q->h) {
-        curl_multi_remove_handle(mh, q->h);
-        curl_easy_cleanup(q->h);
-    }
-    curl_slist_free_all(q->hdr);
-    free(q->body);
-    qi_free(q->buf); /* ev_t stays: the request's timeline */
-    q->h = NULL;
-    q->hdr = NULL;
-    q->body = NULL;
-    q->buf = NULL;
-}
-
-/* ---- the child server ------------------------------------------------------------- */
-
-typedef struct {
-    pid_t pid;
-    char log[512];
-    bool own_log;
-} child;
-
-static void child_stop(child *c) {
-    if (c->own_log && c->log[0]) unlink(c->log);
-    c->own_log = false;
-    if (c->pid <= 0) return;
-    kill(c->pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; i++) { /* 20 s */
-        if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
-            c->pid = 0;
-            break;
-        }
-        usleep(100000);
-    }
-    if (c->pid > 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, &status, 0);
-        c->pid = 0;
-    }
-}
-
-/* Starts `qinfer serve -m model --port 0 extra...` with its stderr in c->log
- * and waits (up to 120 s) for the line that gives its address. */
-static qi_status child_start(child *c, const char *model, char **extra, int n_extra, char *url, size_t cap,
-                             qi_err *err) {
-    int fd;
-    if (c->log[0]) {
-        fd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    } else {
-        snprintf(c->log, sizeof c->log, "%s/qinfer-load-serve-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        fd = mkstemp(c->log);
-        c->own_log = fd >= 0;
-    }
-    if (fd < 0) return QI_ERR(err, QI_ERR_IO, "%s: cannot create the server's log: %s", c->log, strerror(errno));
-    char **av = calloc((size_t)n_extra + 8, sizeof *av);
-    if (!av) {
-        close(fd);
-        return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
-    }
-    int k = 0;
-    av[k++] = "qinfer";
-    av[k++] = "serve";
-    av[k++] = "-m";
-    av[k++] = (char *)model;
-    av[k++] = "--port";
-    av[k++] = "0";
-    for (int i = 0; i < n_extra; i++) av[k++] = extra[i];
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the load test */
-        if (getppid() != parent) _exit(1);
-        dup2(fd, 2);
-        int nul = open("/dev/null", O_RDWR);
-        if (nul >= 0) dup2(nul, 0), dup2(nul, 1);
-        execv("/proc/self/exe", av);
-        fprintf(stderr, "qinfer load: cannot run qinfer serve: %s\n", strerror(errno));
-        _exit(127);
-    }
-    free(av);
-    close(fd);
-    if (pid < 0) return QI_ERR(err, QI_ERR_IO, "cannot start qinfer serve: %s", strerror(errno));
-    c->pid = pid;
-    for (int i = 0; i < 1200; i++) {
-        FILE *f = fopen(c->log, "r");
-        char line[1024];
-        while (f && fgets(line, sizeof line, f)) {
-            const char *p = strstr(line, " on http://");
-            if (p) {
-                size_t n = strcspn(p + 4, " \n");
-                snprintf(url, cap, "%.*s", (int)n, p + 4);
-                fclose(f);
-                return QI_OK;
-            }
-        }
-        if (f) fclose(f);
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            c->pid = 0;
-            FILE *g = fopen(c->log, "r");
-            char last[1024] = "";
-            while (g && fgets(line, sizeof line, g)) snprintf(last, sizeof last, "%s", line);
-            if (g) fclose(g);
-            last[strcspn(last, "\n")] = '\0';
-            return QI_ERR(err, QI_ERR_IO, "qinfer serve exited at start: %s", last[0] ? last : "(no message)");
-        }
-        usleep(100000);
-    }
-    return QI_ERR(err, QI_ERR_IO, "qinfer serve did not start within 120 s (its log: %s)", c->log);
-}
-
-/* ---- plain requests --------------------------------------------------------------- */
-
-static size_t on_body(char *p, size_t size, size_t nmemb, void *user) {
-    lreq *q = user;
-    size_t n = size * nmemb;
-    if (q->n + n + 1 > q->cap) {
-        size_t cap = q->cap ? q->cap : 1024;
-        while (cap < q->n + n + 1) cap *= 2;
-        char *b = qi_realloc(q->buf, cap);
-        if (!b) return 0;
-        q->buf = b;
-        q->cap = cap;
-    }
-    memcpy(q->buf + q->n, p, n);
-    q->n += n;
-    q->buf[q->n] = '\0';
-    return n;
-}
-
-/* GET url/path; the body (qi_malloc'ed) in *out. */
-static qi_status http_get(const char *url, const char *path, char **out, qi_err *err) {
-    *out = NULL;
-    char full[1024];
-    snprintf(full, sizeof full, "%s%s", url, path);
-    lreq q = {0};
-    CURL *h = curl_easy_init();
-    if (!h) return QI_ERR(err, QI_ERR_NOMEM, "curl_easy_init failed");
-    curl_easy_setopt(h, CURLOPT_URL, full);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &q);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    CURLcode rc = curl_easy_perform(h);
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(h);
-    if (rc != CURLE_OK) {
-        qi_free(q.buf);
-        return QI_ERR(err, QI_ERR_IO, "%s: %s (is qinfer serve running there?)", full, curl_easy_strerror(rc));
-    }
-    if (code != 200) {
-        qi_free(q.buf);
-        return QI_ERR(err, QI_ERR_IO, "%s: HTTP %ld", full, code);
-    }
-    *out = q.buf ? q.buf : qi_calloc(1, 1);
-    return QI_OK;
-}
-
-/* Waits (up to 30 s) until the server has nothing running or waiting, so
- * that what a rate abandoned at its time bound does not load the next one
- * (a cancelled request leaves at the server's next step). */
-static void wait_idle(const char *url) {
-    for (int i = 0; i < 300; i++) {
-        char *m = NULL;
-        if (http_get(url, "/metrics", &m, NULL)) return;
-        const char *r = strstr(m, "\nqinfer_requests_running "), *w = strstr(m, "\nqinfer_requests_waiting ");
-        const bool idle = r && w && atol(r + 25) == 0 && atol(w + 25) == 0;
-        qi_free(m);
-        if (idle) return;
-        usleep(100000);
-    }
-}
-
 /* ---- a run ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -443,7 +162,7 @@ static char *window_text(const load_opts *o, long at, int n) {
     return s;
 }
 
-static bool start_request(CURLM *mh, const load_opts *o, const qi_work_request *w, lreq *q) {
+static bool start_request(CURLM *mh, const load_opts *o, const qi_work_request *w, qi_load_req *q) {
     char *text = window_text(o, w->prompt_at, w->n_prompt);
     cJSON *b = cJSON_CreateObject();
     if (!text || !b) {
@@ -457,41 +176,9 @@ static bool start_request(CURLM *mh, const load_opts *o, const qi_work_request *
     cJSON_AddNumberToObject(b, "temperature", o->temp);
     cJSON_AddNumberToObject(b, "seed", (double)(o->seed & 0xffffffffu));
     cJSON_AddTrueToObject(b, "stream");
-    q->body = cJSON_PrintUnformatted(b);
+    char *body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
-    char full[1024];
-    snprintf(full, sizeof full, "%s/v1/completions", o->url);
-    if (!q->body || !(q->h = curl_easy_init())) return false;
-    q->hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(q->h, CURLOPT_URL, full);
-    curl_easy_setopt(q->h, CURLOPT_HTTPHEADER, q->hdr);
-    curl_easy_setopt(q->h, CURLOPT_POSTFIELDS, q->body);
-    curl_easy_setopt(q->h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(q->h, CURLOPT_WRITEDATA, q);
-    curl_easy_setopt(q->h, CURLOPT_PRIVATE, q);
-    curl_easy_setopt(q->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(q->h, CURLOPT_TCP_NODELAY, 1L);
-    q->t_send = qi_measure_now();
-    q->sent = true;
-    return curl_multi_add_handle(mh, q->h) == CURLM_OK;
-}
-
-/* A finished transfer: done when it streamed to the end, else rejected with why. */
-static void end_request(lreq *q, CURLcode rc) {
-    long code = 0;
-    curl_easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &code);
-    if (rc != CURLE_OK) {
-        set_reason(q, "transfer failed: %s", curl_easy_strerror(rc));
-    } else if (code != 200) {
-        char what[160];
-        cJSON *o = q->buf ? cJSON_Parse(q->buf) : NULL;
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
-        snprintf(what, sizeof what, "HTTP %ld: %.120s", code, cJSON_IsString(m) ? m->valuestring : "no message");
-        cJSON_Delete(o);
-        set_reason(q, "%s", what);
-    } else if (!q->finished || !q->done_event) {
-        set_reason(q, "%s", "the stream ended without a finish");
-    }
+    return body && qi_load_req_start(mh, o->url, body, q);
 }
 
 typedef struct {
@@ -510,7 +197,7 @@ typedef struct {
 } db_ctx;
 #endif
 
-static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_result *res, lreq **out_q,
+static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_result *res, qi_load_req **out_q,
                           qi_request_timeline **out_tl, qi_workload **out_w, qi_err *err) {
     memset(res, 0, sizeof *res);
     qi_workload_opts wo = {.n_requests = o->n_requests, .rate = rate, .prompt_len = o->prompt_len,
@@ -519,7 +206,7 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
     qi_status st = qi_workload_generate(&wo, &w, err);
     if (st) return st;
     *out_w = w;
-    lreq *q = qi_calloc((size_t)w->n, sizeof *q);
+    qi_load_req *q = qi_calloc((size_t)w->n, sizeof *q);
     qi_request_timeline *tl = qi_calloc((size_t)w->n, sizeof *tl);
     *out_q = q;
     *out_tl = tl;
@@ -532,7 +219,7 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
         double now = qi_measure_now();
         const bool out_of_time = now - t0 >= o->max_seconds || g_interrupted;
         while (!out_of_time && next < w->n && now - t0 >= w->req[next].arrival_s) {
-            if (!start_request(mh, o, &w->req[next], &q[next])) set_reason(&q[next], "%s", "cannot build the request");
+            if (!start_request(mh, o, &w->req[next], &q[next])) qi_load_req_reject(&q[next], "%s", "cannot build the request");
             else running++;
             next++;
         }
@@ -542,9 +229,9 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
         int left;
         while ((msg = curl_multi_info_read(mh, &left))) {
             if (msg->msg != CURLMSG_DONE) continue;
-            lreq *r = NULL;
+            qi_load_req *r = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-            end_request(r, msg->data.result);
+            qi_load_req_end(r, msg->data.result);
             curl_multi_remove_handle(mh, r->h);
             curl_easy_cleanup(r->h);
             r->h = NULL;
@@ -560,16 +247,16 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
     /* the time bound: the unsent are not sent, the running abandoned (closing
      * the connection cancels them at the server) */
     for (long i = 0; i < w->n; i++) {
-        if (!q[i].sent) set_reason(&q[i], "%s", "not sent: the time bound came first");
-        else if (q[i].h) set_reason(&q[i], "%s", "abandoned at the time bound");
+        if (!q[i].sent) qi_load_req_reject(&q[i], "%s", "not sent: the time bound came first");
+        else if (q[i].h) qi_load_req_reject(&q[i], "%s", "abandoned at the time bound");
         if (q[i].failed && (!q[i].sent || q[i].h)) res->n_rejected_time++;
         else if (q[i].failed) res->n_rejected_other++;
-        lreq_fini(mh, &q[i]);
+        qi_load_req_fini(mh, &q[i]);
     }
     curl_multi_cleanup(mh);
     /* timelines: tokens on the events that carried them */
     for (long i = 0; i < w->n; i++) {
-        lreq *r = &q[i];
+        qi_load_req *r = &q[i];
         tl[i] = (qi_request_timeline){.arrival = r->sent ? r->t_send : t0 + w->req[i].arrival_s, .start = NAN,
                                       .rejected = r->failed};
         if (r->failed) continue;
@@ -589,7 +276,7 @@ static qi_status run_rate(const load_opts *o, double rate, uint64_t seed, run_re
     return QI_OK;
 }
 
-static void free_rate(lreq *q, qi_request_timeline *tl, qi_workload *w) {
+static void free_rate(qi_load_req *q, qi_request_timeline *tl, qi_workload *w) {
     if (q && w)
         for (long i = 0; i < w->n; i++) qi_free(q[i].ev_t);
     qi_free(q);
@@ -601,7 +288,7 @@ static void free_rate(lreq *q, qi_request_timeline *tl, qi_workload *w) {
 /* One rate's run: its configuration, the run's figures with params {"rate": R},
  * and each request's with {"rate": R, "request": i} (rejected: its reason). */
 static qi_status db_record(db_ctx *d, const load_opts *o, double rate, int rate_index, uint64_t seed,
-                           const run_result *res, const lreq *q, const qi_request_timeline *tl, long n, qi_err *err) {
+                           const run_result *res, const qi_load_req *q, const qi_request_timeline *tl, long n, qi_err *err) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "experiment", "load");
     cJSON_AddStringToObject(c, "model", d->model_id);
@@ -828,7 +515,7 @@ int qi_cmd_load(int argc, char **argv) {
     }
 
     int rc = 0;
-    child ch = {0};
+    qi_load_child ch = {0};
     qi_gguf *g = NULL;
     qi_tokenizer *tok = NULL;
     int32_t *corpus_ids = NULL;
@@ -851,7 +538,7 @@ int qi_cmd_load(int argc, char **argv) {
         if (qi_cache_resolve(model, "model", tok_path, sizeof tok_path, &err)) goto fail;
         if (serve_log) snprintf(ch.log, sizeof ch.log, "%s", serve_log);
         fprintf(stderr, "qinfer load: starting qinfer serve -m %s%s%s\n", model, n_extra ? " " : "", serve_args);
-        if (child_start(&ch, model, extra, n_extra, url, sizeof url, &err)) goto fail;
+        if (qi_load_child_start(&ch, model, extra, n_extra, url, sizeof url, &err)) goto fail;
         fprintf(stderr, "qinfer load: the server is up at %s (its log: %s)\n", url, ch.log);
     } else {
         snprintf(url, sizeof url, "%s", url_arg ? url_arg : "http://127.0.0.1:8080");
@@ -859,9 +546,9 @@ int qi_cmd_load(int argc, char **argv) {
         while (n > 7 && url[n - 1] == '/') url[--n] = '\0';
     }
     o.url = url;
-    if (http_get(url, "/health", &body, &err)) goto fail;
+    if (qi_load_http_get(url, "/health", &body, &err)) goto fail;
     qi_free(body);
-    if (http_get(url, "/v1/models", &body, &err)) goto fail;
+    if (qi_load_http_get(url, "/v1/models", &body, &err)) goto fail;
     {
         cJSON *j = cJSON_Parse(body);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(
@@ -917,11 +604,11 @@ int qi_cmd_load(int argc, char **argv) {
     fflush(stdout);
     for (int i = 0; i < n_rates && !g_interrupted; i++) {
         run_result res;
-        lreq *q = NULL;
+        qi_load_req *q = NULL;
         qi_request_timeline *tl = NULL;
         qi_workload *w = NULL;
         const uint64_t s = seed + (uint64_t)i;
-        if (i > 0) wait_idle(url);
+        if (i > 0) qi_load_wait_idle(url);
         qi_status st = run_rate(&o, rates[i], s, &res, &q, &tl, &w, &err);
 #ifdef QI_HAVE_SQLITE
         if (!st && !no_db) st = db_record(&d, &o, rates[i], i, s, &res, q, tl, w->n, &err);
@@ -970,7 +657,7 @@ fail:
         ch.own_log = false;
     }
 done:
-    child_stop(&ch);
+    qi_load_child_stop(&ch);
 #ifdef QI_HAVE_SQLITE
     qi_db_close(d.db);
 #endif
