@@ -23,8 +23,9 @@
  * Its output is unchanged (greedy decoding recomputes the same cache).
  * Preemptions are counted per request; past max_preemptions it is rejected.
  *
- * Output tokens are greedy (argmax), so a run is reproducible and a
- * preempted request's text can be checked against the same request alone.
+ * Under qi_sched_run output tokens are greedy (argmax), so a run is
+ * reproducible and a preempted request's text can be checked against the
+ * same request alone; online (below) the caller chooses each token.
  * Times come from qi_measure_now, so a run's figures are qi_measure_run's.
  */
 #ifndef QINFER_SCHED_H
