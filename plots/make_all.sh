@@ -347,8 +347,46 @@ fig_frontier() {
     "subline=$(gp_title "$(models "$db" "$exp"); Poisson arrivals (rate per point), continuous batching up to 16; $(hardware "$db" "$exp")")"
 }
 
+# ---- load_frontier: the frontier qinfer load measured over HTTP, per sweep ----------------------
+fig_load_frontier() {
+  local fig=load_frontier db=$db_dir/load_test.db exp=load_test
+  if [[ ! -f $db ]]; then skip "$fig" "no $db (run qinfer load -m MODEL, see paper-repro/README.md)"; return; fi
+  local n
+  n=$(q "$db" "SELECT count(*) FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $(done_runs "$db" "$exp")
+               AND m.name IN ('throughput.output_tokens_per_s', 'tpot.p99_s')") ||
+    { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+  ((n > 0)) || { skip "$fig" "$db has no load runs with throughput.output_tokens_per_s and tpot.p99_s"; return; }
+  # the last four sweeps, each a line
+  local sweep="$(cfg sweep)" where="$(done_runs "$db" "$exp")"
+  : >"$work/$fig.dat"
+  : >"$work/$fig.titles"
+  local i=0 s title
+  while IFS=$'\t' read -r s title; do
+    [[ -n $s ]] || continue
+    ((i > 0)) && printf '\n\n' >>"$work/$fig.dat"
+    q "$db" "SELECT max(CASE WHEN m.name = 'throughput.output_tokens_per_s' THEN m.value END),
+                    max(CASE WHEN m.name = 'tpot.p99_s' THEN m.value END) * 1000, $(cfg rate),
+                    coalesce(max(CASE WHEN m.name = 'goodput.fraction' THEN m.value END), 0) >= $(cfg slo_goodput)
+             FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where AND $sweep = '${s//\'/\'\'}'
+               AND m.params = json_object('rate', $(cfg rate))
+             GROUP BY r.id HAVING max(CASE WHEN m.name = 'tpot.p99_s' THEN 1 END) = 1
+             ORDER BY $(cfg rate)" | tr '\t' ' ' >>"$work/$fig.dat" ||
+      { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+    printf '"%s" ' "$title" >>"$work/$fig.titles"
+    i=$((i + 1))
+  done < <(q "$db" "SELECT $sweep, 'serve ' || coalesce(nullif($(cfg serve_args), ''), '(defaults)') || ', ' || $sweep FROM runs r
+                    WHERE $where GROUP BY $sweep ORDER BY max(r.id) DESC LIMIT 4")
+  local bound
+  bound=$(q "$db" "SELECT $(cfg slo_tpot_ms) FROM runs r WHERE $where ORDER BY r.id DESC LIMIT 1")
+  render "$fig" load_frontier.gp "data='$work/$fig.dat'" "n=$i" "bound_ms=${bound:-0}" \
+    "titles=$(gp_str "$(cat "$work/$fig.titles")")" \
+    "heading=$(gp_title "Serving frontier over HTTP (qinfer load against qinfer serve)")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); Poisson arrivals (rate per point), streamed, timed at the client; $(hardware "$db" "$exp")")"
+}
+
 fig_quickstart
 fig_frontier
+fig_load_frontier
 fig_throughput
 fig_tpot
 fig_ppl_budget

@@ -123,5 +123,6 @@ int qi_cmd_submit(int argc, char **argv);
 int qi_cmd_results(int argc, char **argv);
 int qi_cmd_synth(int argc, char **argv);
 int qi_cmd_serve(int argc, char **argv);
+int qi_cmd_load(int argc, char **argv);
 
 #endif

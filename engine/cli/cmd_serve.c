@@ -70,6 +70,13 @@ static void help(void) {
         "      --port N          TCP port (default 8080; 0: any free one, printed at start)\n"
         "      --max-batch N     requests run at once (default 8)\n"
         "      --max-queue N     requests waiting at most; more get 429 (default 64)\n"
+        "      --kv-memory MIB   KV memory the running requests may hold: a request is admitted\n"
+        "                        only when its prompt fits, and when their next tokens would not,\n"
+        "                        the one admitted last is preempted and recomputed later (default 0:\n"
+        "                        no budget)\n"
+        "      --max-step-tokens N  tokens one engine step runs (decodes plus prompt tokens); a\n"
+        "                        prompt that would pass it waits (default 0: no limit)\n"
+        "      --max-preemptions N  a request preempted more often fails (default 8)\n"
         "  -c, --ctx N           context per request in tokens (default 2048, at most the model's)\n"
         "  -t, --threads N       worker threads (default: physical cores)\n"
         QI_CLI_REPACK_HELP
@@ -401,6 +408,7 @@ static void model_id_of(const char *arg, char *out, size_t cap) {
 int qi_cmd_serve(int argc, char **argv) {
     const char *cmd = "serve", *model_arg = "smollm2-135m", *host = "127.0.0.1";
     int port = 8080, max_batch = 8, max_queue = 64, n_ctx = 2048, n_threads = qi_n_physical_cores();
+    int kv_mib = 0, max_step_tokens = 0, max_preemptions = 8;
     bool repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
@@ -413,6 +421,9 @@ int qi_cmd_serve(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--port")) qi_args_int(&a, 0, 65535, &port);
         else if (qi_args_is(&a, NULL, "--max-batch")) qi_args_int(&a, 1, 256, &max_batch);
         else if (qi_args_is(&a, NULL, "--max-queue")) qi_args_int(&a, 1, 1 << 20, &max_queue);
+        else if (qi_args_is(&a, NULL, "--kv-memory")) qi_args_int(&a, 0, 1 << 24, &kv_mib);
+        else if (qi_args_is(&a, NULL, "--max-step-tokens")) qi_args_int(&a, 0, 1 << 24, &max_step_tokens);
+        else if (qi_args_is(&a, NULL, "--max-preemptions")) qi_args_int(&a, 1, 1 << 20, &max_preemptions);
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 1, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
@@ -454,7 +465,9 @@ int qi_cmd_serve(int argc, char **argv) {
     eo.max_seqs = max_batch;
     eo.attn_blas = attn_blas;
     qi_cli_kv_apply(&kvo, &eo);
-    if (qi_engine_create(m, &eo, &eng, &err) || qi_server_init(&ap.srv, m, eng, max_batch, n_ctx, max_queue, &err))
+    const qi_sched_opts so = {.max_batch = max_batch, .n_ctx = n_ctx, .max_step_tokens = max_step_tokens,
+                              .kv_budget_bytes = (size_t)kv_mib << 20, .max_preemptions = max_preemptions};
+    if (qi_engine_create(m, &eo, &eng, &err) || qi_server_init(&ap.srv, m, eng, &so, max_queue, &err))
         goto fail;
     srv_up = true;
     /* the signals are taken by sigwait below, in this thread only */
@@ -476,8 +489,10 @@ int qi_cmd_serve(int argc, char **argv) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char desc[512];
     qi_cli_kv_describe(&kvo, desc, sizeof desc);
-    fprintf(stderr, "qinfer serve: %s on http://%s:%u (batch %d, queue %d, context %d, kv %s, %d threads)\n", model_id,
-            host, di ? di->port : (unsigned)port, max_batch, max_queue, n_ctx, desc, n_threads);
+    char budget[48] = "no KV budget";
+    if (kv_mib) snprintf(budget, sizeof budget, "KV budget %d MiB", kv_mib);
+    fprintf(stderr, "qinfer serve: %s on http://%s:%u (batch %d, queue %d, context %d, kv %s, %s, %d threads)\n",
+            model_id, host, di ? di->port : (unsigned)port, max_batch, max_queue, n_ctx, desc, budget, n_threads);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "qinfer serve: signal %d, stopping\n", sig);

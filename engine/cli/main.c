@@ -23,6 +23,7 @@ static const struct {
     {"lua", qi_cmd_lua, "run a Lua script with the qinfer module (no sweep, no database)"},
     {"synth", qi_cmd_synth, "write a llama-shaped GGUF with random weights, for throughput runs"},
     {"serve", qi_cmd_serve, "serve the model over HTTP: an OpenAI-compatible API, batched"},
+    {"load", qi_cmd_load, "load-test qinfer serve at rising arrival rates until the latency SLO breaks"},
     {"results", qi_cmd_results, "list experiments, or an experiment's metrics as a table, CSV or JSON"},
 };
 

@@ -2,10 +2,11 @@
  *
  * HTTP threads make a request (its prompt tokens, sampling and stop
  * settings), submit it and then wait on the server's condition variable,
- * reading its text as it grows; one engine thread admits requests into the
- * batched engine (one sequence each), steps every admitted sequence at once
- * (continuous batching: requests join and leave between steps), samples,
- * and finishes requests. Everything a request holds that both sides read is
+ * reading its text as it grows; one engine thread hands requests to the
+ * scheduler (sched.h: admission under the batch, tokens-per-step and KV
+ * memory limits, preemption by recompute), runs its steps (continuous
+ * batching: requests join and leave between steps), samples, and finishes
+ * requests. Everything a request holds that both sides read is
  * guarded by the server's one mutex. A request is reference counted: the
  * HTTP side and the engine side each hold one reference.
  */
@@ -21,6 +22,7 @@
 #include "qinfer/measure.h"
 #include "qinfer/model.h"
 #include "qinfer/sampler.h"
+#include "qinfer/sched.h"
 #include "qinfer/tokenizer.h"
 
 #define QI_SERVE_MAX_STOP 4
@@ -48,7 +50,7 @@ typedef struct qi_sreq {
     qi_sreq_state state;
     qi_finish finish;
     bool cancel;       /* the client went away */
-    int seq;           /* engine sequence while running */
+    long sid;          /* the scheduler's id once handed to it; -1 before and after */
     qi_detok dt;
     char *text;        /* generated text [n_text], NUL-terminated */
     size_t n_text, cap_text;
@@ -59,7 +61,6 @@ typedef struct qi_sreq {
     float *lp;         /* [n_prompt + max_tokens] each token's logprob (NAN: none) */
     int32_t *top_id;   /* [(n_prompt + max_tokens) * logprobs] */
     float *top_lp;
-    int plp_seen;      /* prompt rows whose logprobs are taken */
     double arrival, start;
     char error[256];
 } qi_sreq;
@@ -73,16 +74,19 @@ typedef struct {
 typedef struct {
     const qi_model *m;
     qi_engine *e;
-    int max_seqs, n_ctx, max_queue;
+    qi_sched *sched;         /* touched by the engine thread only */
+    int n_ctx, max_queue;
     pthread_mutex_t mu;
     pthread_cond_t work;     /* the engine thread waits on it */
     pthread_cond_t progress; /* HTTP threads wait on it */
     pthread_t thread;
     bool started, stop;
-    qi_sreq *head, *tail;    /* waiting, first come first served */
-    int n_waiting;
-    qi_sreq **running;       /* [max_seqs] */
-    int n_running;
+    qi_sreq *head, *tail;    /* submitted, not yet handed to the scheduler, in order */
+    int n_listed;
+    qi_sreq **active;        /* [n_active] handed to the scheduler: waiting there or running */
+    int n_active, cap_active;
+    int n_waiting, n_running; /* waiting (listed or in the scheduler's queue), running */
+    long n_preemptions;
     long next_id;
     /* counters since start */
     long n_done, n_cancelled, n_failed, n_refused, n_prompt_tokens, n_output_tokens;
@@ -90,8 +94,11 @@ typedef struct {
     int hist_n, hist_at;
 } qi_server;
 
-/* m and e (max_seqs sequences, none added) are borrowed and must outlive s. */
-qi_status qi_server_init(qi_server *s, const qi_model *m, qi_engine *e, int max_seqs, int n_ctx, int max_queue,
+/* m and e (at least so->max_batch sequences, none added) are borrowed and
+ * must outlive s; so are the scheduler's options (max_batch, n_ctx,
+ * max_step_tokens, kv_budget_bytes, max_preemptions; its queue is
+ * unlimited: max_queue bounds the waiting requests here). */
+qi_status qi_server_init(qi_server *s, const qi_model *m, qi_engine *e, const qi_sched_opts *so, int max_queue,
                          qi_err *err);
 qi_status qi_server_start(qi_server *s, qi_err *err);
 /* Stops the engine thread: every request still waiting or running finishes

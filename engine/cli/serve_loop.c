@@ -2,17 +2,20 @@
  * that admits waiting requests into the batched engine, steps all of them at
  * once, samples each one's next token and finishes requests.
  *
- * Why a loop of its own and not qi_sched_run: the scheduler serves a
- * workload known in advance (its arrivals on the clock, greedy output),
- * while HTTP requests arrive unannounced, sample with their own settings and
- * may be cancelled. The batching is the engine's own (qi_engine_step runs
- * every admitted sequence, prompts in chunks beside decodes), as under the
- * scheduler; admission is first come first served up to the engine's
- * sequences, and past --max-queue waiting requests are refused. KV memory is
- * bounded by the engine's own limits (no preemption here).
+ * Admission is the scheduler's (sched.h, its online calls), the same code
+ * that serves workloads in experiments: first come first served up to the
+ * batch, the tokens per step and the KV memory budget, and preemption by
+ * recompute when the running requests' next tokens would pass the budget (a
+ * preempted request waits at the head of the queue and resumes where it
+ * was: its prompt and the tokens it produced are recomputed, and its
+ * sampler's state is untouched). The batching is the engine's own
+ * (qi_engine_step runs every admitted sequence, prompts in chunks beside
+ * decodes). Past --max-queue waiting requests are refused here, before the
+ * scheduler sees them.
  *
- * The engine is touched only by this thread, so a step runs with the mutex
- * released; HTTP threads only read a request's text and state under it.
+ * The scheduler and the engine are touched only by this thread, so a step
+ * runs with the mutex released; HTTP threads only read a request's text and
+ * state under it.
  * Times are qi_measure_now's, and /metrics reports the measurement module's
  * run figures (qi_measure_run) over the last finished requests, so the
  * server's throughput and latencies are defined as bench's and Lua's are.
@@ -49,7 +52,7 @@ qi_status qi_sreq_create(const qi_server *s, const int32_t *prompt, int n_prompt
     r->max_tokens = max_tokens;
     r->logprobs = logprobs;
     r->prompt_lp = prompt_lp;
-    r->seq = -1;
+    r->sid = -1;
     r->cap_text = 256;
     r->prompt = qi_malloc(sizeof(int32_t) * (size_t)(n_prompt ? n_prompt : 1));
     r->text = qi_malloc(r->cap_text);
@@ -66,6 +69,7 @@ qi_status qi_sreq_create(const qi_server *s, const int32_t *prompt, int n_prompt
     memcpy(r->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
     r->text[0] = '\0';
     for (size_t i = 0; i < n_pos; i++) r->lp[i] = NAN;
+    r->start = NAN; /* until the scheduler admits it */
     qi_detok_init(&r->dt);
     if (qi_sampler_create(sp, s->m->hp.n_vocab, &r->smp, err)) {
         sreq_free(r);
@@ -88,16 +92,17 @@ bool qi_sreq_add_stop(qi_sreq *r, const char *stop) {
     return true;
 }
 
-qi_status qi_server_init(qi_server *s, const qi_model *m, qi_engine *e, int max_seqs, int n_ctx, int max_queue,
+qi_status qi_server_init(qi_server *s, const qi_model *m, qi_engine *e, const qi_sched_opts *so, int max_queue,
                          qi_err *err) {
     memset(s, 0, sizeof *s);
     s->m = m;
     s->e = e;
-    s->max_seqs = max_seqs;
-    s->n_ctx = n_ctx;
+    s->n_ctx = so->n_ctx;
     s->max_queue = max_queue;
-    s->running = qi_calloc((size_t)max_seqs, sizeof *s->running);
-    if (!s->running) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    qi_sched_opts o = *so;
+    o.queue_limit = 0;
+    qi_status st = qi_sched_create(e, m, &o, &s->sched, err);
+    if (st) return st;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->progress, NULL);
@@ -169,11 +174,14 @@ static void finish(qi_server *s, qi_sreq *r, qi_finish f, const char *error) {
     size_t nb = qi_detok_flush(&r->dt, buf, sizeof buf);
     if (nb) text_append(r, buf, nb);
     r->n_safe = r->n_text;
-    if (r->seq >= 0) {
-        qi_engine_seq_remove(s->e, r->seq, NULL);
-        for (int i = 0; i < s->max_seqs; i++)
-            if (s->running[i] == r) s->running[i] = NULL, s->n_running--;
-        r->seq = -1;
+    if (r->sid >= 0) {
+        qi_sched_end(s->sched, r->sid); /* its KV blocks freed, or out of the scheduler's queue */
+        for (int i = 0; i < s->n_active; i++)
+            if (s->active[i] == r) {
+                s->active[i] = s->active[--s->n_active];
+                break;
+            }
+        r->sid = -1;
     }
     r->state = QI_SREQ_DONE;
     r->finish = f;
@@ -235,96 +243,143 @@ static void take_token(qi_server *s, qi_sreq *r, int32_t tok, const float *row) 
     if (r->max_stop <= 1) r->n_safe = r->n_text;
     else if (r->n_text + 1 > r->max_stop && r->n_text + 1 - r->max_stop > r->n_safe)
         r->n_safe = r->n_text + 1 - r->max_stop;
-    if (r->n_gen >= r->max_tokens || qi_engine_seq_n_past(s->e, r->seq) + 1 > s->n_ctx) {
+    if (r->n_gen >= r->max_tokens || r->n_prompt + r->n_gen > s->n_ctx) {
         finish(s, r, QI_FINISH_LENGTH, NULL);
         return;
     }
     qi_err err = {0};
-    if (qi_engine_seq_feed(s->e, r->seq, &tok, 1, false, &err)) finish(s, r, QI_FINISH_ERROR, err.msg);
+    if (qi_sched_push(s->sched, r->sid, tok, &err)) finish(s, r, QI_FINISH_ERROR, err.msg);
 }
 
-static void admit(qi_server *s) {
-    while (s->head && s->n_running < s->max_seqs) {
+/* The listed requests handed to the scheduler, in order. */
+static void hand_over(qi_server *s) {
+    while (s->head) {
         qi_sreq *r = s->head;
         s->head = r->next;
         if (!s->head) s->tail = NULL;
-        s->n_waiting--;
+        s->n_listed--;
         r->next = NULL;
         if (r->cancel) {
             finish(s, r, QI_FINISH_CANCEL, NULL);
             continue;
         }
+        if (s->n_active == s->cap_active) {
+            int cap = s->cap_active ? s->cap_active * 2 : 16;
+            qi_sreq **a = qi_realloc(s->active, sizeof *a * (size_t)cap);
+            if (!a) {
+                finish(s, r, QI_FINISH_ERROR, "out of memory");
+                continue;
+            }
+            s->active = a;
+            s->cap_active = cap;
+        }
         qi_err err = {0};
-        int id = -1;
-        if (qi_engine_seq_add(s->e, &id, &err) ||
-            qi_engine_seq_feed(s->e, id, r->prompt, r->n_prompt, r->prompt_lp, &err)) {
-            if (id >= 0) qi_engine_seq_remove(s->e, id, NULL);
+        long sid;
+        if (qi_sched_submit(s->sched, r->prompt, r->n_prompt, r->max_tokens, r->prompt_lp, &sid, &err)) {
             finish(s, r, QI_FINISH_ERROR, err.msg);
             continue;
         }
-        r->seq = id;
-        r->state = QI_SREQ_RUNNING;
-        r->start = qi_measure_now();
-        for (int i = 0; i < s->max_seqs; i++)
-            if (!s->running[i]) {
-                s->running[i] = r;
-                break;
-            }
-        s->n_running++;
+        r->sid = sid;
+        s->active[s->n_active++] = r;
+        const char *why;
+        if (qi_sched_req_state(s->sched, sid, &why) == QI_SCHED_REJECTED) {
+            char msg[QI_SCHED_REASON];
+            snprintf(msg, sizeof msg, "%s", why);
+            finish(s, r, QI_FINISH_ERROR, msg);
+        }
     }
+}
+
+/* After a step: each request's state, prompt logprobs, and next token. */
+static void after_step(qi_server *s, qi_status st, const char *step_error) {
+    qi_sched *sc = s->sched;
+    /* backwards: finish() moves the last request into the finished one's place */
+    for (int i = s->n_active - 1; i >= 0; i--) {
+        if (i >= s->n_active) continue;
+        qi_sreq *r = s->active[i];
+        if (st) {
+            finish(s, r, QI_FINISH_ERROR, step_error);
+            continue;
+        }
+        const char *why;
+        const qi_sched_state ss = qi_sched_req_state(sc, r->sid, &why);
+        if (ss == QI_SCHED_REJECTED) {
+            char msg[QI_SCHED_REASON];
+            snprintf(msg, sizeof msg, "%s", why); /* the record goes with qi_sched_end */
+            finish(s, r, QI_FINISH_ERROR, msg);
+            continue;
+        }
+        if (ss != QI_SCHED_RUNNING) {
+            r->state = QI_SREQ_WAITING; /* not admitted yet, or preempted */
+            continue;
+        }
+        if (r->state == QI_SREQ_WAITING) {
+            r->state = QI_SREQ_RUNNING;
+            if (isnan(r->start)) r->start = qi_sched_req_start(sc, r->sid);
+        }
+        if (r->prompt_lp) { /* row j is position first + j, whose logits score position first + j + 1 */
+            int first;
+            const int rows = qi_sched_n_logits(sc, r->sid, &first);
+            for (int j = 0; j < rows; j++) {
+                const int pos = first + j + 1;
+                if (pos >= 1 && pos < r->n_prompt)
+                    record_lp(s, r, pos, qi_sched_logits(sc, r->sid, j), r->prompt[pos]);
+            }
+        }
+        if (!qi_sched_req_ready(sc, r->sid)) continue;
+        if (r->n_gen >= r->max_tokens) {
+            finish(s, r, QI_FINISH_LENGTH, NULL);
+            continue;
+        }
+        const float *row = qi_sched_logits(sc, r->sid, -1);
+        const int32_t tok = qi_sampler_sample(r->smp, row);
+        qi_sampler_accept(r->smp, tok);
+        take_token(s, r, tok, row);
+    }
+}
+
+static void recount(qi_server *s) {
+    int running = 0, waiting = 0;
+    for (int i = 0; i < s->n_active; i++) {
+        const qi_sched_state ss = qi_sched_req_state(s->sched, s->active[i]->sid, NULL);
+        running += ss == QI_SCHED_RUNNING;
+        waiting += ss == QI_SCHED_WAITING;
+    }
+    s->n_running = running;
+    s->n_waiting = s->n_listed + waiting;
+    s->n_preemptions = qi_sched_n_preemptions(s->sched);
 }
 
 static void *engine_thread(void *arg) {
     qi_server *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stop && s->n_running == 0 && !s->head) pthread_cond_wait(&s->work, &s->mu);
+        while (!s->stop && s->n_active == 0 && !s->head) pthread_cond_wait(&s->work, &s->mu);
         if (s->stop) break;
-        for (int i = 0; i < s->max_seqs; i++)
-            if (s->running[i] && s->running[i]->cancel) finish(s, s->running[i], QI_FINISH_CANCEL, NULL);
-        admit(s);
-        if (s->n_running == 0) continue;
-        pthread_mutex_unlock(&s->mu);
+        hand_over(s);
+        for (int i = s->n_active - 1; i >= 0; i--)
+            if (i < s->n_active && s->active[i]->cancel) finish(s, s->active[i], QI_FINISH_CANCEL, NULL);
         qi_err err = {0};
-        qi_status st = qi_engine_step(s->e, NULL, &err);
+        qi_status st = qi_sched_admit(s->sched, &err); /* the admitted stop counting as waiting now */
+        recount(s);
+        if (s->n_active == 0) continue;
+        pthread_mutex_unlock(&s->mu);
+        if (!st) st = qi_sched_step(s->sched, NULL, &err);
         pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < s->max_seqs; i++) {
-            qi_sreq *r = s->running[i];
-            if (!r) continue;
-            if (st) {
-                finish(s, r, QI_FINISH_ERROR, err.msg);
-                continue;
-            }
-            const int n_rows = qi_engine_seq_n_logits(s->e, r->seq);
-            if (r->prompt_lp && r->plp_seen < r->n_prompt) {
-                for (int j = 0; j < n_rows && r->plp_seen + j + 1 < r->n_prompt; j++) {
-                    const int pos = r->plp_seen + j + 1;
-                    record_lp(s, r, pos, qi_engine_seq_logits(s->e, r->seq, j), r->prompt[pos]);
-                }
-                r->plp_seen += n_rows;
-            }
-            if (qi_engine_seq_pending(s->e, r->seq) > 0 || n_rows == 0) continue;
-            if (r->n_gen >= r->max_tokens) {
-                finish(s, r, QI_FINISH_LENGTH, NULL);
-                continue;
-            }
-            const float *row = qi_engine_seq_logits(s->e, r->seq, -1);
-            const int32_t tok = qi_sampler_sample(r->smp, row);
-            qi_sampler_accept(r->smp, tok);
-            take_token(s, r, tok, row);
-        }
+        after_step(s, st, err.msg);
+        recount(s);
         pthread_cond_broadcast(&s->progress);
     }
     /* stopping: nothing is left behind */
-    for (int i = 0; i < s->max_seqs; i++)
-        if (s->running[i]) finish(s, s->running[i], QI_FINISH_CANCEL, NULL);
+    while (s->n_active > 0) finish(s, s->active[s->n_active - 1], QI_FINISH_CANCEL, NULL);
     while (s->head) {
         qi_sreq *r = s->head;
         s->head = r->next;
-        s->n_waiting--;
+        s->n_listed--;
         finish(s, r, QI_FINISH_CANCEL, NULL);
     }
     s->tail = NULL;
+    recount(s);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -349,7 +404,8 @@ void qi_server_stop(qi_server *s) {
 void qi_server_fini(qi_server *s) {
     qi_server_stop(s);
     for (int i = 0; i < QI_SERVE_WINDOW; i++) qi_free(s->hist[i].tok_t);
-    qi_free(s->running);
+    qi_sched_free(s->sched); /* the engine thread has stopped: nothing is left in it */
+    qi_free(s->active);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->progress);
     pthread_mutex_destroy(&s->mu);
@@ -368,6 +424,7 @@ int qi_server_submit(qi_server *s, qi_sreq *r) {
         if (s->tail) s->tail->next = r;
         else s->head = r;
         s->tail = r;
+        s->n_listed++;
         s->n_waiting++;
         pthread_cond_signal(&s->work);
     }
@@ -378,18 +435,22 @@ int qi_server_submit(qi_server *s, qi_sreq *r) {
 void qi_server_release(qi_server *s, qi_sreq *r) {
     if (!r) return;
     pthread_mutex_lock(&s->mu);
-    if (r->state == QI_SREQ_WAITING && r->refs > 1) {
-        /* out of the queue at once, so it holds no place there */
+    bool unlisted = false;
+    if (r->state == QI_SREQ_WAITING && r->sid < 0 && r->refs > 1) {
+        /* not yet handed to the scheduler: out of the list at once, so it holds no place there */
         for (qi_sreq **p = &s->head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
             if (*p == r) {
                 *p = r->next;
                 if (s->tail == r) s->tail = prev;
+                s->n_listed--;
                 s->n_waiting--;
                 r->next = NULL;
                 finish(s, r, QI_FINISH_CANCEL, NULL);
+                unlisted = true;
                 break;
             }
-    } else if (r->state != QI_SREQ_DONE && r->refs > 1) {
+    }
+    if (!unlisted && r->state != QI_SREQ_DONE && r->refs > 1) {
         r->cancel = true;
         pthread_cond_signal(&s->work);
     }
@@ -445,6 +506,8 @@ char *qi_server_metrics(qi_server *s) {
                   "# TYPE qinfer_prompt_tokens_total counter\nqinfer_prompt_tokens_total %ld\n", s->n_prompt_tokens);
     sb_printf(&b, "# HELP qinfer_output_tokens_total Output tokens of the requests done.\n"
                   "# TYPE qinfer_output_tokens_total counter\nqinfer_output_tokens_total %ld\n", s->n_output_tokens);
+    sb_printf(&b, "# HELP qinfer_preemptions_total Requests preempted (KV memory budget), recomputed later.\n"
+                  "# TYPE qinfer_preemptions_total counter\nqinfer_preemptions_total %ld\n", s->n_preemptions);
     sb_printf(&b, "# TYPE qinfer_requests_running gauge\nqinfer_requests_running %d\n", s->n_running);
     sb_printf(&b, "# TYPE qinfer_requests_waiting gauge\nqinfer_requests_waiting %d\n", s->n_waiting);
     /* the run figures of the last finished requests, as measure.c defines them */

@@ -5,13 +5,15 @@
  * the tokens-per-step limit keeps a second prompt out of a prompt's step;
  * the queue limit, the context and a request too big for the budget reject
  * with their reasons; online arrivals are waited for; no KV block is left
- * behind. Skips (77) without the model. */
+ * behind; the online calls (submit, step, push, end) as a server uses
+ * them, cancellation included. Skips (77) without the model. */
 #include <check.h>
 #include <math.h>
 #include <string.h>
 
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
+#include "qinfer/sampler.h"
 #include "qinfer/sched.h"
 #include "qinfer/workload.h"
 #include "testutil.h"
@@ -251,6 +253,106 @@ START_TEST(bad_options_refused) {
 }
 END_TEST
 
+START_TEST(online_submit_push_cancel) {
+    /* the online calls as a server uses them: requests submitted between
+     * steps, the caller choosing each token, one cancelled while waiting and
+     * one while running; a budget of 2 block sets preempts, and the rows of
+     * a prompt_logits request name their positions, after a recompute too */
+    qi_engine *e = engine(3);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    const size_t set = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * pool.block_bytes;
+    qi_sched_opts o = opts(3);
+    o.kv_budget_bytes = 2 * set;
+    qi_sched *s = NULL;
+    qi_err err = {0};
+    ck_assert_msg(qi_sched_create(e, g_model, &o, &s, &err) == QI_OK, "%s", err.msg);
+    const int V = g_model->hp.n_vocab;
+    int32_t prompt[60];
+    for (int k = 0; k < 60; k++) prompt[k] = 1 + (k * 37) % 500;
+    long id[5];
+    int n_out[5] = {0}, seen_rows[5] = {0};
+    /* 0 and 1 cross into a second block while decoding: with 2 block sets, one is preempted */
+    ck_assert_int_eq(qi_sched_submit(s, prompt, 60, 8, true, &id[0], &err), QI_OK);
+    ck_assert_int_eq(qi_sched_submit(s, prompt, 60, 8, false, &id[1], &err), QI_OK);
+    ck_assert_int_eq(id[0], 0);
+    ck_assert_int_eq(id[1], 1);
+    /* not ready before a step: a token is refused */
+    ck_assert_int_eq(qi_sched_push(s, id[0], 5, &err), QI_ERR_INVALID);
+    /* longer than the context: an id, rejected with the reason */
+    int32_t big[170] = {0};
+    ck_assert_int_eq(qi_sched_submit(s, big, 150, 20, false, &id[4], &err), QI_OK);
+    const char *why;
+    ck_assert_int_eq(qi_sched_req_state(s, id[4], &why), QI_SCHED_REJECTED);
+    ck_assert_msg(strstr(why, "exceed the context"), "%s", why);
+    qi_sched_end(s, id[4]);
+    ck_assert_int_eq(qi_sched_req_state(s, id[4], NULL), QI_SCHED_ENDED);
+    bool ended[5] = {false, false, false, false, true};
+    for (int step = 0; step < 400 && !(ended[0] && ended[1] && ended[2] && ended[3]); step++) {
+        if (step == 1) {
+            ck_assert_int_eq(qi_sched_submit(s, prompt, 8, 4, false, &id[2], &err), QI_OK);
+            ck_assert_int_eq(qi_sched_submit(s, prompt, 8, 50, false, &id[3], &err), QI_OK);
+        }
+        if (step == 1) { /* cancelled while waiting (the batch of 3 is full) */
+            ck_assert_int_eq(qi_sched_req_state(s, id[2], NULL), QI_SCHED_WAITING);
+        }
+        int n;
+        ck_assert_msg(qi_sched_step(s, &n, &err) == QI_OK, "%s", err.msg);
+        for (int k = 0; k < 4; k++) {
+            if (ended[k] || (k >= 2 && step < 1)) continue;
+            ck_assert_int_ne(qi_sched_req_state(s, id[k], NULL), QI_SCHED_REJECTED);
+            if (k == 0) { /* prompt rows: position first + j; every prompt position once at least */
+                int first, rows = qi_sched_n_logits(s, id[0], &first);
+                for (int j = 0; j < rows; j++)
+                    if (first + j < 60) seen_rows[0] |= 1;
+                if (rows > 1) ck_assert_int_eq(first + rows, 60 + n_out[0]);
+            }
+            if (!qi_sched_req_ready(s, id[k])) continue;
+            if (k == 3 && n_out[3] == 5) { /* cancelled while running */
+                qi_sched_end(s, id[k]);
+                ended[k] = true;
+                continue;
+            }
+            const int32_t tok = qi_argmax(qi_sched_logits(s, id[k], -1), V);
+            if (++n_out[k] == (k == 2 ? 4 : 8) && k != 3) {
+                qi_sched_end(s, id[k]);
+                ended[k] = true;
+            } else {
+                ck_assert_msg(qi_sched_push(s, id[k], tok, &err) == QI_OK, "%s", err.msg);
+            }
+        }
+        ck_assert_msg(qi_sched_peak_kv_bytes(s) <= o.kv_budget_bytes, "peak %zu > budget %zu",
+                      qi_sched_peak_kv_bytes(s), o.kv_budget_bytes);
+    }
+    ck_assert_msg(ended[0] && ended[1] && ended[2] && ended[3], "requests left unfinished");
+    ck_assert_int_eq(seen_rows[0], 1);
+    ck_assert_msg(qi_sched_n_preemptions(s) > 0, "a budget of 2 block sets did not preempt");
+    ck_assert_int_eq(qi_sched_n_running(s), 0);
+    ck_assert_int_eq(qi_sched_n_waiting(s), 0);
+    qi_sched_free(s);
+    qi_engine_kv_pool_stats(e, &pool);
+    ck_assert_msg(pool.work_blocks == 0 && pool.off_blocks == 0, "%ld blocks left behind",
+                  pool.work_blocks + pool.off_blocks);
+    /* a request cancelled while waiting leaves the queue at once */
+    ck_assert_int_eq(qi_sched_create(e, g_model, &o, &s, &err), QI_OK);
+    ck_assert_int_eq(qi_sched_submit(s, prompt, 8, 4, false, &id[0], &err), QI_OK);
+    ck_assert_int_eq(qi_sched_n_waiting(s), 1);
+    qi_sched_end(s, id[0]);
+    ck_assert_int_eq(qi_sched_n_waiting(s), 0);
+    int n;
+    ck_assert_int_eq(qi_sched_step(s, &n, &err), QI_OK);
+    ck_assert_int_eq(n, 0);
+    /* freed while running: its blocks go too */
+    ck_assert_int_eq(qi_sched_submit(s, prompt, 8, 4, false, &id[1], &err), QI_OK);
+    ck_assert_int_eq(qi_sched_step(s, &n, &err), QI_OK);
+    ck_assert_int_eq(qi_sched_n_running(s), 1);
+    qi_sched_free(s);
+    qi_engine_kv_pool_stats(e, &pool);
+    ck_assert_int_eq(pool.work_blocks + pool.off_blocks, 0);
+    qi_engine_free(e);
+}
+END_TEST
+
 int main(void) {
     g_model = qi_test_load_cached(SMOL_FILE);
     if (!g_model) return qi_test_skip("test_sched", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
@@ -263,6 +365,7 @@ int main(void) {
     tcase_add_test(tc, rejections_have_reasons);
     tcase_add_test(tc, online_arrivals_waited_for);
     tcase_add_test(tc, bad_options_refused);
+    tcase_add_test(tc, online_submit_push_cancel);
     suite_add_tcase(su, tc);
     int rc = qi_test_run_suite(su);
     qi_model_free(g_model);

@@ -23,8 +23,9 @@
  * Its output is unchanged (greedy decoding recomputes the same cache).
  * Preemptions are counted per request; past max_preemptions it is rejected.
  *
- * Output tokens are greedy (argmax), so a run is reproducible and a
- * preempted request's text can be checked against the same request alone.
+ * Under qi_sched_run output tokens are greedy (argmax), so a run is
+ * reproducible and a preempted request's text can be checked against the
+ * same request alone; online (below) the caller chooses each token.
  * Times come from qi_measure_now, so a run's figures are qi_measure_run's.
  */
 #ifndef QINFER_SCHED_H
@@ -73,6 +74,80 @@ typedef struct {
     double *times_;          /* storage */
     int32_t *tokens_;
 } qi_sched_result;
+
+/* ---- online: requests submitted as they come, tokens chosen by the caller ---------
+
+ * The scheduler itself, for a server whose requests arrive unannounced and
+ * sample with their own settings (qinfer serve): the same queue, admission
+ * limits and preemption by recompute as qi_sched_run (which is built on
+ * it), but the caller submits requests when they come, runs the steps, and
+ * gives each ready request its next token (or ends it). The options'
+ * corpus, seed and slo are not used. Ids are given in submission order from
+ * 0 and never reused; a request's record lasts until qi_sched_end, which
+ * every request needs (a rejected one too), and an ended or unknown id
+ * reads as QI_SCHED_ENDED. */
+typedef struct qi_sched qi_sched;
+typedef enum { QI_SCHED_WAITING = 0, QI_SCHED_RUNNING, QI_SCHED_ENDED, QI_SCHED_REJECTED } qi_sched_state;
+
+/* e (holding no sequences of its own) and m are borrowed and must outlive
+ * the scheduler. Errors: QI_ERR_INVALID for options that cannot hold;
+ * QI_ERR_NOMEM. */
+qi_status qi_sched_create(qi_engine *e, const qi_model *m, const qi_sched_opts *o, qi_sched **out, qi_err *err);
+/* Removes every sequence it still runs. NULL is a no-op. */
+void qi_sched_free(qi_sched *s);
+
+/* Queues a request for prompt[n_prompt] (copied), of at most max_tokens
+ * output tokens; prompt_logits: every prompt position's logits are given
+ * (qi_sched_logits), after a recompute too. Its id in *id. A request that
+ * cannot be queued (longer than the context, the queue full) still gets an
+ * id, in state QI_SCHED_REJECTED with the reason. Errors: QI_ERR_INVALID (no
+ * prompt, max_tokens < 0), QI_ERR_NOMEM. */
+qi_status qi_sched_submit(qi_sched *s, const int32_t *prompt, int n_prompt, int max_tokens, bool prompt_logits,
+                          long *id, qi_err *err);
+
+/* Preempts while the KV budget would be passed, admits waiting requests in
+ * order while the limits allow, and runs one engine step over the admitted
+ * ones. *n_tokens (may be NULL): the tokens it ran, 0 when nothing was
+ * admitted. A failed engine step rejects the step's requests with its
+ * message and is not an error; errors are the engine's on removing or
+ * feeding a sequence, and QI_ERR_NOMEM. */
+qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err);
+
+/* The first half of qi_sched_step alone: preemption and admission, no
+ * engine step (a server calls it under its lock, so that the requests it
+ * admits stop counting as waiting before the step's seconds). Errors as
+ * qi_sched_step's. */
+qi_status qi_sched_admit(qi_sched *s, qi_err *err);
+
+/* A request's state; *reason (may be NULL) why it was rejected ("" otherwise). */
+qi_sched_state qi_sched_req_state(const qi_sched *s, long id, const char **reason);
+/* Times it was preempted; when it was first admitted (qi_measure_now; NAN: never). */
+int qi_sched_req_preemptions(const qi_sched *s, long id);
+double qi_sched_req_start(const qi_sched *s, long id);
+/* Whether the last step left it ready for its next token: running, its
+ * input consumed, logits given. */
+bool qi_sched_req_ready(const qi_sched *s, long id);
+/* The rows of logits the last step gave it, and the position of the first
+ * (row j is position first_pos + j; it predicts position first_pos + j + 1);
+ * row -1 is the last. Valid until the next step. 0 rows / NULL when none. */
+int qi_sched_n_logits(const qi_sched *s, long id, int *first_pos);
+const float *qi_sched_logits(const qi_sched *s, long id, int row);
+/* The caller's next token for a ready request: fed to its sequence and kept
+ * (a recompute feeds it again). Errors: QI_ERR_INVALID (not ready, or past
+ * max_tokens), the engine's. */
+qi_status qi_sched_push(qi_sched *s, long id, int32_t tok, qi_err *err);
+/* Ends a request, whatever its state (done, cancelled, rejected): its
+ * sequence is removed (its KV blocks freed) or it leaves the queue, and its
+ * record is freed. Unknown ids are ignored. */
+void qi_sched_end(qi_sched *s, long id);
+/* Requests waiting and running now. */
+int qi_sched_n_waiting(const qi_sched *s);
+int qi_sched_n_running(const qi_sched *s);
+/* Preemptions so far, and the most KV memory held at once after a step. */
+long qi_sched_n_preemptions(const qi_sched *s);
+size_t qi_sched_peak_kv_bytes(const qi_sched *s);
+
+/* ---- a whole workload -------------------------------------------------------------- */
 
 /* Serves workload w on engine e (which must hold no sequences of its own,
  * over model m) until every request is done or rejected, waiting on the
