@@ -560,7 +560,8 @@ static int engine_pool_stats(lua_State *L) {
     return 1;
 }
 
-/* engine:profile() -> {seconds = {matmul=, ...}, calls = {...}, matmul_bytes, steps} */
+/* engine:profile() -> {seconds = {matmul=, ...}, calls = {...}, matmul_bytes, steps, copies, copy_bytes,
+ * kv_block_moves, replans, replan_bytes, replan_seconds} */
 static int engine_profile(lua_State *L) {
     lq_engine_ud *u = lq_check_engine(L, 1);
     qi_engine_prof p;

@@ -857,14 +857,18 @@ int main(void) {
     tcase_add_test(tc, full_policy_equals_ctx);
     tcase_add_test(tc, batched_equals_separate);
     tcase_add_test(tc, packed_batched_equals_separate);
+    tcase_add_test(tc, errors);
+    tcase_add_test(tc, perplexity_through_engine);
+    tcase_add_test(tc, profile_counts);
+    suite_add_tcase(s, tc);
+    /* the KV policies: a CTest entry of its own (test_engine_policies) */
+    tc = tcase_create("policies");
+    tcase_set_timeout(tc, 900);
     tcase_add_test(tc, policies_respect_budget);
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, budgeted_policy_ignores_neighbours);
     tcase_add_test(tc, policy_batched_equals_separate);
     tcase_add_test(tc, prompt_judged_at_its_end);
-    tcase_add_test(tc, errors);
-    tcase_add_test(tc, perplexity_through_engine);
-    tcase_add_test(tc, profile_counts);
     suite_add_tcase(s, tc);
     /* Gemma 3: a CTest entry of its own (test_engine_gemma), skipped without the model and in quick mode */
     tc = tcase_create("gemma");

@@ -9,7 +9,7 @@
  * (the files round-trip to the float); the first generated position's
  * top-10 logits likewise. Perplexity is compared to its printed digits.
  *
- * QI_TEST_QUICK=1 (the sanitizer build) checks only the first few prompts;
+ * QI_TEST_QUICK=1 (the sanitizer build) checks only the first few prompts (16 steps each);
  * perplexity is the Check case "ppl", the CTest entry test_model_ppl, which
  * reports itself skipped (77) in quick mode. Without the cached model both
  * entries are skipped.

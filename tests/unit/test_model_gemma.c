@@ -5,7 +5,7 @@
  * longer than the 512-token sliding window of the local layers, and a
  * perplexity long enough for the local layers' cache ring to wrap.
  *
- * QI_TEST_QUICK=1 checks only the first few prompts; perplexity is the
+ * QI_TEST_QUICK=1 checks only the first few prompts (16 steps each); perplexity is the
  * Check case "ppl", the CTest entry test_model_gemma_ppl, skipped (77) in
  * quick mode. Without the cached model both entries are skipped.
  */

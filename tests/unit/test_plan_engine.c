@@ -32,7 +32,8 @@
  *     moved equals what a device holds, and a new plan refused or failing
  *     mid-move leaves the old one running.
  * QI_TEST_QUICK=1 runs batch 4 and fewer plans (splits: batch 16 at r = 0.5
- * only).
+ * only; new plans: one target of the failing moves, split ratios changing at
+ * batch 16 only).
  */
 #include <check.h>
 #include <math.h>
@@ -617,7 +618,7 @@ START_TEST(replans_split) {
     const char *const cycle[] = {files[0], files[1], all, files[2], "all-cpu", files[0], NULL};
     const config c = {.devices = "cpu,testdev", .placement = "all-cpu", .replans = cycle};
     g_moved = (qi_engine_replan_cost){0};
-    check_plan_tol(g_model, &c, 1, "SmolLM2 split ratio changing", -1, 0.0);
+    if (!qi_test_quick()) check_plan_tol(g_model, &c, 1, "SmolLM2 split ratio changing", -1, 0.0);
     check_plan_tol(g_model, &c, 16, "SmolLM2 split ratio changing", 7, SPLIT_TOL);
     ck_assert_int_gt(g_moved.kv_blocks, 0);
     for (int i = 0; i < 3; i++) unlink(files[i]);
@@ -769,7 +770,7 @@ START_TEST(replan_failures) {
     snprintf(half, sizeof half, "ngl=%d", L / 2);
     const char *const tos[] = {all, half};
     long fails = 0;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < (qi_test_quick() ? 1 : 2); t++)
         for (int mode = 1; mode <= 2; mode++)
             for (long n = 1; n < 5000; n = mode == 1 ? n + (n < 8 ? 1 : qi_test_quick() ? 37 : 11) : n * 3 + 1) {
                 const int f = replan_failing(tos[t], mode, n, got);
