@@ -838,80 +838,114 @@ END_TEST
 static const uint32_t k_packed_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q8_0, QI_TYPE_Q5_0, QI_TYPE_Q5_1};
 #define N_PACKED_TYPES 5
 
-/* Every table's gemm_packed, over packed groups, against the packed-order
- * reference dot on the plain rows: bit-identical, for 1..40 rows (partial
- * groups and several groups), 1..40 tokens (passes of 16 and every partial
- * pass), one block to past the prepared-scale limit (16384 elements), with
- * guard slots. Also: the packed order is not llama.cpp's (some results
- * differ from the x86-order reference on the same data), so the check could
- * tell the two apart. */
-START_TEST(test_gemm_packed_variants) {
-    const uint32_t t = k_packed_types[_i];
+/* One packed matmul case: n_w random weight rows of n elements (packed
+ * into groups) x n_a quantised activation rows, through every table's
+ * gemm_packed, each result bit-identical to the packed-order reference dot
+ * on the plain rows, the two guard slots after each token's n_w results
+ * untouched. Returns how many of the first token's results differ from the
+ * x86-order reference (counted for n <= 1536 only). */
+static long packed_case(uint32_t t, int64_t n, int n_w, int n_a, int raw0, uint64_t *rng) {
     const qi_kernels *tabs[3] = {qi_kernels_ref()};
     const int n_tabs = 1 + simd_tables(tabs + 1);
+    const uint32_t at = qi_vec_dot_type(t);
+    const size_t wb = qi_row_bytes(t, n), ab = qi_row_bytes(at, n);
+    const size_t gb = (size_t)qi_k_pack_group_bytes(t, n);
+    const int n_g = (n_w + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
+    const size_t ys = (size_t)n_w + 2;
+    long order_diffs = 0;
+    ck_assert_uint_eq(gb, QI_K_PACK_ROWS * wb);
+    char *w = malloc(wb * (size_t)n_w), *a = malloc(ab * (size_t)n_a), *pk = malloc(gb * (size_t)n_g);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    float *ref = malloc(sizeof(float) * ys * (size_t)n_a), *got = malloc(sizeof(float) * ys * (size_t)n_a);
+    ck_assert(w && a && pk && x && ref && got);
+    for (int r = 0; r < n_w; r++) make_weights(rng, t, n, w + (size_t)r * wb, (raw0 + r) & 1);
+    for (int g = 0; g < n_g; g++) {
+        const int rows = n_w - g * QI_K_PACK_ROWS < QI_K_PACK_ROWS ? n_w - g * QI_K_PACK_ROWS : QI_K_PACK_ROWS;
+        qi_k_pack_group(t, n, w + (size_t)g * QI_K_PACK_ROWS * wb, wb, rows, pk + (size_t)g * gb);
+    }
+    for (int j = 0; j < n_a; j++) {
+        fill_row(rng, x, n, (int)(qi_test_rand(rng) % 4));
+        qi_quantize_act_row(at, x, a + (size_t)j * ab, n);
+    }
+    for (int j = 0; j < n_a; j++)
+        for (int r = 0; r < n_w; r++)
+            ref[(size_t)j * ys + r] = qi_k_dot_packed_ref(t, n, w + (size_t)r * wb, a + (size_t)j * ab);
+    for (int k = 0; k < n_tabs; k++) {
+        qi_k_gemm_fn f = tabs[k]->gemm_packed[t];
+        ck_assert_msg(f != NULL, "%s lacks packed %s", tabs[k]->name, qi_type_get(t)->name);
+        for (size_t i = 0; i < ys * (size_t)n_a; i++) got[i] = -12345.0f;
+        f(n, pk, gb, n_w, a, ab, n_a, got, ys);
+        for (int j = 0; j < n_a; j++) {
+            for (int r = 0; r < n_w; r++) {
+                const size_t i = (size_t)j * ys + (size_t)r;
+                ck_assert_msg(same_float(ref[i], got[i]), "%s packed %s n=%lld %dx%d: token %d row %d: ref %.9g, got %.9g",
+                              tabs[k]->name, qi_type_get(t)->name, (long long)n, n_w, n_a, j, r, ref[i], got[i]);
+            }
+            for (int r = n_w; r < n_w + 2; r++)
+                ck_assert_msg(got[(size_t)j * ys + r] == -12345.0f, "%s packed %s: guard %d,%d overwritten",
+                              tabs[k]->name, qi_type_get(t)->name, j, r);
+        }
+    }
+    if (n <= 1536) {
+        float x86[1];
+        for (int r = 0; r < n_w; r++) {
+            qi_kernels_ref()->gemm[t](n, w + (size_t)r * wb, wb, 1, a, ab, 1, x86, 1);
+            order_diffs += !same_float(x86[0], ref[r]);
+        }
+    }
+    free(w);
+    free(a);
+    free(pk);
+    free(x);
+    free(ref);
+    free(got);
+    return order_diffs;
+}
+
+/* Every table's gemm_packed against the packed-order reference dot:
+ * bit-identical, for 1..40 rows (partial groups and several groups), 1..40
+ * tokens (passes of 16 and every partial pass), one block to past the
+ * prepared-scale limit (16384 elements). Also: the packed order is not
+ * llama.cpp's (some results differ from the x86-order reference on the
+ * same data), so the check could tell the two apart. */
+START_TEST(test_gemm_packed_variants) {
+    const uint32_t t = k_packed_types[_i];
     static const int64_t sizes[] = {32, 64, 96, 576, 1536, 16416};
     uint64_t rng = 0x51ed27ull + t;
-    const uint32_t at = qi_vec_dot_type(t);
     long order_diffs = 0;
     ck_assert(qi_k_pack_supported(t));
     for (int si = 0; si < 6; si++) {
         const int64_t n = sizes[si];
-        const size_t wb = qi_row_bytes(t, n), ab = qi_row_bytes(at, n);
-        const size_t gb = (size_t)qi_k_pack_group_bytes(t, n);
-        ck_assert_uint_eq(gb, QI_K_PACK_ROWS * wb);
         for (int rep = 0; rep < (n > 4096 ? 2 : 6); rep++) {
             const int n_w = rep == 0 ? 16 : rep == 1 ? 1 : 1 + (int)(qi_test_rand(&rng) % 40);
             const int n_a = rep == 0 ? 16 : rep == 1 ? 1 : 1 + (int)(qi_test_rand(&rng) % 40);
-            const int n_g = (n_w + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
-            const size_t ys = (size_t)n_w + 2;
-            char *w = malloc(wb * (size_t)n_w), *a = malloc(ab * (size_t)n_a), *pk = malloc(gb * (size_t)n_g);
-            float *x = malloc(sizeof(float) * (size_t)n);
-            float *ref = malloc(sizeof(float) * ys * (size_t)n_a), *got = malloc(sizeof(float) * ys * (size_t)n_a);
-            for (int r = 0; r < n_w; r++) make_weights(&rng, t, n, w + (size_t)r * wb, (rep + r) & 1);
-            for (int g = 0; g < n_g; g++) {
-                const int rows = n_w - g * QI_K_PACK_ROWS < QI_K_PACK_ROWS ? n_w - g * QI_K_PACK_ROWS : QI_K_PACK_ROWS;
-                qi_k_pack_group(t, n, w + (size_t)g * QI_K_PACK_ROWS * wb, wb, rows, pk + (size_t)g * gb);
-            }
-            for (int j = 0; j < n_a; j++) {
-                fill_row(&rng, x, n, (int)(qi_test_rand(&rng) % 4));
-                qi_quantize_act_row(at, x, a + (size_t)j * ab, n);
-            }
-            for (int j = 0; j < n_a; j++)
-                for (int r = 0; r < n_w; r++) {
-                    ref[(size_t)j * ys + r] = qi_k_dot_packed_ref(t, n, w + (size_t)r * wb, a + (size_t)j * ab);
-                }
-            for (int k = 0; k < n_tabs; k++) {
-                qi_k_gemm_fn f = tabs[k]->gemm_packed[t];
-                ck_assert_msg(f != NULL, "%s lacks packed %s", tabs[k]->name, qi_type_get(t)->name);
-                for (size_t i = 0; i < ys * (size_t)n_a; i++) got[i] = -12345.0f;
-                f(n, pk, gb, n_w, a, ab, n_a, got, ys);
-                for (int j = 0; j < n_a; j++) {
-                    for (int r = 0; r < n_w; r++) {
-                        const size_t i = (size_t)j * ys + (size_t)r;
-                        ck_assert_msg(same_float(ref[i], got[i]), "%s packed %s n=%lld %dx%d: token %d row %d: ref %.9g, got %.9g",
-                                      tabs[k]->name, qi_type_get(t)->name, (long long)n, n_w, n_a, j, r, ref[i], got[i]);
-                    }
-                    for (int r = n_w; r < n_w + 2; r++)
-                        ck_assert_msg(got[(size_t)j * ys + r] == -12345.0f, "%s packed %s: guard %d,%d overwritten",
-                                      tabs[k]->name, qi_type_get(t)->name, j, r);
-                }
-            }
-            if (n <= 1536) {
-                float x86[1];
-                for (int r = 0; r < n_w; r++) {
-                    qi_kernels_ref()->gemm[t](n, w + (size_t)r * wb, wb, 1, a, ab, 1, x86, 1);
-                    order_diffs += !same_float(x86[0], ref[r]);
-                }
-            }
-            free(w);
-            free(a);
-            free(pk);
-            free(x);
-            free(ref);
-            free(got);
+            order_diffs += packed_case(t, n, n_w, n_a, rep, &rng);
         }
     }
     ck_assert_msg(order_diffs > 0, "packed %s: the packed order never differed from llama.cpp's", qi_type_get(t)->name);
+}
+END_TEST
+
+/* The same, over a fixed grid of awkward shapes: rows that end a group's
+ * first or second half early (1, 7, 8, 9, 15, 17, 24, 33), every token
+ * count of a pass and the next (1..17, 31, 32, 33), one, three and 18
+ * blocks. And every SIMD table has packed kernels of its own, so the
+ * comparison is not the reference against itself. */
+START_TEST(test_gemm_packed_shapes) {
+    const uint32_t t = k_packed_types[_i];
+    static const int64_t sizes[] = {32, 96, 576};
+    static const int rows[] = {1, 7, 8, 9, 15, 17, 24, 33};
+    static const int toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 31, 32, 33};
+    uint64_t rng = 0x9ac4e1ull + t;
+    const qi_kernels *simd[2];
+    const int n_simd = simd_tables(simd);
+    for (int k = 0; k < n_simd; k++)
+        ck_assert_msg(simd[k]->gemm_packed[t] != qi_kernels_ref()->gemm_packed[t],
+                      "%s's packed %s is the reference's", simd[k]->name, qi_type_get(t)->name);
+    for (int si = 0; si < 3; si++)
+        for (int ri = 0; ri < (int)(sizeof rows / sizeof rows[0]); ri++)
+            for (int ti = 0; ti < (int)(sizeof toks / sizeof toks[0]); ti++)
+                packed_case(t, sizes[si], rows[ri], toks[ti], ri + ti, &rng);
 }
 END_TEST
 
@@ -1089,6 +1123,7 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(tc, test_gemm_variants, 0, N_DOT_TYPES);
     tcase_add_test(tc, test_gemm_ref_is_dot_ref);
     tcase_add_loop_test(tc, test_gemm_packed_variants, 0, N_PACKED_TYPES);
+    tcase_add_loop_test(tc, test_gemm_packed_shapes, 0, N_PACKED_TYPES);
     tcase_add_loop_test(tc, test_attn_scores_variants, 0, N_DIMS);
     tcase_add_loop_test(tc, test_attn_values_variants, 0, N_DIMS);
     tcase_add_loop_test(tc, test_attn_values_blocks, 0, N_DIMS);
