@@ -206,6 +206,17 @@ static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_i
     }
 }
 
+/* The sinks and the recent window at a layer budget: sinks capped at it,
+ * and of B' = budget - sinks, B' - floor(B' x heavy) newest. */
+static void qinfer_window(const qinfer_policy *p, int budget, int *sinks, int *recent) {
+    *sinks = p->sinks < budget ? p->sinks : budget;
+    *recent = budget - *sinks - qi_kv_heavy_count(budget - *sinks, p->heavy);
+}
+
+static void qinfer_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    qinfer_window((const qinfer_policy *)pp, budget, oldest, newest);
+}
+
 static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     qinfer_policy *p = (qinfer_policy *)pp;
     if (v->layer < p->full_layers) {
@@ -213,7 +224,11 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         return;
     }
     const uint8_t evict = p->offload ? QI_KV_OFFLOAD : QI_KV_DROP;
-    const int budget = v->budget, sinks = p->sinks < budget ? p->sinks : budget;
+    const int budget = v->budget;
+    int sinks, recent;
+    qinfer_window(p, qi_kv_view_layer_budget(v), &sinks, &recent);
+    if (sinks > budget) sinks = budget;
+    if (recent > budget - sinks) recent = budget - sinks;
     if (p->judge > 0 && v->prompt_more) { /* judged at the prompt's end */
         qi_kv_rank_begin(v, false, fate);
         qi_kv_rank_finish(v, fate, QI_KV_KEEP);
@@ -226,7 +241,7 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         qi_kv_rank_finish(v, fate, evict);
         return;
     }
-    const int heavy = qi_kv_heavy_count(budget - sinks, p->heavy), recent = budget - sinks - heavy;
+    const int heavy = budget - sinks - recent;
     qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
     if (heavy > 0) {
         /* m > budget, so the older region holds r > heavy >= 1 tokens */
@@ -252,4 +267,5 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .probe = qinfer_probe,
     .obs_window = qinfer_obs_window,
     .free = qinfer_free,
+    .by_position = qinfer_by_position,
 };
