@@ -159,10 +159,24 @@ static void oracle(const tview *t, rule r, uint8_t *f) {
             recent = r.recent_n < B - s ? r.recent_n : B - s;
             heavy = B - s - recent;
         }
+        /* the recent window; of a policy that offloads (qinfer), the
+         * newest working tokens at positions past every offloaded token,
+         * places it cannot fill going to the scored tokens */
+        int32_t newest_off = INT32_MIN;
+        for (int i = 0; r.evict == QI_KV_OFFLOAD && i < n; i++)
+            if (t->tier[i] == QI_KV_OFFLOADED && t->pos[i] > newest_off) newest_off = t->pos[i];
+        int reach = 0;
+        for (int i = 0; i < n; i++) reach += role[i] == R_OLD && t->tier[i] == QI_KV_WORKING && t->pos[i] > newest_off;
+        if (recent > reach) {
+            heavy += recent - reach;
+            recent = reach;
+        }
         for (int i = 0; i < n; i++) {
-            if (role[i] != R_OLD) continue;
+            if (role[i] != R_OLD || t->tier[i] != QI_KV_WORKING || t->pos[i] <= newest_off) continue;
             int nw = 0;
-            for (int j = 0; j < n; j++) nw += (role[j] == R_OLD || role[j] == R_RECENT) && newer(t, j, i);
+            for (int j = 0; j < n; j++)
+                nw += (role[j] == R_OLD || role[j] == R_RECENT) && t->tier[j] == QI_KV_WORKING &&
+                      t->pos[j] > newest_off && newer(t, j, i);
             if (nw < recent) role[i] = R_RECENT;
         }
         if (heavy > 0) {
@@ -742,26 +756,47 @@ START_TEST(snapkv_judges_the_prompt_at_its_end) {
 }
 END_TEST
 
-/* qinfer judge=W: the same deferral, then its own rule on the vote. */
+/* qinfer judge=W: the same deferral, then on the prompt's end the W newest
+ * (the observation window) and the rest of the budget by the vote; with
+ * judge_split=false its own split (half the budget recent) on the vote. */
 START_TEST(qinfer_judges_the_prompt_at_its_end) {
-    qi_kv_policy *q = make("qinfer", "judge=4,pool=1,sinks=0,windows=1,full_layers=0,offload=false");
-    ck_assert_int_eq(qi_kv_policy_obs_window(q), 4);
-    tview *t = tv_new(12, 4, 3); /* heavy 2, recent 2 (10, 11) */
-    for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 1 ? 50.0f : 0; /* accumulated before */
-    t->v.prompt_more = true;
-    ck_assert_int_eq(sel(q, t), 12);
-    t->v.prompt_more = false;
-    float obs[12] = {0}, attn[12] = {0};
-    obs[6] = 2;
-    obs[8] = 1;
-    t->v.obs = obs;
-    t->v.n_obs = 4;
-    qi_kv_policy_observe(q, &t->v, attn);
-    ck_assert_int_eq(sel(q, t), 4);
-    expect_kept(t, (int32_t[]){6, 8, 10, 11}, 4, QI_KV_DROP);
+    static const struct {
+        const char *spec;
+        int32_t keep[6];
+    } cases[] = {{"judge=2,pool=1,sinks=0,windows=1,full_layers=0,offload=false", {1, 3, 6, 8, 10, 11}},
+                 {"judge=2,pool=1,sinks=0,windows=1,full_layers=0,offload=false,judge_split=false",
+                  {1, 6, 8, 9, 10, 11}}};
+    tview *t = tv_new(12, 6, 3);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *q = make("qinfer", cases[c].spec);
+        ck_assert_int_eq(qi_kv_policy_obs_window(q), 2);
+        for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 2 ? 50.0f : 0; /* accumulated before */
+        t->v.prompt_more = true;
+        t->v.obs = NULL;
+        ck_assert_int_eq(sel(q, t), 12);
+        t->v.prompt_more = false;
+        float obs[12] = {0}, attn[12] = {0};
+        obs[6] = 2;
+        obs[8] = 1;
+        obs[1] = 0.5f;
+        obs[3] = 0.25f;
+        t->v.obs = obs;
+        t->v.n_obs = 2;
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_int_eq(sel(q, t), 6);
+        expect_kept(t, cases[c].keep, 6, QI_KV_DROP);
+        qi_kv_policy_free(q);
+    }
+    t->v.obs = NULL;
+    t->v.n_obs = 0;
+    t->v.budget = 4;
+    qi_kv_policy *q;
+    /* the default judges with a 32-token window; judge=0 has none and
+     * evicts during the prompt */
+    q = make("qinfer", "");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 32);
     qi_kv_policy_free(q);
-    /* judge=0 (the default) has no window and evicts during the prompt */
-    q = make("qinfer", "sinks=0,windows=1,full_layers=0,offload=false");
+    q = make("qinfer", "judge=0,sinks=0,windows=1,full_layers=0,offload=false");
     ck_assert_int_eq(qi_kv_policy_obs_window(q), 0);
     t->v.prompt_more = true;
     ck_assert_int_eq(sel(q, t), 4);
@@ -1316,7 +1351,8 @@ static const config CONFIGS[] = {
     {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
@@ -1328,7 +1364,8 @@ static const config CONFIGS[] = {
     {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
     {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
-    {"qinfer", "judge=8", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=8", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=0,windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1695,7 +1732,7 @@ END_TEST
 START_TEST(select_survives_scratch_failure) {
     static const config cases[] = {
         {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
-        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+        {"qinfer", "sinks=2,full_layers=0", {2, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     };
     uint64_t rng = 17;
     for (int c = 0; c < 2; c++) {
