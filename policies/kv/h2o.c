@@ -43,9 +43,15 @@ static void h2o_observe(qi_kv_policy *p, qi_kv_view *v, const float *attn) {
 
 static void h2o_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     h2o_policy *p = (h2o_policy *)pp;
-    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    int recent, heavy;
+    qi_kv_split_recent(v, p->heavy, &recent, &heavy);
     qi_kv_rank_begin(v, false, fate);
-    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, NULL, QI_KV_DROP);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, recent, heavy, NULL, QI_KV_DROP);
+}
+
+static void h2o_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    *oldest = 0;
+    *newest = qi_kv_recent_of(budget, ((const h2o_policy *)pp)->heavy);
 }
 
 const qi_kv_policy_i qi_kv_h2o_policy = {
@@ -57,4 +63,5 @@ const qi_kv_policy_i qi_kv_h2o_policy = {
     .observe = h2o_observe,
     .select = h2o_select,
     .free = qi_kv_scored_free,
+    .by_position = h2o_by_position,
 };

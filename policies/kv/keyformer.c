@@ -123,9 +123,15 @@ static void kf_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
 
 static void kf_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     kf_policy *p = (kf_policy *)pp;
-    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    int recent, heavy;
+    qi_kv_split_recent(v, p->heavy, &recent, &heavy);
     qi_kv_rank_begin(v, false, fate);
-    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, NULL, QI_KV_DROP);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, recent, heavy, NULL, QI_KV_DROP);
+}
+
+static void kf_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    *oldest = 0;
+    *newest = qi_kv_recent_of(budget, ((const kf_policy *)pp)->heavy);
 }
 
 const qi_kv_policy_i qi_kv_keyformer_policy = {
@@ -137,4 +143,5 @@ const qi_kv_policy_i qi_kv_keyformer_policy = {
     .observe = kf_observe,
     .select = kf_select,
     .free = qi_kv_scored_free,
+    .by_position = kf_by_position,
 };

@@ -38,7 +38,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 3u
+#define QI_KV_POLICY_VERSION 4u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -67,6 +67,12 @@ typedef struct {
     bool prompt_more;
     const float *obs;     /* [n] or NULL */
     int n_obs;
+    /* The budget a policy sizes what it keeps by position (sinks, recent
+     * window) from: the layer's budget. It equals budget except under ada=,
+     * where budget is the head's share and only the part beyond the window
+     * moves between heads. 0 (a view made by hand) means budget; read it
+     * through qi_kv_view_layer_budget (rank_int.h). */
+    int layer_budget;
 } qi_kv_view;
 
 typedef struct qi_kv_policy qi_kv_policy;
@@ -105,6 +111,13 @@ typedef struct {
      * counts). Read by the per-head budgets (ada=). Optional: NULL means
      * the score itself. */
     float (*rank)(float score);
+    /* How many tokens select() keeps by position, whatever their scores, at
+     * a layer budget of `budget`: *oldest the oldest (sinks), *newest the
+     * newest (the recent window), on a layer that is not exempt. ada=
+     * leaves every head these and shares out only the rest of the budget
+     * (Ada-KV keeps each head's observation window). Optional: NULL means
+     * none (tova: every place goes by score). */
+    void (*by_position)(const qi_kv_policy *p, int budget, int *oldest, int *newest);
 } qi_kv_policy_i;
 
 /* Every policy object starts with its interface. The fields after it
@@ -118,10 +131,12 @@ struct qi_kv_policy {
      * the layers' count x budget; 0 is the same budget on every layer. */
     double pyramid;
     /* ada=F (Ada-KV's head budgets), in [0, 1]: a (sequence, layer)'s KV
-     * heads are decided together, each head sure of floor((1 - F) x
-     * budget) tokens (at least one) and the rest of the layer's heads x
-     * budget going to the best ranks over all of them; 0 is the same
-     * budget for every head. Only for policies with observe(). */
+     * heads are decided together. Each head keeps the tokens its policy
+     * keeps by position (by_position()) and of the rest of the budget S is
+     * sure of floor((1 - F) x S) tokens (at least one); what is left of
+     * the layer's heads x budget goes to the best ranks over all heads'
+     * other tokens; 0 is the same budget for every head. Only for
+     * policies with observe(). */
     double ada;
     int n_layer;
     struct qi_kv_item *ada_items; /* the ranking scratch of ada=, grown on use */
@@ -163,10 +178,12 @@ bool qi_kv_policy_heads_together(const qi_kv_policy *p);
  * decision; every v[h].budget the nominal budget). Without ada= (or with
  * n = 1) it is qi_kv_policy_observe and qi_kv_policy_select on each; with
  * it, after observing all, the layer's budget (pyramid= applied) times n
- * is shared among the heads (qi_kv_rank_ada_budgets in rank_int.h) and
- * each select() is shown and held to its head's share. If the scratch for
- * that cannot grow, every head gets the layer's budget. Errors as
- * qi_kv_policy_select's, for the first head that fails. */
+ * is shared among the heads (qi_kv_rank_ada_budgets in rank_int.h: each
+ * head keeps its policy's position window, the rest is shared) and each
+ * select() is shown and held to its head's share, with layer_budget the
+ * layer's. If the scratch for that cannot grow, every head gets the
+ * layer's budget. Errors as qi_kv_policy_select's, for the first head that
+ * fails. */
 qi_status qi_kv_policy_decide(qi_kv_policy *p, qi_kv_view *v, int n, const float *const *attn, uint8_t *const *fate,
                               qi_err *err);
 int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */

@@ -8,14 +8,19 @@
  *                4, as StreamingLLM; 0 off);
  *   recent       of the rest of the budget B' = budget - sinks, heavy =
  *                floor(B' * heavy) goes to scored tokens and recent = B' -
- *                heavy to the newest tokens;
+ *                heavy to the newest working tokens past every offloaded
+ *                one (places the window cannot fill are scored);
  *   windows      the older region (neither sink nor recent) is cut into
  *                `windows` windows of equal position span, oldest to
  *                newest, and each keeps its best scores within a quota of
  *                heavy / windows, the remainder going one each to the
  *                newest windows; quota a window cannot fill (too few
  *                tokens) passes to the best leftovers of the whole region,
- *                so the budget is always used (1 window is H2O's rule);
+ *                so the budget is always used (1 window, the default, is
+ *                H2O's rule: measured, 4 windows cost passkey retrieval a
+ *                sixth of its keys at length 1024, since a prompt's vote
+ *                concentrates on the key's stretch and a quota cuts it,
+ *                and gave no better perplexity);
  *   full_layers  layers below it keep everything (exempt), since the first
  *                layers attend broadly and suffer most from eviction;
  *   offload      evicted tokens go to the offload tier, not away;
@@ -49,14 +54,24 @@
  * many steps). With mean=true the decayed sum is divided by the steps
  * cached, as the plain sum is.
  *
- * judge (0: off) judges a prompt once it has been read, as snapkv does:
- * while more of the prompt follows nothing is evicted, and on the prompt's
- * last segment every token's score becomes the vote of the prompt's last
- * `judge` queries (their weights, max-pooled over `pool` neighbours by
- * position), so the choice of scored tokens is made by the queries nearest
- * the question rather than by the accumulated attention of the text before
- * it, chunk by chunk, before the question exists. The sinks, recent tokens
- * and windows then apply to those scores as to any; decoding adds to them.
+ * judge (default 32; 0: off) judges a prompt once it has been read, as
+ * snapkv does: while more of the prompt follows nothing is evicted, and on
+ * the prompt's last segment every token's score becomes the vote of the
+ * prompt's last `judge` queries (their weights, max-pooled over `pool`
+ * neighbours by position), so the choice of scored tokens is made by the
+ * queries nearest the question rather than by the accumulated attention of
+ * the text before it, chunk by chunk, before the question exists. On that
+ * segment the recent window is the `judge` newest tokens and the rest of
+ * the budget goes to the vote (judge_split=true; false keeps the usual
+ * split, which gives half the budget to the filler before the question);
+ * decoding then adds to the scores. The recent window's rule (only past
+ * the newest offloaded token) keeps the next steps from taking back, by
+ * position, the tokens the vote evicted: the window starts at the
+ * judgement's own and grows with the generated tokens. Where every
+ * eviction is of tokens older than the window, which is so while decoding
+ * token by token (the window's start only moves forward) and with judge=0,
+ * the rule is the plain `recent` newest tokens. Decode-mode perplexity
+ * feeds no prompt, so judge changes nothing there.
  *
  * Windows are by position span rather than by equal token counts so that a
  * window means a stretch of the text: after eviction the older region is
@@ -76,12 +91,16 @@ typedef struct {
     int sinks, windows, full_layers, probe_every, judge, pool;
     double heavy;
     float decay; /* per measured step, (0, 1] */
-    bool offload, recall, mean;
+    bool offload, recall, mean, judge_split;
     qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
 } qinfer_policy;
 
 extern const qi_kv_policy_i qi_kv_qinfer_policy;
+
+/* A working label in select(): a competitor out of the recent window's
+ * reach, set aside while the window is taken. */
+#define QI_KV_SET_ASIDE 0xFEu
 
 static void qinfer_free(qi_kv_policy *pp) {
     qinfer_policy *p = (qinfer_policy *)pp;
@@ -92,15 +111,15 @@ static void qinfer_free(qi_kv_policy *pp) {
 }
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
-    static const char *const known[] = {"sinks",       "windows", "heavy", "full_layers", "offload", "recall",
-                                        "probe_every", "mean",    "decay", "judge",       "pool",    NULL};
+    static const char *const known[] = {"sinks", "windows", "heavy", "full_layers", "offload",     "recall", "probe_every",
+                                        "mean",  "decay",   "judge", "pool",        "judge_split", NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
     bool offload, recall;
     qi_status st = qi_params_check_known(params, who, known, err);
     if (!st) st = qi_params_int(params, who, "sinks", 4, 0, INT_MAX, &sinks, err);
-    if (!st) st = qi_params_int(params, who, "windows", 4, 1, 65536, &windows, err);
+    if (!st) st = qi_params_int(params, who, "windows", 1, 1, 65536, &windows, err);
     if (!st) st = qi_params_double(params, who, "heavy", 0.5, 0.0, 1.0, &heavy, err);
     if (!st) st = qi_params_int(params, who, "full_layers", 2 < n_layer ? 2 : n_layer, 0, n_layer, &full_layers, err);
     if (!st) st = qi_params_bool(params, who, "offload", true, &offload, err);
@@ -115,7 +134,9 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
         st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'decay' must be a number in (0, 1], got '%s'",
                     qi_params_get(params, "decay"));
     long judge, pool;
-    if (!st) st = qi_params_int(params, who, "judge", 0, 0, 65536, &judge, err);
+    bool judge_split;
+    if (!st) st = qi_params_int(params, who, "judge", 32, 0, 65536, &judge, err);
+    if (!st) st = qi_params_bool(params, who, "judge_split", true, &judge_split, err);
     if (!st) st = qi_kv_params_pool(params, who, &pool, err);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
@@ -131,6 +152,7 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->mean = mean;
     p->decay = (float)decay;
     p->judge = (int)judge;
+    p->judge_split = judge_split;
     p->pool = (int)pool;
     if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
         qinfer_free(&p->base);
@@ -206,6 +228,17 @@ static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_i
     }
 }
 
+/* The sinks and the recent window at a layer budget: sinks capped at it,
+ * and of B' = budget - sinks, B' - floor(B' x heavy) newest. */
+static void qinfer_window(const qinfer_policy *p, int budget, int *sinks, int *recent) {
+    *sinks = p->sinks < budget ? p->sinks : budget;
+    *recent = budget - *sinks - qi_kv_heavy_count(budget - *sinks, p->heavy);
+}
+
+static void qinfer_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    qinfer_window((const qinfer_policy *)pp, budget, oldest, newest);
+}
+
 static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     qinfer_policy *p = (qinfer_policy *)pp;
     if (v->layer < p->full_layers) {
@@ -213,7 +246,11 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         return;
     }
     const uint8_t evict = p->offload ? QI_KV_OFFLOAD : QI_KV_DROP;
-    const int budget = v->budget, sinks = p->sinks < budget ? p->sinks : budget;
+    const int budget = v->budget;
+    int sinks, recent;
+    qinfer_window(p, qi_kv_view_layer_budget(v), &sinks, &recent);
+    if (sinks > budget) sinks = budget;
+    if (recent > budget - sinks) recent = budget - sinks;
     if (p->judge > 0 && v->prompt_more) { /* judged at the prompt's end */
         qi_kv_rank_begin(v, false, fate);
         qi_kv_rank_finish(v, fate, QI_KV_KEEP);
@@ -226,8 +263,30 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         qi_kv_rank_finish(v, fate, evict);
         return;
     }
-    const int heavy = qi_kv_heavy_count(budget - sinks, p->heavy), recent = budget - sinks - heavy;
+    if (v->obs && p->judge > 0 && p->judge_split) /* the prompt's end: its observation window, the rest voted */
+        recent = p->judge < budget - sinks ? p->judge : budget - sinks;
+    /* The recent window: the newest working tokens newer than every
+     * offloaded one, at most `recent`; places it cannot fill are scored.
+     * While every eviction is of tokens older than the window (decoding
+     * token by token: the window's start only moves forward) this is the
+     * `recent` newest tokens. After a judged prompt the vote has evicted
+     * tokens near its end, and a window by position would take back the
+     * filler before the question in place of the voted tokens; this one
+     * starts at the judgement's own window and grows with new tokens. */
+    int32_t newest_off = INT32_MIN; /* without offload, whatever else is offloaded is not this policy's */
+    for (int i = 0; p->offload && i < v->n; i++)
+        if (v->tier[i] == QI_KV_OFFLOADED && v->pos[i] > newest_off) newest_off = v->pos[i];
+    int in_reach = 0;
+    for (int i = 0; i < v->n; i++) {
+        if (fate[i] != QI_KV_UNDECIDED) continue;
+        if (v->tier[i] == QI_KV_OFFLOADED || v->pos[i] <= newest_off) fate[i] = QI_KV_SET_ASIDE;
+        else in_reach++;
+    }
+    if (recent > in_reach) recent = in_reach;
+    const int heavy = budget - sinks - recent;
     qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
+    for (int i = 0; i < v->n; i++)
+        if (fate[i] == QI_KV_SET_ASIDE) fate[i] = QI_KV_UNDECIDED;
     if (heavy > 0) {
         /* m > budget, so the older region holds r > heavy >= 1 tokens */
         qi_kv_item *it = p->scratch.items;
@@ -243,8 +302,8 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
-    .params = "sinks=4,windows=4,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1,"
-              "judge=0,pool=7",
+    .params = "sinks=4,windows=1,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1,"
+              "judge=32,pool=7,judge_split=true",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,
@@ -252,4 +311,5 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .probe = qinfer_probe,
     .obs_window = qinfer_obs_window,
     .free = qinfer_free,
+    .by_position = qinfer_by_position,
 };

@@ -211,25 +211,30 @@ void qi_kv_rank_recent_top(const qi_kv_view *v, uint8_t *fate, qi_kv_scratch *s,
     qi_kv_rank_finish(v, fate, evict);
 }
 
-void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, double ada, float (*rank)(float),
-                            qi_kv_item *items, int *out) {
-    int f = qi_kv_heavy_count(budget, 1.0 - ada);
-    if (f < 1) f = 1;
-    /* Each head's tokens, its f_h best moved to the front of its run and
-     * the rest packed after the previous heads' rest: the pool. A slot is
-     * numbered across the heads (base + slot), which orders equal scores
+void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, int window, double ada, float (*rank)(float),
+                            const uint8_t *const *cand, qi_kv_item *items, int *out) {
+    if (window < 0) window = 0;
+    if (window > budget) window = budget;
+    const int S = budget - window;
+    int f = S > 0 ? qi_kv_heavy_count(S, 1.0 - ada) : 0;
+    if (S > 0 && f < 1) f = 1;
+    /* Each head's candidates, its f_h best moved to the front of its run
+     * and the rest packed after the previous heads' rest: the pool. A slot
+     * is numbered across the heads (base + slot), which orders equal scores
      * and positions by head and tells whose a pooled token is. */
     long R = (long)n * budget;
     int pooled = 0, base = 0;
     for (int h = 0; h < n; h++) {
         qi_kv_item *run = items + pooled;
+        int c = 0;
         for (int i = 0; i < v[h].n; i++)
-            run[i] = (qi_kv_item){rank ? rank(v[h].score[i]) : v[h].score[i], v[h].pos[i], base + i};
-        const int fh = f < v[h].n ? f : v[h].n;
-        qi_kv_rank_top_by_score(run, v[h].n, fh);
-        out[h] = fh;
-        R -= fh;
-        for (int i = fh; i < v[h].n; i++) items[pooled++] = run[i];
+            if (!cand || cand[h][i] == QI_KV_UNDECIDED)
+                run[c++] = (qi_kv_item){rank ? rank(v[h].score[i]) : v[h].score[i], v[h].pos[i], base + i};
+        const int wh = window < v[h].n ? window : v[h].n, fh = f < c ? f : c;
+        qi_kv_rank_top_by_score(run, c, fh);
+        out[h] = wh + fh;
+        R -= wh + fh;
+        for (int i = fh; i < c; i++) items[pooled++] = run[i];
         base += v[h].n;
     }
     if (R <= 0 || pooled == 0) return;

@@ -73,18 +73,24 @@ void qi_kv_rank_recent_top(const qi_kv_view *v, uint8_t *fate, qi_kv_scratch *s,
                            float (*key)(float), uint8_t evict);
 
 /* Ada-KV's budgets (Feng et al., 2024) for the n KV heads of one
- * (sequence, layer), v[h] head h after observe(): every token a view holds
- * (both tiers, since an offloaded token may be recalled) is a candidate,
- * ranked by rank(score) (NULL: the score) under the order of
- * qi_kv_rank_top_by_score, equal scores and positions going to the
- * higher head. Each head is sure of its f_h = min(f, its tokens) best,
- * where f = floor((1 - ada) x budget) raised to 1 (Ada-KV's safeguard: no
- * head starves); the other R = n x budget - sum f_h go to the R best of
- * all heads' remaining candidates. out[h] = f_h + what head h won there,
+ * (sequence, layer), v[h] head h after observe(). Each head keeps
+ * w_h = min(window, its tokens) by position, the tokens its policy keeps
+ * whatever their scores (sinks, recent window); cand[h][i] is
+ * QI_KV_UNDECIDED for head h's other tokens, the candidates (both tiers,
+ * since an offloaded token may be recalled; cand NULL: every token). Only
+ * the scored part S = budget - window moves between heads, as Ada-KV keeps
+ * every head's observation window: candidates are ranked by rank(score)
+ * (NULL: the score) under the order of qi_kv_rank_top_by_score, equal
+ * scores and positions going to the higher head; each head is sure of its
+ * f_h = min(f, its candidates) best, where f = floor((1 - ada) x S) raised
+ * to 1 when S > 0 (Ada-KV's safeguard: no head starves), 0 when S = 0;
+ * the other R = n x budget - sum (w_h + f_h) go to the R best of all
+ * heads' remaining candidates. out[h] = w_h + f_h + what head h won there,
  * so the budgets sum to n x budget (less only when fewer tokens are held).
- * items needs room for the views' tokens together; no allocation. */
-void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, double ada, float (*rank)(float),
-                            qi_kv_item *items, int *out);
+ * window 0 shares the whole budget. items needs room for the views' tokens
+ * together; no allocation. */
+void qi_kv_rank_ada_budgets(const qi_kv_view *v, int n, int budget, int window, double ada, float (*rank)(float),
+                            const uint8_t *const *cand, qi_kv_item *items, int *out);
 
 /* A scored policy's object starts with this: its base, then the scratch
  * for score ranking. */
@@ -118,6 +124,28 @@ void qi_kv_rank_pool_max(const qi_kv_view *v, const float *obs, int kernel, qi_k
 static inline int qi_kv_heavy_count(int budget, double frac) {
     int h = (int)floor((double)budget * frac + 1e-9);
     return h < 0 ? 0 : h > budget ? budget : h;
+}
+
+/* The budget a policy sizes its position window from: qi_kv_view's
+ * layer_budget, or budget where that is 0. The policy's window is computed
+ * at this budget and its scored places are what v->budget leaves beyond
+ * the window; without ada= the two budgets are equal. */
+static inline int qi_kv_view_layer_budget(const qi_kv_view *v) {
+    return v->layer_budget > 0 ? v->layer_budget : v->budget;
+}
+
+/* The split of h2o, keyformer and scissorhands: the recent window is
+ * budget - floor(budget x heavy) at the layer's budget, capped at the
+ * view's budget, and the scored places are the rest of the view's budget
+ * (Ada-KV moves only these between heads). */
+static inline int qi_kv_recent_of(int layer_budget, double heavy) {
+    return layer_budget - qi_kv_heavy_count(layer_budget, heavy);
+}
+static inline void qi_kv_split_recent(const qi_kv_view *v, double heavy, int *recent, int *scored) {
+    int r = qi_kv_recent_of(qi_kv_view_layer_budget(v), heavy);
+    if (r > v->budget) r = v->budget;
+    *recent = r;
+    *scored = v->budget - r;
 }
 
 #endif

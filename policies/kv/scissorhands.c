@@ -82,9 +82,15 @@ static float sh_rank(float mask) {
 
 static void sh_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
     sh_policy *p = (sh_policy *)pp;
-    const int heavy = qi_kv_heavy_count(v->budget, p->heavy);
+    int recent, heavy;
+    qi_kv_split_recent(v, p->heavy, &recent, &heavy);
     qi_kv_rank_begin(v, false, fate);
-    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, v->budget - heavy, heavy, sh_rank, QI_KV_DROP);
+    qi_kv_rank_recent_top(v, fate, &p->sc.scratch, recent, heavy, sh_rank, QI_KV_DROP);
+}
+
+static void sh_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    *oldest = 0;
+    *newest = qi_kv_recent_of(budget, ((const sh_policy *)pp)->heavy);
 }
 
 const qi_kv_policy_i qi_kv_scissorhands_policy = {
@@ -97,4 +103,5 @@ const qi_kv_policy_i qi_kv_scissorhands_policy = {
     .select = sh_select,
     .free = qi_kv_scored_free,
     .rank = sh_rank,
+    .by_position = sh_by_position,
 };

@@ -52,6 +52,12 @@ static qi_status snapkv_create(const qi_params *params, int n_layer, qi_kv_polic
     return QI_OK;
 }
 
+static void snapkv_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
+    const int w = ((const snapkv_policy *)pp)->window;
+    *oldest = 0;
+    *newest = w < budget ? w : budget;
+}
+
 static int snapkv_obs_window(const qi_kv_policy *pp) { return ((const snapkv_policy *)pp)->window; }
 
 static void snapkv_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
@@ -74,7 +80,8 @@ static void snapkv_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         qi_kv_rank_finish(v, fate, QI_KV_KEEP);
         return;
     }
-    const int recent = p->window < budget ? p->window : budget;
+    const int lb = qi_kv_view_layer_budget(v), w = p->window < lb ? p->window : lb,
+              recent = w < budget ? w : budget;
     qi_kv_rank_recent_top(v, fate, &p->sc.scratch, recent, budget - recent, NULL, QI_KV_DROP);
 }
 
@@ -87,5 +94,6 @@ const qi_kv_policy_i qi_kv_snapkv_policy = {
     .observe = snapkv_observe,
     .select = snapkv_select,
     .obs_window = snapkv_obs_window,
+    .by_position = snapkv_by_position,
     .free = qi_kv_scored_free,
 };

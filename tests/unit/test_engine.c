@@ -607,6 +607,7 @@ START_TEST(policy_batched_equals_separate) {
     policy_batched_vs_separate("snapkv", "window=4");
     policy_batched_vs_separate("snapkv", "window=4,ada=1");
     policy_batched_vs_separate("qinfer", "judge=4,probe_every=2");
+    policy_batched_vs_separate("qinfer", "judge=0,windows=4,probe_every=2"); /* evicting chunk by chunk */
     g_pb_step_tokens = 0;
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
 }

@@ -159,10 +159,24 @@ static void oracle(const tview *t, rule r, uint8_t *f) {
             recent = r.recent_n < B - s ? r.recent_n : B - s;
             heavy = B - s - recent;
         }
+        /* the recent window; of a policy that offloads (qinfer), the
+         * newest working tokens at positions past every offloaded token,
+         * places it cannot fill going to the scored tokens */
+        int32_t newest_off = INT32_MIN;
+        for (int i = 0; r.evict == QI_KV_OFFLOAD && i < n; i++)
+            if (t->tier[i] == QI_KV_OFFLOADED && t->pos[i] > newest_off) newest_off = t->pos[i];
+        int reach = 0;
+        for (int i = 0; i < n; i++) reach += role[i] == R_OLD && t->tier[i] == QI_KV_WORKING && t->pos[i] > newest_off;
+        if (recent > reach) {
+            heavy += recent - reach;
+            recent = reach;
+        }
         for (int i = 0; i < n; i++) {
-            if (role[i] != R_OLD) continue;
+            if (role[i] != R_OLD || t->tier[i] != QI_KV_WORKING || t->pos[i] <= newest_off) continue;
             int nw = 0;
-            for (int j = 0; j < n; j++) nw += (role[j] == R_OLD || role[j] == R_RECENT) && newer(t, j, i);
+            for (int j = 0; j < n; j++)
+                nw += (role[j] == R_OLD || role[j] == R_RECENT) && t->tier[j] == QI_KV_WORKING &&
+                      t->pos[j] > newest_off && newer(t, j, i);
             if (nw < recent) role[i] = R_RECENT;
         }
         if (heavy > 0) {
@@ -742,26 +756,47 @@ START_TEST(snapkv_judges_the_prompt_at_its_end) {
 }
 END_TEST
 
-/* qinfer judge=W: the same deferral, then its own rule on the vote. */
+/* qinfer judge=W: the same deferral, then on the prompt's end the W newest
+ * (the observation window) and the rest of the budget by the vote; with
+ * judge_split=false its own split (half the budget recent) on the vote. */
 START_TEST(qinfer_judges_the_prompt_at_its_end) {
-    qi_kv_policy *q = make("qinfer", "judge=4,pool=1,sinks=0,windows=1,full_layers=0,offload=false");
-    ck_assert_int_eq(qi_kv_policy_obs_window(q), 4);
-    tview *t = tv_new(12, 4, 3); /* heavy 2, recent 2 (10, 11) */
-    for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 1 ? 50.0f : 0; /* accumulated before */
-    t->v.prompt_more = true;
-    ck_assert_int_eq(sel(q, t), 12);
-    t->v.prompt_more = false;
-    float obs[12] = {0}, attn[12] = {0};
-    obs[6] = 2;
-    obs[8] = 1;
-    t->v.obs = obs;
-    t->v.n_obs = 4;
-    qi_kv_policy_observe(q, &t->v, attn);
-    ck_assert_int_eq(sel(q, t), 4);
-    expect_kept(t, (int32_t[]){6, 8, 10, 11}, 4, QI_KV_DROP);
+    static const struct {
+        const char *spec;
+        int32_t keep[6];
+    } cases[] = {{"judge=2,pool=1,sinks=0,windows=1,full_layers=0,offload=false", {1, 3, 6, 8, 10, 11}},
+                 {"judge=2,pool=1,sinks=0,windows=1,full_layers=0,offload=false,judge_split=false",
+                  {1, 6, 8, 9, 10, 11}}};
+    tview *t = tv_new(12, 6, 3);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qi_kv_policy *q = make("qinfer", cases[c].spec);
+        ck_assert_int_eq(qi_kv_policy_obs_window(q), 2);
+        for (int i = 0; i < 12; i++) t->score[i] = i == 0 || i == 2 ? 50.0f : 0; /* accumulated before */
+        t->v.prompt_more = true;
+        t->v.obs = NULL;
+        ck_assert_int_eq(sel(q, t), 12);
+        t->v.prompt_more = false;
+        float obs[12] = {0}, attn[12] = {0};
+        obs[6] = 2;
+        obs[8] = 1;
+        obs[1] = 0.5f;
+        obs[3] = 0.25f;
+        t->v.obs = obs;
+        t->v.n_obs = 2;
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_int_eq(sel(q, t), 6);
+        expect_kept(t, cases[c].keep, 6, QI_KV_DROP);
+        qi_kv_policy_free(q);
+    }
+    t->v.obs = NULL;
+    t->v.n_obs = 0;
+    t->v.budget = 4;
+    qi_kv_policy *q;
+    /* the default judges with a 32-token window; judge=0 has none and
+     * evicts during the prompt */
+    q = make("qinfer", "");
+    ck_assert_int_eq(qi_kv_policy_obs_window(q), 32);
     qi_kv_policy_free(q);
-    /* judge=0 (the default) has no window and evicts during the prompt */
-    q = make("qinfer", "sinks=0,windows=1,full_layers=0,offload=false");
+    q = make("qinfer", "judge=0,sinks=0,windows=1,full_layers=0,offload=false");
     ck_assert_int_eq(qi_kv_policy_obs_window(q), 0);
     t->v.prompt_more = true;
     ck_assert_int_eq(sel(q, t), 4);
@@ -856,10 +891,13 @@ START_TEST(pyramid_budgets_keep_the_total) {
 END_TEST
 
 /* ---- Ada-KV's head budgets (ada=) -----------------------------------------
- * The brute force: every token of every head ranked by counting the tokens
- * that beat it (higher rank key, then newer position, then the higher head,
- * then the higher slot); a head's floor is its f_h best within itself, and
- * of the rest the R best over all heads are won. */
+ * The brute force: each head's window is its `oldest` oldest and `newest`
+ * newest tokens by position (counting, ties to the higher slot); every
+ * other token of every head is ranked by counting the tokens that beat it
+ * (higher rank key, then newer position, then the higher head, then the
+ * higher slot); a head's floor is its f_h best within itself, f computed
+ * on the budget beyond the window, and of the rest the R best over all
+ * heads are won. */
 
 #define ADA_HEADS 5
 
@@ -872,30 +910,47 @@ static bool ada_beats(tview *const *t, int key, int h, int i, int g, int j) {
     return h != g ? h > g : i > j;
 }
 
-/* Per head: floor[h][i] (in its head's f_h best) and the budgets. */
-static void ada_oracle(tview *const *t, int n, int budget, double ada, int key, int *budgets,
-                       uint8_t floor_of[][MAXN], uint8_t won[][MAXN]) {
-    int f = (int)floor((double)budget * (1.0 - ada) + 1e-9);
-    if (f < 1) f = 1;
-    if (f > budget) f = budget;
+/* Per head: in_window[h][i] (kept by position), floor[h][i] (in its head's
+ * f_h best candidates) and the budgets. */
+static void ada_oracle(tview *const *t, int n, int budget, int oldest, int newest, double ada, int key,
+                       int *budgets, uint8_t in_window[][MAXN], uint8_t floor_of[][MAXN], uint8_t won[][MAXN]) {
+    const int S = budget - oldest - newest;
+    int f = (int)floor((double)S * (1.0 - ada) + 1e-9);
+    if (S > 0 && f < 1) f = 1;
+    if (f > S) f = S;
     long R = (long)n * budget;
     for (int h = 0; h < n; h++) {
-        const int fh = f < t[h]->v.n ? f : t[h]->v.n;
-        for (int i = 0; i < t[h]->v.n; i++) {
-            int above = 0;
-            for (int j = 0; j < t[h]->v.n; j++) above += ada_beats(t, key, h, j, h, i);
-            floor_of[h][i] = above < fh;
+        const int m = t[h]->v.n;
+        int c = 0, wh = 0;
+        for (int i = 0; i < m; i++) {
+            int older = 0, nw = 0;
+            for (int j = 0; j < m; j++) {
+                older += newer(t[h], i, j);
+                nw += newer(t[h], j, i);
+            }
+            /* the oldest; then the newest of the rest (every token newer
+             * than one of the rest is of the rest) */
+            in_window[h][i] = older < oldest || nw < newest;
+            wh += in_window[h][i];
+            c += !in_window[h][i];
         }
-        budgets[h] = fh;
-        R -= fh;
+        const int fh = f < c ? f : c;
+        for (int i = 0; i < m; i++) {
+            int above = 0;
+            for (int j = 0; j < m; j++) above += !in_window[h][j] && ada_beats(t, key, h, j, h, i);
+            floor_of[h][i] = !in_window[h][i] && above < fh;
+        }
+        budgets[h] = wh + fh;
+        R -= wh + fh;
     }
     for (int h = 0; h < n; h++)
         for (int i = 0; i < t[h]->v.n; i++) {
             won[h][i] = 0;
-            if (floor_of[h][i]) continue;
+            if (floor_of[h][i] || in_window[h][i]) continue;
             long above = 0;
             for (int g = 0; g < n; g++)
-                for (int j = 0; j < t[g]->v.n; j++) above += !floor_of[g][j] && ada_beats(t, key, g, j, h, i);
+                for (int j = 0; j < t[g]->v.n; j++)
+                    above += !floor_of[g][j] && !in_window[g][j] && ada_beats(t, key, g, j, h, i);
             if (above < R) {
                 won[h][i] = 1;
                 budgets[h]++;
@@ -903,12 +958,14 @@ static void ada_oracle(tview *const *t, int n, int budget, double ada, int key, 
         }
 }
 
-static uint8_t g_floor[ADA_HEADS][MAXN], g_won[ADA_HEADS][MAXN];
+static uint8_t g_window[ADA_HEADS][MAXN], g_floor[ADA_HEADS][MAXN], g_won[ADA_HEADS][MAXN];
 
 /* qi_kv_rank_ada_budgets against the brute force on random heads (some
- * empty, some smaller than the floor, tied scores, shuffled slots), and
- * the budgets' sum: the heads times the budget, or every token held when
- * there are fewer. */
+ * empty, some smaller than the floor, tied scores, shuffled slots, equal
+ * positions) with random windows (none in a quarter of the cases, as
+ * tova; some filling the budget), the candidates marked as the registry
+ * marks them; and the budgets' sum: the heads times the budget, or every
+ * token held when there are fewer; and every head at least its window. */
 START_TEST(ada_budgets_match_brute_force) {
     uint64_t rng = 91;
     static const double adas[] = {0.0, 0.2, 0.5, 0.9, 1.0};
@@ -916,9 +973,17 @@ START_TEST(ada_budgets_match_brute_force) {
     for (int h = 0; h < ADA_HEADS; h++) t[h] = tv_new(0, 1, 3);
     qi_kv_item *items = malloc(sizeof *items * ADA_HEADS * 200);
     ck_assert_ptr_nonnull(items);
-    for (int it = 0; it < 400; it++) {
+    static uint8_t cand[ADA_HEADS][MAXN];
+    const uint8_t *cands[ADA_HEADS];
+    for (int it = 0; it < 600; it++) {
         const int n = 1 + (int)(qi_test_rand(&rng) % ADA_HEADS), budget = 1 + (int)(qi_test_rand(&rng) % 60);
         const double ada = adas[qi_test_rand(&rng) % 5];
+        int oldest = 0, newest = 0;
+        if (it % 4 != 0) {
+            oldest = (int)(qi_test_rand(&rng) % 5);
+            if (oldest > budget) oldest = budget;
+            newest = (int)(qi_test_rand(&rng) % (uint64_t)(budget - oldest + 1));
+        }
         const int key = it % 4 == 3 ? KEY_FEWEST_BITS : KEY_SCORE;
         long held = 0;
         for (int h = 0; h < n; h++) {
@@ -929,14 +994,29 @@ START_TEST(ada_budgets_match_brute_force) {
             held += m;
         }
         qi_kv_view v[ADA_HEADS];
-        for (int h = 0; h < n; h++) v[h] = t[h]->v;
+        for (int h = 0; h < n; h++) {
+            v[h] = t[h]->v;
+            qi_kv_rank_begin(&v[h], true, cand[h]);
+            qi_kv_rank_mark_by_pos(&v[h], cand[h], oldest, false, QI_KV_KEEP);
+            qi_kv_rank_mark_by_pos(&v[h], cand[h], newest, true, QI_KV_KEEP);
+            cands[h] = cand[h];
+        }
         int got[ADA_HEADS], want[ADA_HEADS];
-        qi_kv_rank_ada_budgets(v, n, budget, ada, key == KEY_FEWEST_BITS ? sh_rank_ref : NULL, items, got);
-        ada_oracle(t, n, budget, ada, key, want, g_floor, g_won);
+        qi_kv_rank_ada_budgets(v, n, budget, oldest + newest, ada, key == KEY_FEWEST_BITS ? sh_rank_ref : NULL,
+                               it % 4 == 0 && it % 8 == 0 ? NULL : cands, items, got);
+        ada_oracle(t, n, budget, oldest, newest, ada, key, want, g_window, g_floor, g_won);
         long sum = 0;
         for (int h = 0; h < n; h++) {
-            ck_assert_msg(got[h] == want[h], "case %d (heads %d, budget %d, ada %g): head %d budget %d, oracle %d", it,
-                          n, budget, ada, h, got[h], want[h]);
+            ck_assert_msg(got[h] == want[h],
+                          "case %d (heads %d, budget %d, window %d + %d, ada %g): head %d budget %d, oracle %d", it, n,
+                          budget, oldest, newest, ada, h, got[h], want[h]);
+            int w = 0;
+            for (int i = 0; i < t[h]->v.n; i++) {
+                ck_assert_msg(g_window[h][i] == (cand[h][i] == QI_KV_KEEP), "case %d head %d slot %d: window", it, h,
+                              i);
+                w += g_window[h][i];
+            }
+            ck_assert_int_ge(got[h], w);
             sum += got[h];
         }
         const long full = (long)n * budget;
@@ -974,12 +1054,17 @@ static void decide_heads(qi_kv_policy *p, tview *const *t, int n) {
 /* Two heads of ten tokens, budget 4 each, h2o keeping only scores: head 0
  * scores 10..19 by position, head 1 scores 0..9. ada=1: head 1 is sure of
  * its best token only, and head 0 wins the other six; ada=0.5: two and
- * six; ada=0: four each. */
+ * six; ada=0: four each. With h2o's default split each head keeps its two
+ * newest and only the other two places a head move. */
 START_TEST(ada_moves_budget_to_the_heavier_head) {
     static const struct {
         const char *spec;
         int k0, k1;
-    } cases[] = {{"heavy=1,ada=1", 7, 1}, {"heavy=1,ada=0.5", 6, 2}, {"heavy=1", 4, 4}, {"heavy=1,ada=0", 4, 4}};
+    } cases[] = {{"heavy=1,ada=1", 7, 1}, {"heavy=1,ada=0.5", 6, 2}, {"heavy=1", 4, 4}, {"heavy=1,ada=0", 4, 4},
+                 /* a recent window of two a head stays; of the other two
+                  * places a head, head 1 is sure of one and head 0 wins
+                  * the other three */
+                 {"heavy=0.5,ada=1", 5, 3}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         qi_kv_policy *p = make("h2o", cases[c].spec);
         tview *t[2] = {tv_new(10, 4, 1), tv_new(10, 4, 1)};
@@ -1004,19 +1089,28 @@ END_TEST
 
 /* Through the wrapper, on random heads: h2o and tova with heavy scores
  * only keep exactly the oracle's floors and winnings; scissorhands
- * (heavy=1, ranked by its rank()) likewise on its masks; h2o at its
- * default split keeps each head's budget, which sum to the heads times the
- * layer's budget (pyramid= applied first). */
+ * (heavy=1, ranked by its rank()) likewise on its masks; with a recent
+ * window (h2o at its default split, with pyramid= too; scissorhands;
+ * snapkv's window; qinfer's sinks and recent tokens, one window) every
+ * head keeps exactly its window at the layer's budget plus the oracle's
+ * floors and winnings on the rest; every head keeps its budget, which sum
+ * to the heads times the layer's budget (pyramid= applied first). */
 START_TEST(ada_policies_keep_the_oracle_set) {
     static const struct {
         const char *name, *spec;
         int key;
-        bool exact;
-    } cases[] = {{"h2o", "heavy=1,ada=0.5", KEY_SCORE, true},
-                 {"tova", "ada=1", KEY_SCORE, true},
-                 {"scissorhands", "heavy=1,ada=0.7", KEY_FEWEST_BITS, true},
-                 {"h2o", "ada=0.8,pyramid=0.5", KEY_SCORE, false},
-                 {"snapkv", "window=3,ada=0.5", KEY_SCORE, false}};
+        int sinks;    /* the oldest kept by position */
+        double heavy; /* the newest: (lb - sinks) - floor((lb - sinks) x heavy) */
+        int window;   /* > 0: the newest are min(window, lb) instead */
+    } cases[] = {{"h2o", "heavy=1,ada=0.5", KEY_SCORE, 0, 1.0, 0},
+                 {"tova", "ada=1", KEY_SCORE, 0, 1.0, 0},
+                 {"scissorhands", "heavy=1,ada=0.7", KEY_FEWEST_BITS, 0, 1.0, 0},
+                 {"h2o", "ada=0.8,pyramid=0.5", KEY_SCORE, 0, 0.5, 0},
+                 {"h2o", "heavy=0.3,ada=1", KEY_SCORE, 0, 0.3, 0},
+                 {"scissorhands", "heavy=0.5,ada=0.8", KEY_FEWEST_BITS, 0, 0.5, 0},
+                 {"snapkv", "window=3,ada=0.5", KEY_SCORE, 0, 0.0, 3},
+                 {"qinfer", "sinks=2,windows=1,full_layers=0,offload=false,recall=false,ada=0.8", KEY_SCORE, 2, 0.5,
+                  0}};
     uint64_t rng = 5;
     tview *t[ADA_HEADS];
     for (int h = 0; h < ADA_HEADS; h++) t[h] = tv_new(0, 1, 5);
@@ -1036,17 +1130,22 @@ START_TEST(ada_policies_keep_the_oracle_set) {
             const int lb = qi_kv_policy_layer_budget(p, 5, budget);
             int want[ADA_HEADS];
             const double ada = atof(strstr(cases[c].spec, "ada=") + 4);
-            ada_oracle(t, n, lb, ada, cases[c].key, want, g_floor, g_won);
+            const int sinks = cases[c].sinks < lb ? cases[c].sinks : lb,
+                      newest = cases[c].window > 0 ? (cases[c].window < lb ? cases[c].window : lb)
+                                                   : lb - sinks - (int)floor((lb - sinks) * cases[c].heavy + 1e-9);
+            ada_oracle(t, n, lb, sinks, newest, ada, cases[c].key, want, g_window, g_floor, g_won);
             long kept = 0, held = 0;
             for (int h = 0; h < n; h++) {
                 int k = 0;
                 for (int i = 0; i < t[h]->v.n; i++) {
                     k += t[h]->fate[i] == QI_KV_KEEP;
-                    if (cases[c].exact)
-                        ck_assert_msg((t[h]->fate[i] == QI_KV_KEEP) == (g_floor[h][i] || g_won[h][i]),
-                                      "%s %s case %d head %d slot %d (position %d): fate %u, oracle %s", cases[c].name,
-                                      cases[c].spec, it, h, i, t[h]->pos[i], t[h]->fate[i],
-                                      g_floor[h][i] ? "floor" : g_won[h][i] ? "won" : "evict");
+                    ck_assert_msg((t[h]->fate[i] == QI_KV_KEEP) == (g_window[h][i] || g_floor[h][i] || g_won[h][i]),
+                                  "%s %s case %d head %d slot %d (position %d): fate %u, oracle %s", cases[c].name,
+                                  cases[c].spec, it, h, i, t[h]->pos[i], t[h]->fate[i],
+                                  g_window[h][i]  ? "window"
+                                  : g_floor[h][i] ? "floor"
+                                  : g_won[h][i]   ? "won"
+                                                  : "evict");
                 }
                 ck_assert_msg(k == want[h], "%s %s case %d head %d: kept %d, budget %d", cases[c].name, cases[c].spec,
                               it, h, k, want[h]);
@@ -1252,7 +1351,8 @@ static const config CONFIGS[] = {
     {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
@@ -1264,7 +1364,8 @@ static const config CONFIGS[] = {
     {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
     {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
-    {"qinfer", "judge=8", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=8", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=0,windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1631,7 +1732,7 @@ END_TEST
 START_TEST(select_survives_scratch_failure) {
     static const config cases[] = {
         {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
-        {"qinfer", "sinks=2,full_layers=0", {2, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+        {"qinfer", "sinks=2,full_layers=0", {2, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     };
     uint64_t rng = 17;
     for (int c = 0; c < 2; c++) {
