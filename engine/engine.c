@@ -656,6 +656,8 @@ static size_t kv_arriving(const qi_engine *e, const qi_plan *p, int d) {
     return blocks > 0 ? (size_t)blocks * (2 * QI_KV_BLOCK * (size_t)hp->head_dim * sizeof(uint16_t)) : 0;
 }
 
+/* Every device waited for; the first failure recorded inside one (a copy
+ * that failed on a worker) is returned, each device's record cleared. */
 static qi_status sync_all(qi_engine *e, qi_err *err) {
     qi_status first = QI_OK;
     for (int d = 0; d < e->plan.n_devices; d++) {
@@ -1790,15 +1792,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
  * met inside one (a copy that failed on a device's worker) reported, and,
  * with profile on, the step's copies timed by their events. */
 static qi_status finish_step(qi_engine *e, qi_err *err) {
-    qi_status first = QI_OK;
-    for (int d = 0; d < e->plan.n_devices; d++) {
-        qi_err de = {0};
-        qi_status st = qi_dev_synchronize(e->dev[d].be, &de);
-        if (st && !first) {
-            first = st;
-            *err = de;
-        }
-    }
+    const qi_status first = sync_all(e, err);
     for (int i = 0; i + 1 < e->n_cev; i += 2) {
         qi_event_sync(e->cev[i + 1]);
         const double t = qi_event_elapsed(e->cev[i], e->cev[i + 1]);
