@@ -2,7 +2,7 @@
  * side by side on one thread.
  *
  * For each weight type with a packed form, a matrix of -R rows by -n
- * elements (random codes and scales, packed as qi_model_repack packs them)
+ * elements (random codes and scales, packed as the CPU device packs them with QI_CPU_REPACK)
  * is multiplied by T tokens' activations for every T of -T, with the
  * reference's gemm_packed entry and each SIMD table's that has its own
  * (avx512 where the CPU has it), alternating within every repetition. Prints the median time per

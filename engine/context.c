@@ -43,6 +43,7 @@ qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **o
     eo.n_ctx = o->n_ctx;
     eo.step_tokens = QI_ENGINE_CHUNK;
     eo.attn_blas = o->attn_blas;
+    eo.repack = o->repack;
     eo.devices = o->devices;
     eo.placement = o->placement;
     qi_status st = qi_engine_create(m, &eo, &c->e, err);

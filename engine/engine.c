@@ -117,8 +117,9 @@ typedef struct {
 } segment;
 
 /* A device of the plan: its backend, its activations (one buffer, [R]
- * rows of each), the weights of the blocks it runs (the model's own views
- * on the CPU, an uploaded copy elsewhere), and the pool of the working KV
+ * rows of each), the weights of the blocks it runs (in the device's own
+ * form: the model's views on the CPU, or its packed groups with repack;
+ * an uploaded copy elsewhere), and the pool of the working KV
  * of the layers whose attention it runs. */
 typedef struct {
     qi_backend *be;
@@ -129,7 +130,8 @@ typedef struct {
      * the other device's copied over */
     float *so, *sm, *sl, *ro, *rm, *rl;
     char *act_base;         /* the address of act's first byte, for views of the arrays */
-    qi_buf **wblk;          /* [2 n_layer + 2] the weight blocks it holds (not on the CPU; see wblock_count) */
+    qi_buf **wblk;          /* [2 n_layer + 2] its form of the weight blocks it runs (NULL: none
+                             * needed, the CPU on the model's rows; see wblock_count) */
     qi_layer *layers;       /* [n_layer]: weights of its blocks (others stale or zero) */
     qi_weight tok_embd, out_norm, output;
     qi_buf *lbuf;           /* logits rows when it runs the output head (not the CPU) */
@@ -392,7 +394,7 @@ static qi_status open_device(const qi_engine *e, const char *name, qi_backend **
                               name);
             cap = (size_t)(v * mul);
         }
-        return qi_backend_testdev_create(e->o.n_threads, cap, out, err);
+        return qi_backend_testdev_create(e->o.n_threads, cap, e->o.repack ? QI_CPU_REPACK : 0u, out, err);
     }
     return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, testdev[:BYTES])", name);
 }
@@ -402,10 +404,11 @@ static size_t walign(size_t n) { return (n + WALIGN - 1) / WALIGN * WALIGN; }
 
 /* Weight blocks: what a device holds of the model, one buffer each: the
  * token embedding (block 0), per layer l its attention (1 + 2l) and its
- * MLP (2 + 2l), the output head (2L + 1). The CPU runs on the model's own
- * views; another device holds an uploaded copy of the blocks it runs, so a
- * new plan moves a block by uploading it where it goes and freeing it
- * where it was. */
+ * MLP (2 + 2l), the output head (2L + 1). Each device prepares the blocks
+ * it runs in its own form (qi_dev_weight_prepare): the CPU runs on the
+ * model's own views, or on its packed groups with repack; another device
+ * holds an uploaded copy. A new plan moves a block by preparing it where
+ * it goes and freeing it where it was. */
 static int wblock_dev(const qi_plan *p, int b) {
     if (b == 0) return p->embd_dev;
     if (b == 2 * p->n_layer + 1) return p->head_dev;
@@ -422,87 +425,85 @@ static const char *wblock_name(const qi_model *m, int b, char *buf, size_t n) {
     return buf;
 }
 
-/* Block b's weights in the model and, with D, their places in D. */
-static int wblock_weights(const qi_model *m, dev_state *D, int b, const qi_weight **src, qi_weight **dst) {
+/* Block b's weights in the model, their places in device D, and whether
+ * each is the matrix of a matmul (not a norm vector, nor the embedding
+ * table read by row). */
+static int wblock_weights(const qi_model *m, dev_state *D, int b, const qi_weight **src, qi_weight **dst, bool *mm) {
     const int L = m->hp.n_layer;
     int n = 0;
-#define W(s_, d_) (src[n] = &(s_), dst[n++] = D ? &(d_) : NULL)
+#define W(s_, d_, mm_) (src[n] = &(s_), dst[n] = &(d_), mm[n++] = (mm_))
     if (b == 0) {
-        W(m->tok_embd, D->tok_embd);
+        W(m->tok_embd, D->tok_embd, false);
     } else if (b == 2 * L + 1) {
-        W(m->out_norm, D->out_norm);
-        W(m->output, D->output);
+        W(m->out_norm, D->out_norm, false);
+        W(m->output, D->output, true);
     } else {
         const int l = (b - 1) / 2;
         const qi_layer *ly = &m->layers[l];
-        qi_layer *dl = D ? &D->layers[l] : NULL;
+        qi_layer *dl = &D->layers[l];
         if ((b - 1) % 2 == 0) {
-            W(ly->attn_norm, dl->attn_norm);
-            W(ly->wq, dl->wq);
-            W(ly->wk, dl->wk);
-            W(ly->wv, dl->wv);
-            W(ly->wo, dl->wo);
-            W(ly->q_norm, dl->q_norm);
-            W(ly->k_norm, dl->k_norm);
-            W(ly->attn_post_norm, dl->attn_post_norm);
+            W(ly->attn_norm, dl->attn_norm, false);
+            W(ly->wq, dl->wq, true);
+            W(ly->wk, dl->wk, true);
+            W(ly->wv, dl->wv, true);
+            W(ly->wo, dl->wo, true);
+            W(ly->q_norm, dl->q_norm, false);
+            W(ly->k_norm, dl->k_norm, false);
+            W(ly->attn_post_norm, dl->attn_post_norm, false);
         } else {
-            W(ly->ffn_norm, dl->ffn_norm);
-            W(ly->w_gate, dl->w_gate);
-            W(ly->w_up, dl->w_up);
-            W(ly->w_down, dl->w_down);
-            W(ly->ffn_post_norm, dl->ffn_post_norm);
+            W(ly->ffn_norm, dl->ffn_norm, false);
+            W(ly->w_gate, dl->w_gate, true);
+            W(ly->w_up, dl->w_up, true);
+            W(ly->w_down, dl->w_down, true);
+            W(ly->ffn_post_norm, dl->ffn_post_norm, false);
         }
     }
 #undef W
     return n;
 }
 
-/* A weight's bytes: its rows, and its packed copy when the CPU packed it. */
-static size_t weight_bytes(const qi_weight *w, size_t *packed) {
-    *packed = 0;
-    if (!w->data) return 0;
-    if (w->packed) *packed = (size_t)w->packed_group_bytes * (size_t)((w->n_rows + 15) / 16);
-    return (size_t)w->row_bytes * (size_t)w->n_rows;
-}
-
-static size_t wblock_bytes(const qi_model *m, int b) {
+/* The bytes of block b in device D's form (0: D runs on the model's own). */
+static size_t wblock_bytes(const qi_model *m, dev_state *D, int b) {
     const qi_weight *src[8];
     qi_weight *dst[8];
-    const int n = wblock_weights(m, NULL, b, src, dst);
-    size_t total = 0, np;
-    for (int i = 0; i < n; i++) {
-        const size_t nb = weight_bytes(src[i], &np);
-        total += walign(nb) + (np ? walign(np) : 0);
-    }
+    bool mm[8];
+    const int n = wblock_weights(m, D, b, src, dst, mm);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += walign(qi_dev_weight_size(D->be, src[i], mm[i]));
     return total;
 }
 
-/* Block b uploaded to device D (not the CPU): one buffer, *out, and the
- * weights' views in D pointing into it. The uploads are queued on D's
- * stream. A block without weights gets no buffer. */
-static qi_status wblock_upload(const qi_engine *e, dev_state *D, int b, qi_buf **out, qi_err *err) {
-    *out = NULL;
-    const size_t total = wblock_bytes(e->m, b);
+/* Device D's views of block b back to the model's own (the CPU's, for a
+ * block it no longer holds in a form of its own). */
+static void wblock_reset(const qi_model *m, dev_state *D, int b) {
     const qi_weight *src[8];
     qi_weight *dst[8];
-    const int n = wblock_weights(e->m, D, b, src, dst);
+    bool mm[8];
+    const int n = wblock_weights(m, D, b, src, dst, mm);
+    for (int i = 0; i < n; i++) *dst[i] = *src[i];
+}
+
+/* Block b prepared on device D: one buffer, *out (NULL when D needs none),
+ * and D's views of the weights pointing into it. The work is queued on
+ * D's stream. On the CPU, the rows of a matrix it packed go back to the
+ * file (the embedding table's stay: it is still read by row). */
+static qi_status wblock_prepare(const qi_engine *e, dev_state *D, int b, qi_buf **out, qi_err *err) {
+    *out = NULL;
+    const size_t total = wblock_bytes(e->m, D, b);
+    const qi_weight *src[8];
+    qi_weight *dst[8];
+    bool mm[8];
+    const int n = wblock_weights(e->m, D, b, src, dst, mm);
     char name[40];
-    qi_status st;
+    qi_status st = QI_OK;
     if (total && (st = qi_buf_alloc(D->be, total, wblock_name(e->m, b, name, sizeof name), out, err))) return st;
-    size_t off = 0, np;
-    for (int i = 0; i < n; i++) {
-        const qi_weight *w = src[i];
-        *dst[i] = *w;
-        const size_t nb = weight_bytes(w, &np);
-        if (!nb) continue;
-        if ((st = qi_dev_upload(D->be, qi_view_of(*out, off), w->data, nb, err))) break;
-        dst[i]->data = qi_buf_ptr(D->be, qi_view_of(*out, off), nb, err);
+    size_t off = 0;
+    for (int i = 0; i < n && !st; i++) {
+        const size_t nb = qi_dev_weight_size(D->be, src[i], mm[i]);
+        st = qi_dev_weight_prepare(D->be, src[i], mm[i], qi_view_of(*out, off), dst[i], err);
         off += walign(nb);
-        if (np) {
-            if ((st = qi_dev_upload(D->be, qi_view_of(*out, off), w->packed, np, err))) break;
-            dst[i]->packed = qi_buf_ptr(D->be, qi_view_of(*out, off), np, err);
-            off += walign(np);
-        }
+        if (!st && nb && D->be == e->be && dst[i]->packed && src[i]->data != e->m->tok_embd.data)
+            qi_model_release_rows(e->m, src[i]);
     }
     if (st) {
         qi_buf_free(*out);
@@ -526,7 +527,7 @@ static size_t weights_arriving(const qi_engine *e, const qi_plan *p, const qi_pl
     *at = -1;
     for (int b = 0; b < wblock_count(e->m); b++) {
         if (wblock_dev(p, b) != d || (have && wblock_dev(have, b) == d)) continue;
-        need += wblock_bytes(e->m, b);
+        need += wblock_bytes(e->m, (dev_state *)&e->dev[d], b);
         if (*at < 0 && need > room) *at = b;
     }
     return need;
@@ -598,12 +599,13 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
         for (int l = 0; l < L; l++) D->layers[l].swa = m->layers[l].swa;
         if ((st = place_activations(e, d, R, err))) return st;
         if (d == 0) {
-            /* the CPU runs on the model's own views */
+            /* the model's own views until a block is prepared (the CPU runs
+             * on them unless it repacks); another device's stay empty but
+             * for the blocks it holds */
             memcpy(D->layers, m->layers, sizeof *D->layers * (size_t)L);
             D->tok_embd = m->tok_embd;
             D->out_norm = m->out_norm;
             D->output = m->output;
-            continue;
         }
         /* count first: refuse a plan that does not fit, naming the block */
         const qi_dev_info *in = qi_dev_info_get(D->be);
@@ -618,8 +620,9 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
                           in->name, wblock_name(m, at, name, sizeof name), room, need, need - room);
         }
         for (int b = 0; b < wblock_count(m); b++)
-            if (wblock_dev(p, b) == d && (st = wblock_upload(e, D, b, &D->wblk[b], err))) return st;
+            if (wblock_dev(p, b) == d && (st = wblock_prepare(e, D, b, &D->wblk[b], err))) return st;
         if ((st = qi_dev_synchronize(D->be, err))) return st;
+        if (d == 0) continue; /* the CPU's pool is the engine's */
         bool attn = false;
         for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d || (p->layers[l].split > 0.0f && p->layers[l].split_dev == d);
         if (attn && (st = qi_kv_pool_create(D->be, m->hp.head_dim, e->o.kv_max_bytes, &D->pool, err))) return st;
@@ -628,6 +631,18 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
 }
 
 const qi_plan *qi_engine_plan(const qi_engine *e) { return &e->plan; }
+
+int qi_engine_n_packed(const qi_engine *e) {
+    int n = 0;
+    for (int b = 0; b < wblock_count(e->m); b++) {
+        const qi_weight *src[8];
+        qi_weight *dst[8];
+        bool mm[8];
+        const int k = wblock_weights(e->m, (dev_state *)&e->dev[wblock_dev(&e->plan, b)], b, src, dst, mm);
+        for (int i = 0; i < k; i++) n += mm[i] && dst[i]->packed;
+    }
+    return n;
+}
 
 /* ---- a new plan between steps --------------------------------------------------------- */
 
@@ -714,11 +729,12 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         qi_free(undo);
         return nblk && undo ? st : QI_ERR(err, QI_ERR_NOMEM, "out of memory for a new plan");
     }
-    /* the blocks that arrive on a device other than the CPU, uploaded */
+    /* the blocks that arrive on a device, prepared there */
     for (int b = 0; b < NB && !st; b++) {
         const int nd = wblock_dev(np, b);
-        if (nd == wblock_dev(&e->plan, b) || nd == 0) continue;
-        if (!(st = wblock_upload(e, &e->dev[nd], b, &nblk[b], err))) c.weight_bytes += (double)wblock_bytes(m, b);
+        if (nd == wblock_dev(&e->plan, b)) continue;
+        if (!(st = wblock_prepare(e, &e->dev[nd], b, &nblk[b], err)))
+            c.weight_bytes += (double)wblock_bytes(m, &e->dev[nd], b);
     }
     /* pools where attention now runs, then every stream whose home moves */
     for (int l = 0; l < L && !st; l++) {
@@ -758,17 +774,19 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
             }
     }
     if (st) { /* the engine as it was: the new blocks go */
-        for (int b = 0; b < NB; b++) qi_buf_free(nblk[b]);
+        for (int b = 0; b < NB; b++) {
+            qi_buf_free(nblk[b]);
+            if (wblock_dev(np, b) == 0 && wblock_dev(&e->plan, b) != 0) wblock_reset(m, &e->dev[0], b);
+        }
         qi_plan_free(&next);
     } else {
         for (int b = 0; b < NB; b++) {
             const int od = wblock_dev(&e->plan, b), nd = wblock_dev(np, b);
             if (od == nd) continue;
-            if (od > 0) {
-                qi_buf_free(e->dev[od].wblk[b]);
-                e->dev[od].wblk[b] = NULL;
-            }
-            if (nd > 0) e->dev[nd].wblk[b] = nblk[b];
+            qi_buf_free(e->dev[od].wblk[b]);
+            e->dev[od].wblk[b] = NULL;
+            if (od == 0) wblock_reset(m, &e->dev[0], b);
+            e->dev[nd].wblk[b] = nblk[b];
         }
         /* buffers a device kept for blocks it no longer runs */
         for (int d = 1; d < np->n_devices; d++) {
@@ -863,7 +881,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         long cells = ((long)hp->n_swa + QI_ENGINE_CHUNK + 255) / 256 * 256;
         e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
     }
-    if ((st = qi_backend_cpu_create(o->n_threads, o->attn_blas, &e->be, err))) goto fail;
+    const unsigned cpu_flags = (o->attn_blas ? QI_CPU_ATTN_BLAS : 0u) | (o->repack ? QI_CPU_REPACK : 0u);
+    if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err))) goto fail;
     if ((st = qi_kv_pool_create(e->be, hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
 
     /* rows of a step: the prompt room plus one decode row per sequence */

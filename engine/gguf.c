@@ -730,6 +730,7 @@ uint32_t qi_gguf_version(const qi_gguf *g) { return g ? g->version : 0; }
 uint64_t qi_gguf_alignment(const qi_gguf *g) { return g ? g->alignment : 0; }
 uint64_t qi_gguf_file_size(const qi_gguf *g) { return g ? g->size : 0; }
 const char *qi_gguf_path(const qi_gguf *g) { return g ? g->path : NULL; }
+bool qi_gguf_mapped(const qi_gguf *g) { return g && g->map; }
 uint64_t qi_gguf_data_offset(const qi_gguf *g) { return g ? g->data_off : 0; }
 uint64_t qi_gguf_n_kv(const qi_gguf *g) { return g ? g->n_kv : 0; }
 

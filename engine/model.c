@@ -322,81 +322,30 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err) {
     return qi_model_from_gguf(g, out, err);
 }
 
-/* The matrices a forward pass multiplies by (not the token embeddings,
- * which it reads by row). */
-static int model_matrices(qi_model *m, qi_weight **out) {
-    int n = 0;
+int qi_model_n_matrices(const qi_model *m) { return 7 * m->hp.n_layer + 1; }
+
+int qi_model_n_packable(const qi_model *m) {
+    int n = qi_k_pack_supported(m->output.type);
     for (int l = 0; l < m->hp.n_layer; l++) {
-        qi_layer *L = &m->layers[l];
-        qi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) out[n++] = ws[i];
+        const qi_layer *L = &m->layers[l];
+        const qi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += qi_k_pack_supported(ws[i]->type);
     }
-    out[n++] = &m->output;
     return n;
 }
 
-/* Give back the resident pages wholly inside [p, p + len) of the read-only
- * file mapping; a later read would fault them in again from the file. */
-static void release_pages(const void *p, uint64_t len) {
+void qi_model_release_rows(const qi_model *m, const qi_weight *w) {
+    if (!w->data || !qi_gguf_mapped(m->gguf)) return;
     const long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0) return;
-    const uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
-    const uintptr_t hi = ((uintptr_t)p + (uintptr_t)len) & ~(uintptr_t)(pg - 1);
+    const uintptr_t p = (uintptr_t)w->data, len = (uintptr_t)(w->row_bytes * (uint64_t)w->n_rows);
+    const uintptr_t lo = (p + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    const uintptr_t hi = (p + len) & ~(uintptr_t)(pg - 1);
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-}
-
-int qi_model_n_matrices(const qi_model *m) { return 7 * m->hp.n_layer + 1; }
-
-qi_status qi_model_repack(qi_model *m, qi_err *err) {
-    if (m->packed_mem) return QI_OK;
-    const int n_max = qi_model_n_matrices(m);
-    qi_weight **ws = qi_malloc(sizeof *ws * (size_t)n_max);
-    if (!ws) return QI_ERR(err, QI_ERR_NOMEM, "repacking the weights: out of memory");
-    const int n = model_matrices(m, ws);
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        const qi_weight *w = ws[i];
-        if (!w->data || !qi_k_pack_supported(w->type)) continue;
-        const uint64_t groups = (uint64_t)(w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
-        total += groups * qi_k_pack_group_bytes(w->type, w->n_cols);
-    }
-    if (total == 0) {
-        qi_free(ws);
-        return QI_OK;
-    }
-    char *mem = aligned_alloc(64, (total + 63) & ~(uint64_t)63);
-    if (!mem) {
-        qi_free(ws);
-        return QI_ERR(err, QI_ERR_NOMEM, "repacking the weights: cannot allocate %.1f MiB", total / 1048576.0);
-    }
-    uint64_t off = 0;
-    int packed = 0;
-    for (int i = 0; i < n; i++) {
-        qi_weight *w = ws[i];
-        if (!w->data || !qi_k_pack_supported(w->type)) continue;
-        const uint64_t gb = qi_k_pack_group_bytes(w->type, w->n_cols);
-        w->packed = mem + off;
-        w->packed_group_bytes = gb;
-        for (int64_t r0 = 0; r0 < w->n_rows; r0 += QI_K_PACK_ROWS) {
-            const int rows = w->n_rows - r0 < QI_K_PACK_ROWS ? (int)(w->n_rows - r0) : QI_K_PACK_ROWS;
-            qi_k_pack_group(w->type, w->n_cols, (const char *)w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes,
-                            rows, mem + off);
-            off += gb;
-        }
-        packed++;
-        /* the token embeddings are still read by row */
-        if (w->data != m->tok_embd.data) release_pages(w->data, w->row_bytes * (uint64_t)w->n_rows);
-    }
-    qi_free(ws);
-    m->packed_mem = mem;
-    m->packed_bytes = total;
-    m->n_packed = packed;
-    return QI_OK;
 }
 
 void qi_model_free(qi_model *m) {
     if (!m) return;
-    free(m->packed_mem);
     qi_tokenizer_free(m->tok);
     qi_free(m->layers);
     qi_free(m->chat_template);

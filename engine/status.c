@@ -76,6 +76,12 @@ void *qi_malloc(size_t n) {
     return malloc(n ? n : 1);
 }
 
+void *qi_malloc_aligned(size_t align, size_t n) {
+    if (should_fail()) return NULL;
+    const size_t r = (n ? n : 1) + align - 1;
+    return r < n ? NULL : aligned_alloc(align, r / align * align);
+}
+
 void *qi_calloc(size_t n, size_t size) {
     if (should_fail()) return NULL;
     return calloc(n ? n : 1, size ? size : 1);

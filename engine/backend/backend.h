@@ -85,6 +85,15 @@ qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, q
 qi_backend *qi_dev_copy_stream(qi_backend *dst, qi_backend *src);
 qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_err *err);
 
+/* A weight in b's own form (the iface's weight_size and weight_prepare):
+ * its bytes on b (0: b computes on the model's rows as they are), and
+ * that form made in bytes [dst.off, dst.off + size) of dst.buf, one of
+ * b's buffers, *out then addressing them. A failure in the stream
+ * (the upload) is recorded as a copy's is. */
+size_t qi_dev_weight_size(qi_backend *b, const qi_weight *w, bool matmul);
+qi_status qi_dev_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, qi_view dst, qi_weight *out,
+                                qi_err *err);
+
 /* An event at the current end of b's stream. */
 qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err);
 /* b's later work (copies and ops) runs after ev, an event of any device. */
@@ -99,9 +108,9 @@ void qi_event_free(qi_event *ev);
 qi_status qi_dev_synchronize(qi_backend *b, qi_err *err);
 /* For devices: record a failure met inside the stream (the first sticks). */
 void qi_dev_fail(qi_backend *b, qi_status st, const qi_err *e);
-/* Tests: the n-th copy, upload or download queued on b from now fails
- * inside the stream (not performed; recorded as the device's failure); 0
- * turns it off. */
+/* Tests: the n-th copy, upload, download or weight preparation queued on
+ * b from now fails inside the stream (not performed; recorded as the
+ * device's failure); 0 turns it off. */
 void qi_dev_inject_fail(qi_backend *b, long n);
 
 /* Attention of one sequence over a paged cache (engine/kv.c): KV head hk
@@ -227,9 +236,21 @@ typedef struct {
     void (*mark)(qi_backend *b, qi_event *ev);
     void (*wait)(qi_backend *b, qi_event *ev);
     void (*drain)(qi_backend *b);
+    /* Weights in the device's own form, made when a plan gives the device
+     * a block of them (both NULL: the rows as they are, uploaded).
+     * weight_size: the bytes w takes on b, 0 when b computes on w's own
+     * rows (host memory it reads: the CPU); matmul says w is the matrix of
+     * a matmul, not a vector or a table read by row (get_rows).
+     * weight_prepare: that form written to mem (weight_size bytes of one
+     * of b's buffers, as qi_buf_ptr gave them), ordered on b's stream
+     * before its later ops, and *out set to w with its addresses in mem
+     * (a CPU may repack the rows into its matmul order there; a GPU
+     * uploads them). */
+    size_t (*weight_size)(qi_backend *b, const qi_weight *w, bool matmul);
+    void (*weight_prepare)(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 12u
+#define QI_BACKEND_VERSION 13u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -281,11 +302,20 @@ double qi_dev_now(void);
  * scratch reserve() sizes per token). */
 size_t qi_backend_max_act_row_bytes(const qi_model *m);
 
-/* The CPU reference backend with n_threads workers. With attn_blas, the
- * attention of calls with T >= 2 runs through OpenBLAS sgemm (faster, not
- * bit-identical to llama.cpp; see backend_cpu.c); it loads OpenBLAS here
- * and fails (QI_ERR_UNSUPPORTED, naming the library) when it cannot. */
-qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err);
+/* The CPU reference backend with n_threads workers and flags:
+ * - QI_CPU_ATTN_BLAS: the attention of calls with T >= 2 runs through
+ *   OpenBLAS sgemm (faster, not bit-identical to llama.cpp; see
+ *   backend_cpu.c); OpenBLAS is loaded here, and creation fails
+ *   (QI_ERR_UNSUPPORTED, naming the library) when it cannot be;
+ * - QI_CPU_REPACK: the matrices of the blocks it runs whose type has a
+ *   packed form (q4_0, q4_1, q5_0, q5_1, q8_0; engine/kernels/kernels.h)
+ *   are repacked into 16-row groups when prepared (weight_prepare), and
+ *   its matmuls run in the packed order: faster, above all batched, but
+ *   each row sums its blocks in one float lane where llama.cpp keeps
+ *   eight partial sums, so logits are no longer llama.cpp's bit for bit
+ *   (a batched step still equals single-sequence runs). */
+enum { QI_CPU_ATTN_BLAS = 1u << 0, QI_CPU_REPACK = 1u << 1 };
+qi_status qi_backend_cpu_create(int n_threads, unsigned flags, qi_backend **out, qi_err *err);
 /* The CPU device's own (no other device has host threads): fn(ctx, ith,
  * nth) on each of its threads, the caller being ith 0, returning when all
  * have finished; nth is at most the thread count it was made with. For a
@@ -301,7 +331,9 @@ void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int
  * drained, so results equal the CPU's bit for bit. Every copy first fills
  * its destination with 0xff bytes (NaN as fp32 and fp16), so a read that
  * skips the wait sees garbage rather than, by luck, the right bytes. */
-qi_status qi_backend_testdev_create(int n_threads, size_t capacity, qi_backend **out, qi_err *err);
+/* flags: QI_CPU_REPACK prepares its weights as a CPU with it does (the
+ * rows and their packed form), so its results stay the CPU's. */
+qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err);
 /* Tests: hold the worker (queued work waits) or let it go. */
 void qi_testdev_hold(qi_backend *b, bool hold);
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */

@@ -126,6 +126,31 @@ qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, q
     return QI_OK;
 }
 
+size_t qi_dev_weight_size(qi_backend *b, const qi_weight *w, bool matmul) {
+    if (!w->data) return 0;
+    if (b->iface->weight_size) return b->iface->weight_size(b, w, matmul);
+    return (size_t)(w->row_bytes * (uint64_t)w->n_rows);
+}
+
+qi_status qi_dev_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, qi_view dst, qi_weight *out,
+                                qi_err *err) {
+    *out = *w;
+    const size_t n = qi_dev_weight_size(b, w, matmul);
+    if (!n) return QI_OK;
+    qi_status st = check_view(b, dst, n, false, err);
+    if (st) return st;
+    void *mem = (char *)dst.buf->mem + dst.off;
+    /* a form not made (an injected failure) still addresses its place */
+    out->data = mem;
+    out->packed = NULL;
+    if (injected(b, n)) return QI_OK;
+    if (b->iface->weight_prepare)
+        b->iface->weight_prepare(b, w, matmul, mem, out);
+    else
+        b->iface->copy(b, mem, w->data, n);
+    return QI_OK;
+}
+
 qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_err *err) {
     qi_status st = check_view(b, src, n, false, err);
     if (st) return st;

@@ -312,14 +312,10 @@ void qi_cli_kv_help(void) {
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {
     *m = NULL;
     qi_status st = qi_model_load(path, m, err);
-    if (st == QI_OK && repack && (st = qi_model_repack(*m, err)) != QI_OK) {
-        qi_model_free(*m);
-        *m = NULL;
-    }
-    const int n_mat = st == QI_OK ? qi_model_n_matrices(*m) : 0;
-    if (st == QI_OK && repack && (*m)->n_packed < n_mat)
+    const int n_mat = st == QI_OK ? qi_model_n_matrices(*m) : 0, n_pack = st == QI_OK ? qi_model_n_packable(*m) : 0;
+    if (st == QI_OK && repack && n_pack < n_mat)
         fprintf(stderr, "qinfer: --repack: %d of the %d matrices have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0); the others "
-                        "keep llama.cpp's order\n", (*m)->n_packed, n_mat);
+                        "keep llama.cpp's order\n", n_pack, n_mat);
     return st;
 }
 

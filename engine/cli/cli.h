@@ -97,8 +97,9 @@ void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n);
 /* Help lines for the flags, and the list of policies with their parameters. */
 void qi_cli_kv_help(void);
 
-/* --repack's help line; the model loader the commands share: path loaded,
- * then repacked (qi_model_repack) when repack is set. */
+/* --repack's help line (the engine's repack option); the model loader the
+ * commands share: path loaded, and with repack a note of the matrices
+ * that have no packed form and keep llama.cpp's order. */
 #define QI_CLI_REPACK_HELP                                                                       \
     "      --repack          repack q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row groups:\n" \
     "                        faster, batched above all, but summed in another order\n"     \

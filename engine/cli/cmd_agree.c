@@ -273,6 +273,7 @@ int qi_cmd_agree(int argc, char **argv) {
     of.n_threads = n_threads;
     of.max_seqs = 1;
     of.n_ctx = n_ctx;
+    of.repack = repack;
     op = of;
     qi_cli_kv_apply(&kv, &op);
     if (qi_engine_create(m, &of, &ef, &err) || qi_engine_create(m, &op, &ep, &err)) goto fail;

@@ -903,6 +903,7 @@ int qi_cmd_bench(int argc, char **argv) {
     eo.n_threads = n_threads;
     eo.n_ctx = depth + n_gen;
     eo.attn_blas = attn_blas;
+    eo.repack = repack;
     /* a missing OpenBLAS fails now, not after the bandwidth probe */
     if (attn_blas && qi_blas_load(&err)) goto fail;
 
@@ -994,8 +995,8 @@ int qi_cmd_bench(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .devices = kv.devices,
-                            .placement = kv.placement};
+    const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
+                            .devices = kv.devices, .placement = kv.placement};
     if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];

@@ -133,6 +133,7 @@ int qi_cmd_generate(int argc, char **argv) {
     eo.max_seqs = 1;
     eo.profile = profile;
     eo.attn_blas = attn_blas;
+    eo.repack = repack;
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err) || qi_engine_seq_add(eng, &sid, &err) ||
         qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))

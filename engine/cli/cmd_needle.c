@@ -451,6 +451,7 @@ int qi_cmd_needle(int argc, char **argv) {
     o.max_seqs = batch;
     o.n_ctx = max_len + N_GEN;
     o.attn_blas = attn_blas;
+    o.repack = repack;
     qi_cli_kv_apply(&kv, &o);
     if (qi_engine_create(m, &o, &e, &err)) goto fail;
 

@@ -140,6 +140,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
     eo.attn_blas = attn_blas;
+    eo.repack = repack;
     if (!decode) batch = 1; /* whole chunks run one after another */
     eo.max_seqs = batch < n_chunk ? batch : n_chunk;
     qi_cli_kv_apply(&kvo, &eo);

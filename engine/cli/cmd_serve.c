@@ -464,6 +464,7 @@ int qi_cmd_serve(int argc, char **argv) {
     eo.n_ctx = n_ctx;
     eo.max_seqs = max_batch;
     eo.attn_blas = attn_blas;
+    eo.repack = repack;
     qi_cli_kv_apply(&kvo, &eo);
     const qi_sched_opts so = {.max_batch = max_batch, .n_ctx = n_ctx, .max_step_tokens = max_step_tokens,
                               .kv_budget_bytes = (size_t)kv_mib << 20, .max_preemptions = max_preemptions};

@@ -2,13 +2,13 @@
  * the option tables every call takes (lua_measure.c holds the measured
  * helpers generate / perplexity / throughput).
  *
- *   qinfer.load(name_or_path, {threads=})   -> model
+ *   qinfer.load(name_or_path, {threads=, repack=})  -> model
  *   model:tokenize(text, {add_special=true, parse_special=false}) -> {ids}
  *   model:detokenize(ids, {special=false})  -> string
  *   model:info()                            -> {arch, n_params, n_layer, ..., sha256}
  *   model:engine{max_seqs, n_ctx, step_tokens, threads, kv_policy,
  *                kv_params={...}, kv_budget=N|F|'P%', kv_max_bytes, profile,
- *                attn_blas}
+ *                attn_blas, repack, devices, placement}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -271,17 +271,18 @@ static void read_kv_params(lua_State *L, int idx, int arg, lq_eopts *eo) {
     eo->kv_given = eo->kv_given || eo->params.n > 0;
 }
 
-void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_threads) {
+void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
     memset(eo, 0, sizeof *eo);
     qi_engine_opts_default(&eo->o);
     qi_params_init(&eo->params);
     eo->o.kv_params = &eo->params;
-    eo->o.n_threads = (int)lq_opt_int(L, idx, arg, "threads", def_threads, 1, 1024);
+    eo->o.n_threads = (int)lq_opt_int(L, idx, arg, "threads", mb->n_threads, 1, 1024);
     eo->o.kv_policy = lq_opt_str(L, idx, arg, "kv_policy", "full");
     eo->kv_given = strcmp(eo->o.kv_policy, "full") != 0;
     eo->o.kv_max_bytes = (size_t)lq_opt_int(L, idx, arg, "kv_max_bytes", 0, 0, LONG_MAX);
     eo->o.profile = lq_opt_bool(L, idx, arg, "profile", false);
     eo->o.attn_blas = lq_opt_bool(L, idx, arg, "attn_blas", false);
+    eo->o.repack = lq_opt_bool(L, idx, arg, "repack", mb->repack);
     eo->o.devices = lq_opt_str(L, idx, arg, "devices", "cpu");
     eo->o.placement = lq_opt_str(L, idx, arg, "placement", "all-cpu");
     read_budget(L, idx, arg, eo);
@@ -348,7 +349,7 @@ static int model_engine(lua_State *L) {
     static const char *const keys[] = {"max_seqs", "n_ctx", "step_tokens", LQ_ENGINE_KEYS, NULL};
     lq_opts_check(L, 2, 2, keys);
     lq_eopts eo;
-    lq_read_engine_opts(L, 2, 2, &eo, mb->n_threads);
+    lq_read_engine_opts(L, 2, 2, &eo, mb);
     eo.o.max_seqs = (int)lq_opt_int(L, 2, 2, "max_seqs", eo.o.max_seqs, 1, 4096);
     eo.o.n_ctx = (int)lq_opt_int(L, 2, 2, "n_ctx", eo.o.n_ctx < mb->m->hp.n_ctx_train ? eo.o.n_ctx : mb->m->hp.n_ctx_train,
                               1, mb->m->hp.n_ctx_train);
@@ -653,9 +654,9 @@ static int l_load(lua_State *L) {
     u->mb = mb;
     mb->refs = 1;
     mb->n_threads = threads;
+    mb->repack = repack;
     qi_err err = {0};
-    if (qi_cache_resolve(arg, "model", mb->path, sizeof mb->path, &err) || qi_model_load(mb->path, &mb->m, &err) ||
-        (repack && qi_model_repack(mb->m, &err)))
+    if (qi_cache_resolve(arg, "model", mb->path, sizeof mb->path, &err) || qi_model_load(mb->path, &mb->m, &err))
         return lq_fail(L, &err);
     const qi_cache_entry *e = qi_cache_find(arg, "model");
     if (e && strcmp(mb->path, arg) != 0) snprintf(mb->sha256, sizeof mb->sha256, "%s", e->sha256);
@@ -725,7 +726,8 @@ static int model_info(lua_State *L) {
     lq_set_int(L, "head_dim", hp->head_dim);
     lq_set_int(L, "n_ff", hp->n_ff);
     lq_set_int(L, "threads", mb->n_threads);
-    lq_set_int(L, "packed", mb->m->n_packed); /* matrices repacked (qinfer.load's repack) */
+    /* the matrices its engines pack by default (qinfer.load's repack) */
+    lq_set_int(L, "packed", mb->repack ? qi_model_n_packable(mb->m) : 0);
     lq_set_int(L, "bos", qi_tokenizer_bos(mb->m->tok));
     lq_set_int(L, "eos", qi_tokenizer_eos(mb->m->tok));
     lq_set_str(L, "path", mb->path);

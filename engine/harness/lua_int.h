@@ -26,6 +26,7 @@ typedef struct {
     qi_model *m;
     int refs; /* the model userdata, plus one per engine */
     int n_threads;
+    bool repack; /* qinfer.load's repack: its engines' default */
     char path[1024];
     char sha256[65]; /* "" until known */
     char corpus[1024]; /* the corpus whose tokens are cached below */
@@ -52,7 +53,8 @@ typedef struct {
 } lq_eopts;
 
 #define LQ_ENGINE_KEYS \
-    "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "devices", "placement"
+    "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
+        "placement"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */
@@ -84,7 +86,7 @@ long lq_opt_int(lua_State *L, int idx, int arg, const char *key, long def, long 
 double lq_opt_num(lua_State *L, int idx, int arg, const char *key, double def);
 bool lq_opt_bool(lua_State *L, int idx, int arg, const char *key, bool def);
 const char *lq_opt_str(lua_State *L, int idx, int arg, const char *key, const char *def);
-void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, int def_threads);
+void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb);
 /* Note the plan a new engine runs, for the run being recorded (the
  * registry's LQ_PLACEMENT_KEY; qinfer run stores it with the run). */
 #define LQ_PLACEMENT_KEY "qinfer.placement"

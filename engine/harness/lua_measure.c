@@ -53,7 +53,7 @@ static qi_engine *helper_engine(lua_State *L, int idx, int opts, lq_scratch *s, 
     if (!mu) luaL_typeerror(L, idx, "qinfer engine or model");
     if (!mu->mb) luaL_argerror(L, idx, "model is closed");
     lq_eopts eo;
-    lq_read_engine_opts(L, opts, opts, &eo, mu->mb->n_threads);
+    lq_read_engine_opts(L, opts, opts, &eo, mu->mb);
     eo.o.max_seqs = max_seqs;
     eo.o.n_ctx = *n_ctx;
     qi_err err = {0};
@@ -223,7 +223,7 @@ static int l_perplexity(lua_State *L) {
     int max_chunks = (int)lq_opt_int(L, 3, 3, "chunks", -1, -1, 1 << 30);
     int batch = (int)lq_opt_int(L, 3, 3, "batch", 4, 1, 256);
     lq_eopts eo;
-    lq_read_engine_opts(L, 3, 3, &eo, mb->n_threads);
+    lq_read_engine_opts(L, 3, 3, &eo, mb);
     bool decode = lq_opt_bool(L, 3, 3, "decode", eo.kv_given);
     if (max_chunks == 0) return luaL_argerror(L, 3, "option 'chunks': 0 chunks");
 
@@ -309,7 +309,7 @@ static int l_throughput(lua_State *L) {
     if ((long)n_prompt + n_gen > n_ctx)
         return luaL_error(L, "prompt %d + n_gen %d tokens exceed the context of %d", (int)n_prompt, n_gen, n_ctx);
     lq_eopts eo;
-    lq_read_engine_opts(L, 2, 2, &eo, mb->n_threads);
+    lq_read_engine_opts(L, 2, 2, &eo, mb);
     eo.o.max_seqs = batch;
     eo.o.n_ctx = n_ctx;
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);

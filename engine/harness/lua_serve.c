@@ -194,7 +194,7 @@ static int l_serve(lua_State *L) {
     }
     lua_pop(L, 1);
     lq_eopts eo;
-    lq_read_engine_opts(L, 3, 3, &eo, mb->n_threads);
+    lq_read_engine_opts(L, 3, 3, &eo, mb);
     eo.o.max_seqs = so.max_batch;
     eo.o.n_ctx = so.n_ctx;
     qi_err err = {0};

@@ -220,7 +220,8 @@ static void paged_fini(paged *pg, int Hkv) {
 static qi_backend *backend(int n_threads, bool attn_blas, int Hkv, int D) {
     qi_backend *b = NULL;
     qi_err err = {0};
-    ck_assert_msg(qi_backend_cpu_create(n_threads, attn_blas, &b, &err) == QI_OK, "%s", err.msg);
+    ck_assert_msg(qi_backend_cpu_create(n_threads, attn_blas ? QI_CPU_ATTN_BLAS : 0u, &b, &err) == QI_OK, "%s",
+                  err.msg);
     ck_assert_msg(b->iface->reserve(b, 0, 0, MAX_N, Hkv, D, &err) == QI_OK, "%s", err.msg);
     return b;
 }

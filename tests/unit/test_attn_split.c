@@ -163,7 +163,7 @@ static double *condition(const stream *s) {
 static qi_backend *backend(int n_threads, int max_pos, int D) {
     qi_backend *b = NULL;
     qi_err e = {0};
-    ck_assert_msg(qi_backend_cpu_create(n_threads, false, &b, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(qi_backend_cpu_create(n_threads, 0, &b, &e) == QI_OK, "%s", e.msg);
     ck_assert_msg(b->iface->reserve(b, 0, MAX_T, max_pos, HKV, D, &e) == QI_OK, "%s", e.msg);
     return b;
 }

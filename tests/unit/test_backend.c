@@ -136,7 +136,7 @@ static void fill_row(uint64_t *s, float *x, long n, int kind) {
 static void backends_create(qi_backend *b[MAX_THREADS]) {
     for (int n = 1; n <= MAX_THREADS; n++) {
         qi_err err = {0};
-        ck_assert_msg(qi_backend_cpu_create(n, false, &b[n - 1], &err) == QI_OK, "%s", err.msg);
+        ck_assert_msg(qi_backend_cpu_create(n, 0, &b[n - 1], &err) == QI_OK, "%s", err.msg);
         ck_assert_int_eq(b[n - 1]->iface->version, QI_BACKEND_VERSION);
     }
 }

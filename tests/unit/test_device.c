@@ -30,9 +30,9 @@ static qi_backend *make(int which, size_t capacity) {
     qi_backend *b = NULL;
     qi_err e = {0};
     if (which == 0)
-        ck_assert_msg(qi_backend_cpu_create(2, false, &b, &e) == QI_OK, "%s", e.msg);
+        ck_assert_msg(qi_backend_cpu_create(2, 0, &b, &e) == QI_OK, "%s", e.msg);
     else
-        ck_assert_msg(qi_backend_testdev_create(2, capacity, &b, &e) == QI_OK, "%s", e.msg);
+        ck_assert_msg(qi_backend_testdev_create(2, capacity, 0, &b, &e) == QI_OK, "%s", e.msg);
     return b;
 }
 

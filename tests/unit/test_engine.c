@@ -52,11 +52,16 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* Engines make_engine creates pack their weights (opts.repack): set by the
+ * packed-weight tests around their runs. */
+static bool g_repack;
+
 static qi_engine *make_engine(const qi_model *m, const char *policy, const char *params, int budget, double frac,
                               int n_ctx, int max_seqs) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
     o.n_threads = 2;
+    o.repack = g_repack;
     o.n_ctx = n_ctx;
     o.max_seqs = max_seqs;
     o.kv_policy = policy;
@@ -69,6 +74,7 @@ static qi_engine *make_engine(const qi_model *m, const char *policy, const char 
     o.kv_budget_frac = frac;
     qi_engine *eng = NULL;
     ck_assert_msg(qi_engine_create(m, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    if (g_repack) ck_assert_int_eq(qi_engine_n_packed(eng), qi_model_n_packable(m));
     return eng;
 }
 
@@ -202,10 +208,11 @@ START_TEST(batched_equals_separate) {
 }
 END_TEST
 
-/* The packed order against the x86 order on a paragraph: mean KL under
- * 1e-2 nats, the same top token on nine rows in ten, and not identical
- * everywhere (which would mean the packed kernels did not run). */
-static void packed_close_to_plain(const qi_model *plain, const qi_model *pm, const char *what) {
+/* The packed order (contexts with repack) against the x86 order on a
+ * paragraph: mean KL under 1e-2 nats, the same top token on nine rows in
+ * ten, and not identical everywhere (which would mean the packed kernels
+ * did not run). */
+static void packed_close_to_plain(const qi_model *m, const char *what) {
     static const char text[] =
         "The river runs past the old mill, where the miller once ground wheat for the whole valley. "
         "In winter the water freezes at the edges, and children slide on the ice while their parents "
@@ -214,11 +221,12 @@ static void packed_close_to_plain(const qi_model *plain, const qi_model *pm, con
     int32_t *ids = NULL;
     size_t n_ids = 0;
     qi_err e = {0};
-    ck_assert_int_eq(qi_tokenize(pm->tok, text, strlen(text), true, false, &ids, &n_ids, &e), QI_OK);
-    const int n = (int)n_ids, V = pm->hp.n_vocab;
+    ck_assert_int_eq(qi_tokenize(m->tok, text, strlen(text), true, false, &ids, &n_ids, &e), QI_OK);
+    const int n = (int)n_ids, V = m->hp.n_vocab;
     qi_ctx *cx = NULL, *cp = NULL;
-    ck_assert_int_eq(qi_ctx_create(plain, 128, 2, &cx, &e), QI_OK);
-    ck_assert_int_eq(qi_ctx_create(pm, 128, 2, &cp, &e), QI_OK);
+    const qi_ctx_opts po = {.n_ctx = 128, .n_threads = 2, .repack = true};
+    ck_assert_int_eq(qi_ctx_create(m, 128, 2, &cx, &e), QI_OK);
+    ck_assert_msg(qi_ctx_create_opts(m, &po, &cp, &e) == QI_OK, "%s", e.msg);
     ck_assert_int_eq(qi_ctx_eval(cx, ids, n, true, &e), QI_OK);
     ck_assert_int_eq(qi_ctx_eval(cp, ids, n, true, &e), QI_OK);
     double kl_sum = 0, kl_max = 0;
@@ -253,7 +261,7 @@ static void packed_close_to_plain(const qi_model *plain, const qi_model *pm, con
     qi_ctx_free(cp);
 }
 
-/* Repacked weights (qi_model_repack): the packed order does not depend on
+/* Repacked weights (opts.repack): the packed order does not depend on
  * the batch, so a batch of 16 still equals the runs alone bit for bit; and
  * its next-token distributions stay close to the x86 order's without being
  * the same (the packed kernels really ran). "Close" is set by llama.cpp's
@@ -265,16 +273,11 @@ static void packed_close_to_plain(const qi_model *plain, const qi_model *pm, con
  * rounding-sized change. */
 START_TEST(packed_batched_equals_separate) {
     if (!g_model) return;
-    qi_model *pm = load(SMOL_FILE);
-    ck_assert_ptr_nonnull(pm);
-    qi_err e = {0};
-    ck_assert_msg(qi_model_repack(pm, &e) == QI_OK, "%s", e.msg);
-    ck_assert_int_eq(pm->n_packed, 7 * pm->hp.n_layer + 1);
-    ck_assert_int_eq(qi_model_repack(pm, &e), QI_OK); /* twice: a no-op */
-    batched_vs_separate(pm, " (packed weights)");
-
-    packed_close_to_plain(g_model, pm, "SmolLM2");
-    qi_model_free(pm);
+    ck_assert_int_eq(qi_model_n_packable(g_model), 7 * g_model->hp.n_layer + 1);
+    g_repack = true; /* make_engine checks that every packable matrix was packed */
+    batched_vs_separate(g_model, " (packed weights)");
+    g_repack = false;
+    packed_close_to_plain(g_model, "SmolLM2");
 }
 END_TEST
 
@@ -817,21 +820,22 @@ END_TEST
  * matmul has QI_K_WIDE_MIN tokens or more, so a batch of 16 decodes sums
  * them differently from one, exactly as llama.cpp does.) */
 START_TEST(gemma_packed) {
-    qi_model *m = load(GEMMA_FILE), *pm = load(GEMMA_FILE);
-    ck_assert(m && pm);
-    qi_err e = {0};
-    ck_assert_msg(qi_model_repack(pm, &e) == QI_OK, "%s", e.msg);
+    qi_model *m = load(GEMMA_FILE);
+    ck_assert(m);
     int want = qi_k_pack_supported(m->output.type);
     for (int l = 0; l < m->hp.n_layer; l++) {
         const qi_layer *ly = &m->layers[l];
         const qi_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
         for (int i = 0; i < 7; i++) want += qi_k_pack_supported(ws[i]->type);
     }
-    ck_assert_int_eq(pm->n_packed, want);
+    ck_assert_int_eq(qi_model_n_packable(m), want);
     ck_assert_int_gt(want, 4 * m->hp.n_layer); /* q, k, gate and up (q5_0) at least */
     ck_assert_int_lt(want, qi_model_n_matrices(m));
-    packed_close_to_plain(m, pm, "Gemma 3");
-    qi_model_free(pm);
+    g_repack = true;
+    qi_engine *eng = make_engine(m, "full", NULL, 0, 0.0, 64, 1); /* checks that `want` were packed */
+    qi_engine_free(eng);
+    g_repack = false;
+    packed_close_to_plain(m, "Gemma 3");
     qi_model_free(m);
 }
 END_TEST

@@ -62,6 +62,7 @@ typedef struct {
     /* NULL-terminated: before each step after the first, the engine
      * replans to the next of these in turn (--placement values) */
     const char *const *replans;
+    bool repack; /* opts.repack: the devices pack their matrices */
 } config;
 
 /* What the replans of run() moved, summed. */
@@ -78,6 +79,7 @@ static qi_status create(const qi_model *m, const config *c, int S, qi_engine **o
     o.placement = c->placement;
     o.kv_policy = c->policy ? c->policy : "full";
     o.kv_budget_frac = c->frac;
+    o.repack = c->repack;
     qi_params p;
     qi_params_init(&p);
     if (c->params) ck_assert_msg(qi_params_parse(&p, c->params, e) == QI_OK, "%s", e->msg);
@@ -184,7 +186,8 @@ static void refs_clear(void) {
  * the tokens it chose. */
 static const float *reference(const qi_model *m, const config *c, int S, int32_t tokens[16][G]) {
     char key[160];
-    snprintf(key, sizeof key, "%s|%s|%.9g", c->policy ? c->policy : "full", c->params ? c->params : "", c->frac);
+    snprintf(key, sizeof key, "%s|%s|%.9g|%d", c->policy ? c->policy : "full", c->params ? c->params : "", c->frac,
+             (int)c->repack);
     for (int i = 0; i < 2; i++) {
         const ref_run *r = &g_refs[i];
         if (r->want && r->m == m && r->S == S && strcmp(r->key, key) == 0) {
@@ -199,7 +202,7 @@ static const float *reference(const qi_model *m, const config *c, int S, int32_t
     ck_assert_ptr_nonnull(r->want);
     memset(tokens, 0xff, sizeof(int32_t) * 16 * G); /* -1: the reference chooses */
     const config ref = {.devices = "cpu", .placement = "all-cpu", .policy = c->policy, .params = c->params,
-                        .frac = c->frac};
+                        .frac = c->frac, .repack = c->repack};
     run(m, &ref, S, tokens, r->want);
     memcpy(r->tokens, tokens, sizeof r->tokens);
     r->m = m;
@@ -607,6 +610,45 @@ START_TEST(device_failures) {
 }
 END_TEST
 
+/* ---- packed weights, prepared by each device ---- */
+
+/* With opts.repack each device prepares the blocks it runs: the CPU packs
+ * their matrices, testdev uploads the rows and packs them beside. Every
+ * plan, and a plan changing before every step, then computes what the
+ * all-CPU packed run computes, bit for bit; a block that comes back to the
+ * CPU costs the bytes it packs there. */
+START_TEST(packed_plans) {
+    const int L = g_model->hp.n_layer, S = qi_test_quick() ? 4 : 16;
+    char half[16];
+    snprintf(half, sizeof half, "ngl=%d", L / 2);
+    const char *alt = plan_file(g_model, 0);
+    const char *const cycle[] = {half, alt, "all-cpu", NULL};
+    config c = {.devices = "cpu,testdev", .placement = half, .repack = true};
+    check_plan(g_model, &c, S, "SmolLM2 packed, ngl=L/2");
+    c.placement = alt;
+    check_plan(g_model, &c, 1, "SmolLM2 packed, alternating");
+    c.placement = "all-cpu";
+    c.replans = cycle;
+    g_moved = (qi_engine_replan_cost){0};
+    check_plan(g_model, &c, S, "SmolLM2 packed, a new plan every step");
+    ck_assert(g_moved.weight_bytes > 0.0);
+
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    const config ch = {.devices = "cpu,testdev", .placement = half, .repack = true};
+    ck_assert_msg(create(g_model, &ch, 1, &eng, &e) == QI_OK, "%s", e.msg);
+    const int want = qi_model_n_packable(g_model);
+    ck_assert_int_gt(want, 0);
+    ck_assert_int_eq(qi_engine_n_packed(eng), want);
+    qi_engine_replan_cost cost;
+    ck_assert_msg(qi_engine_replan_spec(eng, "all-cpu", &cost, &e) == QI_OK, "%s", e.msg);
+    ck_assert(cost.weight_bytes > 0.0); /* the CPU packed the layers that came back */
+    ck_assert_int_eq(qi_engine_n_packed(eng), want);
+    qi_engine_free(eng);
+    unlink(alt);
+}
+END_TEST
+
 /* ---- new plans between steps ---- */
 
 /* A plan changing before every step (weights uploaded to testdev and
@@ -691,6 +733,7 @@ START_TEST(replan_costs) {
     ck_assert_int_eq(create(g_model, &c0, 2, &eng, &e), QI_OK);
     ck_assert_int_eq(create(g_model, &c1, 2, &direct, &e), QI_OK);
     const size_t base = dev_in_use(eng);
+    ck_assert_int_eq(qi_engine_n_packed(eng), 0); /* without repack the CPU runs on the model's rows */
     qi_engine_replan_cost cost;
     ck_assert_msg(qi_engine_replan_spec(eng, all, &cost, &e) == QI_OK, "%s", e.msg);
     ck_assert_uint_eq(dev_in_use(eng), dev_in_use(direct));
@@ -871,6 +914,7 @@ int main(void) {
     tc = tcase_create("policies");
     tcase_set_timeout(tc, 1200);
     tcase_add_test(tc, policies_under_plans);
+    tcase_add_test(tc, packed_plans);
     suite_add_tcase(s, tc);
     tc = tcase_create("splits");
     tcase_set_timeout(tc, 1200);

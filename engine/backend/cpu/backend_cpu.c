@@ -68,6 +68,7 @@ typedef struct {
     /* attn_blas scratch, sized by reserve() for blas_len positions of
      * blas_hkv KV heads of blas_d values */
     bool attn_blas;
+    bool repack; /* QI_CPU_REPACK: matrices prepared in the packed order */
     float *bk, *bv;  /* a call's K and V rows as float, [Hkv][blas_len][D] */
     float *bs;       /* per-thread scores, then weights, [n_threads][BLAS_QCHUNK * blas_len] */
     float *bq;       /* per-thread queries rounded to fp16, [n_threads][BLAS_QCHUNK * blas_d] */
@@ -796,9 +797,11 @@ static qi_status cpu_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, 
 
 /* ---- the device: host memory, a stream that runs at once ------------------------ */
 
+/* 64-byte aligned, as the packed weight groups and the kernels' vector
+ * loads prefer. */
 static void *cpu_buf_mem(qi_backend *b, size_t n) {
     (void)b;
-    return qi_malloc(n);
+    return qi_malloc_aligned(64, n);
 }
 static void cpu_buf_release(qi_backend *b, void *mem) {
     (void)b;
@@ -818,6 +821,32 @@ static void cpu_wait(qi_backend *b, qi_event *ev) {
     qi_event_sync(ev);
 }
 static void cpu_drain(qi_backend *b) { (void)b; }
+
+/* ---- weights: the model's rows, or with QI_CPU_REPACK their packed form --------- */
+
+static size_t cpu_weight_size(qi_backend *b, const qi_weight *w, bool matmul) {
+    if (!C(b)->repack || !matmul || !qi_k_pack_supported(w->type)) return 0;
+    const uint64_t groups = (uint64_t)(w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
+    return (size_t)(groups * qi_k_pack_group_bytes(w->type, w->n_cols));
+}
+
+/* The 16-row groups in mem; the rows stay the model's, host memory the
+ * CPU reads (get_rows reads the token embedding by row, also when the
+ * output head shares it). */
+static void cpu_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out) {
+    (void)b;
+    (void)matmul;
+    const uint64_t gb = qi_k_pack_group_bytes(w->type, w->n_cols);
+    char *dst = mem;
+    for (int64_t r0 = 0; r0 < w->n_rows; r0 += QI_K_PACK_ROWS, dst += gb) {
+        const int rows = w->n_rows - r0 < QI_K_PACK_ROWS ? (int)(w->n_rows - r0) : QI_K_PACK_ROWS;
+        qi_k_pack_group(w->type, w->n_cols, (const char *)w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes, rows,
+                        dst);
+    }
+    out->data = w->data;
+    out->packed = mem;
+    out->packed_group_bytes = gb;
+}
 
 static const qi_backend_i k_cpu_iface = {
     .version = QI_BACKEND_VERSION,
@@ -845,10 +874,13 @@ static const qi_backend_i k_cpu_iface = {
     .mark = cpu_mark,
     .wait = cpu_wait,
     .drain = cpu_drain,
+    .weight_size = cpu_weight_size,
+    .weight_prepare = cpu_weight_prepare,
 };
 
-qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out, qi_err *err) {
+qi_status qi_backend_cpu_create(int n_threads, unsigned flags, qi_backend **out, qi_err *err) {
     *out = NULL;
+    const bool attn_blas = flags & QI_CPU_ATTN_BLAS;
     if (attn_blas) {
         qi_status st = qi_blas_load(err);
         if (st) return st;
@@ -865,6 +897,7 @@ qi_status qi_backend_cpu_create(int n_threads, bool attn_blas, qi_backend **out,
     b->info = (qi_dev_info){.name = "cpu", .kind = QI_DEV_CPU, .host_visible = true};
     c->k = qi_kernels_get();
     c->attn_blas = attn_blas;
+    c->repack = flags & QI_CPU_REPACK;
     qi_status st = qi_pool_create(n_threads, &c->pool, err);
     if (st) {
         cpu_free(b);

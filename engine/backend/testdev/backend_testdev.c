@@ -11,6 +11,8 @@
  *   other devices. Each copy fills its destination with 0xff bytes (NaN in
  *   fp32 and fp16) before writing it, so a reader that did not wait is
  *   likely to see NaN rather than stale bytes that happen to be right.
+ * - Weights: the rows uploaded, and with QI_CPU_REPACK their packed form
+ *   beside them, as the CPU would prepare it.
  * - Ops: the CPU backend's, on a pool of its own, run on the calling
  *   thread once the stream has drained (an op is ordered after the copies
  *   queued before it, as on a GPU stream). Results equal the CPU's bit for
@@ -121,7 +123,7 @@ void qi_testdev_hold(qi_backend *b, bool hold) {
 
 static void *td_buf_mem(qi_backend *b, size_t n) {
     (void)b;
-    return qi_malloc(n);
+    return qi_malloc_aligned(64, n);
 }
 static void td_buf_release(qi_backend *b, void *mem) {
     td_drain(b); /* no queued copy may still write it */
@@ -205,6 +207,31 @@ static qi_status td_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, i
     return in->iface->reserve(in, scratch_bytes, max_rows, max_pos, Hkv, D, err);
 }
 
+/* Weights: the rows uploaded through the stream, then whatever form the
+ * CPU with the same flags adds (the packed groups), made beside them. */
+#define TD_ALIGN 64
+static size_t td_rows_bytes(const qi_weight *w) {
+    const size_t n = (size_t)(w->row_bytes * (uint64_t)w->n_rows);
+    return (n + TD_ALIGN - 1) / TD_ALIGN * TD_ALIGN;
+}
+static size_t td_weight_size(qi_backend *b, const qi_weight *w, bool matmul) {
+    qi_backend *in = INNER(b);
+    const size_t extra = in->iface->weight_size(in, w, matmul);
+    return extra ? td_rows_bytes(w) + extra : (size_t)(w->row_bytes * (uint64_t)w->n_rows);
+}
+static void td_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out) {
+    qi_backend *in = INNER(b);
+    td_copy(b, mem, w->data, (size_t)(w->row_bytes * (uint64_t)w->n_rows));
+    out->data = mem;
+    out->packed = NULL;
+    if (in->iface->weight_size(in, w, matmul)) {
+        qi_weight form;
+        in->iface->weight_prepare(in, w, matmul, (char *)mem + td_rows_bytes(w), &form);
+        out->packed = form.packed;
+        out->packed_group_bytes = form.packed_group_bytes;
+    }
+}
+
 static void td_free(qi_backend *b) {
     td_ctx *c = T(b);
     if (c) {
@@ -252,9 +279,11 @@ static const qi_backend_i k_td_iface = {
     .mark = td_mark,
     .wait = td_wait,
     .drain = td_drain,
+    .weight_size = td_weight_size,
+    .weight_prepare = td_weight_prepare,
 };
 
-qi_status qi_backend_testdev_create(int n_threads, size_t capacity, qi_backend **out, qi_err *err) {
+qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err) {
     *out = NULL;
     qi_backend *b = qi_calloc(1, sizeof *b);
     td_ctx *c = qi_calloc(1, sizeof *c);
@@ -270,7 +299,7 @@ qi_status qi_backend_testdev_create(int n_threads, size_t capacity, qi_backend *
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->idle_cv, NULL);
-    qi_status st = qi_backend_cpu_create(n_threads, false, &c->inner, err);
+    qi_status st = qi_backend_cpu_create(n_threads, flags & QI_CPU_REPACK, &c->inner, err);
     if (!st && !(c->started = pthread_create(&c->worker, NULL, worker_main, b) == 0)) {
         st = QI_ERR(err, QI_ERR_BACKEND, "testdev: cannot start its stream's worker thread");
     }

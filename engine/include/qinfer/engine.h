@@ -56,6 +56,11 @@ typedef struct {
                              * faster, but the logits are no longer bit-identical to llama.cpp's;
                              * one-token steps are unchanged. Needs libopenblas0 at run time:
                              * qi_engine_create fails without it. */
+    bool repack;            /* the CPU devices prepare the q4_0/q4_1/q5_0/q5_1/q8_0 matrices of
+                             * their blocks in 16-row groups (default off; QI_CPU_REPACK in
+                             * engine/backend/backend.h): faster, above all batched, but the
+                             * logits are no longer llama.cpp's bit for bit; a batched step
+                             * still equals single-sequence runs. */
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);
@@ -109,10 +114,14 @@ const char *qi_engine_kv_policy_name(const qi_engine *e);
 /* The placement plan the engine runs (opts.devices and opts.placement, or
  * the last qi_engine_replan). */
 const qi_plan *qi_engine_plan(const qi_engine *e);
+/* The matrices the devices multiply by in a packed form of their own
+ * (opts.repack), over the blocks of the plan in force. */
+int qi_engine_n_packed(const qi_engine *e);
 
-/* What a new plan moved and what it cost: the weight bytes uploaded to the
- * devices that now run blocks (a block that goes to the CPU costs nothing:
- * the CPU runs on the model's own views), the working KV blocks copied to
+/* What a new plan moved and what it cost: the weight bytes the devices
+ * that now run blocks prepared in their own form (uploaded, or packed by
+ * a CPU with opts.repack; a block that goes to a CPU without it costs
+ * nothing: the CPU runs on the model's own views), the working KV blocks copied to
  * the pools of the layers whose attention moved or whose split changed,
  * and the wall time from the call until every device had finished. */
 typedef struct {

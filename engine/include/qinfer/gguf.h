@@ -81,6 +81,9 @@ uint32_t qi_gguf_version(const qi_gguf *g);
 uint64_t qi_gguf_alignment(const qi_gguf *g);
 uint64_t qi_gguf_file_size(const qi_gguf *g);
 const char *qi_gguf_path(const qi_gguf *g);
+/* Whether g is a read-only mapping of a file (qi_gguf_open), not memory the
+ * caller gave (qi_gguf_open_memory). */
+bool qi_gguf_mapped(const qi_gguf *g);
 /* File offset of the data section (tensor offsets are relative to it). */
 uint64_t qi_gguf_data_offset(const qi_gguf *g);
 

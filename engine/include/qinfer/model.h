@@ -62,8 +62,10 @@ typedef struct {
     int64_t n_rows; /* ne[1] */
     uint64_t row_bytes;
     const void *data;
-    /* NULL, or the same rows packed in groups of 16 (qi_model_repack); the
-     * CPU backend then multiplies in the packed order. */
+    /* NULL in the model; in a device's copy, the same rows packed in
+     * groups of 16 when the device prepared them so (the CPU backend with
+     * QI_CPU_REPACK, engine/backend/backend.h), its matmuls then running
+     * in the packed order. */
     const void *packed;
     uint64_t packed_group_bytes;
 } qi_weight;
@@ -92,9 +94,6 @@ typedef struct qi_model {
     char *chat_template; /* NULL if the file has none */
     uint64_t n_params;
     uint64_t weight_bytes;
-    void *packed_mem;      /* qi_model_repack's copy; NULL when not repacked */
-    uint64_t packed_bytes;
-    int n_packed;          /* weights repacked */
 } qi_model;
 
 /* Load a model from a GGUF file. Messages name the file and the problem
@@ -105,19 +104,17 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err);
 qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err);
 void qi_model_free(qi_model *m);
 
-/* Repack the matrices whose type has a packed form (q4_0, q4_1, q5_0, q5_1,
- * q8_0: see engine/kernels.h) into 16-row groups, for faster matmuls, above all
- * batched ones. The result is no longer bit-identical to llama.cpp: each row
- * sums its blocks in one float lane, where llama.cpp keeps eight partial
- * sums, so logits differ in the last bits; a batched step still equals
- * single-sequence runs bit for bit. The plain rows' pages are released from
- * memory (the file mapping stays; the token embeddings are kept). Call before
- * creating contexts or engines; calling twice is a no-op. Fails only
- * for lack of memory (the model is then unchanged). */
-qi_status qi_model_repack(qi_model *m, qi_err *err);
 /* The matrices a forward pass multiplies by: seven per layer and the
- * output head (what qi_model_repack considers). */
+ * output head. */
 int qi_model_n_matrices(const qi_model *m);
+/* How many of them have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0):
+ * those a CPU repacks with the engine's repack option. */
+int qi_model_n_packable(const qi_model *m);
+/* Give back the resident pages of w's rows in the model file's mapping (a
+ * later read faults them in again from the file): for a device that holds
+ * its own form of w and no longer reads the rows. Nothing for a model not
+ * mapped from a file. */
+void qi_model_release_rows(const qi_model *m, const qi_weight *w);
 
 /* ---- Evaluation context: one sequence ----------------------------------- *
  * A facade over the batched engine (engine.h): an engine of one sequence
@@ -131,6 +128,7 @@ typedef struct {
     int n_threads;  /* >= 1 */
     bool attn_blas; /* prompts' attention (2+ tokens per eval) through OpenBLAS sgemm: faster,
                      * but not bit-identical to llama.cpp; needs libopenblas0 at run time */
+    bool repack;    /* the engine's repack (engine.h): packed matrices, not llama.cpp's order */
     const char *devices, *placement; /* the engine's (engine.h); NULL: cpu, all-cpu */
 } qi_ctx_opts;
 

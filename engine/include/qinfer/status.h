@@ -67,6 +67,8 @@ const char *qi_status_str(qi_status s);
 
 /* All heap allocation goes through these so tests can fail the Nth one. */
 void *qi_malloc(size_t n);
+/* n bytes at a multiple of align (a power of two), freed by qi_free */
+void *qi_malloc_aligned(size_t align, size_t n);
 void *qi_calloc(size_t n, size_t size);
 void *qi_realloc(void *p, size_t n);
 void qi_free(void *p);
