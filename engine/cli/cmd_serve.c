@@ -92,7 +92,9 @@ static void help(void) {
            "turn, the last one the user's), max_tokens\n"
            "(default 16; 0 with echo: the prompt's logprobs alone), temperature (default 1;\n"
            "0: greedy), top_p, seed, stop (a string or up to 4), stream; completions also\n"
-           "echo and logprobs (0-5 alternatives per token).\n");
+           "echo and logprobs (0-5 alternatives per token). qinfer_timeline: true adds to\n"
+           "the answer (the last event when streamed) the request's arrival, start and\n"
+           "token times in seconds on the server's clock, what /metrics is computed from.\n");
 }
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -183,7 +185,7 @@ static bool st_event(stream *st, const char *text, size_t n_text, const char *fi
     }
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
-    if (finish) qi_serve_add_usage(o, r);
+    if (finish) qi_serve_add_usage(o, &st->j);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     bool ok = s && st_push(st, "data: ", 6) && st_push(st, s, strlen(s)) && st_push(st, "\n\n", 2);

@@ -11,8 +11,10 @@
 #     --db metrics), qinfer.throughput's against decode_s, qinfer.serve's
 #     against its requests' arrival and token times (given back to
 #     qinfer.measure_requests, the same figures to the bit), the server's
-#     /metrics against its token counter, the clients' usage and its run
-#     duration (within what the clients saw);
+#     /metrics against its token counter, the clients' usage and the
+#     timelines its answers carry (qinfer_timeline);
+#   - the server's recorded timelines given to Lua's qinfer.measure_requests
+#     give every figure of its /metrics: one function, whoever calls it;
 #   - every figure each reports is a name of results/README.md, in its unit;
 #   - under the fake clock (QINFER_FAKE_CLOCK) bench and Lua give the same
 #     number, B / tick exactly: one function, one figure.
@@ -80,7 +82,9 @@ if "$Q" serve --help >/dev/null 2>&1; then
   if [[ -z $url ]]; then
     bad "the server did not start: $(tail -n 5 "$tmp/serve.log")"
   else
-    python3 "$here/check_throughput.py" "$url" "$readme" && ok || bad "the server's /metrics against its own counts"
+    python3 "$here/check_throughput.py" "$url" "$readme" "$tmp/timelines" && ok ||
+      bad "the server's /metrics against its own counts"
+    [[ -s $tmp/timelines ]] && expect_ok "$Q" lua -t 2 "$here/throughput_def.lua" timeline "$tmp/timelines"
   fi
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 else

@@ -9,10 +9,15 @@
 --           results/README.md; the same timeline given back to
 --           qinfer.measure_requests must give the same figures, bit for
 --           bit; prints "metric NAME UNIT" for each figure of the run.
+--   timeline FILE  the server's recorded timelines (check_throughput.py
+--           wrote them, with /metrics' figures) given to
+--           qinfer.measure_requests: every figure must be the server's
+--           (to the 9 digits /metrics prints); prints "timeline N" with the
+--           number of figures compared.
 -- Errors (a figure off its definition) raise, so the script exits non-zero.
 local qinfer = require "qinfer"
 local mode = arg[1]
-local m = qinfer.load("smollm2-135m", { threads = 2 })
+local m = mode ~= "timeline" and qinfer.load("smollm2-135m", { threads = 2 }) or nil
 
 local function near(a, b, what)
   if not (math.abs(a - b) <= 1e-12 * math.abs(b)) then
@@ -55,6 +60,31 @@ elseif mode == "serve" then
     end
   end
   assert(seen, "no throughput.output_tokens_per_s in the run's metrics")
+elseif mode == "timeline" then
+  local reqs, server = {}, {}
+  for line in io.lines(arg[2]) do
+    local name, v = line:match("^figure (%S+) (%S+)$")
+    if name then
+      server[name] = tonumber(v)
+    else
+      local x = {}
+      for w in line:gmatch("%S+") do x[#x + 1] = tonumber(w) end
+      reqs[#reqs + 1] = { arrival = x[1], start = x[2], n_prompt = math.tointeger(x[3]),
+        tokens = table.move(x, 4, #x, 1, {}) }
+    end
+  end
+  local r = qinfer.measure_requests(reqs)
+  local n = 0
+  for _, mt in ipairs(r.metrics) do
+    local s = server["qinfer_" .. mt[1]:gsub("%.", "_")]
+    if s == nil then error("/metrics lacks " .. mt[1], 0) end
+    if not (math.abs(s - mt[2]) <= 1e-8 * math.abs(mt[2]) + 1e-12) then
+      error(string.format("%s: the server says %.9g, its own timeline %.17g", mt[1], s, mt[2]), 0)
+    end
+    n = n + 1
+  end
+  assert(n > 10 and server.qinfer_throughput_output_tokens_per_s, "too few figures compared: " .. n)
+  print("timeline " .. n)
 else
-  error("usage: throughput_def.lua decode|serve", 0)
+  error("usage: throughput_def.lua decode|serve|timeline FILE", 0)
 end
