@@ -25,7 +25,8 @@
 
 static qi_model *g_model;
 
-static qi_engine *engine_on(int max_seqs, const char *devices, const char *placement, size_t kv_max_bytes) {
+static qi_engine *engine_with(int max_seqs, const char *devices, const char *placement, size_t kv_max_bytes,
+                              const char *kv_policy, int kv_budget_tokens) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
     o.n_threads = 2;
@@ -34,10 +35,16 @@ static qi_engine *engine_on(int max_seqs, const char *devices, const char *place
     o.devices = devices;
     o.placement = placement;
     o.kv_max_bytes = kv_max_bytes;
+    o.kv_policy = kv_policy;
+    o.kv_budget_tokens = kv_budget_tokens;
     qi_engine *e = NULL;
     qi_err err = {0};
     ck_assert_msg(qi_engine_create(g_model, &o, &e, &err) == QI_OK, "%s", err.msg);
     return e;
+}
+
+static qi_engine *engine_on(int max_seqs, const char *devices, const char *placement, size_t kv_max_bytes) {
+    return engine_with(max_seqs, devices, placement, kv_max_bytes, NULL, 0);
 }
 
 static qi_engine *engine(int max_seqs) { return engine_on(max_seqs, NULL, NULL, 0); }
@@ -237,17 +244,18 @@ static void decode(qi_engine *e, int id, int32_t *out, int n) {
 /* The engine's swap on its own: a sequence swapped out after its prompt
  * (70 tokens: two blocks per stream) holds no working KV, is skipped by
  * the steps that run another, and once swapped in decodes the tokens, and
- * the logits bit for bit, of the same sequence never swapped; on the CPU
- * and with every attention on the second device (its working tier there,
- * the copies on its stream). A pool cap too small for the offload copy
+ * the logits bit for bit, of the same sequence never swapped; on the CPU,
+ * with every attention on the second device (its working tier there, the
+ * copies on its stream), and under Q-Infer's policy, whose offload tier
+ * already holds tokens when the working ones join them. A pool cap too small for the offload copy
  * refuses the swap and leaves the sequence as it was. */
 START_TEST(swap_keeps_logits) {
-    static const char *const devs[][2] = {{NULL, NULL}, {"cpu,testdev", "ngl=30"}};
+    static const char *const devs[][3] = {{NULL, NULL, NULL}, {"cpu,testdev", "ngl=30", NULL}, {NULL, NULL, "qinfer"}};
     const int V = g_model->hp.n_vocab;
     int32_t prompt[70];
     for (int k = 0; k < 70; k++) prompt[k] = 1 + (k * 53) % 900;
-    for (int c = 0; c < 2; c++) {
-        qi_engine *e = engine_on(2, devs[c][0], devs[c][1], 0);
+    for (int c = 0; c < 3; c++) {
+        qi_engine *e = engine_with(2, devs[c][0], devs[c][1], 0, devs[c][2], devs[c][2] ? 40 : 0);
         qi_err err = {0};
         int a, b;
         ck_assert_int_eq(qi_engine_seq_add(e, &a, &err), QI_OK);
@@ -267,14 +275,17 @@ START_TEST(swap_keeps_logits) {
         int32_t next = qi_argmax(qi_engine_seq_logits(e, a, -1), V);
         ck_assert_int_eq(qi_engine_seq_feed(e, a, &next, 1, false, &err), QI_OK);
         ck_assert_int_eq(qi_engine_seq_swap_in(e, a, &err), QI_ERR_INVALID);
+        qi_engine_kv_seq ks;
+        qi_engine_kv_seq_stats(e, a, &ks);
+        const long work = ks.work_tokens, off = ks.off_tokens;
+        ck_assert_msg(c < 2 ? off == 0 : off > 0, "config %d: %ld tokens offloaded by the policy", c, off);
         ck_assert_msg(qi_engine_seq_swap_out(e, a, &err) == QI_OK, "%s", err.msg);
         ck_assert(qi_engine_seq_swapped(e, a));
         ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_INVALID);
-        qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(e, a, &ks);
-        ck_assert_msg(ks.work_bytes == 0 && ks.work_tokens == 0 && ks.off_tokens == 72L * g_model->hp.n_layer *
-                                                                                    g_model->hp.n_head_kv,
-                      "swapped out: %ld working and %ld offloaded tokens", ks.work_tokens, ks.off_tokens);
+        ck_assert_msg(ks.work_bytes == 0 && ks.work_tokens == 0 && ks.off_tokens == work + off,
+                      "swapped out: %ld working and %ld offloaded tokens, of %ld and %ld", ks.work_tokens,
+                      ks.off_tokens, work, off);
         /* another sequence runs; the swapped one waits with its token pending */
         ck_assert_int_eq(qi_engine_seq_add(e, &b, &err), QI_OK);
         ck_assert_int_eq(qi_engine_seq_feed(e, b, prompt, 9, false, &err), QI_OK);
@@ -286,7 +297,8 @@ START_TEST(swap_keeps_logits) {
         ck_assert_msg(qi_engine_seq_swap_in(e, a, &err) == QI_OK, "%s", err.msg);
         ck_assert(!qi_engine_seq_swapped(e, a));
         qi_engine_kv_seq_stats(e, a, &ks);
-        ck_assert_int_eq(ks.off_tokens, 0);
+        ck_assert_msg(ks.work_tokens == work && ks.off_tokens == off, "swapped in: %ld and %ld tokens, of %ld and %ld",
+                      ks.work_tokens, ks.off_tokens, work, off);
         ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
         got[2] = next;
         decode(e, a, got + 3, 3);
