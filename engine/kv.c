@@ -416,14 +416,18 @@ qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err) 
 /* Swapping copies token by token through the movers of apply: a working
  * tier's blocks are not whole blocks of the offload tier once a policy has
  * offloaded tokens there, and the rows keep their slots either way. */
+
+/* The copies queued on a device's stream done before any block they touch
+ * goes back to its pool, and a failure met inside the stream reported here,
+ * so a swap that lost rows fails instead of the next step. Swaps run
+ * between steps, when nothing else is queued there. The first failure wins. */
 static qi_status swap_wait(mover *mv, bool any, qi_err *err) {
-    if (!mv->cs || !any || mv->st) return mv->st;
-    qi_event *ev = NULL;
-    qi_status st = qi_event_record(mv->cs, &ev, err);
-    if (st) return st;
-    qi_event_sync(ev);
-    qi_event_free(ev);
-    return QI_OK;
+    if (!mv->cs || !any) return mv->st;
+    qi_err e = {0};
+    const qi_status st = qi_dev_synchronize(mv->cs, &e);
+    if (mv->st) return mv->st;
+    if (st && err) *err = e;
+    return st;
 }
 
 static qi_status swap_check(const qi_kv_stream *s, qi_err *err) {

@@ -146,9 +146,11 @@ qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err);
  * memory), after what a policy offloaded there, and the working tier is
  * emptied; swap_in moves them back into the same slots, so the stream
  * reads as it did, ring order included. Rows of a working tier on a
- * device are copied on the device's stream, waited for before any block
- * is returned. Fails (a pool's cap, memory, a split stream: unsupported,
- * no stream between the devices) leaving the stream as it was. */
+ * device are copied on the device's stream, which is synchronised before
+ * any block is returned (so call it between steps): a copy that failed
+ * there fails the swap. Fails (a pool's cap, memory, a failed copy, a
+ * split stream: unsupported, no stream between the devices) leaving the
+ * stream as it was. */
 qi_status qi_kv_stream_swap_out(qi_kv_stream *s, qi_err *err);
 qi_status qi_kv_stream_swap_in(qi_kv_stream *s, qi_err *err);
 

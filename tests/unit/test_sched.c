@@ -246,8 +246,9 @@ static void decode(qi_engine *e, int id, int32_t *out, int n) {
  * the steps that run another, and once swapped in decodes the tokens, and
  * the logits bit for bit, of the same sequence never swapped; on the CPU,
  * with every attention on the second device (its working tier there, the
- * copies on its stream), and under Q-Infer's policy, whose offload tier
- * already holds tokens when the working ones join them. A pool cap too small for the offload copy
+ * copies on its stream; a copy failing there fails the swap and undoes
+ * it), and under Q-Infer's policy, whose offload tier already holds tokens
+ * when the working ones join them. A pool cap too small for the offload copy
  * refuses the swap and leaves the sequence as it was. */
 START_TEST(swap_keeps_logits) {
     static const char *const devs[][3] = {{NULL, NULL, NULL}, {"cpu,testdev", "ngl=30", NULL}, {NULL, NULL, "qinfer"}};
@@ -279,6 +280,15 @@ START_TEST(swap_keeps_logits) {
         qi_engine_kv_seq_stats(e, a, &ks);
         const long work = ks.work_tokens, off = ks.off_tokens;
         ck_assert_msg(c < 2 ? off == 0 : off > 0, "config %d: %ld tokens offloaded by the policy", c, off);
+        if (c == 1) { /* a copy that fails on the device's stream, some streams in: the swap fails, undone */
+            qi_engine_inject_fail(e, 1, 0, 1000);
+            ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_BACKEND);
+            ck_assert_msg(strstr(err.msg, "injected failure"), "%s", err.msg);
+            ck_assert(!qi_engine_seq_swapped(e, a));
+            qi_engine_kv_seq_stats(e, a, &ks);
+            ck_assert_msg(ks.work_tokens == work && ks.off_tokens == 0, "after a failed swap: %ld and %ld tokens",
+                          ks.work_tokens, ks.off_tokens);
+        }
         ck_assert_msg(qi_engine_seq_swap_out(e, a, &err) == QI_OK, "%s", err.msg);
         ck_assert(qi_engine_seq_swapped(e, a));
         ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_INVALID);
