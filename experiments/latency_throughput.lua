@@ -28,7 +28,8 @@
 --   serve.preemptions     requests preempted                       (1)
 --   request.ttft_s, request.tpot_s, request.e2e_s, request.queue_s   each request's own (s),
 --   request.preemptions, request.rejected (1): params {max_batch = B, request = i}
---   request.swaps, request.recomputes (1): a preempted request's preemptions by kind, params as above
+--   request.swaps, request.recomputes, request.prefill_tokens (1): a preempted request's
+--     preemptions by kind and the tokens it fed as prompts, params as above
 --
 --   qinfer run experiments/latency_throughput.lua -t 2          -> results/latency_throughput.db
 --   qinfer run experiments/latency_throughput.lua -t 2 --set kv_policy=full
@@ -54,6 +55,7 @@ local function record(ctx, r, batch)
     if q.preemptions > 0 then
       ctx.metric("request.swaps", q.swaps, "1", pq)
       ctx.metric("request.recomputes", q.recomputes, "1", pq)
+      ctx.metric("request.prefill_tokens", q.prefill_tokens, "1", pq)
     end
     ctx.metric("request.rejected", q.rejected and 1 or 0, "1", pq)
   end
