@@ -78,6 +78,7 @@
 
 typedef struct {
     bool used, failed;
+    bool swapped;     /* its working KV in the offload tier: steps skip it (qi_engine_seq_swap_out) */
     int32_t *pending; /* [n_ctx] */
     int head, n_pending;
     bool logits_all;
@@ -1051,6 +1052,39 @@ const float *qi_engine_seq_logits(const qi_engine *e, int id, int i) {
     return e->logits + (size_t)(s->logit_row + i) * e->m->hp.n_vocab;
 }
 
+int qi_engine_max_seqs(const qi_engine *e) { return e->o.max_seqs; }
+
+/* Every stream of the sequence at once, or none: a stream that fails
+ * undoes the ones before it (which cannot fail for want of blocks: it
+ * gives back what they took). */
+static qi_status seq_swap(qi_engine *e, int id, bool out, qi_err *err) {
+    qi_status st = check_id(e, id, err);
+    if (st) return st;
+    seq_state *s = &e->seqs[id];
+    if (s->swapped == out)
+        return QI_ERR(err, QI_ERR_INVALID, "sequence %d is %s", id, out ? "swapped out already" : "not swapped out");
+    const int L = e->m->hp.n_layer, Hkv = e->m->hp.n_head_kv;
+    for (int k = 0; k < L * Hkv; k++) {
+        qi_kv_stream *kv = stream_of(e, s, k / Hkv, k % Hkv);
+        st = out ? qi_kv_stream_swap_out(kv, err) : qi_kv_stream_swap_in(kv, err);
+        if (!st) continue;
+        qi_err_prefix(err, "sequence %d, layer %d, KV head %d", id, k / Hkv, k % Hkv);
+        while (k-- > 0) {
+            kv = stream_of(e, s, k / Hkv, k % Hkv);
+            if (out ? qi_kv_stream_swap_in(kv, NULL) : qi_kv_stream_swap_out(kv, NULL)) s->failed = true;
+        }
+        return st;
+    }
+    s->swapped = out;
+    return QI_OK;
+}
+
+qi_status qi_engine_seq_swap_out(qi_engine *e, int id, qi_err *err) { return seq_swap(e, id, true, err); }
+qi_status qi_engine_seq_swap_in(qi_engine *e, int id, qi_err *err) { return seq_swap(e, id, false, err); }
+bool qi_engine_seq_swapped(const qi_engine *e, int id) {
+    return id >= 0 && id < e->o.max_seqs && e->seqs[id].used && e->seqs[id].swapped;
+}
+
 void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out) {
     memset(out, 0, sizeof *out);
     if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used) return;
@@ -1102,7 +1136,8 @@ static int schedule(qi_engine *e, int *T_out) {
         for (int k = 0; k < S; k++) {
             const int id = (e->cursor + k) % S;
             seq_state *s = &e->seqs[id];
-            if (!s->used || s->failed || s->n_pending == 0 || (pass == 0) != (s->n_pending == 1)) continue;
+            if (!s->used || s->failed || s->swapped || s->n_pending == 0 || (pass == 0) != (s->n_pending == 1))
+                continue;
             const int n = s->n_pending < chunk ? s->n_pending : chunk;
             if (pass == 1) {
                 if (n > room) continue;

@@ -412,3 +412,75 @@ qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err) 
     tier_trim(s, 1, &s->off);
     return QI_OK;
 }
+
+/* Swapping copies token by token through the movers of apply: a working
+ * tier's blocks are not whole blocks of the offload tier once a policy has
+ * offloaded tokens there, and the rows keep their slots either way. */
+
+/* The copies queued on a device's stream done before any block they touch
+ * goes back to its pool, and a failure met inside the stream reported here,
+ * so a swap that lost rows fails instead of the next step. Swaps run
+ * between steps, when nothing else is queued there. The first failure wins. */
+static qi_status swap_wait(mover *mv, bool any, qi_err *err) {
+    if (!mv->cs || !any) return mv->st;
+    qi_err e = {0};
+    const qi_status st = qi_dev_synchronize(mv->cs, &e);
+    if (mv->st) return mv->st;
+    if (st && err) *err = e;
+    return st;
+}
+
+static qi_status swap_check(const qi_kv_stream *s, qi_err *err) {
+    if (s->sp) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a stream split across two devices is not swapped");
+    const bool host = qi_dev_info_get(s->wp->dev)->host_visible;
+    if (!qi_dev_info_get(s->op->dev)->host_visible || (!host && !qi_dev_copy_stream(s->op->dev, s->wp->dev)))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "no stream copies KV rows from %s to the host",
+                      qi_dev_info_get(s->wp->dev)->name);
+    return QI_OK;
+}
+
+qi_status qi_kv_stream_swap_out(qi_kv_stream *s, qi_err *err) {
+    if (s->swapped) return QI_ERR(err, QI_ERR_INVALID, "KV stream swapped out already");
+    qi_status st = swap_check(s, err);
+    if (st) return st;
+    const int nw = s->work.n, no = s->off.n;
+    if ((st = tier_reserve(s, 1, no + nw, 0, err))) {
+        tier_trim(s, 1, &s->off);
+        return st;
+    }
+    mover out = mover_of(s->wp, s->op, err);
+    for (int i = 0; i < nw; i++) copy_token(&out, &s->work, i, &s->off, no + i);
+    if ((st = swap_wait(&out, nw > 0, err))) {
+        tier_trim(s, 1, &s->off);
+        return st;
+    }
+    s->off.n = no + nw;
+    s->work.n = 0;
+    tier_trim(s, 0, &s->work);
+    s->n_swapped = nw;
+    s->swapped = true;
+    return QI_OK;
+}
+
+qi_status qi_kv_stream_swap_in(qi_kv_stream *s, qi_err *err) {
+    if (!s->swapped || s->work.n != 0) return QI_ERR(err, QI_ERR_INVALID, "KV stream not swapped out");
+    qi_status st = swap_check(s, err);
+    if (st) return st;
+    const int n = s->n_swapped, no = s->off.n - n;
+    if ((st = tier_reserve(s, 0, n, 0, err))) {
+        tier_trim(s, 0, &s->work);
+        return st;
+    }
+    mover back = mover_of(s->op, s->wp, err);
+    for (int i = 0; i < n; i++) copy_token(&back, &s->off, no + i, &s->work, i);
+    if ((st = swap_wait(&back, n > 0, err))) {
+        tier_trim(s, 0, &s->work);
+        return st;
+    }
+    s->work.n = n;
+    s->off.n = no;
+    tier_trim(s, 1, &s->off);
+    s->n_swapped = 0;
+    s->swapped = false;
+    return QI_OK;
+}

@@ -52,6 +52,8 @@ typedef struct {
     int ring;             /* > 0: sliding-window ring of this many slots */
     qi_kv_pool *wp, *sp, *op;
     int lo_blocks;        /* with sp: working blocks held by wp */
+    int n_swapped;        /* swapped out: the last n_swapped tokens of the offload tier are the working tier's */
+    bool swapped;
 } qi_kv_stream;
 
 typedef struct {
@@ -138,6 +140,19 @@ long qi_kv_pool_n_free(const qi_kv_pool *p);
  * stream (the host waits for them before it compacts the offload tier),
  * so the device's later work sees them in order. */
 qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err);
+
+/* Swapping (a preempted sequence, qi_engine_seq_swap_out): every working
+ * token moves, in slot order, to the end of the offload tier (host
+ * memory), after what a policy offloaded there, and the working tier is
+ * emptied; swap_in moves them back into the same slots, so the stream
+ * reads as it did, ring order included. Rows of a working tier on a
+ * device are copied on the device's stream, which is synchronised before
+ * any block is returned (so call it between steps): a copy that failed
+ * there fails the swap. Fails (a pool's cap, memory, a failed copy, a
+ * split stream: unsupported, no stream between the devices) leaving the
+ * stream as it was. */
+qi_status qi_kv_stream_swap_out(qi_kv_stream *s, qi_err *err);
+qi_status qi_kv_stream_swap_in(qi_kv_stream *s, qi_err *err);
 
 /* Rows of a tier's slot i. */
 static inline uint16_t *qi_kv_k_row(const qi_kv_tier *t, int i, int D) {

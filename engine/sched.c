@@ -1,6 +1,7 @@
 /* sched.c - serving a workload on the batched engine (sched.h): a queue in
  * arrival order, continuous batching under admission limits, preemption by
- * recompute when KV memory runs out, and a record of every request's fate.
+ * recompute or by swap to the offload tier when KV memory runs out, and a
+ * record of every request's fate.
  *
  * Design: the scheduler sits on the engine's public API only (sequences
  * added, fed, stepped, removed), so it needs no hook inside a step. KV
@@ -11,13 +12,18 @@
  * is an upper bound under an evicting KV policy, which can only hold less,
  * so the budget is never passed.
  *
- * Why recompute and not swap: recompute needs nothing from the engine but
- * removing a sequence, frees its memory at once, and gives the same output
- * (greedy decoding of the same tokens rebuilds the same cache); swapping to
- * the offload tier would need the engine to move a whole sequence between
- * tiers, which it does not offer. The request admitted last is preempted
- * first (it has the least work to redo, and the oldest requests keep their
- * place, as vLLM does).
+ * Recompute or swap: recompute needs nothing from the engine but removing a
+ * sequence, frees its memory at once, and gives the same output (greedy
+ * decoding of the same tokens rebuilds the same cache), at the price of
+ * running its prompt and its output again. Swap (qi_engine_seq_swap_out)
+ * moves the sequence's working KV to the offload tier, host memory, and
+ * back, whole and in slot order, so nothing is run again and the output is
+ * the same bit for bit; it costs two copies of its KV and the host memory
+ * meanwhile, and it keeps the engine sequence, which is why the swapped-out
+ * requests are capped by the sequences the engine has beyond max_batch
+ * (then admitting a new request always finds a free one). The request
+ * admitted last is preempted first (it has the least work to redo, and the
+ * oldest requests keep their place, as vLLM does).
  *
  * The scheduler is online (qi_sched_create, _submit, _step, _push, _end):
  * requests are submitted when they come and the caller chooses each next
@@ -49,7 +55,9 @@ typedef struct {
     long admitted;     /* admission order, for preemption */
     int32_t *toks;     /* [n_prompt + max_tokens] */
     int n_prompt, max_tokens, n_out;
-    int preemptions;
+    int preemptions, swaps, recomputes;
+    long prefill;      /* tokens fed as a prompt by its admissions */
+    bool swapped;      /* waiting with its sequence swapped out (seq kept) */
     bool prompt_logits;
     bool ready;        /* the last step left it ready for its next token */
     double start;
@@ -66,9 +74,10 @@ struct qi_sched {
     long base, n, cap;
     long *wait;        /* waiting ids, in admission order (preempted ones at the front) */
     long n_wait, cap_wait;
-    long admit_seq, n_preemptions;
+    long admit_seq, n_preemptions, n_swaps;
     int n_running;
-    size_t peak_kv_bytes;
+    int n_swapped, max_swapped; /* requests swapped out now, and at most */
+    size_t peak_kv_bytes, peak_swap_bytes;
 };
 
 static size_t streams_of(const qi_model *m) { return (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv; }
@@ -86,10 +95,20 @@ static void reject(sreq *q, const char *fmt, const char *detail) {
     snprintf(q->reason, sizeof q->reason, fmt, detail ? detail : "");
 }
 
+int qi_sched_preempt_parse(const char *name) {
+    if (!strcmp(name, "recompute")) return QI_SCHED_RECOMPUTE;
+    if (!strcmp(name, "swap")) return QI_SCHED_SWAP;
+    return -1;
+}
+
+const char *qi_sched_preempt_name(qi_sched_preempt p) { return p == QI_SCHED_SWAP ? "swap" : "recompute"; }
+
 static qi_status check_opts(const qi_sched_opts *o, qi_err *err) {
     if (o->max_batch < 1) return QI_ERR(err, QI_ERR_INVALID, "scheduler: max batch %d < 1", o->max_batch);
     if (o->max_step_tokens < 0 || o->queue_limit < 0 || o->max_preemptions < 0 || o->n_ctx < 1)
         return QI_ERR(err, QI_ERR_INVALID, "scheduler: a negative limit, or no context size");
+    if (o->preempt != QI_SCHED_RECOMPUTE && o->preempt != QI_SCHED_SWAP)
+        return QI_ERR(err, QI_ERR_INVALID, "scheduler: unknown preemption policy %d", (int)o->preempt);
     return QI_OK;
 }
 
@@ -107,6 +126,8 @@ qi_status qi_sched_create(qi_engine *e, const qi_model *m, const qi_sched_opts *
     qi_engine_kv_pool_stats(e, &pool);
     s->block = pool.block_bytes;
     s->streams = streams_of(m);
+    if (o->preempt == QI_SCHED_SWAP && qi_engine_max_seqs(e) > o->max_batch)
+        s->max_swapped = qi_engine_max_seqs(e) - o->max_batch;
     *out = s;
     return QI_OK;
 }
@@ -126,14 +147,34 @@ static void unwait(qi_sched *s, long id) {
         }
 }
 
-/* Its sequence removed (its blocks freed); it is no longer running. */
+/* Its sequence removed (its blocks freed); it is no longer running, or
+ * swapped out. */
 static qi_status drop_seq(qi_sched *s, sreq *q, qi_err *err) {
     if (q->seq < 0) return QI_OK;
     qi_status st = qi_engine_seq_remove(s->e, q->seq, err);
     q->seq = -1;
     q->ready = false;
-    s->n_running--;
+    if (q->swapped) {
+        q->swapped = false;
+        s->n_swapped--;
+    } else {
+        s->n_running--;
+    }
     return st;
+}
+
+/* The running request q preempted by swap, when the policy, the cap on
+ * swapped-out requests and the engine allow: its sequence kept, parked.
+ * It must have a token pending, since a swap keeps no logits. */
+static bool swap_out(qi_sched *s, sreq *q) {
+    if (s->o.preempt != QI_SCHED_SWAP || s->n_swapped >= s->max_swapped || qi_engine_seq_pending(s->e, q->seq) < 1)
+        return false;
+    if (qi_engine_seq_swap_out(s->e, q->seq, NULL)) return false;
+    q->swapped = true;
+    q->ready = false;
+    s->n_swapped++;
+    s->n_running--;
+    return true;
 }
 
 void qi_sched_end(qi_sched *s, long id) {
@@ -258,18 +299,26 @@ qi_status qi_sched_admit(qi_sched *s, qi_err *err) {
         qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(e, q->seq, &ks);
         const bool alone = s->n_running == 1;
-        if ((st = drop_seq(s, q, err))) return st;
         if (alone) {
             /* alone and still over: it can never fit */
+            if ((st = drop_seq(s, q, err))) return st;
             reject(q, "needs more KV memory than the budget%s", NULL);
         } else {
             q->preemptions++;
             s->n_preemptions++;
             if (q->preemptions > s->max_preempt) {
+                if ((st = drop_seq(s, q, err))) return st;
                 char d[32];
                 snprintf(d, sizeof d, "%d", s->max_preempt);
                 reject(q, "preempted more than %s times", d);
             } else {
+                if (swap_out(s, q)) {
+                    q->swaps++;
+                    s->n_swaps++;
+                } else {
+                    if ((st = drop_seq(s, q, err))) return st;
+                    q->recomputes++;
+                }
                 q->state = QI_SCHED_WAITING;
                 if (!wait_push(s, s->base + victim, true)) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
             }
@@ -282,26 +331,44 @@ qi_status qi_sched_admit(qi_sched *s, qi_err *err) {
     while (s->n_wait > 0 && s->n_running < s->o.max_batch) {
         const long id = s->wait[0];
         sreq *q = rec(s, id);
-        int need = q->n_prompt + q->n_out;
+        const int need = q->n_prompt + q->n_out;
+        /* what its step runs: a swapped-out request's pending tokens, else the whole prompt */
+        const int run = q->swapped ? qi_engine_seq_pending(e, q->seq) : need;
         size_t kv_need = streams * block * blocks_for(need);
-        if (s->o.max_step_tokens && s->n_running > 0 && step_tokens + need > s->o.max_step_tokens) break;
+        if (s->o.max_step_tokens && s->n_running > 0 && step_tokens + run > s->o.max_step_tokens) break;
         if (s->o.kv_budget_bytes && held + growth + kv_need > s->o.kv_budget_bytes) {
             if (s->n_running > 0) break;
+            if ((st = drop_seq(s, q, err))) return st;
             reject(q, "needs more KV memory than the budget%s", NULL);
             unwait(s, id);
             continue;
         }
-        int seq;
-        qi_err add_err = {0};
-        if (qi_engine_seq_add(e, &seq, &add_err)) {
-            if (s->n_running > 0) break; /* the engine's sequences are all in use: wait */
-            reject(q, "the engine refused it: %.60s", add_err.msg);
-            unwait(s, id);
-            continue;
+        int seq = q->seq;
+        if (q->swapped) {
+            q->swapped = false;
+            s->n_swapped--;
+            if (qi_engine_seq_swap_in(e, seq, NULL)) {
+                /* the offload tier could not give it back (the pool's cap): recomputed instead */
+                qi_engine_seq_remove(e, seq, NULL);
+                q->seq = seq = -1;
+                q->swaps--;
+                s->n_swaps--;
+                q->recomputes++;
+            }
         }
-        if ((st = qi_engine_seq_feed(e, seq, q->toks, need, q->prompt_logits, err))) {
-            qi_engine_seq_remove(e, seq, NULL);
-            return st;
+        if (seq < 0) {
+            qi_err add_err = {0};
+            if (qi_engine_seq_add(e, &seq, &add_err)) {
+                if (s->n_running > 0) break; /* the engine's sequences are all in use: wait */
+                reject(q, "the engine refused it: %.60s", add_err.msg);
+                unwait(s, id);
+                continue;
+            }
+            if ((st = qi_engine_seq_feed(e, seq, q->toks, need, q->prompt_logits, err))) {
+                qi_engine_seq_remove(e, seq, NULL);
+                return st;
+            }
+            q->prefill += need;
         }
         unwait(s, id);
         q->state = QI_SCHED_RUNNING;
@@ -309,7 +376,7 @@ qi_status qi_sched_admit(qi_sched *s, qi_err *err) {
         q->admitted = s->admit_seq++;
         if (isnan(q->start)) q->start = qi_measure_now();
         s->n_running++;
-        step_tokens += need;
+        step_tokens += run;
         growth += kv_need;
     }
     return QI_OK;
@@ -337,14 +404,20 @@ qi_status qi_sched_step(qi_sched *s, int *n_tokens, qi_err *err) {
     if (n_tokens) *n_tokens = n_tok;
     qi_engine_kv_pool pool;
     qi_engine_kv_pool_stats(e, &pool);
-    size_t in_use = (size_t)(pool.work_blocks + pool.off_blocks) * block;
-    if (in_use > s->peak_kv_bytes) s->peak_kv_bytes = in_use;
+    size_t in_use = (size_t)(pool.work_blocks + pool.off_blocks) * block, swapped = 0;
     for (long k = 0; k < s->n; k++) {
         sreq *q = s->tab[k];
         if (q && q->state == QI_SCHED_RUNNING && qi_engine_seq_pending(e, q->seq) == 0 &&
             qi_engine_seq_logits(e, q->seq, -1))
             q->ready = true;
+        if (q && q->swapped) {
+            qi_engine_kv_seq ks;
+            qi_engine_kv_seq_stats(e, q->seq, &ks);
+            swapped += ks.work_bytes + ks.off_bytes;
+        }
     }
+    if (in_use - swapped > s->peak_kv_bytes) s->peak_kv_bytes = in_use - swapped;
+    if (swapped > s->peak_swap_bytes) s->peak_swap_bytes = swapped;
     return QI_OK;
 }
 
@@ -357,6 +430,21 @@ qi_sched_state qi_sched_req_state(const qi_sched *s, long id, const char **reaso
 int qi_sched_req_preemptions(const qi_sched *s, long id) {
     const sreq *q = rec(s, id);
     return q ? q->preemptions : 0;
+}
+
+int qi_sched_req_swaps(const qi_sched *s, long id) {
+    const sreq *q = rec(s, id);
+    return q ? q->swaps : 0;
+}
+
+int qi_sched_req_recomputes(const qi_sched *s, long id) {
+    const sreq *q = rec(s, id);
+    return q ? q->recomputes : 0;
+}
+
+long qi_sched_req_prefill(const qi_sched *s, long id) {
+    const sreq *q = rec(s, id);
+    return q ? q->prefill : 0;
 }
 
 double qi_sched_req_start(const qi_sched *s, long id) {
@@ -398,7 +486,9 @@ qi_status qi_sched_push(qi_sched *s, long id, int32_t tok, qi_err *err) {
 int qi_sched_n_waiting(const qi_sched *s) { return (int)s->n_wait; }
 int qi_sched_n_running(const qi_sched *s) { return s->n_running; }
 long qi_sched_n_preemptions(const qi_sched *s) { return s->n_preemptions; }
+long qi_sched_n_swaps(const qi_sched *s) { return s->n_swaps; }
 size_t qi_sched_peak_kv_bytes(const qi_sched *s) { return s->peak_kv_bytes; }
+size_t qi_sched_peak_swap_bytes(const qi_sched *s) { return s->peak_swap_bytes; }
 
 /* ---- a whole workload ------------------------------------------------------------ */
 
@@ -441,6 +531,9 @@ static void take_end(qi_sched *s, long i, qi_sched_req *q, double t0) {
         snprintf(q->reason, sizeof q->reason, "%s", reason);
     }
     q->preemptions = qi_sched_req_preemptions(s, i);
+    q->swaps = qi_sched_req_swaps(s, i);
+    q->recomputes = qi_sched_req_recomputes(s, i);
+    q->prefill_tokens = qi_sched_req_prefill(s, i);
     const double start = qi_sched_req_start(s, i);
     q->t.start = isnan(start) ? NAN : start - t0;
     qi_sched_end(s, i);
@@ -532,7 +625,13 @@ qi_status qi_sched_run(qi_engine *e, const qi_model *m, const qi_workload *w, co
             sleep_s(r->req[next_arrival].t.arrival - (qi_measure_now() - t0));
     }
     r->n_preemptions = qi_sched_n_preemptions(s);
+    r->n_swaps = qi_sched_n_swaps(s);
     r->peak_kv_bytes = qi_sched_peak_kv_bytes(s);
+    r->peak_swap_bytes = qi_sched_peak_swap_bytes(s);
+    for (long i = 0; i < w->n; i++) {
+        r->n_recomputes += r->req[i].recomputes;
+        r->prefill_tokens += r->req[i].prefill_tokens;
+    }
     {
         qi_request_timeline *tl = qi_malloc(sizeof *tl * (size_t)(w->n ? w->n : 1));
         if (!tl) {

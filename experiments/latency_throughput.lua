@@ -25,9 +25,11 @@
 --   throughput.requests_per_s, throughput.output_tokens_per_s,
 --   throughput.total_tokens_per_s, goodput.requests_per_s, requests.done,
 --   requests.rejected, run.duration_s
---   serve.preemptions     requests preempted by recompute          (1)
+--   serve.preemptions     requests preempted                       (1)
 --   request.ttft_s, request.tpot_s, request.e2e_s, request.queue_s   each request's own (s),
 --   request.preemptions, request.rejected (1): params {max_batch = B, request = i}
+--   request.swaps, request.recomputes, request.prefill_tokens (1): a preempted request's
+--     preemptions by kind and the tokens it fed as prompts, params as above
 --
 --   qinfer run experiments/latency_throughput.lua -t 2          -> results/latency_throughput.db
 --   qinfer run experiments/latency_throughput.lua -t 2 --set kv_policy=full
@@ -50,6 +52,11 @@ local function record(ctx, r, batch)
       if q[k .. "_s"] then ctx.metric("request." .. k .. "_s", q[k .. "_s"], "s", pq) end
     end
     ctx.metric("request.preemptions", q.preemptions, "1", pq)
+    if q.preemptions > 0 then
+      ctx.metric("request.swaps", q.swaps, "1", pq)
+      ctx.metric("request.recomputes", q.recomputes, "1", pq)
+      ctx.metric("request.prefill_tokens", q.prefill_tokens, "1", pq)
+    end
     ctx.metric("request.rejected", q.rejected and 1 or 0, "1", pq)
   end
 end

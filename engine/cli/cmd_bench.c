@@ -302,6 +302,7 @@ typedef struct {
     bool engine;   /* run in the batched engine */
     int n_reps;
     double *ts; /* [n_reps] tokens/s */
+    double *secs; /* [n_reps] seconds of each repetition's timed part (in ts's allocation) */
     double mean, sd;
 } bench_test;
 
@@ -402,6 +403,7 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
         qi_status st = run_once(r, t, &secs, err);
         if (st) return st;
         t->ts[i] = qi_measure_rate(n_tok, secs);
+        t->secs[i] = secs;
         sum += t->ts[i];
         fprintf(stderr, "qinfer %s: %s run %d/%d: %.2f t/s (%.3f s)\n", cmd, t->name, i + 1, t->n_reps,
                 t->ts[i], secs);
@@ -567,7 +569,7 @@ enum {
     FLD_VERSION, FLD_TIMESTAMP, FLD_CPU, FLD_N_CORES, FLD_N_LOGICAL, FLD_GPU, FLD_MODEL_TYPE, FLD_MODEL_NAME,
     FLD_MODEL_FILENAME, FLD_MODEL_SHA256, FLD_MODEL_SIZE, FLD_MODEL_N_PARAMS, FLD_BACKEND, FLD_N_THREADS,
     FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_DEPTH, FLD_KV_POLICY, FLD_ATTN_BLAS, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
-    FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
+    FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_SAMPLES_S, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
 };
 static const char *k_fields[N_FIELDS] = {
     [FLD_VERSION] = "qinfer_version", [FLD_TIMESTAMP] = "timestamp", [FLD_CPU] = "cpu",
@@ -578,6 +580,7 @@ static const char *k_fields[N_FIELDS] = {
     [FLD_N_PROMPT] = "n_prompt", [FLD_N_GEN] = "n_gen", [FLD_BATCH] = "batch", [FLD_DEPTH] = "depth",
     [FLD_KV_POLICY] = "kv_policy", [FLD_ATTN_BLAS] = "attn_blas", [FLD_N_REPS] = "n_reps", [FLD_AVG_TS] = "avg_ts",
     [FLD_STDDEV_TS] = "stddev_ts", [FLD_AVG_SEQ_TS] = "avg_seq_ts", [FLD_SAMPLES_TS] = "samples_ts",
+    [FLD_SAMPLES_S] = "samples_s",
     [FLD_MEM_BW] = "mem_bw_gbs", [FLD_BYTES_TOK] = "weight_bytes_per_token", [FLD_ROOFLINE] = "roofline_share",
     [FLD_PEAK_RSS] = "peak_rss_bytes",
 };
@@ -616,6 +619,11 @@ static void print_field(out_format fmt, int f, const bench_info *bi, const bench
         /* CSV: one quoted field, values separated by ';'. */
         putchar(fmt == OUT_CSV ? '"' : '[');
         for (int i = 0; i < t->n_reps; i++) printf("%s%.6f", i ? (fmt == OUT_CSV ? ";" : ", ") : "", t->ts[i]);
+        putchar(fmt == OUT_CSV ? '"' : ']');
+        break;
+    case FLD_SAMPLES_S: /* what each rate divides its tokens by */
+        putchar(fmt == OUT_CSV ? '"' : '[');
+        for (int i = 0; i < t->n_reps; i++) printf("%s%.9g", i ? (fmt == OUT_CSV ? ";" : ", ") : "", t->secs[i]);
         putchar(fmt == OUT_CSV ? '"' : ']');
         break;
     case FLD_MEM_BW:
@@ -748,8 +756,8 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
             st = qi_db_metric(db, run, pp ? "prefill.tokens_per_s" : "decode.tokens_per_s", t->ts[k], "tok/s", k,
                               false, err);
             if (!st && !pp)
-                st = qi_db_metric(db, run, "decode.per_seq_tokens_per_s", t->ts[k] / t->batch, "tok/s", k, false,
-                                  err);
+                st = qi_db_metric(db, run, "decode.per_seq_tokens_per_s", qi_measure_rate(t->n_gen, t->secs[k]),
+                                  "tok/s", k, false, err);
         }
         double r = roofline_share(bi, t);
         if (!st && bi->bw_gbs > 0) st = qi_db_metric(db, run, "mem.read_gb_per_s", bi->bw_gbs, "GB/s", 0, false, err);
@@ -1021,10 +1029,11 @@ int qi_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_tests; i++) {
         tests[i].batch = tests[i].engine ? batches[i - (n_tests - n_batches)] : 1;
         tests[i].n_reps = n_reps;
-        if (!(tests[i].ts = qi_calloc((size_t)n_reps, sizeof(double)))) {
+        if (!(tests[i].ts = qi_calloc(2 * (size_t)n_reps, sizeof(double)))) {
             QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
             goto fail;
         }
+        tests[i].secs = tests[i].ts + n_reps;
     }
     for (int i = 0; i < n_tests; i++) {
         bench_test *t = &tests[i];

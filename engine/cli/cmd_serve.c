@@ -72,8 +72,11 @@ static void help(void) {
         "      --max-queue N     requests waiting at most; more get 429 (default 64)\n"
         "      --kv-memory MIB   KV memory the running requests may hold: a request is admitted\n"
         "                        only when its prompt fits, and when their next tokens would not,\n"
-        "                        the one admitted last is preempted and recomputed later (default 0:\n"
-        "                        no budget)\n"
+        "                        the one admitted last is preempted (default 0: no budget)\n"
+        "      --preempt KIND    how: recompute (default; its sequence freed, its prompt and\n"
+        "                        output run again when readmitted) or swap (its KV moved to the\n"
+        "                        offload tier, host memory, and back, nothing run again; up to\n"
+        "                        --max-batch requests swapped out at once, past that recompute)\n"
         "      --max-step-tokens N  tokens one engine step runs (decodes plus prompt tokens); a\n"
         "                        prompt that would pass it waits (default 0: no limit)\n"
         "      --max-preemptions N  a request preempted more often fails (default 8)\n"
@@ -89,7 +92,9 @@ static void help(void) {
            "turn, the last one the user's), max_tokens\n"
            "(default 16; 0 with echo: the prompt's logprobs alone), temperature (default 1;\n"
            "0: greedy), top_p, seed, stop (a string or up to 4), stream; completions also\n"
-           "echo and logprobs (0-5 alternatives per token).\n");
+           "echo and logprobs (0-5 alternatives per token). qinfer_timeline: true adds to\n"
+           "the answer (the last event when streamed) the request's arrival, start and\n"
+           "token times in seconds on the server's clock, what /metrics is computed from.\n");
 }
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -180,7 +185,7 @@ static bool st_event(stream *st, const char *text, size_t n_text, const char *fi
     }
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
-    if (finish) qi_serve_add_usage(o, r);
+    if (finish) qi_serve_add_usage(o, &st->j);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     bool ok = s && st_push(st, "data: ", 6) && st_push(st, s, strlen(s)) && st_push(st, "\n\n", 2);
@@ -408,7 +413,7 @@ static void model_id_of(const char *arg, char *out, size_t cap) {
 int qi_cmd_serve(int argc, char **argv) {
     const char *cmd = "serve", *model_arg = "smollm2-135m", *host = "127.0.0.1";
     int port = 8080, max_batch = 8, max_queue = 64, n_ctx = 2048, n_threads = qi_n_physical_cores();
-    int kv_mib = 0, max_step_tokens = 0, max_preemptions = 8;
+    int kv_mib = 0, max_step_tokens = 0, max_preemptions = 8, preempt = QI_SCHED_RECOMPUTE;
     bool repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
@@ -424,6 +429,13 @@ int qi_cmd_serve(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--kv-memory")) qi_args_int(&a, 0, 1 << 24, &kv_mib);
         else if (qi_args_is(&a, NULL, "--max-step-tokens")) qi_args_int(&a, 0, 1 << 24, &max_step_tokens);
         else if (qi_args_is(&a, NULL, "--max-preemptions")) qi_args_int(&a, 1, 1 << 20, &max_preemptions);
+        else if (qi_args_is(&a, NULL, "--preempt")) {
+            const char *v = qi_args_str(&a);
+            if (v && (preempt = qi_sched_preempt_parse(v)) < 0) {
+                qi_cli_error(cmd, "option --preempt: '%s' is not recompute or swap", v);
+                a.failed = true;
+            }
+        }
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 1, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
@@ -462,12 +474,14 @@ int qi_cmd_serve(int argc, char **argv) {
     qi_engine_opts_default(&eo);
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
-    eo.max_seqs = max_batch;
+    /* a swapped-out request keeps its sequence: as many again for them */
+    eo.max_seqs = preempt == QI_SCHED_SWAP ? 2 * max_batch : max_batch;
     eo.attn_blas = attn_blas;
     eo.repack = repack;
     qi_cli_kv_apply(&kvo, &eo);
     const qi_sched_opts so = {.max_batch = max_batch, .n_ctx = n_ctx, .max_step_tokens = max_step_tokens,
-                              .kv_budget_bytes = (size_t)kv_mib << 20, .max_preemptions = max_preemptions};
+                              .kv_budget_bytes = (size_t)kv_mib << 20, .max_preemptions = max_preemptions,
+                              .preempt = (qi_sched_preempt)preempt};
     if (qi_engine_create(m, &eo, &eng, &err) || qi_server_init(&ap.srv, m, eng, &so, max_queue, &err))
         goto fail;
     srv_up = true;
@@ -491,7 +505,8 @@ int qi_cmd_serve(int argc, char **argv) {
     char desc[512];
     qi_cli_kv_describe(&kvo, desc, sizeof desc);
     char budget[48] = "no KV budget";
-    if (kv_mib) snprintf(budget, sizeof budget, "KV budget %d MiB", kv_mib);
+    if (kv_mib) snprintf(budget, sizeof budget, "KV budget %d MiB, preempt by %s", kv_mib,
+                         qi_sched_preempt_name((qi_sched_preempt)preempt));
     fprintf(stderr, "qinfer serve: %s on http://%s:%u (batch %d, queue %d, context %d, kv %s, %s, %d threads)\n",
             model_id, host, di ? di->port : (unsigned)port, max_batch, max_queue, n_ctx, desc, budget, n_threads);
     int sig = 0;

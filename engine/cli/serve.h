@@ -86,7 +86,7 @@ typedef struct {
     qi_sreq **active;        /* [n_active] handed to the scheduler: waiting there or running */
     int n_active, cap_active;
     int n_waiting, n_running; /* waiting (listed or in the scheduler's queue), running */
-    long n_preemptions;
+    long n_preemptions, n_swaps;
     long next_id;
     /* counters since start */
     long n_done, n_cancelled, n_failed, n_refused, n_prompt_tokens, n_output_tokens;

@@ -172,6 +172,7 @@ unsigned qi_serve_parse_job(qi_serve_app *ap, const char *body, size_t n, bool c
         !opt_num(req, "temperature", 0, 2, &temp, msg, cap) || !opt_num(req, "top_p", 1e-6, 1, &top_p, msg, cap) ||
         !opt_num(req, "seed", -9.2e18, 9.2e18, &seed, msg, cap) || !opt_bool(req, "stream", &stream, msg, cap) ||
         (!chat && !opt_bool(req, "echo", &echo, msg, cap)) ||
+        !opt_bool(req, "qinfer_timeline", &j->timeline, msg, cap) ||
         (!chat && !opt_num(req, "logprobs", 0, QI_SERVE_MAX_TOP, &logprobs, msg, cap)))
         goto out;
     if (!is_int(max_tokens) || !is_int(logprobs) || !is_int(seed)) {
@@ -254,11 +255,20 @@ out:
 
 const char *qi_serve_finish_name(qi_finish f) { return f == QI_FINISH_LENGTH ? "length" : "stop"; }
 
-void qi_serve_add_usage(cJSON *o, const qi_sreq *r) {
+void qi_serve_add_usage(cJSON *o, const qi_serve_job *j) {
+    const qi_sreq *r = j->r;
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
+    if (!j->timeline) return;
+    /* cJSON prints a number with the digits that read back as the same
+     * double, so a client recomputes the server's figures exactly */
+    cJSON *t = cJSON_AddObjectToObject(o, "qinfer_timeline");
+    cJSON_AddNumberToObject(t, "arrival_s", r->arrival);
+    if (!isnan(r->start)) cJSON_AddNumberToObject(t, "start_s", r->start);
+    cJSON *a = cJSON_AddArrayToObject(t, "token_s");
+    for (int k = 0; k < r->n_gen && a; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(r->tok_t[k]));
 }
 
 static cJSON *piece_json(const qi_model *m, int32_t id) {
@@ -329,7 +339,7 @@ cJSON *qi_serve_answer(const qi_serve_app *ap, const qi_serve_job *j, long creat
         else cJSON_AddNullToObject(c, "logprobs");
     }
     cJSON_AddStringToObject(c, "finish_reason", qi_serve_finish_name(r->finish));
-    qi_serve_add_usage(o, r);
+    qi_serve_add_usage(o, j);
     return o;
 }
 

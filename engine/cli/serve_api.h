@@ -22,6 +22,7 @@ typedef struct {
 /* One completion request, parsed. */
 typedef struct {
     bool chat, stream, echo;
+    bool timeline;     /* "qinfer_timeline": true: the answer carries the request's timeline */
     qi_sreq *r;
     char *prompt_text; /* the prompt as sent (echo) */
 } qi_serve_job;
@@ -35,7 +36,11 @@ unsigned qi_serve_parse_job(qi_serve_app *ap, const char *body, size_t n, bool c
 /* The answer to a finished request, not streamed. */
 cJSON *qi_serve_answer(const qi_serve_app *ap, const qi_serve_job *j, long created);
 const char *qi_serve_finish_name(qi_finish f);
-void qi_serve_add_usage(cJSON *o, const qi_sreq *r);
+/* The finished request's usage object, and its timeline when asked for
+ * (j->timeline): "qinfer_timeline": {arrival_s, start_s, token_s: [...]},
+ * seconds on the server's clock (qi_measure_now), the times /metrics'
+ * figures are computed from. */
+void qi_serve_add_usage(cJSON *o, const qi_serve_job *j);
 /* Text as valid UTF-8 (JSON strings must be): bytes that are not part of a
  * well-formed character become U+FFFD. qi_malloc'ed, NULL when out of memory. */
 char *qi_serve_utf8_clean(const char *s, size_t n);

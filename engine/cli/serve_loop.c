@@ -348,6 +348,7 @@ static void recount(qi_server *s) {
     s->n_running = running;
     s->n_waiting = s->n_listed + waiting;
     s->n_preemptions = qi_sched_n_preemptions(s->sched);
+    s->n_swaps = qi_sched_n_swaps(s->sched);
 }
 
 static void *engine_thread(void *arg) {
@@ -506,8 +507,10 @@ char *qi_server_metrics(qi_server *s) {
                   "# TYPE qinfer_prompt_tokens_total counter\nqinfer_prompt_tokens_total %ld\n", s->n_prompt_tokens);
     sb_printf(&b, "# HELP qinfer_output_tokens_total Output tokens of the requests done.\n"
                   "# TYPE qinfer_output_tokens_total counter\nqinfer_output_tokens_total %ld\n", s->n_output_tokens);
-    sb_printf(&b, "# HELP qinfer_preemptions_total Requests preempted (KV memory budget), recomputed later.\n"
+    sb_printf(&b, "# HELP qinfer_preemptions_total Requests preempted (KV memory budget), by swap or recompute.\n"
                   "# TYPE qinfer_preemptions_total counter\nqinfer_preemptions_total %ld\n", s->n_preemptions);
+    sb_printf(&b, "# HELP qinfer_preemptions_swap_total Of those, the ones swapped to the offload tier.\n"
+                  "# TYPE qinfer_preemptions_swap_total counter\nqinfer_preemptions_swap_total %ld\n", s->n_swaps);
     sb_printf(&b, "# TYPE qinfer_requests_running gauge\nqinfer_requests_running %d\n", s->n_running);
     sb_printf(&b, "# TYPE qinfer_requests_waiting gauge\nqinfer_requests_waiting %d\n", s->n_waiting);
     /* the run figures of the last finished requests, as measure.c defines them */

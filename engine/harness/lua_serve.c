@@ -5,9 +5,13 @@
  *   qinfer.workload{n=, rate=0, prompt_len=, output_len=, seed=, trace=, model=, corpus=}
  *       -> {{arrival, n_prompt, n_out, prompt_at}, ...}
  *   qinfer.serve(model, workload, {max_batch, max_step_tokens, kv_memory, queue_limit,
- *                max_preemptions, n_ctx, corpus, seed, ttft_slo_s, tpot_slo_s, kv_...})
- *       -> {requests = {{..., ttft_s, tpot_s, e2e_s, queue_s}, ...}, n_steps, n_preemptions,
- *           peak_kv_bytes, <the run's figures>}
+ *                max_preemptions, preempt, n_ctx, corpus, seed, ttft_slo_s, tpot_slo_s, kv_...})
+ *       -> {requests = {{..., ttft_s, tpot_s, e2e_s, queue_s, preemptions, swaps, recomputes,
+ *           prefill_tokens}, ...}, n_steps, n_preemptions, n_swaps, n_recomputes, prefill_tokens,
+ *           peak_kv_bytes, peak_swap_bytes, <the run's figures>}
+ *
+ * preempt = "swap" gives the engine twice max_batch sequences, the room
+ * the scheduler needs to keep the swapped-out requests' (sched.h).
  *
  * The run's figures are qi_measure_run's (the names of results/README.md in
  * `metrics`), so an experiment records what bench and the C API report.
@@ -167,7 +171,8 @@ static int sched_gc(lua_State *L) {
 
 static int l_serve(lua_State *L) {
     static const char *const keys[] = {"max_batch", "max_step_tokens", "kv_memory", "queue_limit",
-                                       "max_preemptions", "n_ctx", "corpus", "seed", "ttft_slo_s", "tpot_slo_s",
+                                       "max_preemptions", "preempt", "n_ctx", "corpus", "seed", "ttft_slo_s",
+                                       "tpot_slo_s",
                                        LQ_ENGINE_KEYS, NULL};
     lq_model *mb = lq_check_model(L, 1);
     lq_opts_check(L, 3, 3, keys);
@@ -186,6 +191,11 @@ static int l_serve(lua_State *L) {
         .slo = {.ttft_s = lq_opt_num(L, 3, 3, "ttft_slo_s", 0), .tpot_s = lq_opt_num(L, 3, 3, "tpot_slo_s", 0)},
     };
     if (so.slo.ttft_s < 0 || so.slo.tpot_s < 0) return luaL_argerror(L, 3, "a latency bound is negative");
+    const char *preempt = lq_opt_str(L, 3, 3, "preempt", "recompute");
+    const int pk = qi_sched_preempt_parse(preempt);
+    if (pk < 0)
+        return luaL_argerror(L, 3, lua_pushfstring(L, "option 'preempt': '%s' is not 'recompute' or 'swap'", preempt));
+    so.preempt = (qi_sched_preempt)pk;
     lq_scratch *s = lq_scratch_push(L);
     if (lq_opt_get(L, 3, "corpus") != LUA_TNIL) {
         lq_model_corpus(L, mb, luaL_checkstring(L, -1), s);
@@ -195,7 +205,7 @@ static int l_serve(lua_State *L) {
     lua_pop(L, 1);
     lq_eopts eo;
     lq_read_engine_opts(L, 3, 3, &eo, mb);
-    eo.o.max_seqs = so.max_batch;
+    eo.o.max_seqs = so.preempt == QI_SCHED_SWAP ? 2 * so.max_batch : so.max_batch;
     eo.o.n_ctx = so.n_ctx;
     qi_err err = {0};
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
@@ -212,18 +222,25 @@ static int l_serve(lua_State *L) {
     lua_createtable(L, 0, 24);
     lq_set_int(L, "n_steps", r->n_steps);
     lq_set_int(L, "n_preemptions", r->n_preemptions);
+    lq_set_int(L, "n_swaps", r->n_swaps);
+    lq_set_int(L, "n_recomputes", r->n_recomputes);
+    lq_set_int(L, "prefill_tokens", r->prefill_tokens);
     lq_set_int(L, "peak_kv_bytes", (lua_Integer)r->peak_kv_bytes);
+    lq_set_int(L, "peak_swap_bytes", (lua_Integer)r->peak_swap_bytes);
     lq_push_run(L, &r->run);
     lua_createtable(L, (int)r->n, 0);
     for (long i = 0; i < r->n; i++) {
         const qi_sched_req *q = &r->req[i];
-        lua_createtable(L, 0, 10);
+        lua_createtable(L, 0, 14);
         lq_set_num(L, "arrival", q->t.arrival);
         if (!isnan(q->t.start)) lq_set_num(L, "start", q->t.start);
         lq_set_int(L, "n_prompt", q->t.n_prompt);
         lq_set_int(L, "n_out", q->t.n_out);
         lq_set_int(L, "n_asked", q->n_asked);
         lq_set_int(L, "preemptions", q->preemptions);
+        lq_set_int(L, "swaps", q->swaps);
+        lq_set_int(L, "recomputes", q->recomputes);
+        lq_set_int(L, "prefill_tokens", q->prefill_tokens);
         qi_request_metrics rq;
         qi_err rerr = {0};
         if (qi_measure_request(&q->t, &rq, &rerr) == QI_OK) { /* NaN (undefined) figures are left out */

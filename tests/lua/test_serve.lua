@@ -80,4 +80,24 @@ T.raises(function() qinfer.serve(m, { { arrival = 1, n_prompt = 4, n_out = 2 }, 
   "before the previous one")
 T.raises(function() qinfer.serve(m, {}) end, "a workload of 1.. requests")
 T.raises(function() qinfer.serve(m, burst, { kv_memory = -1 }) end, "kv_memory")
+-- preemption under a KV budget of 3 block sets (a block: 64 tokens of K and V
+-- in every layer x KV-head stream): by recompute, and by swap to the offload
+-- tier, which gives the same outputs, swaps every preemption and feeds only
+-- the prompts
+local set = 30 * 3 * 64 * 64 * 2 * 2
+local wp = qinfer.workload{ n = 4, prompt_len = 60, output_len = 8, seed = 3 }
+local rr = qinfer.serve(m, wp, { max_batch = 3, n_ctx = 160, kv_memory = 3 * set })
+local rs = qinfer.serve(m, wp, { max_batch = 3, n_ctx = 160, kv_memory = 3 * set, preempt = "swap" })
+T.ok(rr.n_preemptions > 0 and rr.n_recomputes == rr.n_preemptions and rr.n_swaps == 0, "recompute preempts")
+T.ok(rs.n_preemptions > 0 and rs.n_swaps == rs.n_preemptions and rs.n_recomputes == 0, "swap preempts by swap")
+T.eq(rs.prefill_tokens, 4 * 60, "swap feeds the prompts alone")
+T.ok(rr.prefill_tokens > rs.prefill_tokens, "recompute feeds more prompt tokens")
+T.ok(rs.peak_swap_bytes > 0 and rs.peak_kv_bytes <= 3 * set, "swapped KV apart from the budget")
+for i, q in ipairs(rs.requests) do
+  T.eq(table.concat(q.ids, ","), table.concat(rr.requests[i].ids, ","), "request " .. i .. ": the same output")
+  T.eq(q.swaps, q.preemptions, "request " .. i .. ": its preemptions swaps")
+  T.eq(q.prefill_tokens, 60, "request " .. i .. ": its prompt fed once")
+end
+T.raises(function() qinfer.serve(m, burst, { preempt = "drop" }) end, "preempt", "'recompute' or 'swap'")
+T.raises(function() qinfer.serve(m, burst, { preempt = 1 }) end, "preempt")
 T.done("test_serve")

@@ -1,15 +1,18 @@
-"""check_preempt.py URL - qinfer serve admitting through the scheduler under
-a KV memory budget too small for its batch (test_load.sh starts it with
+"""check_preempt.py URL [swap] - qinfer serve admitting through the scheduler
+under a KV memory budget too small for its batch (test_load.sh starts it with
 --kv-memory): four greedy requests at once, each crossing into a second KV
-block while decoding, so some are preempted and recomputed; each must
-answer what it answers alone, and /metrics must count the preemptions and
-leave nothing running (the standard library only)."""
+block while decoding, so some are preempted, recomputed (or, with swap, a
+server started with --preempt swap: swapped to the offload tier and back);
+each must answer what it answers alone, and /metrics must count the
+preemptions (with swap: every one a swap; without, none) and leave nothing
+running (the standard library only)."""
 import json
 import sys
 import threading
 import urllib.request
 
 url = sys.argv[1]
+swap = len(sys.argv) > 2 and sys.argv[2] == "swap"
 fails = []
 
 
@@ -35,7 +38,7 @@ def metric(name):
 
 
 prompts = [f"Item {k}: " + " ".join(f"w{k}{i}" for i in range(15)) for k in range(4)]  # 54 tokens: a second block while decoding
-p0 = metric("qinfer_preemptions_total")
+p0, s0 = metric("qinfer_preemptions_total"), metric("qinfer_preemptions_swap_total")
 together = [None] * 4
 
 
@@ -46,7 +49,12 @@ def one(k):
 ts = [threading.Thread(target=one, args=(k,)) for k in range(4)]
 [t.start() for t in ts]
 [t.join() for t in ts]
-check(metric("qinfer_preemptions_total") > p0, "the budget preempted nothing")
+p1, s1 = metric("qinfer_preemptions_total"), metric("qinfer_preemptions_swap_total")
+check(p1 > p0, "the budget preempted nothing")
+if swap:
+    check(s1 - s0 == p1 - p0, f"{p1 - p0:g} preemptions, {s1 - s0:g} of them swaps")
+else:
+    check(s1 == s0, f"{s1 - s0:g} swaps without --preempt swap")
 for k in range(4):
     alone = complete(prompts[k])
     check(together[k] == alone, f"request {k}: {together[k]!r} together, {alone!r} alone")

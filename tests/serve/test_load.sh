@@ -11,7 +11,9 @@
 #   - against a server already running (--url), an SLO that cannot be met
 #     stops the rates at the first;
 #   - that server's KV memory budget (--kv-memory) preempts requests, which
-#     answer as they do alone (check_preempt.py).
+#     answer as they do alone (check_preempt.py); so does a server that
+#     preempts by swap (--preempt swap), every preemption a swap; a bad
+#     --preempt is refused.
 # Exit 77 (skip) without the model or without load/serve built in.
 set -u
 qinfer=$1
@@ -76,4 +78,20 @@ python3 "$here/check_preempt.py" "$url" || fail "preemption under the KV budget"
 kill -0 "$pid" 2>/dev/null || fail "the server died: $(tail -n 20 "$tmp/serve2.log")"
 kill -TERM "$pid"; wait "$pid"; src=$?; pid=
 [[ $src -eq 0 ]] || fail "the server exited $src on SIGTERM"
+
+# preemption by swap: the same budget, the KV of the preempted moved to the offload tier and back
+"$qinfer" serve --preempt recomputed >/dev/null 2>"$tmp/flag"; rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/flag") -eq 1 ]] || fail "serve --preempt recomputed -> exit $rc: $(cat "$tmp/flag")"
+"$qinfer" serve -m smollm2-135m --port 0 -t 1 --max-batch 4 --kv-memory 6 --preempt swap -c 256 2>"$tmp/serve3.log" &
+pid=$!
+for _ in $(seq 200); do
+  grep -q 'on http://' "$tmp/serve3.log" && break
+  kill -0 "$pid" 2>/dev/null || fail "the server exited at start: $(cat "$tmp/serve3.log")"
+  sleep 0.1
+done
+grep -q 'preempt by swap' "$tmp/serve3.log" || fail "the server does not say it preempts by swap: $(head -n 2 "$tmp/serve3.log")"
+url=$(grep -o 'http://[0-9.:]*' "$tmp/serve3.log" | head -n 1)
+python3 "$here/check_preempt.py" "$url" swap || fail "preemption by swap under the KV budget"
+kill -TERM "$pid"; wait "$pid"; src=$?; pid=
+[[ $src -eq 0 ]] || fail "the swapping server exited $src on SIGTERM"
 echo "ok"

@@ -1,7 +1,10 @@
 /* test_sched.c - the scheduler under load on the real default model: no
  * request is lost (each finishes with every token it asked for, or is
- * rejected with a reason); batching and preemption by recompute leave each
- * request's greedy output what it is alone; the KV budget is never passed;
+ * rejected with a reason); batching and preemption by recompute or by swap
+ * leave each request's greedy output what it is alone, and swap runs no
+ * prompt twice; the engine's swap of a sequence to the offload tier and
+ * back leaves its logits bit for bit, on the CPU and on a second device,
+ * and a swap the pool's cap refuses leaves it as it was; the KV budget is never passed;
  * the tokens-per-step limit keeps a second prompt out of a prompt's step;
  * the queue limit, the context and a request too big for the budget reject
  * with their reasons; online arrivals are waited for; no KV block is left
@@ -22,17 +25,29 @@
 
 static qi_model *g_model;
 
-static qi_engine *engine(int max_seqs) {
+static qi_engine *engine_with(int max_seqs, const char *devices, const char *placement, size_t kv_max_bytes,
+                              const char *kv_policy, int kv_budget_tokens) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
     o.n_threads = 2;
     o.max_seqs = max_seqs;
     o.n_ctx = 160;
+    o.devices = devices;
+    o.placement = placement;
+    o.kv_max_bytes = kv_max_bytes;
+    o.kv_policy = kv_policy;
+    o.kv_budget_tokens = kv_budget_tokens;
     qi_engine *e = NULL;
     qi_err err = {0};
     ck_assert_msg(qi_engine_create(g_model, &o, &e, &err) == QI_OK, "%s", err.msg);
     return e;
 }
+
+static qi_engine *engine_on(int max_seqs, const char *devices, const char *placement, size_t kv_max_bytes) {
+    return engine_with(max_seqs, devices, placement, kv_max_bytes, NULL, 0);
+}
+
+static qi_engine *engine(int max_seqs) { return engine_on(max_seqs, NULL, NULL, 0); }
 
 static qi_workload *work(long n, double rate, const char *pl, const char *ol, uint64_t seed) {
     qi_workload_opts o = {.n_requests = n, .rate = rate, .seed = seed};
@@ -161,6 +176,180 @@ START_TEST(preemption_by_recompute) {
 }
 END_TEST
 
+/* The same workload and budget as preemption_by_recompute, preempted by
+ * swap: every preemption a swap (the engine has 3 sequences beyond the
+ * batch), every output the recompute run's (which the test above holds to
+ * each request alone), and no prompt run twice: the tokens fed as prompts
+ * are the prompts, fewer than under recompute, which runs each preempted
+ * request's prompt and output again. */
+START_TEST(preemption_by_swap) {
+    qi_workload *w = work(4, 0, "60", "8", 3);
+    qi_engine *e = engine(6);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    const size_t set = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * pool.block_bytes;
+    qi_sched_opts o = opts(3);
+    o.kv_budget_bytes = 3 * set;
+    qi_sched_result *rc = run(e, w, &o);
+    o.preempt = QI_SCHED_SWAP;
+    qi_sched_result *r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 4);
+    ck_assert_msg(r->n_swaps > 0, "a budget of 3 block sets swapped nothing");
+    ck_assert_int_eq(r->n_swaps, r->n_preemptions);
+    ck_assert_int_eq(r->n_recomputes, 0);
+    ck_assert_msg(r->peak_kv_bytes <= o.kv_budget_bytes, "peak %zu > budget %zu", r->peak_kv_bytes,
+                  o.kv_budget_bytes);
+    ck_assert_msg(r->peak_swap_bytes > 0, "nothing was held in the offload tier");
+    long prompts = 0;
+    for (long i = 0; i < w->n; i++) {
+        const qi_sched_req *q = &r->req[i];
+        prompts += w->req[i].n_prompt;
+        ck_assert_int_eq(q->swaps, q->preemptions);
+        ck_assert_int_eq(q->recomputes, 0);
+        ck_assert_int_eq(q->prefill_tokens, w->req[i].n_prompt);
+        ck_assert_msg(!memcmp(rc->req[i].tokens, q->tokens, sizeof(int32_t) * 8),
+                      "request %ld (swapped %d times) differs from its output under recompute", i, q->swaps);
+    }
+    ck_assert_int_eq(r->prefill_tokens, prompts);
+    ck_assert_msg(rc->n_recomputes > 0 && rc->n_swaps == 0, "recompute: %ld recomputes, %ld swaps", rc->n_recomputes,
+                  rc->n_swaps);
+    ck_assert_msg(rc->prefill_tokens > r->prefill_tokens, "recompute fed %ld prompt tokens, swap %ld",
+                  rc->prefill_tokens, r->prefill_tokens);
+    qi_sched_result_free(r);
+    qi_sched_result_free(rc);
+    qi_engine_free(e);
+    /* an engine with no sequence beyond the batch: every preemption is a recompute */
+    e = engine(3);
+    r = run(e, w, &o);
+    ck_assert_int_eq(r->run.n_done, 4);
+    ck_assert_int_eq(r->n_swaps, 0);
+    ck_assert_int_gt(r->n_recomputes, 0);
+    qi_sched_result_free(r);
+    qi_engine_free(e);
+    qi_workload_free(w);
+}
+END_TEST
+
+/* Greedy tokens of sequence id, n of them, from its last logits on. */
+static void decode(qi_engine *e, int id, int32_t *out, int n) {
+    const int V = g_model->hp.n_vocab;
+    qi_err err = {0};
+    for (int k = 0; k < n; k++) {
+        out[k] = qi_argmax(qi_engine_seq_logits(e, id, -1), V);
+        ck_assert_msg(qi_engine_seq_feed(e, id, &out[k], 1, false, &err) == QI_OK, "%s", err.msg);
+        ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
+    }
+}
+
+/* The engine's swap on its own: a sequence swapped out after its prompt
+ * (70 tokens: two blocks per stream) holds no working KV, is skipped by
+ * the steps that run another, and once swapped in decodes the tokens, and
+ * the logits bit for bit, of the same sequence never swapped; on the CPU,
+ * with every attention on the second device (its working tier there, the
+ * copies on its stream; a copy failing there fails the swap and undoes
+ * it), and under Q-Infer's policy, whose offload tier already holds tokens
+ * when the working ones join them. A pool cap too small for the offload copy
+ * refuses the swap and leaves the sequence as it was. */
+START_TEST(swap_keeps_logits) {
+    static const char *const devs[][3] = {{NULL, NULL, NULL}, {"cpu,testdev", "ngl=30", NULL}, {NULL, NULL, "qinfer"}};
+    const int V = g_model->hp.n_vocab;
+    int32_t prompt[70];
+    for (int k = 0; k < 70; k++) prompt[k] = 1 + (k * 53) % 900;
+    for (int c = 0; c < 3; c++) {
+        qi_engine *e = engine_with(2, devs[c][0], devs[c][1], 0, devs[c][2], devs[c][2] ? 40 : 0);
+        qi_err err = {0};
+        int a, b;
+        ck_assert_int_eq(qi_engine_seq_add(e, &a, &err), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(e, a, prompt, 70, false, &err), QI_OK);
+        ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
+        int32_t ref[6], got[6];
+        float *ref_logits = qi_malloc(sizeof(float) * (size_t)V);
+        ck_assert_ptr_nonnull(ref_logits);
+        decode(e, a, ref, 6);
+        memcpy(ref_logits, qi_engine_seq_logits(e, a, -1), sizeof(float) * (size_t)V);
+        ck_assert_int_eq(qi_engine_seq_remove(e, a, &err), QI_OK);
+
+        ck_assert_int_eq(qi_engine_seq_add(e, &a, &err), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(e, a, prompt, 70, false, &err), QI_OK);
+        ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
+        decode(e, a, got, 2);
+        int32_t next = qi_argmax(qi_engine_seq_logits(e, a, -1), V);
+        ck_assert_int_eq(qi_engine_seq_feed(e, a, &next, 1, false, &err), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_swap_in(e, a, &err), QI_ERR_INVALID);
+        qi_engine_kv_seq ks;
+        qi_engine_kv_seq_stats(e, a, &ks);
+        const long work = ks.work_tokens, off = ks.off_tokens;
+        ck_assert_msg(c < 2 ? off == 0 : off > 0, "config %d: %ld tokens offloaded by the policy", c, off);
+        if (c == 1) { /* a copy that fails on the device's stream, some streams in: the swap fails, undone */
+            qi_engine_inject_fail(e, 1, 0, 1000);
+            ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_BACKEND);
+            ck_assert_msg(strstr(err.msg, "injected failure"), "%s", err.msg);
+            ck_assert(!qi_engine_seq_swapped(e, a));
+            qi_engine_kv_seq_stats(e, a, &ks);
+            ck_assert_msg(ks.work_tokens == work && ks.off_tokens == 0, "after a failed swap: %ld and %ld tokens",
+                          ks.work_tokens, ks.off_tokens);
+        }
+        ck_assert_msg(qi_engine_seq_swap_out(e, a, &err) == QI_OK, "%s", err.msg);
+        ck_assert(qi_engine_seq_swapped(e, a));
+        ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_INVALID);
+        qi_engine_kv_seq_stats(e, a, &ks);
+        ck_assert_msg(ks.work_bytes == 0 && ks.work_tokens == 0 && ks.off_tokens == work + off,
+                      "swapped out: %ld working and %ld offloaded tokens, of %ld and %ld", ks.work_tokens,
+                      ks.off_tokens, work, off);
+        /* another sequence runs; the swapped one waits with its token pending */
+        ck_assert_int_eq(qi_engine_seq_add(e, &b, &err), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(e, b, prompt, 9, false, &err), QI_OK);
+        int n_tok;
+        ck_assert_msg(qi_engine_step(e, &n_tok, &err) == QI_OK, "%s", err.msg);
+        ck_assert_int_eq(n_tok, 9);
+        ck_assert_int_eq(qi_engine_seq_pending(e, a), 1);
+        ck_assert_int_eq(qi_engine_seq_remove(e, b, &err), QI_OK);
+        ck_assert_msg(qi_engine_seq_swap_in(e, a, &err) == QI_OK, "%s", err.msg);
+        ck_assert(!qi_engine_seq_swapped(e, a));
+        qi_engine_kv_seq_stats(e, a, &ks);
+        ck_assert_msg(ks.work_tokens == work && ks.off_tokens == off, "swapped in: %ld and %ld tokens, of %ld and %ld",
+                      ks.work_tokens, ks.off_tokens, work, off);
+        ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
+        got[2] = next;
+        decode(e, a, got + 3, 3);
+        ck_assert_msg(!memcmp(ref, got, sizeof ref), "config %d: tokens differ after a swap", c);
+        ck_assert_msg(!memcmp(ref_logits, qi_engine_seq_logits(e, a, -1), sizeof(float) * (size_t)V),
+                      "config %d: logits differ after a swap", c);
+        ck_assert_int_eq(qi_engine_seq_remove(e, a, &err), QI_OK);
+        qi_engine_kv_pool pool;
+        qi_engine_kv_pool_stats(e, &pool);
+        ck_assert_int_eq(pool.work_blocks + pool.off_blocks, 0);
+        qi_free(ref_logits);
+        qi_engine_free(e);
+    }
+    /* a cap of 2 block sets and a block: the prompt holds the sets, and the
+     * first stream's copy (2 blocks, its working ones freed after) does not fit */
+    qi_engine *e = engine(1);
+    qi_engine_kv_pool pool;
+    qi_engine_kv_pool_stats(e, &pool);
+    const size_t set = (size_t)g_model->hp.n_layer * g_model->hp.n_head_kv * pool.block_bytes;
+    qi_engine_free(e);
+    e = engine_on(1, NULL, NULL, 2 * set + pool.block_bytes);
+    qi_err err = {0};
+    int a;
+    ck_assert_int_eq(qi_engine_seq_add(e, &a, &err), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(e, a, prompt, 70, false, &err), QI_OK);
+    ck_assert_msg(qi_engine_step(e, NULL, &err) == QI_OK, "%s", err.msg);
+    ck_assert_int_eq(qi_engine_seq_swap_out(e, a, &err), QI_ERR_NOMEM);
+    ck_assert_msg(strstr(err.msg, "KV cache full"), "%s", err.msg);
+    ck_assert(!qi_engine_seq_swapped(e, a));
+    qi_engine_kv_seq ks;
+    qi_engine_kv_seq_stats(e, a, &ks);
+    ck_assert_int_eq(ks.off_tokens, 0);
+    ck_assert_int_eq(ks.work_tokens, 70L * g_model->hp.n_layer * g_model->hp.n_head_kv);
+    qi_engine_kv_pool_stats(e, &pool);
+    ck_assert_int_eq(pool.off_blocks, 0);
+    int32_t t1[2];
+    decode(e, a, t1, 2); /* still runs */
+    qi_engine_free(e);
+}
+END_TEST
+
 START_TEST(step_token_limit) {
     /* prompts of 40: under a limit of 50 tokens a step, a second prompt is
      * admitted only once the first is decoding (1 + 40 <= 50), so it starts
@@ -248,6 +437,14 @@ START_TEST(bad_options_refused) {
     err = (qi_err){0};
     ck_assert_int_eq(qi_sched_run(e, g_model, w, &o, &r, &err), QI_ERR_INVALID);
     ck_assert_msg(strstr(err.msg, "outside the corpus"), "%s", err.msg);
+    o = opts(1);
+    o.preempt = (qi_sched_preempt)7;
+    err = (qi_err){0};
+    ck_assert_int_eq(qi_sched_run(e, g_model, w, &o, &r, &err), QI_ERR_INVALID);
+    ck_assert_msg(strstr(err.msg, "preemption policy"), "%s", err.msg);
+    ck_assert_int_eq(qi_sched_preempt_parse("swap"), QI_SCHED_SWAP);
+    ck_assert_int_eq(qi_sched_preempt_parse("recompute"), QI_SCHED_RECOMPUTE);
+    ck_assert_int_eq(qi_sched_preempt_parse("Swap"), -1);
     qi_workload_free(w);
     qi_engine_free(e);
 }
@@ -361,6 +558,8 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, batching_keeps_each_output);
     tcase_add_test(tc, preemption_by_recompute);
+    tcase_add_test(tc, preemption_by_swap);
+    tcase_add_test(tc, swap_keeps_logits);
     tcase_add_test(tc, step_token_limit);
     tcase_add_test(tc, rejections_have_reasons);
     tcase_add_test(tc, online_arrivals_waited_for);

@@ -77,6 +77,21 @@ qi_status qi_engine_seq_remove(qi_engine *e, int id, qi_err *err);
  * the vocabulary. logits_all applies to these tokens. */
 qi_status qi_engine_seq_feed(qi_engine *e, int id, const int32_t *tokens, int n, bool logits_all, qi_err *err);
 int qi_engine_seq_pending(const qi_engine *e, int id);
+/* Sequences the engine holds at most (opts.max_seqs). */
+int qi_engine_max_seqs(const qi_engine *e);
+
+/* Swap (a scheduler's preemption without recompute): swap_out moves every
+ * working KV row of the sequence, in slot order, to its offload tier (host
+ * memory) and parks it: steps skip it, and it keeps its position and its
+ * pending tokens (more may be fed). swap_in moves the rows back into the
+ * same slots, so what it computes next is bit for bit what it would have
+ * computed without the swap. Every stream or none: a failure (the pool's
+ * cap, memory; unsupported on a layer whose attention is split) leaves it
+ * as it was, except when undoing failed too, which marks it failed.
+ * Errors: QI_ERR_INVALID (no such sequence, already in that state). */
+qi_status qi_engine_seq_swap_out(qi_engine *e, int id, qi_err *err);
+qi_status qi_engine_seq_swap_in(qi_engine *e, int id, qi_err *err);
+bool qi_engine_seq_swapped(const qi_engine *e, int id);
 int qi_engine_seq_n_past(const qi_engine *e, int id);
 
 /* One forward step. *n_tokens (may be NULL) receives the tokens it ran (0

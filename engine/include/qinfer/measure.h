@@ -22,6 +22,10 @@
  * qinfer.throughput) is qi_measure_decode: B sequences, their prompts, then N
  * engine steps of one token each; tokens_per_s = B * N / (seconds of the N
  * steps). Both callers run this function, so they cannot define it apart.
+ * A run's figures are likewise qi_measure_run's whoever reports them: Lua's
+ * qinfer.serve and qinfer.measure_requests, qinfer serve's /metrics, qinfer
+ * load. tests/cli/test_throughput.sh holds bench, Lua and the server to
+ * these definitions on one workload.
  */
 #ifndef QINFER_MEASURE_H
 #define QINFER_MEASURE_H

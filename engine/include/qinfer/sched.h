@@ -17,11 +17,23 @@
  *                     what is held and what the running requests' next
  *                     tokens need.
  * Preemption: when the running requests' next tokens would pass the KV
- * budget, the one admitted last is preempted by recompute: its sequence is
- * removed (its blocks freed) and it goes back to the head of the queue, to
- * run again with its prompt and the tokens it produced as the new prompt.
- * Its output is unchanged (greedy decoding recomputes the same cache).
- * Preemptions are counted per request; past max_preemptions it is rejected.
+ * budget, the one admitted last is preempted and goes back to the head of
+ * the queue, by one of two policies (opts.preempt):
+ *   recompute  its sequence is removed (its blocks freed), and it runs
+ *              again with its prompt and the tokens it produced as the new
+ *              prompt (greedy decoding recomputes the same cache);
+ *   swap       its working KV moves to the offload tier (host memory,
+ *              qi_engine_seq_swap_out) and comes back when it is admitted
+ *              again, with nothing recomputed. The swapped request keeps
+ *              its engine sequence, so swapping needs an engine with more
+ *              sequences than max_batch: at most (engine sequences -
+ *              max_batch) requests are swapped out at once, and a
+ *              preemption past that, of a request with no token pending,
+ *              or whose swap the engine refuses (the pool's cap, a split
+ *              attention), is a recompute. The budget counts the running
+ *              requests' KV, not the swapped-out ones' offload tier.
+ * Either way its output is unchanged. Preemptions are counted per request,
+ * by kind; past max_preemptions it is rejected.
  *
  * Under qi_sched_run output tokens are greedy (argmax), so a run is
  * reproducible and a preempted request's text can be checked against the
@@ -41,12 +53,19 @@
 #include "qinfer/status.h"
 #include "qinfer/workload.h"
 
+typedef enum { QI_SCHED_RECOMPUTE = 0, QI_SCHED_SWAP } qi_sched_preempt;
+
+/* "recompute" or "swap"; -1 for anything else. */
+int qi_sched_preempt_parse(const char *name);
+const char *qi_sched_preempt_name(qi_sched_preempt p);
+
 typedef struct {
     int max_batch;          /* requests admitted at once, 1..the engine's max_seqs */
     int max_step_tokens;    /* tokens per step (decodes + prompt tokens); 0: no limit */
     size_t kv_budget_bytes; /* KV bytes the admitted requests may hold; 0: no limit */
     int queue_limit;        /* requests waiting at most; an arrival past it is rejected; 0: no limit */
     int max_preemptions;    /* a request preempted more often is rejected (default 8 when 0) */
+    qi_sched_preempt preempt; /* how a request is preempted (default recompute) */
     int n_ctx;              /* the engine's positions per sequence: longer requests are rejected */
     const int32_t *corpus;  /* prompts are corpus[prompt_at ..]; NULL: seeded pseudo-random ids after BOS */
     long n_corpus;
@@ -60,7 +79,9 @@ typedef struct {
 typedef struct {
     qi_request_timeline t;   /* arrival, start, token times, n_prompt, n_out produced, rejected */
     int n_asked;             /* output tokens asked for */
-    int preemptions;
+    int preemptions;         /* times preempted (one past max_preemptions, which rejects it, included) */
+    int swaps, recomputes;   /* those that sent it back to the queue, by kind */
+    long prefill_tokens;     /* tokens its admissions fed as a prompt: its prompt, plus each recompute's */
     int32_t *tokens;         /* [n_out] the output ids */
     char reason[QI_SCHED_REASON]; /* why it was rejected; "" when done */
 } qi_sched_req;
@@ -68,8 +89,10 @@ typedef struct {
 typedef struct {
     qi_sched_req *req;       /* [n], in the workload's order */
     long n;
-    long n_steps, n_preemptions;
-    size_t peak_kv_bytes;    /* the most KV memory held at once (both tiers) */
+    long n_steps, n_preemptions, n_swaps, n_recomputes;
+    long prefill_tokens;     /* summed over the requests */
+    size_t peak_kv_bytes;    /* the most KV memory the running requests held at once (both tiers) */
+    size_t peak_swap_bytes;  /* the most the swapped-out requests held at once in the offload tier */
     qi_run_metrics run;      /* qi_measure_run over the requests, with opts.slo */
     double *times_;          /* storage */
     int32_t *tokens_;
@@ -79,7 +102,7 @@ typedef struct {
 
  * The scheduler itself, for a server whose requests arrive unannounced and
  * sample with their own settings (qinfer serve): the same queue, admission
- * limits and preemption by recompute as qi_sched_run (which is built on
+ * limits and preemption as qi_sched_run (which is built on
  * it), but the caller submits requests when they come, runs the steps, and
  * gives each ready request its next token (or ends it). The options'
  * corpus, seed and slo are not used. Ids are given in submission order from
@@ -121,8 +144,13 @@ qi_status qi_sched_admit(qi_sched *s, qi_err *err);
 
 /* A request's state; *reason (may be NULL) why it was rejected ("" otherwise). */
 qi_sched_state qi_sched_req_state(const qi_sched *s, long id, const char **reason);
-/* Times it was preempted; when it was first admitted (qi_measure_now; NAN: never). */
+/* Times it was preempted (all kinds; by swap; by recompute); the tokens its
+ * admissions fed as a prompt; when it was first admitted (qi_measure_now;
+ * NAN: never). */
 int qi_sched_req_preemptions(const qi_sched *s, long id);
+int qi_sched_req_swaps(const qi_sched *s, long id);
+int qi_sched_req_recomputes(const qi_sched *s, long id);
+long qi_sched_req_prefill(const qi_sched *s, long id);
 double qi_sched_req_start(const qi_sched *s, long id);
 /* Whether the last step left it ready for its next token: running, its
  * input consumed, logits given. */
@@ -143,9 +171,12 @@ void qi_sched_end(qi_sched *s, long id);
 /* Requests waiting and running now. */
 int qi_sched_n_waiting(const qi_sched *s);
 int qi_sched_n_running(const qi_sched *s);
-/* Preemptions so far, and the most KV memory held at once after a step. */
+/* Preemptions so far (all kinds, and by swap), and the most KV memory the
+ * running requests, and the swapped-out ones, held at once after a step. */
 long qi_sched_n_preemptions(const qi_sched *s);
+long qi_sched_n_swaps(const qi_sched *s);
 size_t qi_sched_peak_kv_bytes(const qi_sched *s);
+size_t qi_sched_peak_swap_bytes(const qi_sched *s);
 
 /* ---- a whole workload -------------------------------------------------------------- */
 
