@@ -130,3 +130,90 @@ double qi_sysinfo_mem_read_gbs(uint64_t bytes, int n_threads, int passes) {
     return best;
 }
 
+
+/* ---- host fp32 compute rate ------------------------------------------------------ */
+
+/* Ten independent chains of fused multiply-adds on 8-wide vectors: enough
+ * chains to cover the FMA latency on two ports, so the loop runs at the
+ * core's FMA throughput (its fp32 peak, the figure a profile stores). A
+ * CPU without AVX2 and FMA runs the same chains in plain C, whose rate is
+ * what that machine's compiled kernels would see, not a peak. */
+#define FLOP_CHAINS 10
+#define FLOP_ITERS 20000000L
+
+typedef struct {
+    double seconds;
+    float sum;
+    bool fma;
+} flop_slice;
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static float flop_chains_fma(long iters) {
+    __m256 acc[FLOP_CHAINS];
+    for (int j = 0; j < FLOP_CHAINS; j++) acc[j] = _mm256_set1_ps(1.0f + 0.01f * (float)j);
+    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (long it = 0; it < iters; it++)
+        for (int j = 0; j < FLOP_CHAINS; j++) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+    float out[8], s = 0;
+    for (int j = 0; j < FLOP_CHAINS; j++) {
+        _mm256_storeu_ps(out, acc[j]);
+        for (int k = 0; k < 8; k++) s += out[k];
+    }
+    return s;
+}
+static bool have_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+static float flop_chains_fma(long iters) { return 0; }
+static bool have_fma(void) { return false; }
+#endif
+
+static float flop_chains_c(long iters) {
+    float acc[FLOP_CHAINS][8];
+    for (int j = 0; j < FLOP_CHAINS; j++)
+        for (int k = 0; k < 8; k++) acc[j][k] = 1.0f + 0.01f * (float)j;
+    for (long it = 0; it < iters; it++)
+        for (int j = 0; j < FLOP_CHAINS; j++)
+            for (int k = 0; k < 8; k++) acc[j][k] = acc[j][k] * 0.9999999f + 1e-7f;
+    float s = 0;
+    for (int j = 0; j < FLOP_CHAINS; j++)
+        for (int k = 0; k < 8; k++) s += acc[j][k];
+    return s;
+}
+
+static void *flop_worker(void *arg) {
+    flop_slice *s = arg;
+    double t0 = now_s();
+    s->sum = s->fma ? flop_chains_fma(FLOP_ITERS) : flop_chains_c(FLOP_ITERS);
+    s->seconds = now_s() - t0;
+    return NULL;
+}
+
+double qi_sysinfo_fp32_flops(int n_threads, int passes, bool *used_fma) {
+    bool fma = have_fma();
+    if (used_fma) *used_fma = fma;
+    if (n_threads < 1 || n_threads > 1024 || passes < 1) return -1;
+    pthread_t tid[1024];
+    flop_slice sl[1024];
+    double best = -1;
+    volatile float keep = 0; /* the chains must be computed */
+    for (int k = 0; k < passes; k++) {
+        double t0 = now_s();
+        int started = 0;
+        for (int i = 0; i < n_threads; i++) {
+            sl[i] = (flop_slice){.fma = fma};
+            if (pthread_create(&tid[i], NULL, flop_worker, &sl[i]) != 0) break;
+            started++;
+        }
+        for (int i = 0; i < started; i++) {
+            pthread_join(tid[i], NULL);
+            keep += sl[i].sum;
+        }
+        double t = now_s() - t0;
+        if (started != n_threads || t <= 0) return -1;
+        double flops = (double)n_threads * FLOP_ITERS * FLOP_CHAINS * 8 * 2 / t;
+        if (flops > best) best = flops;
+    }
+    (void)keep;
+    return best;
+}
