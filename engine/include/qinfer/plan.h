@@ -77,4 +77,23 @@ int qi_plan_summary(const qi_plan *p, char *buf, size_t len);
 int qi_plan_format(const qi_plan *p, char *buf, size_t len);
 int qi_plan_json(const qi_plan *p, char *buf, size_t len);
 
+/* Weight blocks: what a device holds of the model, numbered as the engine
+ * numbers them: the token embedding (0), per layer l its attention (1 + 2l:
+ * attn_norm, wq, wk, wv, wo, and q_norm, k_norm, attn_post_norm where the
+ * model has them) and its MLP (2 + 2l: ffn_norm, w_gate, w_up, w_down,
+ * ffn_post_norm), the output head (2L + 1: out_norm, output). Placement
+ * policies size plans with these; the engine's own upload code counts the
+ * same weights. */
+struct qi_model;
+int qi_plan_n_blocks(int n_layer); /* 2 n_layer + 2 */
+/* The device plan p runs block b on. */
+int qi_plan_block_dev(const qi_plan *p, int b);
+/* "layer 3's attention", "the output head" and the like, in buf. */
+const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len);
+/* Block b's bytes on a device other than the CPU: each weight's rows
+ * (row_bytes x n_rows) and its packed copy if the CPU packed it, each
+ * rounded up to 64 bytes as the engine allocates them. 0 for b out of
+ * range. */
+size_t qi_plan_block_bytes(const struct qi_model *m, int b);
+
 #endif
