@@ -19,9 +19,11 @@
 #ifndef QI_PLACEMENT_POLICY_H
 #define QI_PLACEMENT_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qinfer/engine.h"
 #include "qinfer/params.h"
 #include "qinfer/plan.h"
 #include "qinfer/status.h"
@@ -37,6 +39,8 @@ typedef struct {
     qi_placement_dev_kind kind;
     size_t capacity; /* bytes it may hold in all (0: no limit) */
     size_t free;     /* bytes free now (ignored when capacity is 0) */
+    bool holds_act;  /* free already leaves out the engine's activations there
+                      * (an engine's device): the check does not count them again */
 } qi_placement_device;
 
 typedef struct {
@@ -127,5 +131,21 @@ size_t qi_placement_need(const struct qi_model *m, const qi_placement_workload *
  * capacity 0 has no limit. */
 qi_status qi_placement_check(const struct qi_model *m, const qi_placement_devices *devs,
                              const qi_placement_workload *wl, const qi_plan *p, size_t reserve, qi_err *err);
+
+/* ---- with an engine (engine_plan.c) ------------------------------------------------ */
+
+/* The integration that needs no change to the engine: the engine is created
+ * on its device list with a fixed placement (all-cpu), its devices are read
+ * back, and the policy's plan is run from the next step on through
+ * qi_engine_replan, which checks it again as it allocates. */
+/* e's devices as the engine has them now: names, capacities, free bytes
+ * (capacity - in use, so its activations are held: holds_act), device 0 the
+ * CPU and every other an accelerator. */
+void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *out);
+/* p's plan for e's model (m, as given to qi_engine_create), devices and
+ * workload wl, run through qi_engine_replan; cost may be NULL. Errors:
+ * those of qi_placement_policy_plan, then qi_engine_replan's. */
+qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct qi_model *m,
+                             const qi_placement_workload *wl, qi_engine_replan_cost *cost, qi_err *err);
 
 #endif

@@ -149,7 +149,7 @@ qi_status qi_placement_check(const qi_model *m, const qi_placement_devices *devs
         if (!dv->capacity || !uses(p, d)) continue;
         const size_t free = dv->free > dv->capacity ? dv->capacity : dv->free;
         const size_t room = free > reserve ? free - reserve : 0;
-        size_t need = qi_placement_act_bytes(m, wl, p->n_devices);
+        size_t need = dv->holds_act ? 0 : qi_placement_act_bytes(m, wl, p->n_devices);
         if (need > room)
             return QI_ERR(err, QI_ERR_NOMEM,
                           "plan does not fit device %s: its activations need %zu bytes of the %zu free%s (%zu short)",

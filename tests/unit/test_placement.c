@@ -7,7 +7,11 @@
  * with the head, it must pick exactly the ngl=N plan that fits.
  *
  * The model is synthetic (weights with sizes and no contents: the slot reads
- * only row_bytes and n_rows), so the suite needs no model file.
+ * only row_bytes and n_rows), so the unit case needs no model file. The
+ * engine case (test_placement_engine, label model) runs static's plan on
+ * an engine with SmolLM2-135M and a testdev of limited memory, through
+ * qi_placement_apply, and checks that the engine takes the plan the slot's
+ * check passed and refuses the one layer more that it refused.
  */
 #include <check.h>
 #include <stdio.h>
@@ -322,6 +326,75 @@ START_TEST(test_wrapper_refuses) {
 }
 END_TEST
 
+/* ---- with the engine: the slot's check and the engine's agree ----------------------- */
+
+#define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+static qi_model *g_model;
+
+static qi_engine *engine_on(const char *devices, qi_err *e) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.max_seqs = 2;
+    o.step_tokens = 64;
+    o.devices = devices;
+    qi_engine *en = NULL;
+    ck_assert_msg(qi_engine_create(g_model, &o, &en, e) == QI_OK, "%s", e->msg);
+    return en;
+}
+
+START_TEST(test_engine_agrees) {
+    const qi_model *m = g_model;
+    const int n = m->hp.n_layer, k = n / 3;
+    qi_err e = {0};
+    /* what the engine holds on an unlimited testdev before any block: its activations */
+    qi_engine *en = engine_on("cpu,testdev", &e);
+    qi_engine_dev dv;
+    ck_assert(qi_engine_device(en, 1, &dv));
+    const size_t act = dv.in_use;
+    qi_engine_free(en);
+    /* room for the last k layers and half of one more */
+    size_t cap = act + qi_plan_block_bytes(m, 2 * (n - k - 1) + 1) / 2;
+    for (int l = n - k; l < n; l++) cap += qi_plan_block_bytes(m, 1 + 2 * l) + qi_plan_block_bytes(m, 2 + 2 * l);
+    char devs[64];
+    snprintf(devs, sizeof devs, "cpu,testdev:%zu", cap);
+    en = engine_on(devs, &e);
+    qi_placement_policy *p = NULL;
+    ck_assert_int_eq(qi_placement_policy_create("static", NULL, &p, &e), QI_OK);
+    const qi_placement_workload none = {.batch = 1}; /* weights only: what a fresh engine's check counts */
+    ck_assert_msg(qi_placement_apply(p, en, m, &none, NULL, &e) == QI_OK, "%s", e.msg);
+    const qi_plan *got = qi_engine_plan(en);
+    for (int l = 0; l < n; l++) ck_assert_int_eq(got->layers[l].attn_dev, l >= n - k ? 1 : 0);
+    ck_assert_int_eq(got->head_dev, 0);
+    /* and the engine refuses one layer more, as the slot's check did */
+    char spec[32];
+    snprintf(spec, sizeof spec, "ngl=%d", k + 1);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_replan_spec(en, spec, NULL, &e), QI_ERR_NOMEM);
+    qi_placement_policy_free(p);
+    qi_params pr;
+    qi_params_init(&pr);
+    ck_assert_int_eq(qi_params_parse(&pr, spec, &e), QI_OK);
+    ck_assert_int_eq(qi_placement_policy_create("static", &pr, &p, &e), QI_OK);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_placement_apply(p, en, m, &none, NULL, &e), QI_ERR_NOMEM);
+    ck_assert_msg(strstr(e.msg, "device testdev") && strstr(e.msg, "short"), "%s", e.msg);
+    qi_placement_policy_free(p);
+    qi_engine_free(en);
+    /* unlimited: everything, the head included */
+    en = engine_on("cpu,testdev", &e);
+    ck_assert_int_eq(qi_placement_policy_create("static", NULL, &p, &e), QI_OK);
+    const qi_placement_workload wl2 = {.batch = 2, .prompt_len = 64, .gen_len = 64};
+    ck_assert_msg(qi_placement_apply(p, en, m, &wl2, NULL, &e) == QI_OK, "%s", e.msg);
+    char s[128];
+    qi_plan_summary(qi_engine_plan(en), s, sizeof s);
+    snprintf(spec, sizeof spec, "ngl=%d (testdev)", n + 1);
+    ck_assert_str_eq(s, spec);
+    qi_placement_policy_free(p);
+    qi_engine_free(en);
+}
+END_TEST
+
 static Suite *placement_suite(void) {
     Suite *s = suite_create("placement");
     TCase *tc = tcase_create("placement");
@@ -332,7 +405,23 @@ static Suite *placement_suite(void) {
     tcase_add_test(tc, test_static_forced);
     tcase_add_test(tc, test_wrapper_refuses);
     suite_add_tcase(s, tc);
+    if (g_model) {
+        tc = tcase_create("engine");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_engine_agrees);
+        suite_add_tcase(s, tc);
+    }
     return s;
 }
 
-int main(void) { return qi_test_run_suite(placement_suite()); }
+int main(void) {
+    const char *cs = qi_test_case();
+    if (strcmp(cs, "engine") == 0 || !*cs) g_model = qi_test_load_cached(SMOL_FILE);
+    if (strcmp(cs, "engine") == 0) {
+        if (!g_model)
+            return qi_test_skip("test_placement_engine", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
+    }
+    const int rc = qi_test_run_suite(placement_suite());
+    qi_model_free(g_model);
+    return rc;
+}
