@@ -217,6 +217,11 @@ qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err) 
         if (n > n_layer) p->head_dev = 1;
         return QI_OK;
     }
+    if (strncmp(spec, "policy:", 7) == 0)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                      "placement '%s': a placement policy's plan is made by the command after the engine is "
+                      "created (qinfer generate), not read here",
+                      spec);
     return parse_file(spec, n_layer, p, err);
 }
 

@@ -158,6 +158,11 @@ START_TEST(test_registry) {
     qi_placement_policy_observe(p, &(qi_placement_times){0}); /* no state: ignored */
     qi_placement_policy_free(p);
     qi_placement_policy_free(NULL);
+    /* a policy's plan is made after the engine exists, not parsed as a placement */
+    qi_plan pl = {0};
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_plan_parse("policy:static", L, &pl, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "policy:static") != NULL, "%s", e.msg);
 }
 END_TEST
 

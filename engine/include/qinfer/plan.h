@@ -59,6 +59,9 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
  *            device by default the other of a two-device list), and
  *            optionally `embd DEV` and `head DEV` lines; '#' starts a
  *            comment. Errors name the file and the line.
+ * A value policy:NAME[:K=V,...] names a placement policy
+ * (policies/placement/), whose plan a command makes once the engine
+ * exists: here it is QI_ERR_UNSUPPORTED.
  * Allocates p->layers (qi_plan_free). */
 qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err);
 /* Every block on device 0 of the devices in p. */
