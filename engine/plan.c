@@ -1,6 +1,9 @@
 /* plan.c - placement plans (qinfer/plan.h): the device list, the
- * --placement forms, validation, and the plan as text and JSON. */
+ * --placement forms, validation, the plan as text and JSON, and the
+ * weight blocks a plan places with their sizes (what placement policies
+ * check a plan against a device's memory with). */
 #include "qinfer/plan.h"
+#include "qinfer/model.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -214,6 +217,11 @@ qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err) 
         if (n > n_layer) p->head_dev = 1;
         return QI_OK;
     }
+    if (strncmp(spec, "policy:", 7) == 0)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                      "placement '%s': a placement policy's plan is made by the command after the engine is "
+                      "created (qinfer generate), not read here",
+                      spec);
     return parse_file(spec, n_layer, p, err);
 }
 
@@ -299,4 +307,45 @@ int qi_plan_json(const qi_plan *p, char *buf, size_t len) {
     }
     put(&o, "]}");
     return (int)o.at;
+}
+
+/* ---- weight blocks -------------------------------------------------------------------- */
+
+int qi_plan_n_blocks(int n_layer) { return 2 * n_layer + 2; }
+
+int qi_plan_block_dev(const qi_plan *p, int b) {
+    if (b == 0) return p->embd_dev;
+    if (b == 2 * p->n_layer + 1) return p->head_dev;
+    const qi_plan_layer *y = &p->layers[(b - 1) / 2];
+    return (b - 1) % 2 ? y->mlp_dev : y->attn_dev;
+}
+
+const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len) {
+    if (b == 0) return "the token embedding";
+    if (b == 2 * n_layer + 1) return "the output head";
+    snprintf(buf, len, "layer %d's %s", (b - 1) / 2, (b - 1) % 2 ? "MLP" : "attention");
+    return buf;
+}
+
+static size_t align64(uint64_t n) { return (size_t)((n + 63) / 64 * 64); }
+
+static size_t weight_bytes(const qi_weight *w) {
+    if (!w->data) return 0;
+    size_t n = align64(w->row_bytes * (uint64_t)w->n_rows);
+    if (w->packed) n += align64(w->packed_group_bytes * (uint64_t)((w->n_rows + 15) / 16));
+    return n;
+}
+
+size_t qi_plan_block_bytes(const qi_model *m, int b) {
+    const int L = m->hp.n_layer;
+    if (b < 0 || b > 2 * L + 1) return 0;
+    if (b == 0) return weight_bytes(&m->tok_embd);
+    if (b == 2 * L + 1) return weight_bytes(&m->out_norm) + weight_bytes(&m->output);
+    const qi_layer *y = &m->layers[(b - 1) / 2];
+    if ((b - 1) % 2 == 0)
+        return weight_bytes(&y->attn_norm) + weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) +
+               weight_bytes(&y->wo) + weight_bytes(&y->q_norm) + weight_bytes(&y->k_norm) +
+               weight_bytes(&y->attn_post_norm);
+    return weight_bytes(&y->ffn_norm) + weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) +
+           weight_bytes(&y->w_down) + weight_bytes(&y->ffn_post_norm);
 }

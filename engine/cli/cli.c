@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "kv/kv_policy.h"
+#include "placement/placement_policy.h"
 #include "qinfer/measure.h"
 
 #include <errno.h>
@@ -215,7 +216,42 @@ void qi_cli_place_help(void) {
            "                          (testdev: a second CPU device with its own memory and stream)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
            "                          head when N > layers, on the second device); or a plan file:\n"
-           "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name\n");
+           "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name;\n"
+           "                          or policy:NAME[:K=V,...], a placement policy's plan (generate):\n");
+    for (int i = 0; qi_placement_policies[i]; i++)
+        printf("                            %-10s %s%s%s%s\n", qi_placement_policies[i]->name,
+               qi_placement_policies[i]->summary, qi_placement_policies[i]->params[0] ? " [" : "",
+               qi_placement_policies[i]->params, qi_placement_policies[i]->params[0] ? "]" : "");
+}
+
+/* The policy part of a policy:NAME[:K=V,...] placement, or NULL. */
+static const char *policy_spec(const qi_cli_kv *k) {
+    return k->placement && strncmp(k->placement, "policy:", 7) == 0 ? k->placement + 7 : NULL;
+}
+
+void qi_cli_place_policy_allow(qi_cli_kv *k) { k->policy_ok = true; }
+
+qi_status qi_cli_place_policy(const qi_cli_kv *k, qi_engine *e, const qi_model *m, int batch, int prompt_len,
+                              int gen_len, qi_err *err) {
+    const char *spec = policy_spec(k);
+    if (!spec) return QI_OK;
+    char name[64];
+    const char *colon = strchr(spec, ':');
+    const size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (len == 0 || len >= sizeof name)
+        return QI_ERR(err, QI_ERR_INVALID, "placement '%s': policy:NAME[:K=V,...] names no policy", k->placement);
+    memcpy(name, spec, len);
+    name[len] = 0;
+    qi_params params;
+    qi_params_init(&params);
+    qi_status st = colon ? qi_params_parse(&params, colon + 1, err) : QI_OK;
+    qi_placement_policy *p = NULL;
+    if (!st) st = qi_placement_policy_create(name, &params, &p, err);
+    const qi_placement_workload wl = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len,
+                                      .kv_budget = k->budget_tokens};
+    if (!st) st = qi_placement_apply(p, e, m, &wl, NULL, err);
+    qi_placement_policy_free(p);
+    return st;
 }
 
 void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
@@ -244,7 +280,9 @@ void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
 
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->devices = k->devices;
-    o->placement = k->placement;
+    /* a policy's plan comes after creation (qi_cli_place_policy); a command
+     * that does not run one passes the value on, and the engine refuses it */
+    o->placement = policy_spec(k) && k->policy_ok ? "all-cpu" : k->placement;
     o->kv_policy = k->policy;
     o->kv_params = &k->params;
     o->kv_budget_tokens = k->budget_tokens;

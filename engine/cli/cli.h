@@ -69,15 +69,31 @@ typedef struct {
     double budget_frac;
     const char *devices;   /* --devices (NULL: cpu) */
     const char *placement; /* --placement (NULL: all-cpu) */
+    bool policy_ok;        /* the command runs policy: placements (qi_cli_place_policy_allow) */
 } qi_cli_kv;
 
 /* The placement flags, kept in the same struct and applied with it:
  *   --devices LIST      cpu (default), or cpu,testdev[:BYTES]
- *   --placement P       all-cpu (default), ngl=N, or a plan file */
+ *   --placement P       all-cpu (default), ngl=N, a plan file, or (generate)
+ *                       policy:NAME[:K=V,...], a placement policy's plan
+ *                       (policies/placement/) */
 bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k);
 void qi_cli_place_help(void);
-/* With --profile: the plan in force and each device's memory, on stderr. */
+/* A policy:NAME[:K=V,...] placement: the engine is created all-cpu on the
+ * device list (qi_cli_kv_apply does that) and qi_cli_place_policy, called
+ * right after qi_engine_create, runs the policy's plan for this workload
+ * (batch sequences of prompt_len + gen_len tokens, the --kv-budget tokens
+ * if given) through qi_placement_apply. Without one it does nothing.
+ * Errors: an unknown policy or parameter (QI_ERR_INVALID), a plan that does
+ * not fit (QI_ERR_NOMEM naming the device), the engine's. Commands that do
+ * not call it refuse a policy: placement (QI_ERR_UNSUPPORTED). */
 struct qi_engine;
+struct qi_model;
+qi_status qi_cli_place_policy(const qi_cli_kv *k, struct qi_engine *e, const struct qi_model *m, int batch,
+                              int prompt_len, int gen_len, qi_err *err);
+/* The commands that call qi_cli_place_policy say so before qi_cli_kv_apply. */
+void qi_cli_place_policy_allow(qi_cli_kv *k);
+/* With --profile: the plan in force and each device's memory, on stderr. */
 void qi_cli_print_plan(const char *cmd, const struct qi_engine *e);
 
 void qi_cli_kv_init(qi_cli_kv *k);

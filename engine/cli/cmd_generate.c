@@ -134,8 +134,10 @@ int qi_cmd_generate(int argc, char **argv) {
     eo.profile = profile;
     eo.attn_blas = attn_blas;
     eo.repack = repack;
+    qi_cli_place_policy_allow(&kvo);
     qi_cli_kv_apply(&kvo, &eo);
-    if (qi_engine_create(m, &eo, &eng, &err) || qi_engine_seq_add(eng, &sid, &err) ||
+    if (qi_engine_create(m, &eo, &eng, &err) ||
+        qi_cli_place_policy(&kvo, eng, m, 1, (int)n_ids, n_predict, &err) || qi_engine_seq_add(eng, &sid, &err) ||
         qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
         goto fail;
     for (size_t i = 0; i < n_ids; i++) qi_sampler_accept(smp, ids[i]);

@@ -59,6 +59,9 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
  *            device by default the other of a two-device list), and
  *            optionally `embd DEV` and `head DEV` lines; '#' starts a
  *            comment. Errors name the file and the line.
+ * A value policy:NAME[:K=V,...] names a placement policy
+ * (policies/placement/), whose plan a command makes once the engine
+ * exists: here it is QI_ERR_UNSUPPORTED.
  * Allocates p->layers (qi_plan_free). */
 qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err);
 /* Every block on device 0 of the devices in p. */
@@ -76,5 +79,24 @@ qi_status qi_plan_copy(qi_plan *dst, const qi_plan *src, qi_err *err);
 int qi_plan_summary(const qi_plan *p, char *buf, size_t len);
 int qi_plan_format(const qi_plan *p, char *buf, size_t len);
 int qi_plan_json(const qi_plan *p, char *buf, size_t len);
+
+/* Weight blocks: what a device holds of the model, numbered as the engine
+ * numbers them: the token embedding (0), per layer l its attention (1 + 2l:
+ * attn_norm, wq, wk, wv, wo, and q_norm, k_norm, attn_post_norm where the
+ * model has them) and its MLP (2 + 2l: ffn_norm, w_gate, w_up, w_down,
+ * ffn_post_norm), the output head (2L + 1: out_norm, output). Placement
+ * policies size plans with these; the engine's own upload code counts the
+ * same weights. */
+struct qi_model;
+int qi_plan_n_blocks(int n_layer); /* 2 n_layer + 2 */
+/* The device plan p runs block b on. */
+int qi_plan_block_dev(const qi_plan *p, int b);
+/* "layer 3's attention", "the output head" and the like, in buf. */
+const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len);
+/* Block b's bytes on a device other than the CPU: each weight's rows
+ * (row_bytes x n_rows) and its packed copy if the CPU packed it, each
+ * rounded up to 64 bytes as the engine allocates them. 0 for b out of
+ * range. */
+size_t qi_plan_block_bytes(const struct qi_model *m, int b);
 
 #endif
