@@ -148,8 +148,8 @@ static qi_view act_view(const dev_state *D, const float *p) {
     return qi_view_of(D->act, (size_t)((const char *)p - D->act_base));
 }
 
-/* Weight blocks a device may hold (see wblock_dev). */
-static int wblock_count(const qi_model *m) { return 2 * m->hp.n_layer + 2; }
+/* Weight blocks a device may hold (plan.h's numbering). */
+static int wblock_count(const qi_model *m) { return qi_plan_n_blocks(m->hp.n_layer); }
 
 struct qi_engine {
     const qi_model *m;
@@ -410,64 +410,38 @@ static size_t walign(size_t n) { return (n + WALIGN - 1) / WALIGN * WALIGN; }
  * model's own views, or on its packed groups with repack; another device
  * holds an uploaded copy. A new plan moves a block by preparing it where
  * it goes and freeing it where it was. */
-static int wblock_dev(const qi_plan *p, int b) {
-    if (b == 0) return p->embd_dev;
-    if (b == 2 * p->n_layer + 1) return p->head_dev;
-    const qi_plan_layer *y = &p->layers[(b - 1) / 2];
-    return (b - 1) % 2 ? y->mlp_dev : y->attn_dev;
-}
+static int wblock_dev(const qi_plan *p, int b) { return qi_plan_block_dev(p, b); }
 
-/* "layer 3's attention" and the like, for messages. */
 static const char *wblock_name(const qi_model *m, int b, char *buf, size_t n) {
-    const int L = m->hp.n_layer;
-    if (b == 0) return "the token embedding";
-    if (b == 2 * L + 1) return "the output head";
-    snprintf(buf, n, "layer %d's %s", (b - 1) / 2, (b - 1) % 2 ? "MLP" : "attention");
-    return buf;
+    return qi_plan_block_name(m->hp.n_layer, b, buf, n);
 }
 
-/* Block b's weights in the model, their places in device D, and whether
- * each is the matrix of a matmul (not a norm vector, nor the embedding
- * table read by row). */
+/* Block b's weights in the model (qi_plan_block_weights), their places in
+ * device D (the same fields of D's views), and whether each is the matrix
+ * of a matmul. */
 static int wblock_weights(const qi_model *m, dev_state *D, int b, const qi_weight **src, qi_weight **dst, bool *mm) {
-    const int L = m->hp.n_layer;
-    int n = 0;
-#define W(s_, d_, mm_) (src[n] = &(s_), dst[n] = &(d_), mm[n++] = (mm_))
-    if (b == 0) {
-        W(m->tok_embd, D->tok_embd, false);
-    } else if (b == 2 * L + 1) {
-        W(m->out_norm, D->out_norm, false);
-        W(m->output, D->output, true);
-    } else {
-        const int l = (b - 1) / 2;
-        const qi_layer *ly = &m->layers[l];
-        qi_layer *dl = &D->layers[l];
-        if ((b - 1) % 2 == 0) {
-            W(ly->attn_norm, dl->attn_norm, false);
-            W(ly->wq, dl->wq, true);
-            W(ly->wk, dl->wk, true);
-            W(ly->wv, dl->wv, true);
-            W(ly->wo, dl->wo, true);
-            W(ly->q_norm, dl->q_norm, false);
-            W(ly->k_norm, dl->k_norm, false);
-            W(ly->attn_post_norm, dl->attn_post_norm, false);
+    const int n = qi_plan_block_weights(m, b, src, mm);
+    for (int i = 0; i < n; i++) {
+        const qi_weight *w = src[i];
+        if (w == &m->tok_embd) {
+            dst[i] = &D->tok_embd;
+        } else if (w == &m->out_norm) {
+            dst[i] = &D->out_norm;
+        } else if (w == &m->output) {
+            dst[i] = &D->output;
         } else {
-            W(ly->ffn_norm, dl->ffn_norm, false);
-            W(ly->w_gate, dl->w_gate, true);
-            W(ly->w_up, dl->w_up, true);
-            W(ly->w_down, dl->w_down, true);
-            W(ly->ffn_post_norm, dl->ffn_post_norm, false);
+            const int l = (b - 1) / 2;
+            dst[i] = (qi_weight *)((char *)&D->layers[l] + ((const char *)w - (const char *)&m->layers[l]));
         }
     }
-#undef W
     return n;
 }
 
 /* The bytes of block b in device D's form (0: D runs on the model's own). */
 static size_t wblock_bytes(const qi_model *m, dev_state *D, int b) {
-    const qi_weight *src[8];
-    qi_weight *dst[8];
-    bool mm[8];
+    const qi_weight *src[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    qi_weight *dst[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
     const int n = wblock_weights(m, D, b, src, dst, mm);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += walign(qi_dev_weight_size(D->be, src[i], mm[i]));
@@ -477,9 +451,9 @@ static size_t wblock_bytes(const qi_model *m, dev_state *D, int b) {
 /* Device D's views of block b back to the model's own (the CPU's, for a
  * block it no longer holds in a form of its own). */
 static void wblock_reset(const qi_model *m, dev_state *D, int b) {
-    const qi_weight *src[8];
-    qi_weight *dst[8];
-    bool mm[8];
+    const qi_weight *src[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    qi_weight *dst[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
     const int n = wblock_weights(m, D, b, src, dst, mm);
     for (int i = 0; i < n; i++) *dst[i] = *src[i];
 }
@@ -491,9 +465,9 @@ static void wblock_reset(const qi_model *m, dev_state *D, int b) {
 static qi_status wblock_prepare(const qi_engine *e, dev_state *D, int b, qi_buf **out, qi_err *err) {
     *out = NULL;
     const size_t total = wblock_bytes(e->m, D, b);
-    const qi_weight *src[8];
-    qi_weight *dst[8];
-    bool mm[8];
+    const qi_weight *src[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    qi_weight *dst[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
     const int n = wblock_weights(e->m, D, b, src, dst, mm);
     char name[40];
     qi_status st = QI_OK;
@@ -636,9 +610,9 @@ const qi_plan *qi_engine_plan(const qi_engine *e) { return &e->plan; }
 int qi_engine_n_packed(const qi_engine *e) {
     int n = 0;
     for (int b = 0; b < wblock_count(e->m); b++) {
-        const qi_weight *src[8];
-        qi_weight *dst[8];
-        bool mm[8];
+        const qi_weight *src[QI_PLAN_BLOCK_MAX_WEIGHTS];
+        qi_weight *dst[QI_PLAN_BLOCK_MAX_WEIGHTS];
+        bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
         const int k = wblock_weights(e->m, (dev_state *)&e->dev[wblock_dev(&e->plan, b)], b, src, dst, mm);
         for (int i = 0; i < k; i++) n += mm[i] && dst[i]->packed;
     }

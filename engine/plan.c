@@ -327,25 +327,44 @@ const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len) {
     return buf;
 }
 
-static size_t align64(uint64_t n) { return (size_t)((n + 63) / 64 * 64); }
-
-static size_t weight_bytes(const qi_weight *w) {
-    if (!w->data) return 0;
-    size_t n = align64(w->row_bytes * (uint64_t)w->n_rows);
-    if (w->packed) n += align64(w->packed_group_bytes * (uint64_t)((w->n_rows + 15) / 16));
+int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *matmul) {
+    const int L = m->hp.n_layer;
+    int n = 0;
+#define W(w_, mm_) (w[n] = &(w_), matmul[n++] = (mm_))
+    if (b < 0 || b > 2 * L + 1) return 0;
+    if (b == 0) {
+        W(m->tok_embd, false);
+    } else if (b == 2 * L + 1) {
+        W(m->out_norm, false);
+        W(m->output, true);
+    } else if ((b - 1) % 2 == 0) {
+        const qi_layer *y = &m->layers[(b - 1) / 2];
+        W(y->attn_norm, false);
+        W(y->wq, true);
+        W(y->wk, true);
+        W(y->wv, true);
+        W(y->wo, true);
+        W(y->q_norm, false);
+        W(y->k_norm, false);
+        W(y->attn_post_norm, false);
+    } else {
+        const qi_layer *y = &m->layers[(b - 1) / 2];
+        W(y->ffn_norm, false);
+        W(y->w_gate, true);
+        W(y->w_up, true);
+        W(y->w_down, true);
+        W(y->ffn_post_norm, false);
+    }
+#undef W
     return n;
 }
 
 size_t qi_plan_block_bytes(const qi_model *m, int b) {
-    const int L = m->hp.n_layer;
-    if (b < 0 || b > 2 * L + 1) return 0;
-    if (b == 0) return weight_bytes(&m->tok_embd);
-    if (b == 2 * L + 1) return weight_bytes(&m->out_norm) + weight_bytes(&m->output);
-    const qi_layer *y = &m->layers[(b - 1) / 2];
-    if ((b - 1) % 2 == 0)
-        return weight_bytes(&y->attn_norm) + weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) +
-               weight_bytes(&y->wo) + weight_bytes(&y->q_norm) + weight_bytes(&y->k_norm) +
-               weight_bytes(&y->attn_post_norm);
-    return weight_bytes(&y->ffn_norm) + weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) +
-           weight_bytes(&y->w_down) + weight_bytes(&y->ffn_post_norm);
+    const qi_weight *w[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    const int n = qi_plan_block_weights(m, b, w, mm);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i]->data) total += (size_t)((w[i]->row_bytes * (uint64_t)w[i]->n_rows + 63) / 64 * 64);
+    return total;
 }

@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "qinfer/model.h"
 #include "qinfer/status.h"
 
 #define QI_PLAN_MAX_DEVICES 4
@@ -85,18 +86,24 @@ int qi_plan_json(const qi_plan *p, char *buf, size_t len);
  * attn_norm, wq, wk, wv, wo, and q_norm, k_norm, attn_post_norm where the
  * model has them) and its MLP (2 + 2l: ffn_norm, w_gate, w_up, w_down,
  * ffn_post_norm), the output head (2L + 1: out_norm, output). Placement
- * policies size plans with these; the engine's own upload code counts the
- * same weights. */
-struct qi_model;
+ * policies size plans with these; the engine prepares the same blocks on
+ * their devices. */
 int qi_plan_n_blocks(int n_layer); /* 2 n_layer + 2 */
 /* The device plan p runs block b on. */
 int qi_plan_block_dev(const qi_plan *p, int b);
 /* "layer 3's attention", "the output head" and the like, in buf. */
 const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len);
-/* Block b's bytes on a device other than the CPU: each weight's rows
- * (row_bytes x n_rows) and its packed copy if the CPU packed it, each
- * rounded up to 64 bytes as the engine allocates them. 0 for b out of
- * range. */
-size_t qi_plan_block_bytes(const struct qi_model *m, int b);
+/* Block b's weights in m (at most QI_PLAN_BLOCK_MAX_WEIGHTS, some of them
+ * absent, data NULL, where the model has no such weight) into w, and
+ * whether each is the matrix of a matmul (not a norm vector, nor the
+ * embedding table read by row) into matmul; returns their number (0 for
+ * b out of range). */
+#define QI_PLAN_BLOCK_MAX_WEIGHTS 8
+int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *matmul);
+/* Block b's bytes uploaded to a device that holds the rows as they are:
+ * each weight's rows (row_bytes x n_rows) rounded up to 64 bytes as the
+ * engine allocates them (a device with a form of its own, qi_dev_weight_size,
+ * may need more). 0 for b out of range. */
+size_t qi_plan_block_bytes(const qi_model *m, int b);
 
 #endif
