@@ -689,10 +689,11 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         if (at >= 0 || (room != SIZE_MAX && w + kv > room)) {
             char name[40];
             return QI_ERR(err, QI_ERR_NOMEM,
-                          "new plan does not fit device %s: %s%s%zu bytes of weights and %zu of KV blocks move there, "
+                          "new plan does not fit device %s: %s%s%s%zu bytes of weights and %zu of KV blocks move there, "
                           "%zu bytes are left (%zu short)",
-                          in->name, at >= 0 ? "the weights up to " : "", at >= 0 ? wblock_name(m, at, name, sizeof name) : "",
-                          w, kv, room, w + kv - room);
+                          in->name, at >= 0 ? "the weights pass its room at " : "",
+                          at >= 0 ? wblock_name(m, at, name, sizeof name) : "", at >= 0 ? "; " : "", w, kv, room,
+                          w + kv - room);
         }
     }
     qi_plan next = {0};
@@ -808,6 +809,12 @@ bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
     out->in_use = in->in_use;
     out->peak = in->peak;
     return true;
+}
+
+size_t qi_engine_block_bytes(const qi_engine *e, int d, int b) {
+    if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be || b < 0 || b >= qi_plan_n_blocks(e->m->hp.n_layer))
+        return 0;
+    return wblock_bytes(e->m, (dev_state *)&e->dev[d], b);
 }
 
 void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {

@@ -611,6 +611,13 @@ static int engine_plan(lua_State *L) {
     return 1;
 }
 
+/* engine:packed(): the matrices its devices multiply by in a packed form
+ * of their own (the engine option repack). */
+static int engine_packed(lua_State *L) {
+    lua_pushinteger(L, qi_engine_n_packed(lq_check_engine(L, 1)->e));
+    return 1;
+}
+
 static int engine_policy(lua_State *L) {
     lua_pushstring(L, qi_engine_kv_policy_name(lq_check_engine(L, 1)->e));
     return 1;
@@ -768,6 +775,7 @@ static const luaL_Reg k_engine_methods[] = {
     {"policy", engine_policy},
     {"replan", engine_replan},
     {"plan", engine_plan},
+    {"packed", engine_packed},
     {"close", engine_close},
     {NULL, NULL},
 };

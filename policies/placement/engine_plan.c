@@ -26,6 +26,7 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
         o->holds_act = true;
         out->n_devices = i + 1;
     }
+    out->engine = e;
 }
 
 qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const qi_model *m,

@@ -46,6 +46,11 @@ typedef struct {
 typedef struct {
     int n_devices; /* 1..QI_PLAN_MAX_DEVICES; dev[0] the host CPU */
     qi_placement_device dev[QI_PLAN_MAX_DEVICES];
+    /* The engine these are the devices of (qi_placement_devices_of_engine),
+     * or NULL: with one, a block's bytes on a device are those the device's
+     * own weight form takes (qi_engine_block_bytes: a packed form beside
+     * the rows, say), not only the rows (qi_plan_block_bytes). */
+    const qi_engine *engine;
 } qi_placement_devices;
 
 typedef struct {
@@ -114,7 +119,8 @@ const char *qi_placement_policy_name(const qi_placement_policy *p);
 void qi_placement_policy_free(qi_placement_policy *p); /* NULL is a no-op */
 
 /* The bytes plan p needs on device d for workload wl: its weight blocks
- * (qi_plan_block_bytes), the working KV of the layers whose attention runs
+ * (qi_plan_block_bytes; the check takes the engine's figure where devs
+ * has an engine), the working KV of the layers whose attention runs
  * there (each sequence's KV budget, or a sliding-window layer's window if
  * smaller, in whole KV blocks of 64 tokens, F16 keys and values; a split
  * layer's share by its ratio) and an activations estimate

@@ -112,8 +112,11 @@ size_t qi_placement_act_bytes(const qi_model *m, const qi_placement_workload *wl
 
 /* Bytes of block b of plan p that fall on device d (a layer's attention
  * with its share of the KV). */
-static size_t block_need(const qi_model *m, const qi_placement_workload *wl, const qi_plan *p, int d, int b) {
-    size_t n = qi_plan_block_dev(p, b) == d ? qi_plan_block_bytes(m, b) : 0;
+static size_t block_need(const qi_model *m, const qi_placement_devices *devs, const qi_placement_workload *wl,
+                         const qi_plan *p, int d, int b) {
+    size_t n = 0;
+    if (qi_plan_block_dev(p, b) == d)
+        n = devs && devs->engine ? qi_engine_block_bytes(devs->engine, d, b) : qi_plan_block_bytes(m, b);
     if (b == 0 || b == 2 * p->n_layer + 1 || (b - 1) % 2) return n;
     const qi_plan_layer *y = &p->layers[(b - 1) / 2];
     const size_t kv = qi_placement_kv_bytes(m, wl, (b - 1) / 2);
@@ -138,7 +141,7 @@ static bool uses(const qi_plan *p, int d) {
 size_t qi_placement_need(const qi_model *m, const qi_placement_workload *wl, const qi_plan *p, int d) {
     if (d == 0 || !uses(p, d)) return 0;
     size_t n = qi_placement_act_bytes(m, wl, p->n_devices);
-    for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) n += block_need(m, wl, p, d, b);
+    for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) n += block_need(m, NULL, wl, p, d, b);
     return n;
 }
 
@@ -155,10 +158,10 @@ qi_status qi_placement_check(const qi_model *m, const qi_placement_devices *devs
                           "plan does not fit device %s: its activations need %zu bytes of the %zu free%s (%zu short)",
                           dv->name, need, room, reserve ? " after the reserve" : "", need - room);
         for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) {
-            need += block_need(m, wl, p, d, b);
+            need += block_need(m, devs, wl, p, d, b);
             if (need <= room) continue;
             size_t total = need;
-            for (int c = b + 1; c < qi_plan_n_blocks(p->n_layer); c++) total += block_need(m, wl, p, d, c);
+            for (int c = b + 1; c < qi_plan_n_blocks(p->n_layer); c++) total += block_need(m, devs, wl, p, d, c);
             char name[40];
             return QI_ERR(err, QI_ERR_NOMEM,
                           "plan does not fit device %s: its blocks up to %s need %zu bytes of the %zu free%s (%zu "

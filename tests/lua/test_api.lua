@@ -24,6 +24,20 @@ local packed = qinfer.load("smollm2-135m", { threads = 2, repack = true })
 T.ok(packed ~= m, "repack=true is another model")
 T.eq(packed:info().packed, 7 * 30 + 1, "repack=true packs every layer matrix and the output head")
 T.eq(qinfer.load("smollm2-135m", { threads = 2, repack = true }), packed, "and is cached too")
+do -- the engines run what the option says
+  local ep <close> = packed:engine { max_seqs = 1, n_ctx = 64 }
+  T.eq(ep:packed(), 7 * 30 + 1, "an engine of a repack=true model runs packed")
+  local id = ep:add()
+  ep:feed(id, m:tokenize("The capital of France is"))
+  while ep:pending(id) > 0 do ep:step() end
+  T.ok(ep:argmax(id) >= 0, "and steps")
+  local eoff <close> = packed:engine { max_seqs = 1, n_ctx = 64, repack = false }
+  T.eq(eoff:packed(), 0, "repack=false on the engine overrides the model's default")
+  local eon <close> = m:engine { max_seqs = 1, n_ctx = 64, repack = true }
+  T.eq(eon:packed(), 7 * 30 + 1, "repack=true on an engine of a plain model")
+  local eplain <close> = m:engine { max_seqs = 1, n_ctx = 64 }
+  T.eq(eplain:packed(), 0, "a plain model's engine does not pack")
+end
 
 -- tokenize / detokenize
 for _, s in ipairs({ "Hello world", " leading space", "héllo wörld, 日本語 ✓", "a\nb\tc", "" }) do

@@ -336,9 +336,10 @@ END_TEST
 #define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 static qi_model *g_model;
 
-static qi_engine *engine_on(const char *devices, qi_err *e) {
+static qi_engine *engine_on_opt(const char *devices, bool repack, qi_err *e) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
+    o.repack = repack;
     o.n_threads = 1;
     o.max_seqs = 2;
     o.step_tokens = 64;
@@ -347,6 +348,7 @@ static qi_engine *engine_on(const char *devices, qi_err *e) {
     ck_assert_msg(qi_engine_create(g_model, &o, &en, e) == QI_OK, "%s", e->msg);
     return en;
 }
+static qi_engine *engine_on(const char *devices, qi_err *e) { return engine_on_opt(devices, false, e); }
 
 START_TEST(test_engine_agrees) {
     const qi_model *m = g_model;
@@ -400,6 +402,45 @@ START_TEST(test_engine_agrees) {
 }
 END_TEST
 
+/* With repack, testdev holds a matrix's rows and its packed groups beside
+ * them: the slot's check sizes blocks as the engine's device does, so the
+ * plan it passes is one the engine takes (sized by the rows alone, the
+ * check would pass a plan the engine then refuses). */
+START_TEST(test_engine_repack_sizes) {
+    const qi_model *m = g_model;
+    const int n = m->hp.n_layer, k = n / 3;
+    qi_err e = {0};
+    qi_engine *en = engine_on_opt("cpu,testdev", true, &e);
+    qi_engine_dev dv;
+    ck_assert(qi_engine_device(en, 1, &dv));
+    const size_t act = dv.in_use;
+    const int mlp = 2 + 2 * (n - 1);
+    ck_assert_uint_gt(qi_engine_block_bytes(en, 1, mlp), qi_plan_block_bytes(m, mlp));
+    ck_assert_uint_eq(qi_engine_block_bytes(en, 0, mlp) > 0, 1); /* the CPU packs too */
+    ck_assert_uint_eq(qi_engine_block_bytes(en, 2, mlp), 0);     /* no device 2 */
+    ck_assert_uint_eq(qi_engine_block_bytes(en, 1, 2 * n + 2), 0); /* no such block */
+    qi_engine_free(en);
+    /* the rows of the last k layers fit; their packed form beside them does not */
+    size_t cap = act;
+    for (int l = n - k; l < n; l++) cap += qi_plan_block_bytes(m, 1 + 2 * l) + qi_plan_block_bytes(m, 2 + 2 * l);
+    char devs[64];
+    snprintf(devs, sizeof devs, "cpu,testdev:%zu", cap);
+    en = engine_on_opt(devs, true, &e);
+    qi_placement_policy *p = NULL;
+    ck_assert_int_eq(qi_placement_policy_create("static", NULL, &p, &e), QI_OK);
+    const qi_placement_workload none = {.batch = 1};
+    ck_assert_msg(qi_placement_apply(p, en, m, &none, NULL, &e) == QI_OK, "%s", e.msg);
+    const qi_plan *got = qi_engine_plan(en);
+    int on = 0;
+    for (int l = 0; l < n; l++) on += got->layers[l].attn_dev == 1;
+    ck_assert_int_gt(on, 0);
+    ck_assert_int_lt(on, k);
+    ck_assert_int_eq(qi_engine_n_packed(en) > 0, 1);
+    qi_placement_policy_free(p);
+    qi_engine_free(en);
+}
+END_TEST
+
 static Suite *placement_suite(void) {
     Suite *s = suite_create("placement");
     TCase *tc = tcase_create("placement");
@@ -414,6 +455,7 @@ static Suite *placement_suite(void) {
         tc = tcase_create("engine");
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, test_engine_agrees);
+        tcase_add_test(tc, test_engine_repack_sizes);
         suite_add_tcase(s, tc);
     }
     return s;

@@ -164,6 +164,10 @@ typedef struct {
     size_t capacity, in_use, peak;
 } qi_engine_dev;
 bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out);
+/* The bytes weight block b (qi_plan_block_weights' numbering) takes on
+ * device d in that device's own form, as the engine allocates it (0: the
+ * device runs on the model's own rows, or d or b out of range). */
+size_t qi_engine_block_bytes(const qi_engine *e, int d, int b);
 /* Tests: the n_op-th op and the n_copy-th copy queued on device d from now
  * fail (0: not), as a device's failure would: the step returns the error,
  * naming the device, and the engine stays usable for new sequences. */
