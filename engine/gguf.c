@@ -217,6 +217,8 @@ struct qi_gguf {
     uint32_t version;
     uint64_t alignment;
     uint64_t data_off; /* file offset of the data section */
+    void *shapes_map;  /* a shapes-only file: the reserved, inaccessible data section */
+    size_t shapes_len;
 
     uint64_t n_kv;
     qi_gguf_kv *kvs;
@@ -579,6 +581,30 @@ static qi_status parse_tensors(parser *ps, qi_gguf *g, uint64_t n_tensors) {
                     " bytes)",
                     g->data_off, ps->size);
     uint64_t room = ps->size - g->data_off;
+    bool shapes = false;
+    if (qi_gguf_kv_find(g, "qinfer.shapes_only") && (!qi_gguf_get_bool(g, "qinfer.shapes_only", &shapes)))
+        return perr(ps, QI_ERR_FORMAT, "qinfer.shapes_only is not a bool");
+    const uint8_t *data = ps->p + g->data_off;
+    if (shapes) {
+        /* no data section: the tensors address a reservation of its size
+         * that no one may read (a simulated device never does) */
+        uint64_t end = 0;
+        for (uint64_t i = 0; i < n_tensors; i++) {
+            const qi_gguf_tensor *t = &g->tensors[i];
+            if (t->n_bytes > (UINT64_C(1) << 50) || t->offset > (UINT64_C(1) << 50))
+                return perr(ps, QI_ERR_FORMAT, "shapes-only tensor %" PRIu64 " past 2^50 bytes", i);
+            if (t->offset + t->n_bytes > end) end = t->offset + t->n_bytes;
+        }
+        room = end;
+        g->shapes_len = end ? (size_t)end : 1;
+        g->shapes_map = mmap(NULL, g->shapes_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (g->shapes_map == MAP_FAILED) {
+            g->shapes_map = NULL;
+            return perr(ps, QI_ERR_NOMEM, "cannot reserve %" PRIu64 " bytes of address space for a shapes-only model",
+                        end);
+        }
+        data = g->shapes_map;
+    }
     for (uint64_t i = 0; i < n_tensors; i++) {
         qi_gguf_tensor *t = &g->tensors[i];
         if (t->offset > room || t->n_bytes > room - t->offset) {
@@ -589,7 +615,7 @@ static qi_status parse_tensors(parser *ps, qi_gguf *g, uint64_t n_tensors) {
                         " bytes) runs past end of file",
                         i, tname, t->offset, t->n_bytes);
         }
-        t->data = ps->p + g->data_off + t->offset;
+        t->data = data + t->offset;
     }
 
     for (uint64_t i = 0; i < n_tensors; i++) g->t_sorted[i] = &g->tensors[i];
@@ -714,6 +740,7 @@ qi_status qi_gguf_open(const char *path, qi_gguf **out, qi_err *err) {
 void qi_gguf_close(qi_gguf *g) {
     if (!g) return;
     if (g->map) munmap(g->map, g->map_len);
+    if (g->shapes_map) munmap(g->shapes_map, g->shapes_len);
     qi_free(g->path);
     qi_free(g->kvs);
     qi_free(g->kv_sorted);
@@ -732,6 +759,7 @@ uint64_t qi_gguf_file_size(const qi_gguf *g) { return g ? g->size : 0; }
 const char *qi_gguf_path(const qi_gguf *g) { return g ? g->path : NULL; }
 bool qi_gguf_mapped(const qi_gguf *g) { return g && g->map; }
 uint64_t qi_gguf_data_offset(const qi_gguf *g) { return g ? g->data_off : 0; }
+bool qi_gguf_shapes_only(const qi_gguf *g) { return g && g->shapes_map; }
 uint64_t qi_gguf_n_kv(const qi_gguf *g) { return g ? g->n_kv : 0; }
 
 const qi_gguf_kv *qi_gguf_kv_at(const qi_gguf *g, uint64_t i) {

@@ -195,9 +195,8 @@ qi_status qi_gguf_writer_set_raw(qi_gguf_writer *w, const char *key, uint32_t ty
     return w_set(w, key, type, value, n_bytes);
 }
 
-qi_status qi_gguf_writer_add_tensor(qi_gguf_writer *w, const char *name, uint32_t type,
-                                    uint32_t n_dims, const uint64_t *ne, const void *data,
-                                    uint64_t n_bytes) {
+static qi_status add_tensor(qi_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                            const uint64_t *ne, const void *data, uint64_t n_bytes, bool shape_only) {
     if (!w || !name || !ne || n_dims == 0 || n_dims > 4 || !qi_type_get(type))
         return QI_ERR_INVALID;
     uint64_t n_el = 1, row;
@@ -214,19 +213,30 @@ qi_status qi_gguf_writer_add_tensor(qi_gguf_writer *w, const char *name, uint32_
         if (w->ts[i].name_len == nl && memcmp(w->ts[i].name, name, nl) == 0)
             return QI_ERR_INVALID;
     char *nm = qi_malloc(nl + 1);
-    uint8_t *copy = nm ? qi_malloc((size_t)n_bytes) : NULL;
-    if (!copy || !grow((void **)&w->ts, &w->cap_t, w->n_t, sizeof *w->ts)) {
+    uint8_t *copy = nm && !shape_only ? qi_malloc((size_t)n_bytes) : NULL;
+    if (!nm || (!shape_only && !copy) || !grow((void **)&w->ts, &w->cap_t, w->n_t, sizeof *w->ts)) {
         qi_free(nm);
         qi_free(copy);
         return QI_ERR_NOMEM;
     }
     memcpy(nm, name, nl + 1);
-    if (data) memcpy(copy, data, (size_t)n_bytes);
-    else memset(copy, 0, (size_t)n_bytes);
+    if (copy && data) memcpy(copy, data, (size_t)n_bytes);
+    else if (copy) memset(copy, 0, (size_t)n_bytes);
     wtensor *t = &w->ts[w->n_t++];
     *t = (wtensor){nm, nl, type, n_dims, {1, 1, 1, 1}, copy, n_bytes};
     for (uint32_t d = 0; d < n_dims; d++) t->ne[d] = ne[d];
     return QI_OK;
+}
+
+qi_status qi_gguf_writer_add_tensor(qi_gguf_writer *w, const char *name, uint32_t type,
+                                    uint32_t n_dims, const uint64_t *ne, const void *data,
+                                    uint64_t n_bytes) {
+    return add_tensor(w, name, type, n_dims, ne, data, n_bytes, false);
+}
+
+qi_status qi_gguf_writer_add_tensor_shape(qi_gguf_writer *w, const char *name, uint32_t type,
+                                          uint32_t n_dims, const uint64_t *ne, uint64_t n_bytes) {
+    return add_tensor(w, name, type, n_dims, ne, NULL, n_bytes, true);
 }
 
 static bool add_ov(uint64_t *acc, uint64_t v) {
@@ -261,6 +271,17 @@ qi_status qi_gguf_writer_to_memory(const qi_gguf_writer *w, uint32_t version, vo
                           align);
     }
 
+    /* a writer with shape-only tensors writes no data section, and only
+     * with the key that tells readers so */
+    bool shapes = false, marked = false;
+    for (size_t i = 0; i < w->n_t; i++) shapes = shapes || !w->ts[i].data;
+    for (size_t i = 0; i < w->n_kv; i++)
+        if (strcmp(w->kvs[i].key, "qinfer.shapes_only") == 0)
+            marked = w->kvs[i].type == QI_GGUF_BOOL && w->kvs[i].val_len == 1 && w->kvs[i].val[0] == 1;
+    if (shapes != marked)
+        return QI_ERR(err, QI_ERR_INVALID, "gguf writer: %s", shapes ? "tensors without data need qinfer.shapes_only = true"
+                                                                      : "qinfer.shapes_only = true with tensor data");
+
     uint64_t total = GGUF_HEADER_BYTES;
     bool ok = true;
     for (size_t i = 0; i < w->n_kv; i++)
@@ -275,7 +296,7 @@ qi_status qi_gguf_writer_to_memory(const qi_gguf_writer *w, uint32_t version, vo
         for (size_t i = 0; i < w->n_t; i++)
             ok = ok && add_ov(&data_len, w->ts[i].n_bytes) && align_ov(&data_len, align);
         total = data_off;
-        ok = ok && add_ov(&total, data_len);
+        if (!shapes) ok = ok && add_ov(&total, data_len);
     }
     if (!ok || total > SIZE_MAX)
         return QI_ERR(err, QI_ERR_NOMEM, "gguf writer: file size overflows");
@@ -310,7 +331,7 @@ qi_status qi_gguf_writer_to_memory(const qi_gguf_writer *w, uint32_t version, vo
         store_le(b + o, t->type, 4);
         store_le(b + o + 4, off, 8);
         o += 12;
-        memcpy(b + data_off + off, t->data, (size_t)t->n_bytes);
+        if (t->data) memcpy(b + data_off + off, t->data, (size_t)t->n_bytes);
         off += t->n_bytes;
         off = (off + align - 1) / align * align; /* cannot overflow: checked above */
     }

@@ -335,7 +335,7 @@ int qi_model_n_packable(const qi_model *m) {
 }
 
 void qi_model_release_rows(const qi_model *m, const qi_weight *w) {
-    if (!w->data || !qi_gguf_mapped(m->gguf)) return;
+    if (!w->data || !qi_gguf_mapped(m->gguf) || qi_gguf_shapes_only(m->gguf)) return;
     const long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0) return;
     const uintptr_t p = (uintptr_t)w->data, len = (uintptr_t)(w->row_bytes * (uint64_t)w->n_rows);

@@ -41,6 +41,8 @@ static const synth_shape k_presets[] = {
     {"smollm2-135m", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, true},
     {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false},
     {"llama-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false},
+    {"llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, false},
+    {"llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, 10000.0f, false},
 };
 
 static void help(void) {
@@ -62,6 +64,9 @@ static void help(void) {
            "      --n-head-kv N   KV heads             --n-vocab N    vocabulary (>= 258)\n"
            "      --n-ctx N       training context written to the file\n"
            "      --seed S        random seed (default 1)\n"
+           "      --shapes-only   write the shapes without the weights (a header of a few MB\n"
+           "                      for any size): the model then runs only on simulated\n"
+           "                      devices (--sim PROFILE), which time ops from shapes\n"
            "  -h, --help          this help\n");
 }
 
@@ -126,11 +131,18 @@ static bool parse_type(const char *s, uint32_t *t) {
 }
 
 static qi_status add_matrix(qi_gguf_writer *w, const char *name, uint32_t t, int64_t cols, int64_t rows,
-                            uint64_t *rng, uint64_t *bytes, qi_err *err) {
+                            uint64_t *rng, bool shapes, uint64_t *bytes, qi_err *err) {
     uint64_t rb = 0;
     if (!qi_type_row_bytes(t, (uint64_t)cols, &rb))
         return QI_ERR(err, QI_ERR_INVALID, "%s: %lld columns are not whole %s blocks", name, (long long)cols,
                       qi_type_get(t)->name);
+    const uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    if (shapes) {
+        qi_status st = qi_gguf_writer_add_tensor_shape(w, name, t, rows > 1 ? 2 : 1, ne, rb * (uint64_t)rows);
+        if (st) return QI_ERR(err, st, "cannot add tensor %s", name);
+        *bytes += rb * (uint64_t)rows;
+        return QI_OK;
+    }
     uint8_t *buf = qi_malloc(rb * (uint64_t)rows);
     if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for %s (%.1f MiB)", name, rb * (double)rows / 1048576.0);
     if (t == QI_TYPE_F32) {
@@ -138,7 +150,6 @@ static qi_status add_matrix(qi_gguf_writer *w, const char *name, uint32_t t, int
     } else {
         fill_rows(t, cols, rows, buf, rb, rng);
     }
-    const uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
     qi_status st = qi_gguf_writer_add_tensor(w, name, t, rows > 1 ? 2 : 1, ne, buf, rb * (uint64_t)rows);
     qi_free(buf);
     if (st) return QI_ERR(err, st, "cannot add tensor %s", name);
@@ -150,6 +161,7 @@ int qi_cmd_synth(int argc, char **argv) {
     const char *cmd = "synth", *out = NULL, *preset = "smollm2-135m", *type_arg = "q4_1";
     int embd = 0, ff = 0, layers = 0, heads = 0, kv = 0, vocab = 0, ctx = 0;
     uint64_t seed = 1;
+    bool shapes = false;
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
@@ -165,6 +177,7 @@ int qi_cmd_synth(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--n-vocab")) qi_args_int(&a, 258, 1 << 20, &vocab);
         else if (qi_args_is(&a, NULL, "--n-ctx")) qi_args_int(&a, 16, 1 << 20, &ctx);
         else if (qi_args_is(&a, NULL, "--seed")) qi_args_u64(&a, &seed);
+        else if (qi_args_is(&a, NULL, "--shapes-only")) shapes = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -241,11 +254,12 @@ int qi_cmd_synth(int argc, char **argv) {
     char label[32], name[96];
     if (params >= 1e9) snprintf(label, sizeof label, "%.1fB", params / 1e9);
     else snprintf(label, sizeof label, "%.0fM", params / 1e6);
-    snprintf(name, sizeof name, "synthetic %s-shaped (random weights)", base->name);
+    snprintf(name, sizeof name, "synthetic %s-shaped (%s)", base->name, shapes ? "shapes only" : "random weights");
     qi_gguf_writer_set_str(w, "general.architecture", "llama");
     qi_gguf_writer_set_str(w, "general.name", name);
     qi_gguf_writer_set_str(w, "general.size_label", label);
     qi_gguf_writer_set_bool(w, "qinfer.synthetic", true);
+    if (shapes) qi_gguf_writer_set_bool(w, "qinfer.shapes_only", true);
     /* llama.cpp's file-type ids, which name the type in bench's model column */
     const uint32_t ftype = t == QI_TYPE_F16    ? 1
                            : t == QI_TYPE_Q4_0 ? 2
@@ -280,9 +294,9 @@ int qi_cmd_synth(int argc, char **argv) {
     qi_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 256);
 
     const int kvw = s.n_head_kv * D;
-    if ((st = add_matrix(w, "token_embd.weight", t, s.n_embd, s.n_vocab, &rng, &bytes, &err)) ||
-        (st = add_matrix(w, "output_norm.weight", QI_TYPE_F32, s.n_embd, 1, &rng, &bytes, &err)) ||
-        (!s.tied && (st = add_matrix(w, "output.weight", t, s.n_embd, s.n_vocab, &rng, &bytes, &err))))
+    if ((st = add_matrix(w, "token_embd.weight", t, s.n_embd, s.n_vocab, &rng, shapes, &bytes, &err)) ||
+        (st = add_matrix(w, "output_norm.weight", QI_TYPE_F32, s.n_embd, 1, &rng, shapes, &bytes, &err)) ||
+        (!s.tied && (st = add_matrix(w, "output.weight", t, s.n_embd, s.n_vocab, &rng, shapes, &bytes, &err))))
         goto done;
     for (int l = 0; l < s.n_layer; l++) {
         static const char *const nm[9] = {"attn_norm", "attn_q", "attn_k",   "attn_v",  "attn_output",
@@ -292,7 +306,8 @@ int qi_cmd_synth(int argc, char **argv) {
         for (int i = 0; i < 9; i++) {
             char tn[64];
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, nm[i]);
-            if ((st = add_matrix(w, tn, rows[i] == 1 ? QI_TYPE_F32 : t, cols[i], rows[i], &rng, &bytes, &err)))
+            if ((st = add_matrix(w, tn, rows[i] == 1 ? QI_TYPE_F32 : t, cols[i], rows[i], &rng, shapes, &bytes,
+                                 &err)))
                 goto done;
         }
         if (l % 8 == 7 || l == s.n_layer - 1)

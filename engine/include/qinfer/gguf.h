@@ -86,6 +86,13 @@ const char *qi_gguf_path(const qi_gguf *g);
 bool qi_gguf_mapped(const qi_gguf *g);
 /* File offset of the data section (tensor offsets are relative to it). */
 uint64_t qi_gguf_data_offset(const qi_gguf *g);
+/* A shapes-only file: metadata and tensor infos without the data section
+ * (the key qinfer.shapes_only = true; `qinfer synth --shapes-only`), for
+ * the simulated devices, which time ops from shapes and never read
+ * weights. Its tensors' data pointers address reserved, inaccessible
+ * memory of the data section's size, so any read of them faults at once
+ * rather than computing on garbage. */
+bool qi_gguf_shapes_only(const qi_gguf *g);
 
 /* Metadata. */
 uint64_t qi_gguf_n_kv(const qi_gguf *g);
@@ -166,6 +173,11 @@ qi_status qi_gguf_writer_set_raw(qi_gguf_writer *w, const char *key, uint32_t ty
 qi_status qi_gguf_writer_add_tensor(qi_gguf_writer *w, const char *name, uint32_t type,
                                     uint32_t n_dims, const uint64_t *ne, const void *data,
                                     uint64_t n_bytes);
+/* A tensor's info alone, for a shapes-only file: n_bytes as for add_tensor,
+ * no data held. A writer with any such tensor writes no data section and
+ * must have qinfer.shapes_only set true (to_memory refuses otherwise). */
+qi_status qi_gguf_writer_add_tensor_shape(qi_gguf_writer *w, const char *name, uint32_t type,
+                                          uint32_t n_dims, const uint64_t *ne, uint64_t n_bytes);
 /* Serialise (version 2 or 3; alignment from "general.alignment" if set,
  * else 32). *buf is qi_malloc'ed; caller frees with qi_free. */
 qi_status qi_gguf_writer_to_memory(const qi_gguf_writer *w, uint32_t version, void **buf,
