@@ -22,6 +22,8 @@ struct qi_ctx {
     int cap_logits, n_logits;
 };
 
+double qi_ctx_now(const qi_ctx *c) { return qi_engine_now(c->e); }
+
 qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err) {
     const qi_ctx_opts o = {.n_ctx = n_ctx, .n_threads = n_threads};
     return qi_ctx_create_opts(m, &o, out, err);
@@ -46,6 +48,8 @@ qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **o
     eo.repack = o->repack;
     eo.devices = o->devices;
     eo.placement = o->placement;
+    eo.sim = o->sim;
+    eo.sim_params = o->sim_params;
     qi_status st = qi_engine_create(m, &eo, &c->e, err);
     if (!st) st = qi_engine_seq_add(c->e, &c->id, err);
     if (!st) {

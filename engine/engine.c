@@ -73,6 +73,8 @@
 #include "kernels.h"
 #include "kv.h"
 #include "kv/kv_policy.h"
+#include "qinfer/gguf.h"
+#include "qinfer/measure.h"
 #include "qinfer/quant.h"
 #include "threadpool.h"
 
@@ -155,6 +157,7 @@ struct qi_engine {
     const qi_model *m;
     qi_engine_opts o;
     qi_backend *be;         /* the CPU device, dev[0].be */
+    qi_sim *sim;            /* opts.sim: the simulated machine its devices are (NULL: real ones) */
     qi_kv_pool *pool;       /* the CPU's KV pool: its attention layers' working tiers, every offload tier */
     qi_kv_policy *pol;
     qi_plan plan;
@@ -217,14 +220,23 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The engine's clock: the host's, or a simulated machine's (on which the
+ * host's own work takes no time). */
+static double eclock(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : now_s(); }
+
+/* Outside, the measurement clock (which a test may replace with a fake
+ * one, QINFER_FAKE_CLOCK) when the machine is real. */
+double qi_engine_now(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : qi_measure_now(); }
+const char *qi_engine_sim_profile(const qi_engine *e) { return e->sim ? qi_sim_profile(e->sim)->name : NULL; }
+
 /* Profiling (opts.profile): host work (the KV policy's decisions) by the
- * host clock, HOST_PROF_BEGIN/END around it; ops by their device's events
+ * engine's clock, HOST_PROF_BEGIN/END around it; ops by their device's events
  * (TIMED, after keep_events below). No cost when off. */
-#define HOST_PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? now_s() : 0.0
+#define HOST_PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? eclock(e) : 0.0
 #define HOST_PROF_END(e, kind)                                   \
     do {                                                         \
         if ((e)->o.profile) {                                    \
-            (e)->prof.seconds[kind] += now_s() - prof_t0_;       \
+            (e)->prof.seconds[kind] += eclock(e) - prof_t0_;     \
             (e)->prof.calls[kind]++;                             \
         }                                                        \
     } while (0)
@@ -367,6 +379,7 @@ void qi_engine_free(qi_engine *e) {
     }
     qi_kv_pool_free(e->pool);
     qi_backend_free(e->be);
+    qi_sim_free(e->sim);
     qi_plan_free(&e->plan);
     for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
@@ -379,25 +392,44 @@ void qi_engine_free(qi_engine *e) {
 
 /* ---- devices and the plan ---------------------------------------------------------- */
 
+/* The capacity of a device name "NAME:BYTES" (K, M or G suffixes), 0 for
+ * "NAME" (len: NAME's length). */
+static qi_status parse_capacity(const char *name, size_t len, size_t *cap, qi_err *err) {
+    *cap = 0;
+    if (name[len] != ':') return QI_OK;
+    char *end;
+    errno = 0;
+    const double v = strtod(name + len + 1, &end);
+    const double mul = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    if (mul != 1.0) end++;
+    if (end == name + len + 1 || *end || errno || !(v > 0) || v * mul > 1e15)
+        return QI_ERR(err, QI_ERR_INVALID, "device '%s': capacity is not a size (BYTES, or with K, M or G)", name);
+    *cap = (size_t)(v * mul);
+    return QI_OK;
+}
+
 /* A device of --devices by name: "cpu" is the engine's own; "testdev" or
- * "testdev:BYTES" (K, M or G suffixes) the test device. */
+ * "testdev:BYTES" the test device; "gpu" or "gpu:BYTES" the simulated
+ * machine's GPU (opts.sim), its memory capped at BYTES. */
 static qi_status open_device(const qi_engine *e, const char *name, qi_backend **out, qi_err *err) {
+    size_t cap = 0;
+    qi_status st;
     if (strncmp(name, "testdev", 7) == 0 && (name[7] == 0 || name[7] == ':')) {
-        size_t cap = 0;
-        if (name[7] == ':') {
-            char *end;
-            errno = 0;
-            const double v = strtod(name + 8, &end);
-            const double mul = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
-            if (mul != 1.0) end++;
-            if (end == name + 8 || *end || errno || !(v > 0) || v * mul > 1e15)
-                return QI_ERR(err, QI_ERR_INVALID, "device '%s': capacity is not a size (BYTES, or with K, M or G)",
-                              name);
-            cap = (size_t)(v * mul);
-        }
+        if (e->sim)
+            return QI_ERR(err, QI_ERR_INVALID, "device '%s' is a real device; a simulated machine has cpu and gpu[:BYTES]",
+                          name);
+        if ((st = parse_capacity(name, 7, &cap, err))) return st;
         return qi_backend_testdev_create(e->o.n_threads, cap, e->o.repack ? QI_CPU_REPACK : 0u, out, err);
     }
-    return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, testdev[:BYTES])", name);
+    if (strncmp(name, "gpu", 3) == 0 && (name[3] == 0 || name[3] == ':')) {
+        if (!e->sim)
+            return QI_ERR(err, QI_ERR_INVALID, "device '%s' is a simulated machine's GPU: name its profile with --sim "
+                          "PROFILE", name);
+        if ((st = parse_capacity(name, 3, &cap, err))) return st;
+        return qi_backend_sim_create(e->sim, true, cap, out, err);
+    }
+    return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, testdev[:BYTES]; with --sim, "
+                  "gpu[:BYTES])", name);
 }
 
 #define WALIGN 64
@@ -664,7 +696,7 @@ static qi_status sync_all(qi_engine *e, qi_err *err) {
 qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cost *cost, qi_err *err) {
     const qi_model *m = e->m;
     const int L = m->hp.n_layer, Hkv = m->hp.n_head_kv, NB = wblock_count(m);
-    const double t0 = now_s();
+    const double t0 = eclock(e);
     qi_engine_replan_cost c = {0};
     if (cost) *cost = c;
     qi_status st;
@@ -779,7 +811,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         qi_plan_free(&e->plan);
         e->plan = next;
         c.kv_bytes = (double)c.kv_blocks * (2.0 * QI_KV_BLOCK * m->hp.head_dim * sizeof(uint16_t));
-        c.seconds = now_s() - t0;
+        c.seconds = eclock(e) - t0;
         e->prof.replans++;
         e->prof.replan_bytes += c.weight_bytes + c.kv_bytes;
         e->prof.replan_kv_blocks += c.kv_blocks;
@@ -823,6 +855,29 @@ void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {
     qi_dev_inject_fail(e->dev[d].be, n_copy);
 }
 
+/* opts.sim: the profile read and the machine made from it, with
+ * opts.sim_params over the default efficiencies. */
+static qi_status open_sim(qi_engine *e, const qi_engine_opts *o, qi_err *err) {
+    qi_hwprofile *prof = qi_malloc(sizeof *prof);
+    if (!prof) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reading a profile");
+    qi_status st = qi_hwprofile_load(o->sim, prof, err);
+    qi_sim_params par;
+    qi_sim_params_default(&par);
+    for (int i = 0; !st && o->sim_params && i < o->sim_params->n; i++) {
+        const char *k = o->sim_params->items[i].key, *v = o->sim_params->items[i].value;
+        char *end;
+        errno = 0;
+        const double x = strtod(v, &end);
+        if (end == v || *end || errno)
+            st = QI_ERR(err, QI_ERR_INVALID, "sim: %s = '%s' is not a number", k, v);
+        else
+            st = qi_sim_params_set(&par, k, x, err);
+    }
+    if (!st) st = qi_sim_create(prof, &par, &e->sim, err);
+    qi_free(prof);
+    return st;
+}
+
 qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine **out, qi_err *err) {
     *out = NULL;
     const qi_hparams *hp = &m->hp;
@@ -864,7 +919,15 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
     }
     const unsigned cpu_flags = (o->attn_blas ? QI_CPU_ATTN_BLAS : 0u) | (o->repack ? QI_CPU_REPACK : 0u);
-    if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err))) goto fail;
+    if (o->sim) {
+        if ((st = open_sim(e, o, err)) || (st = qi_backend_sim_create(e->sim, false, 0, &e->be, err))) goto fail;
+    } else if (qi_gguf_shapes_only(m->gguf)) {
+        st = QI_ERR(err, QI_ERR_INVALID, "%s has shapes only, no weights (qinfer synth --shapes-only): it runs on "
+                    "simulated devices only (--sim PROFILE)", qi_gguf_path(m->gguf));
+        goto fail;
+    } else if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err))) {
+        goto fail;
+    }
     if ((st = qi_kv_pool_create(e->be, hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
 
     /* rows of a step: the prompt room plus one decode row per sequence */
@@ -1399,7 +1462,7 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         qi_err_clear(&e->ps[t].err);
     }
     policy_job j = {e, segs, n_seg, l};
-    if (n_streams > 1)
+    if (n_streams > 1 && !e->sim)
         qi_backend_cpu_host_run(e->be, policy_work, &j);
     else
         policy_work(&j, 0, 1);
@@ -1862,7 +1925,7 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
         e->logits = p;
         e->cap_logit_rows = R;
     }
-    const double t0 = e->o.profile ? now_s() : 0.0;
+    const double t0 = e->o.profile ? eclock(e) : 0.0;
     double before = 0.0;
     for (int k = 0; k < QI_OP_OTHER; k++) before += e->prof.seconds[k];
     qi_status st = forward(e, e->segs, n_seg, T, R, err);
@@ -1872,7 +1935,7 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     if (e->o.profile) { /* the ops' device times are in (finish_step); the rest of the step is "other" */
         double after = 0.0;
         for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];
-        e->prof.seconds[QI_OP_OTHER] += (now_s() - t0) - (after - before);
+        e->prof.seconds[QI_OP_OTHER] += (eclock(e) - t0) - (after - before);
         e->prof.calls[QI_OP_OTHER]++;
         e->prof.steps++;
     }

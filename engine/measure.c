@@ -236,7 +236,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
     uint64_t rng = o->seed ? o->seed : 0x2545f4914f6cdd1dull;
     int n_added = 0, n;
     qi_status st = QI_OK;
-    double t0 = qi_measure_now();
+    double t0 = qi_engine_now(e);
     for (; n_added < o->batch; n_added++) {
         if ((st = qi_engine_seq_add(e, &ids[n_added], err))) goto done;
         tok[n_added] = -1;
@@ -268,7 +268,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
     }
     qi_engine_prof before;
     qi_engine_profile(e, &before);
-    double t_dec = qi_measure_now(), t_prev = t_dec;
+    double t_dec = qi_engine_now(e), t_prev = t_dec;
     out->prefill_s = t_dec - t0;
     for (int i = 0; i < o->n_gen; i++) {
         for (int b = 0; b < o->batch; b++) {
@@ -292,7 +292,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
                         o->batch);
             goto done;
         }
-        double t = qi_measure_now();
+        double t = qi_engine_now(e);
         if (t - t_prev > out->itl_max_s) out->itl_max_s = t - t_prev;
         t_prev = t;
     }

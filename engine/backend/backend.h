@@ -248,9 +248,13 @@ typedef struct {
      * uploads them). */
     size_t (*weight_size)(qi_backend *b, const qi_weight *w, bool matmul);
     void (*weight_prepare)(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out);
+    /* Optional (NULL: nothing): the host has waited for an event of b that
+     * completed at device time t (qi_event_sync). A device whose clock is
+     * not the host's (the simulated ones) moves the host's clock up. */
+    void (*host_wait)(qi_backend *b, double t);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 13u
+#define QI_BACKEND_VERSION 14u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -293,8 +297,10 @@ qi_status qi_backend_get_rows(qi_backend *b, const qi_weight *w, const int32_t *
  * QI_ERR_BACKEND naming the device and the op); 0 turns it off. */
 void qi_dev_inject_op_fail(qi_backend *b, long n);
 
-/* The parts of an event a device fills (device.c owns the rest). */
+/* The parts of an event a device fills (device.c owns the rest), and the
+ * time it completed at (for a device's wait). */
 void qi_event_complete(qi_event *ev, double t);
+double qi_event_time(const qi_event *ev);
 /* A clock for device timelines, in seconds. */
 double qi_dev_now(void);
 
@@ -336,6 +342,48 @@ void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int
 qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err);
 /* Tests: hold the worker (queued work waits) or let it go. */
 void qi_testdev_hold(qi_backend *b, bool hold);
+/* ---- simulated devices (sim/backend_sim.c) -------------------------------------------
+ *
+ * A simulated machine (qi_sim) is a hardware profile (qinfer/hwprofile.h),
+ * the efficiencies its op classes reach and one clock for the host; its
+ * devices (a CPU, host-visible, and the profile's GPU) run the engine's
+ * ops and copies without arithmetic, each advancing a virtual clock by a
+ * time computed from the op's FLOPs and bytes (sim/README.md). Results
+ * are not computed: logits are zeros. */
+#include "qinfer/hwprofile.h"
+
+#define QI_SIM_OP_CLASSES 3 /* matmul, attention, other; index 3 is copies */
+typedef struct {
+    /* the fraction of the peak compute rate and of the memory bandwidth
+     * an op class reaches, [0] on the CPU and [1] on the GPU */
+    double compute[2][QI_SIM_OP_CLASSES];
+    double memory[2][QI_SIM_OP_CLASSES];
+    double link;     /* of the link's bandwidth */
+    double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
+    double noise;    /* sigma of a log-normal factor on every duration (0: none) */
+    uint64_t seed;
+} qi_sim_params;
+typedef struct qi_sim qi_sim;
+void qi_sim_params_default(qi_sim_params *p);
+/* One parameter by name ("gpu_matmul_memory", "link", "noise", ...): an
+ * unknown name or a value out of range is QI_ERR_INVALID naming it. */
+qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err *err);
+const char *qi_sim_op_class_name(int k); /* "matmul", "attention", "other"; "copy" for 3 */
+/* par NULL: the defaults. The profile is copied. */
+qi_status qi_sim_create(const qi_hwprofile *prof, const qi_sim_params *par, qi_sim **out, qi_err *err);
+void qi_sim_free(qi_sim *s); /* after its devices */
+/* The host's clock: simulated seconds since creation. */
+double qi_sim_now(const qi_sim *s);
+const qi_hwprofile *qi_sim_profile(const qi_sim *s);
+const qi_sim_params *qi_sim_get_params(const qi_sim *s);
+/* A device of s: the host CPU (gpu false; host-visible, capacity the
+ * profile's host memory) or its GPU (capacity the profile's GPU memory,
+ * or `capacity` when smaller and not 0, as --gpu-mem caps it). */
+qi_status qi_backend_sim_create(qi_sim *s, bool gpu, size_t capacity, qi_backend **out, qi_err *err);
+/* Simulated seconds device b spent on an op class (QI_SIM_OP_CLASSES:
+ * copies); 0 for a device that is not simulated. */
+double qi_sim_busy(qi_backend *b, int op_class);
+
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */
 
 #endif

@@ -179,12 +179,19 @@ void qi_event_complete(qi_event *ev, double t) {
     pthread_mutex_unlock(&ev->mu);
 }
 
-void qi_event_sync(qi_event *ev) {
+static void wait_done(qi_event *ev) {
     if (atomic_load(&ev->done)) return;
     pthread_mutex_lock(&ev->mu);
     while (!atomic_load(&ev->done)) pthread_cond_wait(&ev->cv, &ev->mu);
     pthread_mutex_unlock(&ev->mu);
 }
+
+void qi_event_sync(qi_event *ev) {
+    wait_done(ev);
+    if (ev->dev->iface->host_wait) ev->dev->iface->host_wait(ev->dev, ev->t);
+}
+
+double qi_event_time(const qi_event *ev) { return ev->t; }
 
 qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err) {
     (void)err;
@@ -196,7 +203,7 @@ double qi_event_elapsed(const qi_event *a, const qi_event *b) { return b->t - a-
 
 void qi_event_free(qi_event *ev) {
     if (!ev) return;
-    qi_event_sync(ev); /* a queued marker still points at it */
+    wait_done(ev); /* a queued marker still points at it (not a wait of the host's) */
     pthread_mutex_destroy(&ev->mu);
     pthread_cond_destroy(&ev->cv);
     qi_free(ev);

@@ -138,6 +138,7 @@ void qi_cli_kv_init(qi_cli_kv *k) {
     memset(k, 0, sizeof *k);
     k->policy = "full";
     qi_params_init(&k->params);
+    qi_params_init(&k->sim_params);
 }
 
 bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k) {
@@ -208,12 +209,32 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         if (s) k->placement = s;
         return true;
     }
-    return false;
+    const bool sim = qi_args_is(a, NULL, "--sim"), sim_param = !sim && qi_args_is(a, NULL, "--sim-param");
+    if (!sim && !sim_param) return false;
+    const char *s = qi_args_str(a);
+    if (!s) return true;
+    if (!k->sim_ok) {
+        qi_cli_error(a->cmd, "option %s: qinfer %s measures what the model computes, and simulated devices compute "
+                             "nothing (bench and generate take --sim)", sim ? "--sim" : "--sim-param", a->cmd);
+        a->failed = true;
+        return true;
+    }
+    qi_err e = {0};
+    if (sim) {
+        k->sim = s;
+    } else if (qi_params_parse(&k->sim_params, s, &e) != QI_OK) {
+        qi_cli_error(a->cmd, "option --sim-param: %s", e.msg);
+        a->failed = true;
+    }
+    return true;
 }
+
+void qi_cli_sim_allow(qi_cli_kv *k) { k->sim_ok = true; }
 
 void qi_cli_place_help(void) {
     printf("      --devices LIST      devices to place blocks on: cpu (default), or cpu,testdev[:BYTES]\n"
-           "                          (testdev: a second CPU device with its own memory and stream)\n"
+           "                          (testdev: a second CPU device with its own memory and stream);\n"
+           "                          with --sim, cpu,gpu[:BYTES] (the profile's GPU, its memory capped)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
            "                          head when N > layers, on the second device); or a plan file:\n"
            "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name;\n"
@@ -278,8 +299,20 @@ void qi_cli_print_plan(const char *cmd, const qi_engine *e) {
                 pr.replan_bytes / 1048576.0, pr.replan_kv_blocks, pr.replan_seconds);
 }
 
+void qi_cli_sim_help(void) {
+    printf("      --sim PROFILE       run on that machine simulated: a hardware profile such as\n"
+           "                          engine/backend/sim/profiles/a100-pcie-2xeon.profile; no arithmetic\n"
+           "                          runs and every time is the simulator's, labelled so (a model of\n"
+           "                          shapes only, qinfer synth --shapes-only, runs this way only)\n"
+           "      --sim-param K=V     the simulator's parameters (repeatable): noise=SIGMA, seed=N,\n"
+           "                          link=EFF, cpu_op_s=S, {cpu,gpu}_{matmul,attention,other}_\n"
+           "                          {compute,memory}=EFF (engine/backend/sim/README.md)\n");
+}
+
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->devices = k->devices;
+    o->sim = k->sim;
+    o->sim_params = &k->sim_params;
     /* a policy's plan comes after creation (qi_cli_place_policy); a command
      * that does not run one passes the value on, and the engine refuses it */
     o->placement = policy_spec(k) && k->policy_ok ? "all-cpu" : k->placement;

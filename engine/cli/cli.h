@@ -70,15 +70,25 @@ typedef struct {
     const char *devices;   /* --devices (NULL: cpu) */
     const char *placement; /* --placement (NULL: all-cpu) */
     bool policy_ok;        /* the command runs policy: placements (qi_cli_place_policy_allow) */
+    const char *sim;       /* --sim PROFILE (NULL: the real devices) */
+    qi_params sim_params;  /* --sim-param K=V[,...] */
+    bool sim_ok;           /* the command takes --sim (qi_cli_sim_allow) */
 } qi_cli_kv;
 
 /* The placement flags, kept in the same struct and applied with it:
- *   --devices LIST      cpu (default), or cpu,testdev[:BYTES]
+ *   --devices LIST      cpu (default), or cpu,testdev[:BYTES]; with --sim,
+ *                       cpu,gpu[:BYTES]
+ *   --sim PROFILE       run on the machine of a hardware profile, simulated
+ *                       (engine/backend/sim/): commands that time (bench,
+ *                       generate) take it; those that measure what the model
+ *                       computes refuse it, since nothing is computed
+ *   --sim-param K=V     the simulator's efficiencies and noise (repeatable)
  *   --placement P       all-cpu (default), ngl=N, a plan file, or (generate)
  *                       policy:NAME[:K=V,...], a placement policy's plan
  *                       (policies/placement/) */
 bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k);
 void qi_cli_place_help(void);
+void qi_cli_sim_help(void); /* --sim and --sim-param, for the commands that take them */
 /* A policy:NAME[:K=V,...] placement: the engine is created all-cpu on the
  * device list (qi_cli_kv_apply does that) and qi_cli_place_policy, called
  * right after qi_engine_create, runs the policy's plan for this workload
@@ -93,6 +103,8 @@ qi_status qi_cli_place_policy(const qi_cli_kv *k, struct qi_engine *e, const str
                               int prompt_len, int gen_len, qi_err *err);
 /* The commands that call qi_cli_place_policy say so before qi_cli_kv_apply. */
 void qi_cli_place_policy_allow(qi_cli_kv *k);
+/* The commands that take --sim say so before parsing their flags. */
+void qi_cli_sim_allow(qi_cli_kv *k);
 /* With --profile: the plan in force and each device's memory, on stderr. */
 void qi_cli_print_plan(const char *cmd, const struct qi_engine *e);
 

@@ -73,6 +73,7 @@
 #include "kernels.h"
 #include "qinfer/model_files.h"
 #include "qinfer/engine.h"
+#include "qinfer/hwprofile.h"
 #include "qinfer/measure.h"
 #include "qinfer/model.h"
 #include "qinfer/sysinfo.h"
@@ -140,6 +141,7 @@ static void help(void) {
     );
     qi_cli_kv_help();
     qi_cli_place_help();
+    qi_cli_sim_help();
     printf("\nt/s is the mean +- sample standard deviation over the repetitions; for a batched\n"
            "row it is the aggregate, B x N tokens / seconds of the N steps, and the\n"
            "per-sequence rate is that / B. Progress goes to stderr. Peak RSS is this\n"
@@ -372,19 +374,19 @@ static qi_status run_once(bench_runner *r, const bench_test *t, double *secs, qi
     if (t->n_prompt > 0) {
         toks[0] = first_token(m);
         for (int i = 1; i < t->n_prompt; i++) toks[i] = random_token(V);
-        double t0 = qi_now_s();
+        double t0 = qi_ctx_now(ctx);
         st = qi_ctx_eval(ctx, toks, t->n_prompt, false, err);
-        *secs = qi_now_s() - t0;
+        *secs = qi_ctx_now(ctx) - t0;
         return st;
     }
     int32_t tok = first_token(m);
     if ((st = qi_ctx_eval(ctx, &tok, 1, false, err))) return st; /* the warm-up token */
-    double t0 = qi_now_s();
+    double t0 = qi_ctx_now(ctx);
     for (int i = 0; i < t->n_gen; i++) {
         tok = random_token(V);
         if ((st = qi_ctx_eval(ctx, &tok, 1, false, err))) return st;
     }
-    *secs = qi_now_s() - t0;
+    *secs = qi_ctx_now(ctx) - t0;
     return QI_OK;
 }
 
@@ -428,7 +430,7 @@ typedef struct {
     char sha256[65];     /* "" unless computed */
     uint64_t model_size, n_params, bytes_tok;
     const char *kernels; /* "avx512" */
-    char backend[48];    /* "CPU (avx512)" */
+    char backend[80];    /* "CPU (avx512)", "SIM a100-pcie-2xeon" */
     int n_threads, n_layer;
     double bw_gbs;       /* -1: not measured */
     uint64_t probe_bytes;
@@ -436,6 +438,7 @@ typedef struct {
     char timestamp[32];
     char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
     bool attn_blas;      /* --attn-blas */
+    char sim[64];        /* the simulated machine's profile name ("": measured on this host) */
 } bench_info;
 
 /* The command's settings a --db row records besides bench_info. */
@@ -443,6 +446,7 @@ typedef struct {
     bool repack;
     int n_warmup;
     const char *devices, *placement; /* NULL: the defaults */
+    const qi_params *sim_params;     /* with a simulated machine */
 } bench_settings;
 
 /* The KV policy a row ran with: the qi_ctx keeps every token. */
@@ -482,9 +486,14 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     char size[32], params[32];
     fmt_size(bi->model_size, size, sizeof size);
     fmt_params(bi->n_params, params, sizeof params);
-    printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
-    if (bi->llc_bytes) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
-    printf("; GPU %s", bi->gpu);
+    if (bi->sim[0])
+        printf("SIMULATED machine %s: host %s, %d cores; GPU %s. No arithmetic ran: every figure below is the "
+               "simulator's (engine/backend/sim/README.md), not a measurement",
+               bi->sim, bi->hw.cpu_model, bi->hw.n_cores, bi->gpu);
+    else
+        printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
+    if (bi->llc_bytes && !bi->sim[0]) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
+    if (!bi->sim[0]) printf("; GPU %s", bi->gpu);
     if (strcmp(bi->kv_desc, "full")) printf("\nKV policy of the batched rows: %s", bi->kv_desc);
     if (bi->attn_blas)
         printf("\nattention: OpenBLAS sgemm for prompts (core %s; not bit-exact with llama.cpp)",
@@ -537,11 +546,11 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
             printf("; %.2fx the aggregate of %s", t->mean / base->mean, base->name);
         printf("\n");
     }
-    if (bi->llc_bytes && bi->bytes_tok < bi->llc_bytes)
+    if (bi->llc_bytes && bi->bytes_tok < bi->llc_bytes && !bi->sim[0])
         printf("note: the weights read per token (%.0f MiB) fit in the last-level cache (%.0f MiB), so decode can "
                "run above the DRAM roofline\n",
                bi->bytes_tok / 1048576.0, bi->llc_bytes / 1048576.0);
-    printf("peak RSS: %.2f MiB\n", bi->peak_rss / 1048576.0);
+    printf("peak RSS%s: %.2f MiB\n", bi->sim[0] ? " (of this host's simulating process)" : "", bi->peak_rss / 1048576.0);
 }
 
 static void csv_str(const char *s) {
@@ -569,7 +578,7 @@ enum {
     FLD_VERSION, FLD_TIMESTAMP, FLD_CPU, FLD_N_CORES, FLD_N_LOGICAL, FLD_GPU, FLD_MODEL_TYPE, FLD_MODEL_NAME,
     FLD_MODEL_FILENAME, FLD_MODEL_SHA256, FLD_MODEL_SIZE, FLD_MODEL_N_PARAMS, FLD_BACKEND, FLD_N_THREADS,
     FLD_TEST, FLD_N_PROMPT, FLD_N_GEN, FLD_BATCH, FLD_DEPTH, FLD_KV_POLICY, FLD_ATTN_BLAS, FLD_N_REPS, FLD_AVG_TS, FLD_STDDEV_TS,
-    FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_SAMPLES_S, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, N_FIELDS
+    FLD_AVG_SEQ_TS, FLD_SAMPLES_TS, FLD_SAMPLES_S, FLD_MEM_BW, FLD_BYTES_TOK, FLD_ROOFLINE, FLD_PEAK_RSS, FLD_SIMULATED, N_FIELDS
 };
 static const char *k_fields[N_FIELDS] = {
     [FLD_VERSION] = "qinfer_version", [FLD_TIMESTAMP] = "timestamp", [FLD_CPU] = "cpu",
@@ -582,7 +591,7 @@ static const char *k_fields[N_FIELDS] = {
     [FLD_STDDEV_TS] = "stddev_ts", [FLD_AVG_SEQ_TS] = "avg_seq_ts", [FLD_SAMPLES_TS] = "samples_ts",
     [FLD_SAMPLES_S] = "samples_s",
     [FLD_MEM_BW] = "mem_bw_gbs", [FLD_BYTES_TOK] = "weight_bytes_per_token", [FLD_ROOFLINE] = "roofline_share",
-    [FLD_PEAK_RSS] = "peak_rss_bytes",
+    [FLD_PEAK_RSS] = "peak_rss_bytes", [FLD_SIMULATED] = "simulated",
 };
 
 /* Field f of a row: a string (quoted) or a number (not). */
@@ -637,6 +646,7 @@ static void print_field(out_format fmt, int f, const bench_info *bi, const bench
         else printf(fmt == OUT_CSV ? "" : "null");
         break;
     case FLD_PEAK_RSS: printf("%ld", bi->peak_rss); break;
+    case FLD_SIMULATED: str(bi->sim); break; /* the profile's name, "" when measured */
     }
 }
 
@@ -739,6 +749,16 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
         json_put_str(cfg, sizeof cfg, &n, bs->devices ? bs->devices : "cpu");
         n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"placement\":");
         json_put_str(cfg, sizeof cfg, &n, bs->placement ? bs->placement : "all-cpu");
+        if (bi->sim[0]) {
+            n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim\":");
+            json_put_str(cfg, sizeof cfg, &n, bi->sim);
+            char sp[512] = "";
+            for (int k = 0; bs->sim_params && k < bs->sim_params->n; k++)
+                snprintf(sp + strlen(sp), sizeof sp - strlen(sp), "%s%s=%s", k ? "," : "",
+                         bs->sim_params->items[k].key, bs->sim_params->items[k].value);
+            n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_params\":");
+            json_put_str(cfg, sizeof cfg, &n, sp);
+        }
         if (n + 2 >= sizeof cfg) return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);
         snprintf(cfg + n, sizeof cfg - n, "}");
         char key[160], sha[65];
@@ -749,22 +769,32 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
         qi_db_run_info_init(&info, &host);
         info.model_path = bi->path;
         info.model_sha256 = bi->sha256[0] ? bi->sha256 : NULL;
+        const bool sim = bi->sim[0] != 0;
+        info.simulated = sim;
+        if (sim) { /* the simulated machine, not this host, ran it */
+            info.cpu = bi->hw.cpu_model;
+            info.cores = bi->hw.n_cores;
+            info.gpu = bi->gpu;
+            info.gpu_driver = NULL;
+            info.mem_bytes = 0;
+        }
         int64_t run;
         if ((st = qi_db_run_begin(db, exp, cfg, key, &info, &run, err))) return st;
         const bool pp = t->n_prompt > 0;
         for (int k = 0; k < t->n_reps && !st; k++) {
             st = qi_db_metric(db, run, pp ? "prefill.tokens_per_s" : "decode.tokens_per_s", t->ts[k], "tok/s", k,
-                              false, err);
+                              sim, err);
             if (!st && !pp)
                 st = qi_db_metric(db, run, "decode.per_seq_tokens_per_s", qi_measure_rate(t->n_gen, t->secs[k]),
-                                  "tok/s", k, false, err);
+                                  "tok/s", k, sim, err);
         }
         double r = roofline_share(bi, t);
         if (!st && bi->bw_gbs > 0) st = qi_db_metric(db, run, "mem.read_gb_per_s", bi->bw_gbs, "GB/s", 0, false, err);
         if (!st)
-            st = qi_db_metric(db, run, "decode.weight_bytes_per_token", (double)bi->bytes_tok, "B", 0, false, err);
-        if (!st && !isnan(r)) st = qi_db_metric(db, run, "decode.roofline_share", r, "1", 0, false, err);
-        if (!st) st = qi_db_metric(db, run, "mem.peak_rss_bytes", (double)bi->peak_rss, "B", 0, false, err);
+            st = qi_db_metric(db, run, "decode.weight_bytes_per_token", (double)bi->bytes_tok, "B", 0, sim, err);
+        if (!st && !isnan(r)) st = qi_db_metric(db, run, "decode.roofline_share", r, "1", 0, sim, err);
+        /* this host's process, not the simulated machine's: not recorded for a simulated run */
+        if (!st && !sim) st = qi_db_metric(db, run, "mem.peak_rss_bytes", (double)bi->peak_rss, "B", 0, false, err);
         if (st) {
             qi_db_run_end(db, run, false, err->msg, NULL);
             return st;
@@ -828,6 +858,7 @@ int qi_cmd_bench(int argc, char **argv) {
     bool attn_blas = false;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
+    qi_cli_sim_allow(&kv);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
@@ -935,7 +966,7 @@ int qi_cmd_bench(int argc, char **argv) {
             goto fail;
         }
         uint64_t kv_bytes = batch_kv_bytes(m, max_b, eo.n_ctx), avail = mem_available_bytes();
-        if (avail && kv_bytes > avail) {
+        if (avail && kv_bytes > avail && !kv.sim) { /* a simulated machine's memory is its profile's */
             QI_ERR(&err, QI_ERR_INVALID,
                    "--batch %d: %d sequences of %d positions need %.2f GiB of KV cache, more than the %.2f GiB "
                    "of memory available",
@@ -976,6 +1007,8 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_sha256_file(path, bi.sha256, &err)) goto fail;
     }
 
+    /* A simulated machine's bandwidth is its profile's: no probe. */
+    if (kv.sim) probe_mib = 0;
     /* The probe forks, so it runs before the context's thread pool exists. */
     if (probe_mib != 0) {
         uint64_t bytes = probe_mib > 0 ? (uint64_t)probe_mib << 20 : 4 * bi.llc_bytes;
@@ -994,6 +1027,17 @@ int qi_cmd_bench(int argc, char **argv) {
     bi.bw_gbs = mr.bw_gbs;
     if (bi.probe_bytes && bi.bw_gbs <= 0) fprintf(stderr, "qinfer %s: the bandwidth probe failed; reporting n/a\n", cmd);
     snprintf(bi.gpu, sizeof bi.gpu, "%s", bi.hw.n_gpus > 0 ? bi.hw.gpu_name : "none");
+    if (kv.sim) {
+        /* every label names the simulated machine, never this host */
+        qi_hwprofile hp;
+        if (qi_hwprofile_load(kv.sim, &hp, &err)) goto fail;
+        snprintf(bi.sim, sizeof bi.sim, "%s", hp.name);
+        snprintf(bi.hw.cpu_model, sizeof bi.hw.cpu_model, "%s", hp.cpu_name);
+        bi.hw.n_cores = bi.hw.n_threads = (int)hp.cpu_cores.value;
+        snprintf(bi.gpu, sizeof bi.gpu, "%s", hp.has_gpu ? hp.gpu_name : "none");
+        bi.llc_bytes = 0;
+        snprintf(bi.backend, sizeof bi.backend, "SIM %s", hp.name);
+    }
 
     int n_ctx = n_prompt > n_gen + 1 ? n_prompt : n_gen + 1;
     run.m = m;
@@ -1004,7 +1048,8 @@ int qi_cmd_bench(int argc, char **argv) {
         goto fail;
     }
     const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
-                            .devices = kv.devices, .placement = kv.placement};
+                            .devices = kv.devices, .placement = kv.placement, .sim = kv.sim,
+                            .sim_params = &kv.sim_params};
     if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
@@ -1068,7 +1113,7 @@ int qi_cmd_bench(int argc, char **argv) {
     fflush(stdout);
 #ifdef QI_HAVE_SQLITE
     const bench_settings bs = {.repack = repack, .n_warmup = n_warmup, .devices = kv.devices,
-                               .placement = kv.placement};
+                               .placement = kv.placement, .sim_params = &kv.sim_params};
     if (db && db_insert(db, db_exp, &bi, tests, n_tests, &bs, &err)) goto fail;
     if (db) fprintf(stderr, "qinfer %s: %d runs added to %s (experiment %s)\n", cmd, n_tests, db_file, BENCH_EXPERIMENT);
 #endif

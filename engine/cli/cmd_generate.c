@@ -46,6 +46,7 @@ static void help(void) {
         "                        not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
     qi_cli_place_help();
+    qi_cli_sim_help();
     printf("  -h, --help            this help\n");
 }
 
@@ -55,6 +56,7 @@ int qi_cmd_generate(int argc, char **argv) {
     bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false, repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
+    qi_cli_sim_allow(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
@@ -147,11 +149,11 @@ int qi_cmd_generate(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    double t0 = qi_now_s();
+    double t0 = qi_engine_now(eng);
     if (qi_engine_seq_feed(eng, sid, ids, (int)n_ids, false, &err)) goto fail;
     while (qi_engine_seq_pending(eng, sid) > 0)
         if (qi_engine_step(eng, NULL, &err)) goto fail;
-    double t1 = qi_now_s();
+    double t1 = qi_engine_now(eng);
     qi_detok dt;
     qi_detok_init(&dt);
     char buf[256];
@@ -160,7 +162,7 @@ int qi_cmd_generate(int argc, char **argv) {
         int32_t tok = qi_sampler_sample(smp, qi_engine_seq_logits(eng, sid, -1));
         qi_sampler_accept(smp, tok);
         if (!ignore_eos && qi_tokenizer_is_eog(m->tok, tok)) break;
-        tok_t[n_gen] = qi_now_s();
+        tok_t[n_gen] = qi_engine_now(eng);
         if (print_ids) {
             printf("%s%d", n_gen ? " " : "", tok);
         } else {
@@ -178,10 +180,13 @@ int qi_cmd_generate(int argc, char **argv) {
     }
     printf("\n");
     fflush(stdout);
-    double t2 = qi_now_s();
+    double t2 = qi_engine_now(eng);
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
+    if (qi_engine_sim_profile(eng))
+        fprintf(stderr, "qinfer generate: SIMULATED on %s: no arithmetic ran (the text is noise) and every time "
+                        "here is the simulator's\n", qi_engine_sim_profile(eng));
     /* TTFT and TPOT as every figure defines them (measure.h, results/README.md) */
     const qi_request_timeline tl = {.arrival = t0, .start = t0, .token_t = tok_t, .n_prompt = (int)n_ids,
                                     .n_out = n_gen};

@@ -271,6 +271,33 @@ static void read_kv_params(lua_State *L, int idx, int arg, lq_eopts *eo) {
     eo->kv_given = eo->kv_given || eo->params.n > 0;
 }
 
+/* sim_params = {gpu_matmul_memory = 0.6, noise = 0.05, ...}: numbers; the
+ * simulator checks the names and ranges when the engine is made. */
+static void read_sim_params(lua_State *L, int idx, int arg, lq_eopts *eo) {
+    const int t = lq_opt_get(L, idx, "sim_params");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    if (t != LUA_TTABLE) lq_opt_wrong(L, arg, "sim_params", "table");
+    if (!eo->o.sim) luaL_argerror(L, arg, "option 'sim_params' without 'sim' (a hardware profile)");
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) != LUA_TSTRING) luaL_argerror(L, arg, "option 'sim_params': keys must be strings");
+        const char *k = lua_tostring(L, -2);
+        if (!lua_isnumber(L, -1) || lua_type(L, -1) != LUA_TNUMBER)
+            luaL_argerror(L, arg, lua_pushfstring(L, "option 'sim_params.%s': number expected, got %s", k,
+                                                  luaL_typename(L, -1)));
+        char val[64];
+        snprintf(val, sizeof val, "%.17g", (double)lua_tonumber(L, -1));
+        qi_err e = {0};
+        if (qi_params_set(&eo->sim_params, k, val, &e))
+            luaL_argerror(L, arg, lua_pushfstring(L, "option 'sim_params.%s': %s", k, e.msg));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
 void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
     memset(eo, 0, sizeof *eo);
     qi_engine_opts_default(&eo->o);
@@ -285,8 +312,12 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_
     eo->o.repack = lq_opt_bool(L, idx, arg, "repack", mb->repack);
     eo->o.devices = lq_opt_str(L, idx, arg, "devices", "cpu");
     eo->o.placement = lq_opt_str(L, idx, arg, "placement", "all-cpu");
+    eo->o.sim = lq_opt_str(L, idx, arg, "sim", NULL);
+    qi_params_init(&eo->sim_params);
+    eo->o.sim_params = &eo->sim_params;
     read_budget(L, idx, arg, eo);
     read_kv_params(L, idx, arg, eo);
+    read_sim_params(L, idx, arg, eo);
 }
 
 void lq_note_plan(lua_State *L, const qi_engine *e) {
@@ -295,6 +326,10 @@ void lq_note_plan(lua_State *L, const qi_engine *e) {
     if (n < 0 || (size_t)n >= sizeof json) return; /* a plan that long is not recorded */
     lua_pushstring(L, json);
     lua_setfield(L, LUA_REGISTRYINDEX, LQ_PLACEMENT_KEY);
+    if (qi_engine_sim_profile(e)) {
+        lua_pushstring(L, qi_engine_sim_profile(e));
+        lua_setfield(L, LUA_REGISTRYINDEX, LQ_SIM_KEY);
+    }
 }
 
 /* ---- scratch: a call's temporaries, freed by __close ------------------------------ */
@@ -611,6 +646,14 @@ static int engine_plan(lua_State *L) {
     return 1;
 }
 
+/* engine:sim(): the simulated machine's profile name, or nil (real devices). */
+static int engine_sim(lua_State *L) {
+    const char *p = qi_engine_sim_profile(lq_check_engine(L, 1)->e);
+    if (p) lua_pushstring(L, p);
+    else lua_pushnil(L);
+    return 1;
+}
+
 /* engine:packed(): the matrices its devices multiply by in a packed form
  * of their own (the engine option repack). */
 static int engine_packed(lua_State *L) {
@@ -776,6 +819,7 @@ static const luaL_Reg k_engine_methods[] = {
     {"replan", engine_replan},
     {"plan", engine_plan},
     {"packed", engine_packed},
+    {"sim", engine_sim},
     {"close", engine_close},
     {NULL, NULL},
 };

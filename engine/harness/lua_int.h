@@ -49,12 +49,13 @@ typedef struct {
 typedef struct {
     qi_engine_opts o;
     qi_params params;
+    qi_params sim_params; /* o.sim_params points here */
     bool kv_given; /* a policy other than full, or a budget: decode-mode perplexity */
 } lq_eopts;
 
 #define LQ_ENGINE_KEYS \
     "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
-        "placement"
+        "placement", "sim", "sim_params"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */
@@ -90,6 +91,10 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_
 /* Note the plan a new engine runs, for the run being recorded (the
  * registry's LQ_PLACEMENT_KEY; qinfer run stores it with the run). */
 #define LQ_PLACEMENT_KEY "qinfer.placement"
+/* It also notes a simulated engine's profile name in LQ_SIM_KEY: every
+ * metric qinfer run records for that configuration is then marked
+ * simulated, whatever the script says. */
+#define LQ_SIM_KEY "qinfer.sim"
 void lq_note_plan(lua_State *L, const qi_engine *e);
 
 /* Token lists: a table of integers (or one integer) into a qi_malloc'ed

@@ -174,6 +174,9 @@ static int ctx_metric(lua_State *L) {
     }
     if (!rs->run_id) return luaL_error(L, "ctx.metric: no run is open (called outside run()?)");
     if (rs->warmup) return 0;
+    /* a configuration that made a simulated engine measured nothing real */
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LQ_SIM_KEY) == LUA_TSTRING) sim = true;
+    lua_pop(L, 1);
     qi_err err = {0};
     if (qi_db_metric_params(rs->db, rs->run_id, name, has_params ? pjson : NULL, v, unit, rep, sim, &err))
         return luaL_error(L, "ctx.metric: %s", err.msg);
@@ -483,6 +486,8 @@ qi_status qi_lua_run_experiment(const qi_lua_run_opts *o, qi_lua_run_summary *su
         /* the plan of the engines the configuration creates (lq_note_plan) */
         lua_pushnil(L);
         lua_setfield(L, LUA_REGISTRYINDEX, LQ_PLACEMENT_KEY);
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, LQ_SIM_KEY);
         double t0 = now_s();
         bool ok = run_config(L, plan, i, ctx, rs, warmup, reps, msg, msg_cap, tb, tb_cap);
         rs->run_id = 0;

@@ -115,6 +115,15 @@ api)
   expect_sql "$tmp/place.db" "SELECT json_extract(config_json, '$.placement'), placement FROM runs ORDER BY id" \
     "all-cpu|{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":0,\"layers\":[$(printf '[0,0],%.0s' {1..29})[0,0]]} ngl=31|{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":1,\"layers\":[$(printf '[1,1],%.0s' {1..29})[1,1]]}"
   expect_sql "$tmp/place.db" "SELECT count(DISTINCT value) FROM metrics WHERE name = 'gen.hash'" "1"
+  # a simulated machine's figures are stored simulated, the real one's not;
+  # simulated figures are the same when run again
+  run_expect 0 sim_exp.lua --db "$tmp/sim.db"
+  expect_sql "$tmp/sim.db" "SELECT json_extract(config_json, '$.where'), r.simulated, m.simulated FROM runs r JOIN metrics m ON m.run_id = r.id ORDER BY r.id" \
+    "sim-cpu|1|1 sim-gpu|1|1 real|0|0"
+  sql "$tmp/sim.db" "SELECT value FROM metrics WHERE run_id < 3 ORDER BY run_id" >"$tmp/sim1"
+  run_expect 0 sim_exp.lua --db "$tmp/sim.db" --fresh
+  sql "$tmp/sim.db" "SELECT value FROM metrics m JOIN runs r ON r.id = m.run_id WHERE r.simulated ORDER BY r.id" >"$tmp/sim2"
+  diff -q "$tmp/sim1" "$tmp/sim2" >/dev/null && ok || bad "simulated figures differ between runs: $(cat "$tmp/sim1" "$tmp/sim2" | tr '\n' ' ')"
   ;;
 run_resume)
   db=$tmp/resume.db marker=$tmp/marker

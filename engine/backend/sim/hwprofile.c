@@ -11,6 +11,7 @@
  */
 #include "qinfer/hwprofile.h"
 
+#include <errno.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -296,7 +297,7 @@ qi_status qi_hwprofile_parse(const char *text, size_t len, const char *name, qi_
 qi_status qi_hwprofile_load(const char *path, qi_hwprofile *p, qi_err *err) {
     memset(p, 0, sizeof *p);
     FILE *fp = fopen(path, "rb");
-    if (!fp) return QI_ERR(err, QI_ERR_IO, "%s: cannot open", path);
+    if (!fp) return QI_ERR(err, QI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = qi_malloc(FILE_MAX_BYTES + 1);
     if (!buf) {
         fclose(fp);

@@ -61,9 +61,23 @@ typedef struct {
                              * engine/backend/backend.h): faster, above all batched, but the
                              * logits are no longer llama.cpp's bit for bit; a batched step
                              * still equals single-sequence runs. */
+    const char *sim;        /* a hardware profile (engine/backend/sim/profiles/): run on that machine
+                             * simulated: device "cpu" is its host and "gpu[:BYTES]" its GPU; no
+                             * arithmetic is done (logits are zeros) and every time is the simulated
+                             * machine's (qi_engine_now). NULL: the real devices. A model of shapes
+                             * only (qinfer synth --shapes-only) needs it. */
+    const qi_params *sim_params; /* the simulator's efficiencies and noise (backend.h's qi_sim_params
+                                  * names: gpu_matmul_memory=0.8, noise=0.05, seed=3, ...); NULL: defaults */
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);
+
+/* The engine's clock in seconds: qi_measure_now (measure.h), or with
+ * opts.sim the simulated machine's, which advances only by the simulated
+ * devices' work. Measure with it, never with a clock of one's own. */
+double qi_engine_now(const qi_engine *e);
+/* The simulated machine's profile name, or NULL when the devices are real. */
+const char *qi_engine_sim_profile(const qi_engine *e);
 
 /* Validates the options (a policy that needs a budget without one, an
  * unknown policy or parameter: an error naming it). m must outlive it. */

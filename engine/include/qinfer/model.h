@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "qinfer/gguf.h"
+#include "qinfer/params.h"
 #include "qinfer/status.h"
 #include "qinfer/tokenizer.h"
 
@@ -130,6 +131,8 @@ typedef struct {
                      * but not bit-identical to llama.cpp; needs libopenblas0 at run time */
     bool repack;    /* the engine's repack (engine.h): packed matrices, not llama.cpp's order */
     const char *devices, *placement; /* the engine's (engine.h); NULL: cpu, all-cpu */
+    const char *sim;                 /* the engine's (engine.h): a simulated machine's profile; NULL: real */
+    const qi_params *sim_params;     /* its efficiencies and noise (engine.h); NULL: defaults */
 } qi_ctx_opts;
 
 /* Fails (QI_ERR_UNSUPPORTED) with attn_blas when OpenBLAS cannot be loaded. */
@@ -140,6 +143,8 @@ void qi_ctx_free(qi_ctx *c);
 int qi_ctx_n_ctx(const qi_ctx *c);
 int qi_ctx_n_past(const qi_ctx *c);
 void qi_ctx_reset(qi_ctx *c); /* forget the sequence */
+/* Its engine's clock (qi_engine_now): seconds, simulated with opts.sim. */
+double qi_ctx_now(const qi_ctx *c);
 
 /* Run n tokens at positions n_past..n_past+n-1 (a prompt chunk or one decode
  * step). With logits_all, logits for every token are kept (for perplexity);

@@ -1,0 +1,563 @@
+/* backend_sim.c - the simulated devices (backend.h): a machine described by
+ * a hardware profile (hwprofile.h), on which the engine runs unchanged
+ * while no arithmetic is done.
+ *
+ * An op does nothing to its data and advances a virtual clock by
+ *
+ *     max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x memory efficiency)) + overhead
+ *
+ * with the peak, bandwidth and overhead of the device it runs on (the
+ * profile's GPU, or its host CPU) and the efficiencies of its op class
+ * (matmul, attention, other), times an optional seeded noise factor.
+ * Copies move no bytes either: one between the host and the GPU takes the
+ * link's latency plus bytes over its bandwidth in that direction; one
+ * within a device, bytes over its memory bandwidth.
+ *
+ * Clocks (a discrete-event timeline with one queue per stream): the host
+ * and the simulated CPU are one clock, `host`, since the CPU's ops run on
+ * the thread that issues everything; the GPU's stream has its own, `t`. A
+ * GPU op or copy starts when both its stream and the host have reached
+ * it (max(t, host): the host issued it then) and ends its duration later;
+ * the host goes on at once, so the CPU's work that follows overlaps it, as
+ * on a real machine. An event records its stream's clock; a stream that
+ * waits for one moves its clock up to the event's time; the host waiting
+ * (qi_event_sync, a synchronise) moves the host's clock up. The engine's
+ * own host work between ops (scheduling, the KV policy's decisions, the
+ * sampler) costs no simulated time.
+ *
+ * Memory: buffers come from one reserved range of address space per
+ * device, counted against its capacity (the profile's GPU memory or host
+ * memory) by device.c as every device's. The GPU's range is inaccessible (PROT_NONE): nothing may
+ * read a device's memory from the host, and a bug that does faults at
+ * once. The CPU's is host memory the engine may read and write (it is
+ * host-visible), reserved without backing, so untouched weights and
+ * caches of a 70B model cost no RAM; what the engine writes there is
+ * real. Sizes are handed out from per-size free lists and a bump pointer,
+ * since the engine frees and allocates blocks of a few sizes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backend.h"
+#include "qinfer/types.h"
+
+struct qi_sim {
+    qi_hwprofile prof;
+    qi_sim_params par;
+    double host;   /* the host's clock, and the simulated CPU's stream */
+    uint64_t rng;  /* noise */
+    long ops, copies;
+};
+
+typedef struct free_run {
+    size_t size;
+    void *mem;
+    struct free_run *next;
+} free_run;
+
+typedef struct {
+    qi_sim *sim;
+    bool gpu;
+    double t; /* the GPU stream's clock (the CPU uses sim->host) */
+    char *base;
+    size_t len, bump;
+    free_run *free; /* released ranges, reused by exact size */
+    uint64_t *key;  /* the live buffers' sizes (size_put) */
+    size_t *val, cap_live, n_live, n_tomb;
+    double busy[QI_SIM_OP_CLASSES + 1]; /* simulated seconds per op class, and copies */
+} sim_dev;
+
+static sim_dev *S(qi_backend *b) { return (sim_dev *)b->ctx; }
+
+/* The live buffers' sizes by address (buf_release is given the address
+ * only): open addressing, keys offset / SIM_ALIGN + 1 (0: empty), tombstones
+ * UINT64_MAX, grown at half full. */
+#define SIM_ALIGN 64
+#define TOMB UINT64_MAX
+
+static size_t slot_of(uint64_t key, size_t cap) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1); }
+
+static bool size_put(sim_dev *d, const void *mem, size_t n) {
+    if (2 * (d->n_live + d->n_tomb + 1) > d->cap_live) {
+        const size_t cap = d->cap_live ? (2 * (d->n_live + 1) > d->cap_live / 2 ? 2 * d->cap_live : d->cap_live)
+                                       : 1024;
+        uint64_t *k = qi_calloc(cap, sizeof *k);
+        size_t *v = qi_calloc(cap, sizeof *v);
+        if (!k || !v) {
+            qi_free(k);
+            qi_free(v);
+            return false;
+        }
+        for (size_t i = 0; i < d->cap_live; i++) {
+            if (!d->key[i] || d->key[i] == TOMB) continue;
+            size_t j = slot_of(d->key[i], cap);
+            while (k[j]) j = (j + 1) & (cap - 1);
+            k[j] = d->key[i];
+            v[j] = d->val[i];
+        }
+        qi_free(d->key);
+        qi_free(d->val);
+        d->key = k;
+        d->val = v;
+        d->cap_live = cap;
+        d->n_tomb = 0;
+    }
+    const uint64_t key = (uint64_t)((const char *)mem - d->base) / SIM_ALIGN + 1;
+    size_t j = slot_of(key, d->cap_live);
+    while (d->key[j] && d->key[j] != TOMB) j = (j + 1) & (d->cap_live - 1);
+    d->key[j] = key;
+    d->val[j] = n;
+    d->n_live++;
+    return true;
+}
+
+static size_t size_take(sim_dev *d, const void *mem) {
+    if (!d->cap_live) return 0;
+    const uint64_t key = (uint64_t)((const char *)mem - d->base) / SIM_ALIGN + 1;
+    for (size_t j = slot_of(key, d->cap_live);; j = (j + 1) & (d->cap_live - 1)) {
+        if (!d->key[j]) return 0;
+        if (d->key[j] == key) {
+            d->key[j] = TOMB;
+            d->n_live--;
+            d->n_tomb++;
+            return d->val[j];
+        }
+    }
+}
+
+/* ---- parameters --------------------------------------------------------------------- */
+
+void qi_sim_params_default(qi_sim_params *p) {
+    *p = (qi_sim_params){0};
+    /* Untuned starting points, meant to be replaced by a calibration
+     * (the device README says where each comes from): a bandwidth-bound
+     * kernel reaches 70-85% of a datasheet's bandwidth, a tensor-core GEMM
+     * of a quantised model 50-60% of its peak, attention less of both. */
+    static const double gpu_c[QI_SIM_OP_CLASSES] = {0.55, 0.30, 0.50};
+    static const double gpu_m[QI_SIM_OP_CLASSES] = {0.80, 0.60, 0.60};
+    static const double cpu_c[QI_SIM_OP_CLASSES] = {0.50, 0.30, 0.50};
+    static const double cpu_m[QI_SIM_OP_CLASSES] = {0.75, 0.50, 0.50};
+    for (int k = 0; k < QI_SIM_OP_CLASSES; k++) {
+        p->compute[1][k] = gpu_c[k];
+        p->memory[1][k] = gpu_m[k];
+        p->compute[0][k] = cpu_c[k];
+        p->memory[0][k] = cpu_m[k];
+    }
+    p->link = 0.80;
+    p->cpu_op_s = 4e-6;
+    p->noise = 0;
+    p->seed = 1;
+}
+
+static const char *const k_class[QI_SIM_OP_CLASSES] = {"matmul", "attention", "other"};
+
+const char *qi_sim_op_class_name(int k) { return k >= 0 && k < QI_SIM_OP_CLASSES ? k_class[k] : "copy"; }
+
+qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err *err) {
+    if (!(v >= 0) || !isfinite(v)) return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not a finite number >= 0", key, v);
+    if (!strcmp(key, "noise")) return p->noise = v, QI_OK;
+    if (!strcmp(key, "seed")) return p->seed = (uint64_t)v, QI_OK;
+    if (!strcmp(key, "cpu_op_s")) return p->cpu_op_s = v, QI_OK;
+    if (!strcmp(key, "link")) {
+        if (!(v > 0) || v > 1) return QI_ERR(err, QI_ERR_INVALID, "sim: link = %g is not an efficiency in (0, 1]", v);
+        return p->link = v, QI_OK;
+    }
+    /* DEV_CLASS_compute / DEV_CLASS_memory */
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < QI_SIM_OP_CLASSES; k++)
+            for (int w = 0; w < 2; w++) {
+                char name[48];
+                snprintf(name, sizeof name, "%s_%s_%s", d ? "gpu" : "cpu", k_class[k], w ? "memory" : "compute");
+                if (strcmp(key, name) != 0) continue;
+                if (!(v > 0) || v > 1)
+                    return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not an efficiency in (0, 1]", key, v);
+                (w ? p->memory : p->compute)[d][k] = v;
+                return QI_OK;
+            }
+    return QI_ERR(err, QI_ERR_INVALID,
+                  "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, and {cpu,gpu}_{matmul,attention,other}_"
+                  "{compute,memory})",
+                  key);
+}
+
+/* ---- the simulated machine --------------------------------------------------------- */
+
+qi_status qi_sim_create(const qi_hwprofile *prof, const qi_sim_params *par, qi_sim **out, qi_err *err) {
+    *out = NULL;
+    qi_sim *s = qi_calloc(1, sizeof *s);
+    if (!s) return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating a simulated machine");
+    s->prof = *prof;
+    if (par) s->par = *par;
+    else qi_sim_params_default(&s->par);
+    s->rng = 0x9e3779b97f4a7c15ull ^ (s->par.seed * 0xbf58476d1ce4e5b9ull);
+    if (!s->rng) s->rng = 1;
+    *out = s;
+    return QI_OK;
+}
+
+void qi_sim_free(qi_sim *s) { qi_free(s); }
+double qi_sim_now(const qi_sim *s) { return s->host; }
+const qi_hwprofile *qi_sim_profile(const qi_sim *s) { return &s->prof; }
+const qi_sim_params *qi_sim_get_params(const qi_sim *s) { return &s->par; }
+
+double qi_sim_busy(qi_backend *b, int op_class) {
+    if (b->info.kind != QI_DEV_SIM || op_class < 0 || op_class > QI_SIM_OP_CLASSES) return 0;
+    return S(b)->busy[op_class];
+}
+
+static double noise(qi_sim *s) {
+    if (s->par.noise <= 0) return 1;
+    /* a standard normal from two uniforms (Box-Muller), then exp(sigma z) */
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        s->rng ^= s->rng << 13;
+        s->rng ^= s->rng >> 7;
+        s->rng ^= s->rng << 17;
+        u[i] = ((double)(s->rng >> 11) + 0.5) / 9007199254740992.0;
+    }
+    const double z = sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
+    return exp(s->par.noise * z);
+}
+
+/* The duration of an op on device d: FLOPs at rate `peak` and bytes at the
+ * device's memory bandwidth, with the class's efficiencies. */
+static double op_time(qi_backend *b, int cls, double flops, double bytes, double peak) {
+    sim_dev *d = S(b);
+    const qi_sim_params *p = &d->sim->par;
+    const int g = d->gpu;
+    const double bw = g ? d->sim->prof.gpu_mem_bw.value : d->sim->prof.cpu_mem_bw.value;
+    const double tc = flops > 0 ? flops / (peak * p->compute[g][cls]) : 0;
+    const double tm = bytes > 0 ? bytes / (bw * p->memory[g][cls]) : 0;
+    const double over = g ? d->sim->prof.gpu_launch.value : p->cpu_op_s;
+    return ((tc > tm ? tc : tm) + over) * noise(d->sim);
+}
+
+/* Run a piece of work of `dur` seconds on b's stream. */
+static void advance(qi_backend *b, int cls, double dur) {
+    sim_dev *d = S(b);
+    qi_sim *s = d->sim;
+    if (d->gpu) {
+        const double start = d->t > s->host ? d->t : s->host;
+        d->t = start + dur;
+    } else {
+        s->host += dur;
+    }
+    d->busy[cls] += dur;
+    if (cls < QI_SIM_OP_CLASSES) s->ops++;
+    else s->copies++;
+}
+
+static void run_op(qi_backend *b, int cls, double flops, double bytes, double peak) {
+    advance(b, cls, op_time(b, cls, flops, bytes, peak));
+}
+
+/* FLOP/s of the general (non-matmul) arithmetic */
+static double vec_peak(qi_backend *b) {
+    const qi_hwprofile *pr = &S(b)->sim->prof;
+    return S(b)->gpu ? pr->gpu_fp32.value : pr->cpu_fp32.value;
+}
+
+/* A weight matmul's rate: on the GPU, the tensor cores once a step has
+ * rows enough for a GEMM (dequantised to fp16 tiles), the CUDA cores for
+ * the matrix-vector kernels of decode; on the CPU, the integer dot
+ * products of a quantised weight where the profile gives their rate. */
+static double matmul_peak(qi_backend *b, const qi_weight *w, int T) {
+    const qi_hwprofile *pr = &S(b)->sim->prof;
+    if (S(b)->gpu) return T >= 8 ? pr->gpu_fp16_tensor.value : pr->gpu_fp32.value;
+    const bool quant = w->type != QI_TYPE_F32 && w->type != QI_TYPE_F16 && w->type != QI_TYPE_BF16;
+    return quant && pr->cpu_int8.set ? pr->cpu_int8.value : pr->cpu_fp32.value;
+}
+
+static double wbytes(const qi_weight *w) { return (double)w->row_bytes * (double)w->n_rows; }
+
+static void sim_matmul(qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
+    (void)x, (void)y;
+    const double f = 2.0 * T * (double)w->n_rows * (double)w->n_cols;
+    run_op(b, 0, f, wbytes(w) + 4.0 * T * ((double)w->n_cols + (double)w->n_rows), matmul_peak(b, w, T));
+}
+
+static void sim_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
+    (void)x, (void)y;
+    double f = 0, by = 4.0 * T * (double)w[0]->n_cols, tc = 0;
+    for (int i = 0; i < n; i++) {
+        f += 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols;
+        by += wbytes(w[i]) + 4.0 * T * (double)w[i]->n_rows;
+    }
+    /* one launch for all of them, at the first weight's rate */
+    tc = matmul_peak(b, w[0], T);
+    run_op(b, 0, f, by, tc);
+}
+
+static void sim_rmsnorm(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y) {
+    (void)x, (void)w, (void)eps, (void)y;
+    run_op(b, 2, 4.0 * T * n, 8.0 * T * n + 4.0 * n, vec_peak(b));
+}
+
+static void sim_rope(qi_backend *b, float *q, int Hq, float *k, int Hk, int T, int D, int n_rot, const int32_t *pos,
+                     float base, float freq_scale, int mode) {
+    (void)q, (void)pos, (void)base, (void)freq_scale, (void)mode;
+    const double heads = Hq + (k ? Hk : 0);
+    run_op(b, 2, 6.0 * T * heads * n_rot, 8.0 * T * heads * D, vec_peak(b));
+}
+
+/* One attention call's FLOPs and bytes: every query head scores and
+ * weighs its KV head's slots; each KV row (fp16) is read once per call. */
+static void attn_cost(const qi_attn_paged_args *a, double *f, double *by) {
+    double slots = 0;
+    for (int hk = 0; hk < a->Hkv; hk++) slots += a->n_slots[hk];
+    const double per_q = (double)a->H / a->Hkv;
+    *f += 4.0 * a->T * per_q * slots * a->D;
+    *by += 2.0 * 2.0 * slots * a->D + 8.0 * a->T * a->H * a->D + (a->stats ? 4.0 * a->H * slots / a->Hkv : 0);
+}
+
+static void sim_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
+    double f = 0, by = 0;
+    attn_cost(a, &f, &by);
+    run_op(b, 1, f, by, S(b)->gpu ? S(b)->sim->prof.gpu_fp16_tensor.value : vec_peak(b));
+}
+
+static void sim_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, int n) {
+    double f = 0, by = 0;
+    for (int i = 0; i < n; i++) attn_cost(&a[i], &f, &by);
+    run_op(b, 1, f, by, S(b)->gpu ? S(b)->sim->prof.gpu_fp16_tensor.value : vec_peak(b));
+}
+
+static void sim_attention_merge(qi_backend *b, const qi_attn_merge_args *a) {
+    const double rd = (double)a->rows * a->D;
+    run_op(b, 1, 4.0 * rd * a->n_parts, 4.0 * rd * (a->n_parts + 1) + 8.0 * a->rows * a->n_parts, vec_peak(b));
+}
+
+static void sim_glu(qi_backend *b, float *gate, const float *up, int T, int n) {
+    (void)gate, (void)up;
+    run_op(b, 2, 10.0 * T * n, 12.0 * T * n, vec_peak(b));
+}
+
+static void sim_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out) {
+    (void)ids, (void)out;
+    run_op(b, 2, 2.0 * T * (double)w->n_cols, T * ((double)w->row_bytes + 4.0 * (double)w->n_cols), vec_peak(b));
+}
+
+static void sim_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D) {
+    (void)src, (void)dst;
+    run_op(b, 2, 0, 6.0 * n * D, vec_peak(b));
+}
+
+static void sim_add(qi_backend *b, float *x, const float *y, long n) {
+    (void)x, (void)y;
+    run_op(b, 2, (double)n, 12.0 * n, vec_peak(b));
+}
+static void sim_scale(qi_backend *b, float *x, long n, float s) {
+    (void)x, (void)s;
+    run_op(b, 2, (double)n, 8.0 * n, vec_peak(b));
+}
+static void sim_softcap(qi_backend *b, float *x, long n, float cap) {
+    (void)x, (void)cap;
+    run_op(b, 2, 20.0 * n, 8.0 * n, vec_peak(b));
+}
+static void sim_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width) {
+    (void)x, (void)rows;
+    run_op(b, 2, 0, 8.0 * n * width, vec_peak(b));
+}
+
+static qi_status sim_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
+                             qi_err *err) {
+    (void)b, (void)scratch_bytes, (void)max_rows, (void)max_pos, (void)Hkv, (void)D, (void)err;
+    return QI_OK;
+}
+
+/* ---- memory, copies, events ---------------------------------------------------------- */
+
+static void *sim_buf_mem(qi_backend *b, size_t n) {
+    sim_dev *d = S(b);
+    n = (n + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
+    void *mem = NULL;
+    for (free_run **pp = &d->free; *pp && !mem; pp = &(*pp)->next)
+        if ((*pp)->size == n) {
+            free_run *r = *pp;
+            *pp = r->next;
+            mem = r->mem;
+            qi_free(r);
+            break;
+        }
+    bool bumped = false;
+    if (!mem) {
+        if (n > d->len - d->bump) return NULL;
+        mem = d->base + d->bump;
+        d->bump += n;
+        bumped = true;
+    }
+    if (!size_put(d, mem, n)) {
+        if (bumped) d->bump -= n;
+        return NULL; /* device.c reports it as out of memory */
+    }
+    return mem;
+}
+
+static void sim_buf_release(qi_backend *b, void *mem) {
+    sim_dev *d = S(b);
+    const size_t n = size_take(d, mem);
+    if (!n) return;
+    if (!d->gpu) (void)madvise(mem, n, MADV_DONTNEED); /* pages the engine wrote go back */
+    free_run *r = qi_calloc(1, sizeof *r);
+    if (!r) return; /* the range is lost to reuse, nothing else */
+    r->mem = mem;
+    r->size = n;
+    r->next = d->free;
+    d->free = r;
+}
+
+/* Which way a copy goes: from or to this GPU's range, or the host. */
+static bool in_dev(const sim_dev *d, const void *p) {
+    return (const char *)p >= d->base && (const char *)p < d->base + d->len;
+}
+
+static void sim_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+    sim_dev *d = S(b);
+    const qi_hwprofile *pr = &d->sim->prof;
+    const qi_sim_params *p = &d->sim->par;
+    double dur;
+    if (!d->gpu) {
+        /* host to host: the bytes are real (the engine reads what it copies
+         * within host memory), at the host's bandwidth */
+        memmove(dst, src, n);
+        dur = 2.0 * (double)n / (pr->cpu_mem_bw.value * p->memory[0][2]);
+    } else if (in_dev(d, dst) && in_dev(d, src)) {
+        dur = 2.0 * (double)n / (pr->gpu_mem_bw.value * p->memory[1][2]) + pr->gpu_launch.value;
+    } else if (in_dev(d, dst)) {
+        dur = pr->link_latency.value + (double)n / (pr->link_h2d_bw.value * p->link);
+    } else {
+        /* to the host: nothing was computed, so the host gets zeros */
+        memset(dst, 0, n);
+        dur = pr->link_latency.value + (double)n / (pr->link_d2h_bw.value * p->link);
+    }
+    advance(b, QI_SIM_OP_CLASSES, dur * noise(d->sim));
+}
+
+static void sim_mark(qi_backend *b, qi_event *ev) {
+    sim_dev *d = S(b);
+    qi_event_complete(ev, d->gpu ? d->t : d->sim->host);
+}
+
+static void sim_wait(qi_backend *b, qi_event *ev) {
+    sim_dev *d = S(b);
+    const double t = qi_event_time(ev);
+    double *clk = d->gpu ? &d->t : &d->sim->host;
+    if (t > *clk) *clk = t;
+}
+
+static void sim_drain(qi_backend *b) {
+    sim_dev *d = S(b);
+    if (d->gpu && d->t > d->sim->host) d->sim->host = d->t;
+}
+
+static void sim_host_wait(qi_backend *b, double t) {
+    sim_dev *d = S(b);
+    if (t > d->sim->host) d->sim->host = t;
+}
+
+/* Weights: a GPU holds an uploaded copy of the rows (the link's time); the
+ * CPU computes on the model's own. */
+static size_t sim_weight_size(qi_backend *b, const qi_weight *w, bool matmul) {
+    (void)matmul;
+    return S(b)->gpu ? (size_t)wbytes(w) : 0;
+}
+
+static void sim_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out) {
+    (void)matmul;
+    if (S(b)->gpu) {
+        sim_dev *d = S(b);
+        const qi_hwprofile *pr = &d->sim->prof;
+        advance(b, QI_SIM_OP_CLASSES,
+                pr->link_latency.value + wbytes(w) / (pr->link_h2d_bw.value * d->sim->par.link));
+    }
+    out->data = mem;
+    out->packed = NULL;
+}
+
+static void sim_free(qi_backend *b) {
+    sim_dev *d = S(b);
+    if (d) {
+        if (d->base) munmap(d->base, d->len);
+        qi_free(d->key);
+        qi_free(d->val);
+        while (d->free) {
+            free_run *r = d->free;
+            d->free = r->next;
+            qi_free(r);
+        }
+        qi_free(d);
+    }
+    qi_free(b);
+}
+
+static const qi_backend_i k_sim_iface = {
+    .version = QI_BACKEND_VERSION,
+    .name = "sim",
+    .matmul = sim_matmul,
+    .matmul_n = sim_matmul_n,
+    .rmsnorm = sim_rmsnorm,
+    .rope = sim_rope,
+    .attention_paged = sim_attention_paged,
+    .attention_paged_n = sim_attention_paged_n,
+    .attention_merge = sim_attention_merge,
+    .swiglu = sim_glu,
+    .geglu = sim_glu,
+    .get_rows = sim_get_rows,
+    .kv_write = sim_kv_write,
+    .add = sim_add,
+    .scale = sim_scale,
+    .softcap = sim_softcap,
+    .gather_rows = sim_gather_rows,
+    .reserve = sim_reserve,
+    .free = sim_free,
+    .buf_mem = sim_buf_mem,
+    .buf_release = sim_buf_release,
+    .copy = sim_copy,
+    .mark = sim_mark,
+    .wait = sim_wait,
+    .drain = sim_drain,
+    .weight_size = sim_weight_size,
+    .weight_prepare = sim_weight_prepare,
+    .host_wait = sim_host_wait,
+};
+
+qi_status qi_backend_sim_create(qi_sim *s, bool gpu, size_t capacity, qi_backend **out, qi_err *err) {
+    *out = NULL;
+    const qi_hwprofile *pr = &s->prof;
+    if (gpu && !pr->has_gpu)
+        return QI_ERR(err, QI_ERR_INVALID, "sim: profile %s has no GPU (kind %s)", pr->name, pr->kind);
+    size_t cap = (size_t)(gpu ? pr->gpu_mem_bytes.value : pr->cpu_mem_bytes.value);
+    if (capacity && capacity < cap) cap = capacity;
+    qi_backend *b = qi_calloc(1, sizeof *b);
+    sim_dev *d = qi_calloc(1, sizeof *d);
+    if (!b || !d) {
+        qi_free(b);
+        qi_free(d);
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory creating a simulated device");
+    }
+    d->sim = s;
+    d->gpu = gpu;
+    b->iface = &k_sim_iface;
+    b->ctx = d;
+    b->info = (qi_dev_info){.kind = QI_DEV_SIM, .capacity = cap, .host_visible = !gpu};
+    snprintf(b->info.name, sizeof b->info.name, "%s", gpu ? "gpu" : "cpu");
+    /* the address range its buffers come from: no memory behind it until
+     * written (the CPU's), none ever (the GPU's: no access at all) */
+    /* capacity is device.c's to count; the range only has to outlast the
+     * churn of buffers of many sizes (freed ranges are reused by exact
+     * size), so it is larger: address space, not memory */
+    d->len = (size_t)1 << 42;
+    if (d->len < 2 * cap) d->len = (2 * cap + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
+    void *base = mmap(NULL, d->len, gpu ? PROT_NONE : PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        sim_free(b);
+        return QI_ERR(err, QI_ERR_NOMEM, "sim: cannot reserve %zu bytes of address space for the simulated %s's memory",
+                      cap, gpu ? "GPU" : "CPU");
+    }
+    d->base = base;
+    *out = b;
+    return QI_OK;
+}

@@ -1,0 +1,538 @@
+/* test_sim.c - the simulated devices (engine/backend/sim/backend_sim.c).
+ *
+ * The "sim" case holds the devices to their cost model and timeline
+ * through the wrappers the engine calls (qi_backend_*, qi_dev_*): an op's
+ * time is max(FLOPs / (peak x eff), bytes / (bw x eff)) + its overhead,
+ * exactly; a GPU op overlaps the host's work that follows it and a
+ * synchronise or an event joins them; copies take the link's latency and
+ * bandwidth in their direction; memory is counted against the profile's
+ * capacity; noise is seeded; a shapes-only GGUF round-trips. The "engine"
+ * case (label model) runs SmolLM2 on a simulated machine: nothing is
+ * computed, times are deterministic, a memory-bound op class scales with
+ * its efficiency, and a plan that does not fit the simulated GPU is
+ * refused.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "qinfer/engine.h"
+#include "qinfer/gguf.h"
+#include "qinfer/model.h"
+#include "qinfer/types.h"
+#include "testutil.h"
+
+/* A machine with round figures, so expected times are simple sums. */
+static void test_profile(qi_hwprofile *p) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "round");
+    snprintf(p->kind, sizeof p->kind, "server");
+    p->has_gpu = true;
+    snprintf(p->gpu_name, sizeof p->gpu_name, "round GPU");
+#define SET(f, v) (p->f.value = (v), p->f.set = true)
+    SET(gpu_count, 1);
+    SET(gpu_fp16_tensor, 1e14);
+    SET(gpu_int8_tensor, 2e14);
+    SET(gpu_fp32, 1e13);
+    SET(gpu_mem_bw, 1e12);
+    SET(gpu_mem_bytes, 1 << 30);
+    SET(gpu_launch, 1e-5);
+    SET(link_h2d_bw, 1e10);
+    SET(link_d2h_bw, 5e9);
+    SET(link_latency, 2e-5);
+    SET(cpu_sockets, 1);
+    SET(cpu_cores, 8);
+    SET(cpu_fp32, 1e11);
+    SET(cpu_mem_bw, 1e10);
+    SET(cpu_mem_bytes, 1u << 30);
+#undef SET
+}
+
+typedef struct {
+    qi_sim *sim;
+    qi_backend *cpu, *gpu;
+    qi_sim_params par;
+} machine;
+
+static void machine_open(machine *m, const qi_sim_params *par, size_t gpu_cap) {
+    qi_hwprofile p;
+    test_profile(&p);
+    qi_err e = {0};
+    if (par) m->par = *par;
+    else qi_sim_params_default(&m->par);
+    ck_assert_msg(qi_sim_create(&p, &m->par, &m->sim, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(qi_backend_sim_create(m->sim, false, 0, &m->cpu, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(qi_backend_sim_create(m->sim, true, gpu_cap, &m->gpu, &e) == QI_OK, "%s", e.msg);
+}
+
+static void machine_close(machine *m) {
+    qi_backend_free(m->gpu);
+    qi_backend_free(m->cpu);
+    qi_sim_free(m->sim);
+}
+
+/* A q8_0 weight of n_rows x n_cols that the simulator never reads. */
+static qi_weight weight(int n_rows, int n_cols) {
+    static const uint8_t dummy[64];
+    qi_weight w = {0};
+    w.type = QI_TYPE_Q8_0;
+    w.n_rows = n_rows;
+    w.n_cols = n_cols;
+    uint64_t rb = 0;
+    ck_assert(qi_type_row_bytes(QI_TYPE_Q8_0, (uint64_t)n_cols, &rb));
+    w.row_bytes = rb;
+    w.data = dummy;
+    return w;
+}
+
+static double maxd(double a, double b) { return a > b ? a : b; }
+
+static qi_status mm(qi_backend *b, const qi_weight *w, const float *x, int T, float *y, qi_err *e) {
+    const qi_weight *ws[1] = {w};
+    float *ys[1] = {y};
+    return qi_backend_matmul_n(b, ws, ys, 1, x, T, e);
+}
+
+START_TEST(test_params) {
+    qi_sim_params p;
+    qi_sim_params_default(&p);
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < QI_SIM_OP_CLASSES; k++) {
+            ck_assert(p.compute[d][k] > 0 && p.compute[d][k] <= 1);
+            ck_assert(p.memory[d][k] > 0 && p.memory[d][k] <= 1);
+        }
+    qi_err e = {0};
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_attention_memory", 0.5, &e), QI_OK);
+    ck_assert(p.memory[1][1] == 0.5);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute", 0.25, &e), QI_OK);
+    ck_assert(p.compute[0][0] == 0.25);
+    ck_assert_int_eq(qi_sim_params_set(&p, "noise", 0.1, &e), QI_OK);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_speed", 0.5, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "gpu_matmul_speed"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_memory", 1.5, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "link", 0, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "noise", -1, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "noise", NAN, &e), QI_ERR_INVALID);
+    ck_assert_str_eq(qi_sim_op_class_name(0), "matmul");
+    ck_assert_str_eq(qi_sim_op_class_name(3), "copy");
+}
+END_TEST
+
+/* An op's time is the cost model's, on the clock of the device it ran on. */
+START_TEST(test_op_time) {
+    machine M;
+    machine_open(&M, NULL, 0);
+    const qi_sim_params *p = &M.par;
+    qi_err e = {0};
+    static float x[4096], y[4096];
+    const qi_weight w = weight(1024, 1024);
+    const double wb = (double)w.row_bytes * w.n_rows;
+    /* CPU, one token: memory-bound at 1e10 B/s x the matmul memory efficiency */
+    double t0 = qi_sim_now(M.sim);
+    ck_assert_int_eq(mm(M.cpu, &w, x, 1, y, &e), QI_OK);
+    double f = 2.0 * 1024 * 1024, by = wb + 4.0 * (1024 + 1024);
+    double want = maxd(f / (1e11 * p->compute[0][0]), by / (1e10 * p->memory[0][0])) + p->cpu_op_s;
+    ck_assert_double_eq_tol(qi_sim_now(M.sim) - t0, want, want * 1e-12);
+    /* GPU, 64 tokens: the tensor-core rate; the host does not wait */
+    t0 = qi_sim_now(M.sim);
+    ck_assert_int_eq(mm(M.gpu, &w, x, 4, y, &e), QI_OK); /* 4 rows: the CUDA-core rate */
+    ck_assert(qi_sim_now(M.sim) == t0);
+    f = 2.0 * 4 * 1024 * 1024;
+    by = wb + 4.0 * 4 * (1024 + 1024);
+    const double g1 = maxd(f / (1e13 * p->compute[1][0]), by / (1e12 * p->memory[1][0])) + 1e-5;
+    ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim) - t0, g1, g1 * 1e-12);
+    ck_assert_double_eq_tol(qi_sim_busy(M.gpu, 0), g1, g1 * 1e-12);
+    /* an elementwise op: bytes over bandwidth */
+    t0 = qi_sim_now(M.sim);
+    ck_assert_int_eq(qi_backend_add(M.cpu, x, y, 4096, &e), QI_OK);
+    want = maxd(4096.0 / (1e11 * p->compute[0][2]), 12.0 * 4096 / (1e10 * p->memory[0][2])) + p->cpu_op_s;
+    ck_assert_double_eq_tol(qi_sim_now(M.sim) - t0, want, want * 1e-12);
+    machine_close(&M);
+}
+END_TEST
+
+/* The timeline: a GPU op runs while the host goes on; a synchronise, an
+ * event the host waits for, or a stream waiting for an event joins them. */
+START_TEST(test_overlap) {
+    machine M;
+    machine_open(&M, NULL, 0);
+    qi_err e = {0};
+    static float x[8192], y[8192];
+    const qi_weight big = weight(4096, 4096);
+    ck_assert_int_eq(mm(M.gpu, &big, x, 1, y, &e), QI_OK);
+    const double g = qi_sim_busy(M.gpu, 0);
+    ck_assert(g > 0);
+    ck_assert(qi_sim_now(M.sim) == 0); /* issued, not waited for */
+    qi_event *ev = NULL;
+    ck_assert_int_eq(qi_event_record(M.gpu, &ev, &e), QI_OK);
+    /* the host's own work meanwhile */
+    ck_assert_int_eq(qi_backend_add(M.cpu, x, y, 8192, &e), QI_OK);
+    const double c = qi_sim_now(M.sim);
+    ck_assert(c > 0 && c < g);
+    /* the CPU's stream waits for the GPU's event: the host is at g */
+    ck_assert_int_eq(qi_event_wait(M.cpu, ev, &e), QI_OK);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), g, g * 1e-12);
+    qi_event *ev2 = NULL;
+    ck_assert_int_eq(qi_event_record(M.cpu, &ev2, &e), QI_OK);
+    qi_event_sync(ev2);
+    ck_assert_double_eq_tol(qi_event_elapsed(ev, ev2), 0, 1e-15);
+    /* a GPU op issued now starts at the host's time, after the first */
+    ck_assert_int_eq(mm(M.gpu, &big, x, 1, y, &e), QI_OK);
+    qi_event *ev3 = NULL;
+    ck_assert_int_eq(qi_event_record(M.gpu, &ev3, &e), QI_OK);
+    ck_assert_double_eq_tol(qi_event_elapsed(ev, ev3), g, g * 1e-12);
+    /* the host waiting for that event moves the host clock up */
+    qi_event_sync(ev3);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), 2 * g, g * 1e-12);
+    /* freeing an event the host did not wait for moves nothing */
+    ck_assert_int_eq(mm(M.gpu, &big, x, 1, y, &e), QI_OK);
+    qi_event *ev4 = NULL;
+    ck_assert_int_eq(qi_event_record(M.gpu, &ev4, &e), QI_OK);
+    qi_event_free(ev4);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), 2 * g, g * 1e-12);
+    ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), 3 * g, g * 1e-12);
+    qi_event_free(ev);
+    qi_event_free(ev2);
+    qi_event_free(ev3);
+    machine_close(&M);
+}
+END_TEST
+
+/* Copies: the link's latency and bandwidth in their direction; nothing
+ * computed comes back (zeros). */
+START_TEST(test_copies) {
+    machine M;
+    machine_open(&M, NULL, 0);
+    qi_err e = {0};
+    const size_t n = 1 << 20;
+    qi_buf *gb = NULL, *hb = NULL;
+    ck_assert_int_eq(qi_buf_alloc(M.gpu, n, "g", &gb, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(M.cpu, n, "h", &hb, &e), QI_OK);
+    unsigned char *h = qi_buf_ptr(M.cpu, qi_view_of(hb, 0), n, &e);
+    ck_assert_ptr_nonnull(h);
+    memset(h, 0x5a, n);
+    ck_assert_int_eq(qi_dev_copy(M.gpu, qi_view_of(gb, 0), qi_view_of(hb, 0), n, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
+    const double up = 2e-5 + (double)n / (1e10 * M.par.link);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), up, up * 1e-12);
+    ck_assert_int_eq(qi_dev_copy(M.gpu, qi_view_of(hb, 0), qi_view_of(gb, 0), n, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
+    const double down = 2e-5 + (double)n / (5e9 * M.par.link);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), up + down, (up + down) * 1e-12);
+    for (size_t i = 0; i < n; i += 4097) ck_assert_uint_eq(h[i], 0);
+    ck_assert_double_eq_tol(qi_sim_busy(M.gpu, QI_SIM_OP_CLASSES), up + down, (up + down) * 1e-12);
+    /* a GPU buffer is not the host's: a view of it given to the CPU is refused */
+    ck_assert_ptr_null(qi_buf_ptr(M.cpu, qi_view_of(gb, 0), 8, &e));
+    qi_buf_free(gb);
+    qi_buf_free(hb);
+    machine_close(&M);
+}
+END_TEST
+
+/* Memory is counted against the profile's capacity (or a smaller cap), and
+ * freed ranges are reused. */
+START_TEST(test_capacity) {
+    machine M;
+    machine_open(&M, NULL, 64u << 20);
+    ck_assert_uint_eq(qi_dev_info_get(M.gpu)->capacity, 64u << 20);
+    ck_assert_uint_eq(qi_dev_info_get(M.cpu)->capacity, 1u << 30);
+    ck_assert(qi_dev_info_get(M.cpu)->host_visible && !qi_dev_info_get(M.gpu)->host_visible);
+    qi_err e = {0};
+    qi_buf *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(qi_buf_alloc(M.gpu, 40u << 20, "a", &a, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(M.gpu, 40u << 20, "b", &b, &e), QI_ERR_NOMEM);
+    ck_assert_msg(strstr(e.msg, "gpu") && strstr(e.msg, "do not fit"), "%s", e.msg);
+    qi_buf_free(a);
+    ck_assert_uint_eq(qi_dev_info_get(M.gpu)->in_use, 0);
+    /* 1000 rounds of the same size from one range: reuse, not growth */
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(qi_buf_alloc(M.gpu, 60u << 20, "c", &c, &e), QI_OK);
+        qi_buf_free(c);
+    }
+    /* many small buffers live at once, freed in another order */
+    enum { N = 5000 };
+    static qi_buf *bs[N];
+    for (int i = 0; i < N; i++) ck_assert_int_eq(qi_buf_alloc(M.gpu, 4096 + 64 * (i % 3), "k", &bs[i], &e), QI_OK);
+    for (int i = 0; i < N; i += 2) qi_buf_free(bs[i]);
+    for (int i = 1; i < N; i += 2) qi_buf_free(bs[i]);
+    ck_assert_uint_eq(qi_dev_info_get(M.gpu)->in_use, 0);
+    machine_close(&M);
+    /* a cpu-only profile has no GPU */
+    qi_hwprofile p;
+    test_profile(&p);
+    p.has_gpu = false;
+    snprintf(p.kind, sizeof p.kind, "cpu-only");
+    qi_sim *s = NULL;
+    ck_assert_int_eq(qi_sim_create(&p, NULL, &s, &e), QI_OK);
+    qi_backend *g = NULL;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_sim_create(s, true, 0, &g, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "no GPU"), "%s", e.msg);
+    qi_sim_free(s);
+}
+END_TEST
+
+/* Noise: a log-normal factor of the sigma asked, the same for the same
+ * seed. */
+START_TEST(test_noise) {
+    qi_sim_params par;
+    qi_sim_params_default(&par);
+    par.noise = 0.1;
+    par.seed = 3;
+    machine A, B, C;
+    machine_open(&A, &par, 0);
+    machine_open(&B, &par, 0);
+    par.seed = 4;
+    machine_open(&C, &par, 0);
+    qi_err e = {0};
+    static float x[1024];
+    const int n = 4000;
+    double base = 12.0 * 1024 / (1e10 * A.par.memory[0][2]) + A.par.cpu_op_s, s1 = 0, s2 = 0;
+    bool differ = false;
+    for (int i = 0; i < n; i++) {
+        const double a0 = qi_sim_now(A.sim), b0 = qi_sim_now(B.sim), c0 = qi_sim_now(C.sim);
+        ck_assert_int_eq(qi_backend_add(A.cpu, x, x, 1024, &e), QI_OK);
+        ck_assert_int_eq(qi_backend_add(B.cpu, x, x, 1024, &e), QI_OK);
+        ck_assert_int_eq(qi_backend_add(C.cpu, x, x, 1024, &e), QI_OK);
+        const double da = qi_sim_now(A.sim) - a0, db = qi_sim_now(B.sim) - b0, dc = qi_sim_now(C.sim) - c0;
+        ck_assert(da == db);
+        differ |= da != dc;
+        const double z = log(da / base);
+        s1 += z;
+        s2 += z * z;
+    }
+    ck_assert(differ);
+    const double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+    ck_assert_msg(fabs(mean) < 0.01 && sd > 0.09 && sd < 0.11, "log-factor mean %g sd %g", mean, sd);
+    machine_close(&A);
+    machine_close(&B);
+    machine_close(&C);
+}
+END_TEST
+
+/* A shapes-only GGUF: the tensor infos without a data section; the reader
+ * gives every tensor an address no one may read. */
+START_TEST(test_shapes_only_gguf) {
+    qi_gguf_writer *w = qi_gguf_writer_create();
+    const uint64_t ne[2] = {4096, 4096};
+    uint64_t rb = 0;
+    ck_assert(qi_type_row_bytes(QI_TYPE_Q4_0, 4096, &rb));
+    ck_assert_int_eq(qi_gguf_writer_add_tensor_shape(w, "a", QI_TYPE_Q4_0, 2, ne, rb * 4096), QI_OK);
+    ck_assert_int_eq(qi_gguf_writer_add_tensor_shape(w, "b", QI_TYPE_Q4_0, 2, ne, rb * 4096), QI_OK);
+    void *buf = NULL;
+    size_t len = 0;
+    qi_err e = {0};
+    /* without the key that says so, no file */
+    ck_assert_int_eq(qi_gguf_writer_to_memory(w, 3, &buf, &len, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "qinfer.shapes_only"), "%s", e.msg);
+    ck_assert_int_eq(qi_gguf_writer_set_bool(w, "qinfer.shapes_only", true), QI_OK);
+    ck_assert_int_eq(qi_gguf_writer_to_memory(w, 3, &buf, &len, &e), QI_OK);
+    ck_assert_uint_lt(len, 1024); /* 18 MiB of weights, none written */
+    qi_gguf *g = NULL;
+    ck_assert_msg(qi_gguf_open_memory(buf, len, "shapes", &g, &e) == QI_OK, "%s", e.msg);
+    ck_assert(qi_gguf_shapes_only(g));
+    const qi_gguf_tensor *a = qi_gguf_tensor_find(g, "a"), *b = qi_gguf_tensor_find(g, "b");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(a->data);
+    ck_assert_uint_eq(a->n_bytes, rb * 4096);
+    ck_assert((const char *)b->data >= (const char *)a->data + a->n_bytes ||
+              (const char *)a->data >= (const char *)b->data + b->n_bytes);
+    qi_gguf_close(g);
+    qi_free(buf);
+    /* the key with data: refused too */
+    qi_gguf_writer *w2 = qi_gguf_writer_create();
+    static const uint8_t row[18];
+    const uint64_t ne1[1] = {32};
+    ck_assert_int_eq(qi_gguf_writer_add_tensor(w2, "c", QI_TYPE_Q4_0, 1, ne1, row, 18), QI_OK);
+    ck_assert_int_eq(qi_gguf_writer_set_bool(w2, "qinfer.shapes_only", true), QI_OK);
+    ck_assert_int_eq(qi_gguf_writer_to_memory(w2, 3, &buf, &len, &e), QI_ERR_INVALID);
+    qi_gguf_writer_free(w2);
+    /* a normal file does not say shapes-only */
+    qi_gguf_writer_free(w);
+}
+END_TEST
+
+/* ---- the engine on a simulated machine --------------------------------------------------- */
+
+#define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+static qi_model *g_model;
+static char g_prof[256];
+
+/* The round machine as a profile file, for the engine's opts.sim. */
+static void write_profile(void) {
+    snprintf(g_prof, sizeof g_prof, "/tmp/qinfer-test-sim-%d.profile", (int)getpid());
+    FILE *f = fopen(g_prof, "w");
+    if (!f) {
+        perror(g_prof);
+        exit(1);
+    }
+    fprintf(f, "name = round\nkind = server\ngpu.name = round GPU\nlink.name = round link\ncpu.name = round CPU\n"
+               "gpu.count = 1 # source: test\ngpu.fp16_tensor = 100 TFLOP/s # source: test\n"
+               "gpu.int8_tensor = 200 TOP/s # source: test\ngpu.fp32 = 10 TFLOP/s # source: test\n"
+               "gpu.mem_bw = 1 TB/s # source: test\ngpu.mem = 1 GiB # source: test\ngpu.launch = 10 us # source: test\n"
+               "link.h2d_bw = 10 GB/s # source: test\nlink.d2h_bw = 5 GB/s # source: test\n"
+               "link.latency = 20 us # source: test\ncpu.sockets = 1 # source: test\ncpu.cores = 8 # source: test\n"
+               "cpu.fp32 = 100 GFLOP/s # source: test\ncpu.mem_bw = 10 GB/s # source: test\n"
+               "cpu.mem = 1 GiB # source: test\n");
+    fclose(f);
+}
+
+typedef struct {
+    double prefill_s, decode_s, matmul_s; /* matmul_s: the decode steps' */
+    bool zeros;
+} sim_run;
+
+/* One sequence: a 32-token prompt, then 8 decode steps, on the simulated
+ * machine with the given placement and parameters. */
+static qi_status run_sim(const char *devices, const char *placement, const qi_params *par, sim_run *out, qi_err *e) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.max_seqs = 1;
+    o.n_ctx = 128;
+    o.profile = true;
+    o.sim = g_prof;
+    o.sim_params = par;
+    o.devices = devices;
+    o.placement = placement;
+    qi_engine *en = NULL;
+    qi_status st = qi_engine_create(g_model, &o, &en, e);
+    if (st) return st;
+    ck_assert_str_eq(qi_engine_sim_profile(en), "round");
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(en, &id, e), QI_OK);
+    int32_t toks[32];
+    for (int i = 0; i < 32; i++) toks[i] = 100 + i;
+    const double t0 = qi_engine_now(en);
+    ck_assert_int_eq(qi_engine_seq_feed(en, id, toks, 32, false, e), QI_OK);
+    while (qi_engine_seq_pending(en, id) > 0) ck_assert_int_eq(qi_engine_step(en, NULL, e), QI_OK);
+    const double t1 = qi_engine_now(en);
+    qi_engine_prof p0;
+    qi_engine_profile(en, &p0);
+    out->zeros = true;
+    for (int s = 0; s < 8; s++) {
+        const float *lg = qi_engine_seq_logits(en, id, -1);
+        for (int v = 0; v < g_model->hp.n_vocab; v++) out->zeros &= lg[v] == 0.0f;
+        const int32_t t = 7;
+        ck_assert_int_eq(qi_engine_seq_feed(en, id, &t, 1, false, e), QI_OK);
+        ck_assert_int_eq(qi_engine_step(en, NULL, e), QI_OK);
+    }
+    out->prefill_s = t1 - t0;
+    out->decode_s = qi_engine_now(en) - t1;
+    qi_engine_prof pr;
+    qi_engine_profile(en, &pr);
+    out->matmul_s = pr.seconds[QI_OP_MATMUL] - p0.seconds[QI_OP_MATMUL]; /* decode's */
+    qi_engine_free(en);
+    return QI_OK;
+}
+
+START_TEST(test_engine_sim) {
+    qi_err e = {0};
+    sim_run a, b;
+    /* all on the GPU, twice: nothing computed, the same times */
+    ck_assert_msg(run_sim("cpu,gpu", "ngl=31", NULL, &a, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(run_sim("cpu,gpu", "ngl=31", NULL, &b, &e) == QI_OK, "%s", e.msg);
+    ck_assert(a.zeros);
+    ck_assert(a.prefill_s > 0 && a.decode_s > 0);
+    ck_assert(a.prefill_s == b.prefill_s && a.decode_s == b.decode_s);
+    /* the CPU alone: decode reads every layer's and the head's weights once
+     * a step at the CPU's bandwidth, which bounds its time from below, and
+     * is slower than the GPU (whose small ops are mostly launch cost) */
+    sim_run c;
+    ck_assert_msg(run_sim("cpu", "all-cpu", NULL, &c, &e) == QI_OK, "%s", e.msg);
+    qi_sim_params def;
+    qi_sim_params_default(&def);
+    double wb = 0;
+    for (int k = 1; k < qi_plan_n_blocks(g_model->hp.n_layer); k++) wb += (double)qi_plan_block_bytes(g_model, k);
+    const double floor_s = 8 * wb / (10e9 * def.memory[0][0]);
+    ck_assert_msg(c.decode_s > floor_s && c.decode_s < 1.5 * floor_s, "cpu decode %g s, bandwidth floor %g s",
+                  c.decode_s, floor_s);
+    ck_assert_msg(c.decode_s > 2 * a.decode_s, "cpu %g s, gpu %g s", c.decode_s, a.decode_s);
+    /* decode on the CPU is memory-bound: doubling the matmul memory
+     * efficiency halves the matmul time but for the fixed cost per op */
+    qi_params p;
+    qi_params_init(&p);
+    char v[32];
+    snprintf(v, sizeof v, "%.17g", def.memory[0][0] / 2);
+    ck_assert_int_eq(qi_params_set(&p, "cpu_matmul_memory", v, &e), QI_OK);
+    sim_run d;
+    ck_assert_msg(run_sim("cpu", "all-cpu", &p, &d, &e) == QI_OK, "%s", e.msg);
+    ck_assert(d.matmul_s > 1.9 * c.matmul_s && d.matmul_s < 2.0 * c.matmul_s);
+    /* a plan that does not fit the simulated GPU's memory is refused */
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.max_seqs = 1;
+    o.n_ctx = 128;
+    o.sim = g_prof;
+    o.devices = "cpu,gpu:40M";
+    o.placement = "ngl=31";
+    qi_engine *en = NULL;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &en, &e), QI_ERR_NOMEM);
+    ck_assert_msg(strstr(e.msg, "gpu:40M"), "%s", e.msg);
+    /* a simulated machine has no testdev; a real one no gpu */
+    qi_err_clear(&e);
+    o.devices = "cpu,testdev";
+    o.placement = NULL;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &en, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    o.sim = NULL;
+    o.devices = "cpu,gpu";
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &en, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "--sim"), "%s", e.msg);
+    /* a bad profile names the file */
+    qi_err_clear(&e);
+    o.sim = "/nonexistent/x.profile";
+    o.devices = NULL;
+    ck_assert_int_ne(qi_engine_create(g_model, &o, &en, &e), QI_OK);
+    ck_assert_msg(strstr(e.msg, "/nonexistent/x.profile"), "%s", e.msg);
+    /* and a bad simulator parameter names it */
+    qi_err_clear(&e);
+    o.sim = g_prof;
+    qi_params_init(&p);
+    ck_assert_int_eq(qi_params_set(&p, "gpu_matmul_memroy", "0.5", &e), QI_OK);
+    o.sim_params = &p;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &en, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "gpu_matmul_memroy"), "%s", e.msg);
+}
+END_TEST
+
+static Suite *sim_suite(void) {
+    Suite *s = suite_create("sim");
+    TCase *tc = tcase_create("sim");
+    tcase_add_test(tc, test_params);
+    tcase_add_test(tc, test_op_time);
+    tcase_add_test(tc, test_overlap);
+    tcase_add_test(tc, test_copies);
+    tcase_add_test(tc, test_capacity);
+    tcase_add_test(tc, test_noise);
+    tcase_add_test(tc, test_shapes_only_gguf);
+    suite_add_tcase(s, tc);
+    if (g_model) {
+        tc = tcase_create("engine");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_engine_sim);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void) {
+    const char *cs = qi_test_case();
+    if (strcmp(cs, "engine") == 0 || !*cs) g_model = qi_test_load_cached(SMOL_FILE);
+    if (strcmp(cs, "engine") == 0 && !g_model)
+        return qi_test_skip("test_sim_engine", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
+    if (g_model) write_profile();
+    const int rc = qi_test_run_suite(sim_suite());
+    if (g_model) unlink(g_prof);
+    qi_model_free(g_model);
+    return rc;
+}
