@@ -28,7 +28,6 @@
  * share of each peak a kernel reaches (FlexGen fits its constants to runs)
  * is a parameter, eff_gpu, eff_cpu, eff_link, 1.0 until calibration.
  */
-#include <float.h>
 #include <glpk.h>
 #include <limits.h>
 #include <math.h>
@@ -68,8 +67,12 @@ static bool positive(double x) { return isfinite(x) && x > 0.0; }
 static qi_status check_inputs(const qi_flexgen_inputs *in, qi_err *err) {
     const double pos[] = {in->layer_bytes, in->layer_flops, in->gpu_flops, in->gpu_bw, in->gpu_mem, in->cpu_flops,
                           in->cpu_bw, in->cpu_mem, in->h2d_bw, in->d2h_bw, in->eff_gpu, in->eff_cpu, in->eff_link};
+    static const char *const names[] = {"layer bytes", "layer FLOPs", "GPU FLOP/s", "GPU bandwidth", "GPU memory",
+                                        "CPU FLOP/s", "CPU bandwidth", "CPU memory", "host-to-device bandwidth",
+                                        "device-to-host bandwidth", "eff_gpu", "eff_cpu", "eff_link"};
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (!positive(pos[i])) return QI_ERR(err, QI_ERR_INVALID, "flexgen: cost-model input %zu is %g", i, pos[i]);
+        if (!positive(pos[i]))
+            return QI_ERR(err, QI_ERR_INVALID, "flexgen: %s is %g, not a positive number", names[i], pos[i]);
     if (in->n_layer < 1 || in->n_embd < 1 || in->q_width < 1 || in->kv_width < 1 || in->n_ff < 1 || in->n_head < 1 ||
         in->prompt_len < 0 || in->gen_len < 1 || in->kv_tokens < 1 || in->batch < 1 || in->gbs_max < 1 ||
         in->num_gb_max < 1)

@@ -580,6 +580,7 @@ START_TEST(test_flexgen_search) {
     in.eff_gpu = -1;
     qi_err_clear(&e);
     ck_assert_int_eq(qi_flexgen_solve_lp(&in, 1, 1, &got, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "flexgen") && strstr(e.msg, "eff_gpu"), "%s", e.msg);
     in = fg_inputs(1e8);
     in.h2d_bw = NAN;
     ck_assert_int_eq(qi_flexgen_solve(&in, &got, NULL), QI_ERR_INVALID);
