@@ -294,7 +294,8 @@ static qi_status flexgen_create(const qi_params *params, qi_placement_policy **o
 /* The layers' weight bytes (attention and MLP), all of them. */
 static double layers_bytes(const qi_model *m) {
     double b = 0;
-    for (int l = 0; l < m->hp.n_layer; l++) b += (double)qi_plan_block_bytes(m, 1 + 2 * l) + qi_plan_block_bytes(m, 2 + 2 * l);
+    for (int l = 0; l < m->hp.n_layer; l++)
+        b += (double)qi_plan_block_bytes(m, 1 + 2 * l) + qi_plan_block_bytes(m, 2 + 2 * l);
     return b;
 }
 
