@@ -22,7 +22,12 @@
 #include "placement/placement_policy.h"
 #include "qinfer/model.h"
 
+/* flexgen needs GLPK (CMakeLists.txt builds it only where GLPK is found) */
+#ifdef QI_HAVE_GLPK
+#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(flexgen)
+#else
 #define QI_PLACEMENT_POLICY_LIST(X) X(static)
+#endif
 
 #define QI_PLACEMENT_DECLARE(name) extern const qi_placement_policy_i qi_placement_##name##_policy;
 #define QI_PLACEMENT_ENTRY(name) &qi_placement_##name##_policy,
