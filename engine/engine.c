@@ -205,8 +205,18 @@ struct qi_engine {
     /* with profile: the step's copies as pairs of events (start, end) on
      * their stream, timed when the step has synchronised */
     qi_event **cev;
-    int *cev_kind;          /* [cap_cev / 2] an op kind, or -1: copies */
+    int *cev_kind;          /* [cap_cev / 2] an op kind, -1: copies, QI_OP_COUNT: a block's span */
+    int *cev_tag;           /* [cap_cev / 2] for an op, its block << 1 | 1 on a split's second device;
+                             * for copies, the device they fill; for a span, its block */
     int n_cev, cap_cev;
+    int cur_blk, cur_slot;  /* the block the ops issued now belong to, and whether on its split device */
+    /* with profile: per weight block the device time of its span on its
+     * device and of a split attention's ops on the second device, and the
+     * copies into each device, since the last reset (placement policies'
+     * observations) */
+    double *blk_s, *blk_split_s;
+    double copy_dev_s[QI_PLAN_MAX_DEVICES];
+    long blk_steps;
     qi_engine_prof prof;
 };
 
@@ -228,6 +238,7 @@ static double eclock(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : 
  * one, QINFER_FAKE_CLOCK) when the machine is real. */
 double qi_engine_now(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : qi_measure_now(); }
 const char *qi_engine_sim_profile(const qi_engine *e) { return e->sim ? qi_sim_profile(e->sim)->name : NULL; }
+const qi_hwprofile *qi_engine_sim_hwprofile(const qi_engine *e) { return e->sim ? qi_sim_profile(e->sim) : NULL; }
 
 /* Profiling (opts.profile): host work (the KV policy's decisions) by the
  * engine's clock, HOST_PROF_BEGIN/END around it; ops by their device's events
@@ -244,20 +255,23 @@ const char *qi_engine_sim_profile(const qi_engine *e) { return e->sim ? qi_sim_p
 /* A step's timed intervals: pairs of events (start, end) on one device's
  * stream, of an op kind or (-1) a batch of copies, summed when the step
  * has synchronised (finish_step). */
-static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, qi_err *err) {
+static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, int tag, qi_err *err) {
     if (e->n_cev + 2 > e->cap_cev) {
         const int cap = e->cap_cev ? 2 * e->cap_cev : 256;
         qi_event **p = qi_realloc(e->cev, sizeof *p * (size_t)cap);
         if (p) e->cev = p;
         int *k = p ? qi_realloc(e->cev_kind, sizeof *k * (size_t)(cap / 2)) : NULL;
         if (k) e->cev_kind = k;
-        if (!p || !k) {
+        int *g = k ? qi_realloc(e->cev_tag, sizeof *g * (size_t)(cap / 2)) : NULL;
+        if (g) e->cev_tag = g;
+        if (!p || !k || !g) {
             qi_event_free(a);
             qi_event_free(b);
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the events timing a step");
         }
         e->cap_cev = cap;
     }
+    e->cev_tag[e->n_cev / 2] = tag;
     e->cev_kind[e->n_cev / 2] = kind;
     e->cev[e->n_cev++] = a;
     e->cev[e->n_cev++] = b;
@@ -280,7 +294,28 @@ static qi_status op_end(qi_engine *e, qi_backend *b, qi_event *t0, int kind, qi_
         return st;
     }
     e->prof.calls[kind]++;
-    return keep_events(e, t0, t1, kind, err);
+    return keep_events(e, t0, t1, kind, e->cur_blk << 1 | e->cur_slot, err);
+}
+
+/* A block's span on its device (profile on): an event where it starts,
+ * and one where it ends, kept as the block's time. */
+static qi_status span_begin(qi_engine *e, int d, int blk, qi_event **t0, qi_err *err) {
+    e->cur_blk = blk;
+    e->cur_slot = 0;
+    return op_begin(e, e->dev[d].be, t0, err);
+}
+
+static qi_status span_end(qi_engine *e, int d, int blk, qi_event *t0, qi_status st, qi_err *err) {
+    if (!t0 || st) {
+        qi_event_free(t0);
+        return st;
+    }
+    qi_event *t1 = NULL;
+    if ((st = qi_event_record(e->dev[d].be, &t1, err))) {
+        qi_event_free(t0);
+        return st;
+    }
+    return keep_events(e, t0, t1, QI_OP_COUNT, blk, err);
 }
 
 /* An op on device b: timed as `kind` with profile on, its failure
@@ -384,8 +419,8 @@ void qi_engine_free(qi_engine *e) {
     for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
-                    (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->kstage, (void *)e->kst_blk,
-                    e->kst_at};
+                    (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->kstage, (void *)e->kst_blk,
+                    e->kst_at, e->blk_s, e->blk_split_s};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -807,6 +842,8 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
             qi_buf_free(D->sbuf);
             D->sbuf = NULL;
             D->cap_sbuf = 0;
+            /* KV blocks kept for reuse by layers that left: room for what came */
+            if (D->pool && D->pool != e->pool) qi_kv_pool_trim(D->pool);
         }
         qi_plan_free(&e->plan);
         e->plan = next;
@@ -843,10 +880,37 @@ bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
     return true;
 }
 
+size_t qi_engine_plan_bytes(const qi_engine *e, int d) {
+    if (d <= 0 || d >= e->plan.n_devices || !e->dev[d].be) return 0;
+    size_t n = 0;
+    for (int b = 0; b < wblock_count(e->m); b++)
+        if (e->dev[d].wblk[b]) n += qi_buf_size(e->dev[d].wblk[b]);
+    const qi_kv_pool *pool = e->dev[d].pool;
+    if (pool && pool != e->pool) {
+        const qi_kv_usage *u = qi_kv_pool_usage(pool);
+        n += (size_t)(u->blocks[0] + u->blocks[1] + qi_kv_pool_n_free(pool)) * u->block_bytes;
+    }
+    return n;
+}
+
 size_t qi_engine_block_bytes(const qi_engine *e, int d, int b) {
     if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be || b < 0 || b >= qi_plan_n_blocks(e->m->hp.n_layer))
         return 0;
     return wblock_bytes(e->m, (dev_state *)&e->dev[d], b);
+}
+
+void qi_engine_block_times_get(const qi_engine *e, qi_engine_block_times *out) {
+    *out = (qi_engine_block_times){.n_blocks = wblock_count(e->m), .steps = e->blk_steps, .block_s = e->blk_s,
+                                   .split_s = e->blk_split_s};
+    memcpy(out->copy_s, e->copy_dev_s, sizeof out->copy_s);
+}
+
+void qi_engine_block_times_reset(qi_engine *e) {
+    const size_t n = (size_t)wblock_count(e->m);
+    memset(e->blk_s, 0, sizeof *e->blk_s * n);
+    memset(e->blk_split_s, 0, sizeof *e->blk_split_s * n);
+    memset(e->copy_dev_s, 0, sizeof e->copy_dev_s);
+    e->blk_steps = 0;
 }
 
 void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {
@@ -948,6 +1012,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->stats = qi_malloc(sizeof(float) * e->cap_stats);
     e->fate_off = qi_malloc(sizeof(size_t) * ((size_t)o->max_seqs * (size_t)hp->n_head_kv + 1));
     e->kst_at = qi_malloc(sizeof(long) * (size_t)o->max_seqs * (size_t)hp->n_head_kv);
+    e->blk_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_s);
+    e->blk_split_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_split_s);
     e->ps = qi_calloc((size_t)o->n_threads, sizeof *e->ps);
     if (!e->ps) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d threads", o->n_threads);
@@ -990,7 +1056,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (!e->seqs || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
+    if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
         !e->fate_off || !e->kst_at) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);
@@ -1662,7 +1728,10 @@ static qi_status xfer_end(qi_engine *e, xfer *x, bool from_waits, qi_err *err) {
     if (!st && wait_to) st = qi_event_wait(x->to, ev, err);
     if (!st && wait_from) st = qi_event_wait(x->from, ev, err);
     if (!st && x->t0) {
-        st = keep_events(e, x->t0, ev, -1, err);
+        int to = 0;
+        for (int d = 0; d < e->plan.n_devices; d++)
+            if (e->dev[d].be == x->to) to = d;
+        st = keep_events(e, x->t0, ev, -1, to, err);
         x->t0 = ev = NULL;
     }
     qi_event_free(x->t0);
@@ -1715,8 +1784,10 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
         (st = xfer_copy(e, &x, act_view(B, B->v), act_view(A, A->v), kb, err)) || (st = xfer_end(e, &x, false, err)))
         return st;
     TIMED(e, A->be, QI_OP_KV, qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err));
+    e->cur_slot = 1;
     TIMED(e, B->be, QI_OP_KV, qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err));
     TIMED(e, B->be, QI_OP_ATTENTION, qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err));
+    e->cur_slot = 0;
     TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention(A->be, e->acall, n_seg, err));
     /* B's partial result back to A, and the merge */
     const size_t mb = sizeof(float) * (size_t)T * H;
@@ -1868,22 +1939,31 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     for (int i = 0; i < n_seg; i++)
         for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
     int x_dev = p->embd_dev;
+    qi_event *t0;
     {
         const dev_state *X = &e->dev[x_dev];
-        OP(qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err));
-        if (hp->embd_scale != 1.0f) OP(qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err));
+        if ((st = span_begin(e, x_dev, 0, &t0, err))) return st;
+        st = qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err);
+        if (!st && hp->embd_scale != 1.0f)
+            st = qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err);
+        if ((st = span_end(e, x_dev, 0, t0, st, err))) return st;
     }
     int rows = T;
     for (int l = 0; l < hp->n_layer; l++) {
-        if ((st = move_x(e, &x_dev, p->layers[l].attn_dev, rows, err))) return st;
-        if ((st = attention_block(e, segs, n_seg, T, R, l, &rows, err))) return st;
+        const int a = p->layers[l].attn_dev, f = p->layers[l].mlp_dev;
+        if ((st = move_x(e, &x_dev, a, rows, err)) || (st = span_begin(e, a, 1 + 2 * l, &t0, err)) ||
+            (st = span_end(e, a, 1 + 2 * l, t0, attention_block(e, segs, n_seg, T, R, l, &rows, err), err)))
+            return st;
         if (rows == 0) break;
-        if ((st = move_x(e, &x_dev, p->layers[l].mlp_dev, rows, err))) return st;
-        if ((st = mlp_block(e, l, rows, err))) return st;
+        if ((st = move_x(e, &x_dev, f, rows, err)) || (st = span_begin(e, f, 2 + 2 * l, &t0, err)) ||
+            (st = span_end(e, f, 2 + 2 * l, t0, mlp_block(e, l, rows, err), err)))
+            return st;
     }
     if (R == 0) return QI_OK;
-    if ((st = move_x(e, &x_dev, p->head_dev, R, err))) return st;
-    return head_block(e, R, err);
+    const int hb = 2 * hp->n_layer + 1;
+    if ((st = move_x(e, &x_dev, p->head_dev, R, err)) || (st = span_begin(e, p->head_dev, hb, &t0, err)))
+        return st;
+    return span_end(e, p->head_dev, hb, t0, head_block(e, R, err), err);
 }
 
 /* The end of a step: every device's stream waited for, the first failure
@@ -1894,12 +1974,18 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
     for (int i = 0; i + 1 < e->n_cev; i += 2) {
         qi_event_sync(e->cev[i + 1]);
         const double t = qi_event_elapsed(e->cev[i], e->cev[i + 1]);
-        const int kind = e->cev_kind[i / 2];
-        if (kind < 0)
+        const int kind = e->cev_kind[i / 2], tag = e->cev_tag[i / 2];
+        if (kind < 0) {
             e->prof.copy_seconds += t;
-        else
+            e->copy_dev_s[tag] += t;
+        } else if (kind == QI_OP_COUNT) {
+            e->blk_s[tag] += t;
+        } else {
             e->prof.seconds[kind] += t;
+            if (tag & 1) e->blk_split_s[tag >> 1] += t;
+        }
     }
+    if (e->o.profile && e->n_cev) e->blk_steps++;
     for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
     e->n_cev = 0;
     return first;

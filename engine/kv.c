@@ -235,6 +235,11 @@ qi_status qi_kv_stream_split(qi_kv_stream *s, int n_new, float r, int *moved, qi
 
 long qi_kv_pool_n_free(const qi_kv_pool *p) { return p->n_free; }
 
+void qi_kv_pool_trim(qi_kv_pool *p) {
+    for (long i = 0; i < p->n_free; i++) qi_buf_free(p->free_list[i]);
+    p->n_free = 0;
+}
+
 /* Block b's rows into buffer nb of pool `to`, from pool `from`. */
 static qi_status block_copy(qi_kv_pool *to, qi_buf *nb, qi_kv_pool *from, qi_buf *ob, qi_err *err) {
     const size_t n = to->u.block_bytes;

@@ -130,6 +130,9 @@ void qi_kv_rehome_undo(qi_kv_stream *s, qi_kv_rehome *u);
 /* Blocks a pool holds free for reuse: what a move into it takes before it
  * allocates. */
 long qi_kv_pool_n_free(const qi_kv_pool *p);
+/* Give the blocks kept for reuse back to the device (after a new plan
+ * took a layer's KV elsewhere, so its memory serves what came instead). */
+void qi_kv_pool_trim(qi_kv_pool *p);
 
 /* Apply fates (QI_KV_KEEP/OFFLOAD/DROP from kv_policy.h) to the tokens as
  * a policy saw them: the working tier's n tokens, then the offload tier's.

@@ -435,8 +435,11 @@ static void sim_copy(qi_backend *b, void *dst, const void *src, size_t n) {
     advance(b, QI_SIM_OP_CLASSES, dur * noise(d->sim));
 }
 
+/* A marker completes when the stream reaches it, which is no earlier than
+ * the host issued it: an idle GPU's clock is behind the host's. */
 static void sim_mark(qi_backend *b, qi_event *ev) {
     sim_dev *d = S(b);
+    if (d->gpu && d->t < d->sim->host) d->t = d->sim->host;
     qi_event_complete(ev, d->gpu ? d->t : d->sim->host);
 }
 

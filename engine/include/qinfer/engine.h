@@ -76,8 +76,11 @@ void qi_engine_opts_default(qi_engine_opts *o);
  * opts.sim the simulated machine's, which advances only by the simulated
  * devices' work. Measure with it, never with a clock of one's own. */
 double qi_engine_now(const qi_engine *e);
-/* The simulated machine's profile name, or NULL when the devices are real. */
+/* The simulated machine's profile name, or NULL when the devices are real;
+ * and its figures (qinfer/hwprofile.h), or NULL. */
 const char *qi_engine_sim_profile(const qi_engine *e);
+struct qi_hwprofile;
+const struct qi_hwprofile *qi_engine_sim_hwprofile(const qi_engine *e);
 
 /* Validates the options (a policy that needs a budget without one, an
  * unknown policy or parameter: an error naming it). m must outlive it. */
@@ -182,6 +185,10 @@ bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out);
  * device d in that device's own form, as the engine allocates it (0: the
  * device runs on the model's own rows, or d or b out of range). */
 size_t qi_engine_block_bytes(const qi_engine *e, int d, int b);
+/* The bytes device d (not the CPU) holds for the plan in force: its weight
+ * blocks and its KV pool's blocks, in use or kept for reuse; what a new
+ * plan could have there beside the rest (activations, logits). */
+size_t qi_engine_plan_bytes(const qi_engine *e, int d);
 /* Tests: the n_op-th op and the n_copy-th copy queued on device d from now
  * fail (0: not), as a device's failure would: the step returns the error,
  * naming the device, and the engine stays usable for new sequences. */
@@ -216,6 +223,24 @@ typedef struct {
     double replan_bytes, replan_seconds;
 } qi_engine_prof;
 void qi_engine_profile(const qi_engine *e, qi_engine_prof *out);
+
+/* With opts.profile, what a placement policy observes: per weight block
+ * (plan.h's numbering) the device time of its span on the device the plan
+ * put it on (from an event where it starts to one where it ends, so a
+ * split attention's span includes waiting for its second device), the
+ * time of a split attention's ops on its second device, and the time of
+ * the activation copies into each device; summed over the steps since the
+ * last reset (steps). The arrays are the engine's, valid until it is
+ * freed. All zeros with profile off. */
+typedef struct {
+    int n_blocks;
+    long steps;
+    const double *block_s; /* [n_blocks] */
+    const double *split_s; /* [n_blocks] */
+    double copy_s[QI_PLAN_MAX_DEVICES];
+} qi_engine_block_times;
+void qi_engine_block_times_get(const qi_engine *e, qi_engine_block_times *out);
+void qi_engine_block_times_reset(qi_engine *e);
 const char *qi_op_kind_name(qi_op_kind k);
 
 #endif
