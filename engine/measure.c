@@ -236,6 +236,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
     uint64_t rng = o->seed ? o->seed : 0x2545f4914f6cdd1dull;
     int n_added = 0, n;
     qi_status st = QI_OK;
+    if (o->tick && (st = o->tick(o->tick_ctx, e, o->batch, o->n_prompt, o->n_gen, err))) goto done;
     double t0 = qi_engine_now(e);
     for (; n_added < o->batch; n_added++) {
         if ((st = qi_engine_seq_add(e, &ids[n_added], err))) goto done;
@@ -286,6 +287,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
             }
             if ((st = qi_engine_seq_feed(e, ids[b], &tok[b], 1, false, err))) goto done;
         }
+        if (o->tick && (st = o->tick(o->tick_ctx, e, o->batch, o->n_prompt + i, o->n_gen - i, err))) goto done;
         if ((st = qi_engine_step(e, &n, err))) goto done;
         if (n != o->batch) {
             st = QI_ERR(err, QI_ERR_BACKEND, "a decode step ran %d tokens, not one for each of %d sequences", n,

@@ -254,20 +254,9 @@ void qi_cli_place_policy_allow(qi_cli_kv *k) { k->policy_ok = true; }
 
 qi_status qi_cli_place_policy(const qi_cli_kv *k, qi_engine *e, const qi_model *m, int batch, int prompt_len,
                               int gen_len, qi_err *err) {
-    const char *spec = policy_spec(k);
-    if (!spec) return QI_OK;
-    char name[64];
-    const char *colon = strchr(spec, ':');
-    const size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
-    if (len == 0 || len >= sizeof name)
-        return QI_ERR(err, QI_ERR_INVALID, "placement '%s': policy:NAME[:K=V,...] names no policy", k->placement);
-    memcpy(name, spec, len);
-    name[len] = 0;
-    qi_params params;
-    qi_params_init(&params);
-    qi_status st = colon ? qi_params_parse(&params, colon + 1, err) : QI_OK;
+    if (!policy_spec(k)) return QI_OK;
     qi_placement_policy *p = NULL;
-    if (!st) st = qi_placement_policy_create(name, &params, &p, err);
+    qi_status st = qi_placement_policy_from_spec(k->placement, &p, err);
     const qi_placement_workload wl = {.batch = batch, .prompt_len = prompt_len, .gen_len = gen_len,
                                       .kv_budget = k->budget_tokens};
     if (!st) st = qi_placement_apply(p, e, m, &wl, NULL, err);

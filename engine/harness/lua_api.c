@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "placement/placement_policy.h"
 #include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/perplexity.h"
@@ -343,6 +344,7 @@ static int scratch_close(lua_State *L) {
     qi_free(s->ids);
     qi_free(s->ids2);
     qi_free(s->text);
+    qi_placement_policy_free(s->policy);
     memset(s, 0, sizeof *s);
     return 0;
 }

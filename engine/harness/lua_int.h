@@ -67,6 +67,7 @@ typedef struct {
     qi_sampler *smp;
     int32_t *ids, *ids2;
     char *text;
+    struct qi_placement_policy *policy; /* owned: freed */
 } lq_scratch;
 
 /* ---- shared by lua_api.c (objects) and lua_measure.c (measured helpers) ---- */

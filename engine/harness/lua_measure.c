@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "placement/placement_policy.h"
 #include "qinfer/measure.h"
 #include "qinfer/model_files.h"
 #include "qinfer/perplexity.h"
@@ -262,6 +263,23 @@ static int l_perplexity(lua_State *L) {
     return 1;
 }
 
+/* A placement policy run by qinfer.throughput: planned before the prompts
+ * for the workload, then (replan) ticked before every step. */
+typedef struct {
+    qi_placement_ctl ctl;
+    const qi_model *m;
+    int kv_budget;
+    bool replan;
+} place_run;
+
+static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err) {
+    place_run *p = ctx;
+    if (!p->replan && p->ctl.ticks > 0) return QI_OK;
+    const qi_placement_workload wl = {.batch = batch, .prompt_len = context, .gen_len = left,
+                                      .kv_budget = p->kv_budget};
+    return qi_placement_ctl_tick(&p->ctl, e, p->m, &wl, NULL, err);
+}
+
 /* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, kv_...})
  * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt}
  * qi_measure_decode, as bench's batched rows: batch sequences get the
@@ -272,7 +290,7 @@ static int l_perplexity(lua_State *L) {
  * batch * n_gen / decode_s. */
 static int l_throughput(lua_State *L) {
     lq_model *mb = lq_check_model(L, 1);
-    static const char *const keys[] = {"batch", "n_gen", "prompt", "n_ctx", LQ_ENGINE_KEYS, NULL};
+    static const char *const keys[] = {"batch", "n_gen", "prompt", "n_ctx", "replan", "bucket", LQ_ENGINE_KEYS, NULL};
     lq_opts_check(L, 2, 2, keys);
     const qi_model *m = mb->m;
     int batch = (int)lq_opt_int(L, 2, 2, "batch", 1, 1, 256);
@@ -312,13 +330,41 @@ static int l_throughput(lua_State *L) {
     lq_read_engine_opts(L, 2, 2, &eo, mb);
     eo.o.max_seqs = batch;
     eo.o.n_ctx = n_ctx;
+    /* placement = "policy:NAME[:K=V,...]": the policy plans for this
+     * workload before the prompts and, with replan (default true), is
+     * ticked before every step (qi_placement_ctl_tick), learning from the
+     * block times the engine then measures */
+    place_run pr = {0};
+    const bool policy = qi_placement_is_policy(eo.o.placement);
+    pr.replan = lq_opt_bool(L, 2, 2, "replan", true);
+    const double bucket = lq_opt_num(L, 2, 2, "bucket", 2.0);
+    if (!(bucket > 1.0)) return luaL_argerror(L, 2, "option 'bucket': a factor above 1 expected");
+    if (policy) {
+        if (qi_placement_policy_from_spec(eo.o.placement, &s->policy, &err)) return lq_fail(L, &err);
+        qi_placement_ctl_init(&pr.ctl, s->policy, bucket);
+        pr.m = m;
+        pr.kv_budget = eo.o.kv_budget_tokens > 0 ? eo.o.kv_budget_tokens
+                                                 : (int)(eo.o.kv_budget_frac * ((double)n_prompt + n_gen));
+        eo.o.placement = "all-cpu";
+        eo.o.profile = eo.o.profile || pr.replan; /* the block times it learns from */
+    }
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
-    lq_note_plan(L, s->engine);
     const qi_decode_opts o = {.batch = batch, .n_gen = n_gen, .prompts = s->ids, .n_prompt = (int)n_prompt,
-                              .prompt_stride = per_seq ? (int)n_prompt : 0, .greedy = true};
+                              .prompt_stride = per_seq ? (int)n_prompt : 0, .greedy = true,
+                              .tick = policy ? place_tick : NULL, .tick_ctx = &pr};
     qi_decode_result r;
     if (qi_measure_decode(s->engine, m, &o, &r, &err)) return lq_fail(L, &err);
-    lua_createtable(L, 0, 9);
+    lq_note_plan(L, s->engine);
+    lua_createtable(L, 0, 14);
+    if (policy) {
+        char sum[256];
+        qi_plan_summary(qi_engine_plan(s->engine), sum, sizeof sum);
+        lq_set_str(L, "plan", sum);
+        lq_set_int(L, "replans", pr.ctl.replans);
+        lq_set_num(L, "moved_bytes", pr.ctl.moved_bytes);
+        lq_set_num(L, "predicted_step_s", pr.ctl.predicted_s);
+        lq_set_num(L, "measured_step_s", pr.ctl.measured_s);
+    }
     lq_set_num(L, "ttft_s", r.prefill_s);
     lq_set_num(L, "tpot_s", r.tpot_s);
     lq_set_num(L, "tokens_per_s", r.tokens_per_s);

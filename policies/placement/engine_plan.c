@@ -9,10 +9,12 @@
  * slot's check (registry.c) counts the workload's KV too, so a plan it
  * passes is one the engine takes.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "placement/placement_policy.h"
 #include "qinfer/model.h"
+#include "qinfer/hwprofile.h"
 
 void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *out) {
     *out = (qi_placement_devices){0};
@@ -22,11 +24,47 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
         snprintf(o->name, sizeof o->name, "%s", d.name);
         o->kind = i == 0 ? QI_PLACEMENT_DEV_CPU : QI_PLACEMENT_DEV_ACCEL;
         o->capacity = d.capacity;
-        o->free = d.capacity > d.in_use ? d.capacity - d.in_use : 0;
+        /* room for a whole plan: what the plan in force holds there counts as free */
+        const size_t used = d.in_use - (i ? qi_engine_plan_bytes(e, i) : 0);
+        o->free = d.capacity > used ? d.capacity - used : 0;
         o->holds_act = true;
         out->n_devices = i + 1;
     }
     out->engine = e;
+    out->profile = qi_engine_sim_hwprofile(e);
+}
+
+/* The move to plan next: at once, or through the plan that keeps on every
+ * device only what both plans put there (it only frees room) when the
+ * engine refuses the direct move for room. */
+static qi_status move_to(qi_engine *e, const qi_plan *next, qi_engine_replan_cost *cost, qi_err *err) {
+    qi_err e1 = {0};
+    qi_status st = qi_engine_replan(e, next, cost, &e1);
+    if (st != QI_ERR_NOMEM) {
+        if (st) *err = e1;
+        return st;
+    }
+    const qi_plan *cur = qi_engine_plan(e);
+    qi_plan mid = {0};
+    if ((st = qi_plan_copy(&mid, next, err))) return st;
+    for (int l = 0; l < mid.n_layer; l++) {
+        qi_plan_layer *y = &mid.layers[l];
+        const qi_plan_layer *x = &cur->layers[l];
+        if (y->attn_dev != x->attn_dev || y->split != x->split || y->split_dev != x->split_dev)
+            y->attn_dev = 0, y->split = 0.0f, y->split_dev = -1;
+        if (y->mlp_dev != x->mlp_dev) y->mlp_dev = 0;
+    }
+    if (mid.head_dev != cur->head_dev) mid.head_dev = 0;
+    if (mid.embd_dev != cur->embd_dev) mid.embd_dev = 0;
+    qi_engine_replan_cost c1 = {0}, c2 = {0};
+    st = qi_engine_replan(e, &mid, &c1, err);
+    if (!st) st = qi_engine_replan(e, next, &c2, err);
+    qi_plan_free(&mid);
+    if (cost)
+        *cost = (qi_engine_replan_cost){.weight_bytes = c1.weight_bytes + c2.weight_bytes,
+                                        .kv_blocks = c1.kv_blocks + c2.kv_blocks,
+                                        .kv_bytes = c1.kv_bytes + c2.kv_bytes, .seconds = c1.seconds + c2.seconds};
+    return st;
 }
 
 qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const qi_model *m,
@@ -36,7 +74,100 @@ qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const qi_mode
     qi_plan plan = {0};
     qi_status st = qi_placement_policy_plan(p, m, &devs, wl, &plan, err);
     if (st) return st;
-    st = qi_engine_replan(e, &plan, cost, err);
+    st = move_to(e, &plan, cost, err);
     qi_plan_free(&plan);
+    return st;
+}
+
+/* ---- re-planning while the engine runs ------------------------------------------------- */
+
+void qi_placement_ctl_init(qi_placement_ctl *c, qi_placement_policy *p, double bucket) {
+    *c = (qi_placement_ctl){.policy = p, .bucket = bucket > 1.0 ? bucket : 2.0, .bucket_batch = -1,
+                            .bucket_ctx = -1, .predicted_s = NAN, .measured_s = NAN};
+}
+
+static int bucket_of(double v, double base) { return v < 1.0 ? 0 : (int)floor(log(v) / log(base) + 1e-9); }
+
+/* The bytes a move from plan a to plan b carries: the weight blocks that
+ * change device (to a device other than the CPU) and the working KV of
+ * the layers whose attention moves or whose split changes. */
+static double moved_bytes(const qi_engine *e, const qi_model *m, const qi_placement_workload *wl, const qi_plan *a,
+                          const qi_plan *b) {
+    double n = 0;
+    for (int k = 0; k < qi_plan_n_blocks(m->hp.n_layer); k++) {
+        const int d = qi_plan_block_dev(b, k);
+        if (qi_plan_block_dev(a, k) != d && d != 0) n += (double)qi_engine_block_bytes(e, d, k);
+    }
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const qi_plan_layer *x = &a->layers[l], *y = &b->layers[l];
+        if (x->attn_dev != y->attn_dev || x->split != y->split || x->split_dev != y->split_dev)
+            n += (double)qi_placement_kv_bytes(m, wl, l);
+    }
+    return n;
+}
+
+qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_model *m, const qi_placement_workload *wl,
+                                bool *replanned, qi_err *err) {
+    if (replanned) *replanned = false;
+    c->ticks++;
+    qi_placement_devices devs;
+    qi_placement_devices_of_engine(e, &devs);
+    const qi_plan *cur = qi_engine_plan(e);
+    /* what ran since the last tick, to the policy */
+    qi_engine_block_times bt;
+    qi_engine_block_times_get(e, &bt);
+    if (c->have_obs && bt.steps > 0) {
+        const int nb = bt.n_blocks;
+        double *avg = qi_malloc(sizeof *avg * 2 * (size_t)nb);
+        if (!avg) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a placement observation");
+        double copy[QI_PLAN_MAX_DEVICES], total = 0;
+        for (int k = 0; k < nb; k++) {
+            avg[k] = bt.block_s[k] / (double)bt.steps;
+            avg[nb + k] = bt.split_s[k] / (double)bt.steps;
+            total += avg[k];
+        }
+        for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
+            copy[d] = bt.copy_s[d] / (double)bt.steps;
+            total += copy[d];
+        }
+        const qi_placement_times t = {.plan = cur, .n_blocks = nb, .block_s = avg, .split_s = avg + nb,
+                                      .copy_s = copy, .wl = &c->obs_wl, .steps = bt.steps};
+        c->predicted_s = qi_placement_policy_predict(c->policy, m, &devs, &c->obs_wl, cur);
+        c->measured_s = total;
+        qi_placement_policy_observe(c->policy, &t);
+        c->observed_steps += bt.steps;
+        qi_free(avg);
+    }
+    qi_engine_block_times_reset(e);
+    c->obs_wl = *wl;
+    c->have_obs = true;
+
+    const int bb = bucket_of(wl->batch, c->bucket), bc = bucket_of(wl->prompt_len, c->bucket);
+    const bool moved_bucket = bb != c->bucket_batch || bc != c->bucket_ctx;
+    qi_plan next = {0};
+    qi_status st = qi_placement_policy_plan(c->policy, m, &devs, wl, &next, err);
+    if (st) return st;
+    bool go = moved_bucket;
+    if (!go && c->policy->iface->predict) {
+        /* the gain over the steps left against the time to move */
+        const double now = qi_placement_policy_predict(c->policy, m, &devs, wl, cur),
+                     then = qi_placement_policy_predict(c->policy, m, &devs, wl, &next);
+        const double bytes = moved_bytes(e, m, wl, cur, &next);
+        const double bw = devs.profile && devs.profile->has_gpu ? devs.profile->link_h2d_bw.value : 10e9;
+        go = bytes > 0 && isfinite(now) && isfinite(then) && then < now * (1 - 1e-3) &&
+             (now - then) * (wl->gen_len > 0 ? wl->gen_len : 1) > bytes / bw;
+    }
+    if (go) {
+        const double bytes = moved_bytes(e, m, wl, cur, &next);
+        st = move_to(e, &next, NULL, err);
+        if (!st) {
+            c->replans++;
+            c->moved_bytes += bytes;
+            c->bucket_batch = bb;
+            c->bucket_ctx = bc;
+            if (replanned) *replanned = true;
+        }
+    }
+    qi_plan_free(&next);
     return st;
 }

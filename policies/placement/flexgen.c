@@ -307,13 +307,13 @@ static float split_of(double r) {
 
 /* The plan of n layers (and the head when n = L + 1) on acc, the rest on
  * the CPU, with the KV share cg as splits. */
-static void set_plan(qi_plan *out, int acc, int n, double cg) {
+static void set_plan(qi_plan *out, int acc, int n, double cg, bool splits) {
     const int L = out->n_layer;
     for (int l = 0; l < L; l++) {
         qi_plan_layer *y = &out->layers[l];
         const bool on_acc = l >= L - n;
         y->attn_dev = y->mlp_dev = on_acc ? acc : 0;
-        y->split = split_of(on_acc ? 1.0 - cg : cg);
+        y->split = splits ? split_of(on_acc ? 1.0 - cg : cg) : 0.0f;
         y->split_dev = y->split > 0.0f ? (on_acc ? 0 : acc) : -1;
     }
     out->head_dev = n > L ? acc : 0;
@@ -328,11 +328,12 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
     for (int d = devs->n_devices - 1; d > 0 && acc < 0; d--)
         if (devs->dev[d].kind != QI_PLACEMENT_DEV_CPU) acc = d;
     if (acc < 0) return QI_OK; /* all-cpu, as the wrapper made it */
-    if (!p->have_profile)
+    /* the hardware: profile=PATH, else the simulated machine's */
+    const qi_hwprofile *hw = p->have_profile ? &p->prof : devs->profile;
+    if (!hw || !hw->has_gpu)
         return QI_ERR(err, QI_ERR_INVALID,
                       "flexgen: profile=PATH (a hardware profile, engine/backend/sim/profiles/) is required with an "
-                      "accelerator in the device list");
-    const qi_hwprofile *hw = &p->prof;
+                      "accelerator in the device list, unless the machine is simulated (--sim)");
     const qi_placement_device *dv = &devs->dev[acc];
     const double E = hp->n_embd, qw = (double)hp->n_head * hp->head_dim, kw = (double)hp->n_head_kv * hp->head_dim;
     qi_flexgen_inputs in = {
@@ -383,11 +384,13 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
         got += b, n++;
     }
     if (n == L) n = L + 1; /* every layer: the head too */
+    /* a budgeted KV policy evicts, which a split layer cannot: no splits then */
+    const bool splits = wl->kv_budget == 0;
     for (; n >= 0; n--) {
-        set_plan(out, acc, n, sol.cg);
+        set_plan(out, acc, n, sol.cg, splits);
         if (qi_placement_check(m, devs, wl, out, 0, NULL) == QI_OK) return QI_OK;
     }
-    set_plan(out, acc, 0, 0.0); /* not even the KV's share fits: all-cpu */
+    set_plan(out, acc, 0, 0.0, false); /* not even the KV's share fits: all-cpu */
     return QI_OK;
 }
 

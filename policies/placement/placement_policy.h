@@ -28,7 +28,9 @@
 #include "qinfer/plan.h"
 #include "qinfer/status.h"
 
-#define QI_PLACEMENT_POLICY_VERSION 1u
+struct qi_hwprofile;
+
+#define QI_PLACEMENT_POLICY_VERSION 2u
 
 struct qi_model;
 
@@ -51,6 +53,10 @@ typedef struct {
      * own weight form takes (qi_engine_block_bytes: a packed form beside
      * the rows, say), not only the rows (qi_plan_block_bytes). */
     const qi_engine *engine;
+    /* The hardware's figures where known (a simulated machine's profile;
+     * NULL on real devices): a policy with a cost model may start from
+     * them. */
+    const struct qi_hwprofile *profile;
 } qi_placement_devices;
 
 typedef struct {
@@ -61,15 +67,21 @@ typedef struct {
     int step_rows;  /* rows of the largest step (0: batch x prompt_len, a prompt read in one step) */
 } qi_placement_workload;
 
-/* Measured times, for observe(): block_s[b] the seconds weight block b
- * (qi_plan_block_dev's numbering) took on the device the plan put it on,
- * copy_s[d] the seconds spent copying activations to device d. Either may
- * be NULL. */
+/* Measured times, for observe(), per step (averaged over the steps
+ * observed): block_s[b] the seconds weight block b (qi_plan_block_dev's
+ * numbering) took on the device the plan put it on (its span, so a split
+ * attention's includes waiting for its second device), split_s[b] a split
+ * attention's ops on its second device, copy_s[d] the seconds spent
+ * copying activations to device d. Any may be NULL. wl: the workload the
+ * steps ran (batch decoding at context prompt_len, gen_len still to go). */
 typedef struct {
     const qi_plan *plan; /* the plan that ran */
     int n_blocks;        /* qi_plan_n_blocks(plan->n_layer) */
     const double *block_s; /* [n_blocks] */
+    const double *split_s; /* [n_blocks] */
     const double *copy_s;  /* [plan->n_devices] */
+    const qi_placement_workload *wl;
+    long steps;
 } qi_placement_times;
 
 typedef struct qi_placement_policy qi_placement_policy;
@@ -89,6 +101,11 @@ typedef struct {
     /* optional: NULL ignores measurements */
     void (*observe)(qi_placement_policy *p, const qi_placement_times *t);
     void (*free)(qi_placement_policy *p);
+    /* optional (NULL: no cost model): the policy's predicted seconds of
+     * one decode step of workload wl under plan p, so that a caller can
+     * weigh a new plan's gain against the cost of moving to it */
+    double (*predict)(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
+                      const qi_placement_workload *wl, const qi_plan *plan);
 } qi_placement_policy_i;
 
 /* Every policy object starts with its interface. */
@@ -114,7 +131,15 @@ qi_status qi_placement_policy_create(const char *name, const qi_params *params, 
  * policy returned a plan that is not one. */
 qi_status qi_placement_policy_plan(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
                                    const qi_placement_workload *wl, qi_plan *out, qi_err *err);
+/* A policy from a --placement value "policy:NAME[:K=V,...]" (the "policy:"
+ * may be left out). Errors: no name, bad parameters, those of create. */
+qi_status qi_placement_policy_from_spec(const char *spec, qi_placement_policy **out, qi_err *err);
+/* Whether a --placement value names a policy ("policy:..."). */
+bool qi_placement_is_policy(const char *placement);
 void qi_placement_policy_observe(qi_placement_policy *p, const qi_placement_times *t);
+/* The policy's predicted seconds per decode step (NAN without a cost model). */
+double qi_placement_policy_predict(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
+                                   const qi_placement_workload *wl, const qi_plan *plan);
 const char *qi_placement_policy_name(const qi_placement_policy *p);
 void qi_placement_policy_free(qi_placement_policy *p); /* NULL is a no-op */
 
@@ -145,13 +170,45 @@ qi_status qi_placement_check(const struct qi_model *m, const qi_placement_device
  * back, and the policy's plan is run from the next step on through
  * qi_engine_replan, which checks it again as it allocates. */
 /* e's devices as the engine has them now: names, capacities, free bytes
- * (capacity - in use, so its activations are held: holds_act), device 0 the
- * CPU and every other an accelerator. */
+ * (capacity - in use, so its activations are held: holds_act, but with
+ * what the plan in force holds there, its weights and KV blocks, counted
+ * free: the room for a whole new plan), device 0 the CPU and every other
+ * an accelerator. */
 void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *out);
 /* p's plan for e's model (m, as given to qi_engine_create), devices and
- * workload wl, run through qi_engine_replan; cost may be NULL. Errors:
+ * workload wl, run through qi_engine_replan; cost may be NULL. A move the
+ * engine refuses for room (it frees what leaves only once the rest has
+ * arrived) is made in two: first to the plan that keeps on each device only
+ * the blocks both plans put there, then to the new one. Errors:
  * those of qi_placement_policy_plan, then qi_engine_replan's. */
 qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct qi_model *m,
                              const qi_placement_workload *wl, qi_engine_replan_cost *cost, qi_err *err);
+
+/* Re-planning while an engine runs (engine_plan.c): between steps, tick()
+ * hands the policy the block times the engine measured since the last
+ * tick (opts.profile must be on; qi_engine_block_times) with the workload
+ * they ran, then re-plans when the workload has left its bucket (the batch
+ * or the context has moved past a power of `bucket` since the last plan)
+ * or, for a policy with a cost model (predict), when the new plan's
+ * predicted gain over the steps left (wl->gen_len) beats the time to move
+ * the weights and KV it moves over the link. The first tick always plans. */
+typedef struct {
+    qi_placement_policy *policy;
+    double bucket;       /* > 1 (default 2) */
+    int bucket_batch, bucket_ctx; /* the buckets of the last plan; -1: none yet */
+    qi_placement_workload obs_wl; /* the workload since the last tick */
+    bool have_obs;
+    long ticks, replans, observed_steps;
+    double moved_bytes;  /* over every re-plan */
+    double predicted_s;  /* the policy's prediction of the last observed steps (NAN: none) */
+    double measured_s;   /* their measured seconds per step (sum of block spans and copies) */
+} qi_placement_ctl;
+void qi_placement_ctl_init(qi_placement_ctl *c, qi_placement_policy *p, double bucket);
+/* One tick between steps, wl the workload from now on (batch sequences at
+ * context prompt_len, gen_len steps to go). *replanned (may be NULL) says
+ * whether a new plan was applied. Errors: the policy's and the engine's
+ * (qi_placement_apply's); the engine keeps its old plan then. */
+qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const struct qi_model *m,
+                                const qi_placement_workload *wl, bool *replanned, qi_err *err);
 
 #endif

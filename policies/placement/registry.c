@@ -15,6 +15,7 @@
  * allocates. The activations are an estimate from the widest step: the
  * engine's activation arrays are those rows times the model's widths.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,9 +25,9 @@
 
 /* flexgen needs GLPK (CMakeLists.txt builds it only where GLPK is found) */
 #ifdef QI_HAVE_GLPK
-#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(flexgen)
+#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost) X(flexgen)
 #else
-#define QI_PLACEMENT_POLICY_LIST(X) X(static)
+#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost)
 #endif
 
 #define QI_PLACEMENT_DECLARE(name) extern const qi_placement_policy_i qi_placement_##name##_policy;
@@ -83,6 +84,32 @@ void qi_placement_policy_free(qi_placement_policy *p) {
 
 void qi_placement_policy_observe(qi_placement_policy *p, const qi_placement_times *t) {
     if (p->iface->observe && t) p->iface->observe(p, t);
+}
+
+bool qi_placement_is_policy(const char *placement) {
+    return placement && strncmp(placement, "policy:", 7) == 0;
+}
+
+qi_status qi_placement_policy_from_spec(const char *spec, qi_placement_policy **out, qi_err *err) {
+    *out = NULL;
+    const char *s = qi_placement_is_policy(spec) ? spec + 7 : spec;
+    char name[64];
+    const char *colon = s ? strchr(s, ':') : NULL;
+    const size_t len = !s ? 0 : colon ? (size_t)(colon - s) : strlen(s);
+    if (len == 0 || len >= sizeof name)
+        return QI_ERR(err, QI_ERR_INVALID, "placement '%s': policy:NAME[:K=V,...] names no policy", spec ? spec : "");
+    memcpy(name, s, len);
+    name[len] = 0;
+    qi_params params;
+    qi_params_init(&params);
+    qi_status st = colon ? qi_params_parse(&params, colon + 1, err) : QI_OK;
+    if (!st) st = qi_placement_policy_create(name, &params, out, err);
+    return st;
+}
+
+double qi_placement_policy_predict(qi_placement_policy *p, const qi_model *m, const qi_placement_devices *devs,
+                                   const qi_placement_workload *wl, const qi_plan *plan) {
+    return p->iface->predict ? p->iface->predict(p, m, devs, wl, plan) : NAN;
 }
 
 /* ---- what a plan needs on a device ---------------------------------------------------- */

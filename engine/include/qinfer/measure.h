@@ -109,6 +109,14 @@ typedef struct {
     int prompt_stride;      /* 0: one prompt shared by every sequence */
     bool greedy;            /* each step feeds the argmax of the last logits; else a pseudo-random id */
     uint64_t seed;          /* of the pseudo-random ids (not greedy) */
+    /* Optional (NULL: none): called before the prompts are fed (context
+     * n_prompt, untimed) and before every timed step (timed: what it
+     * does, a re-plan moving weights, is part of the run) with the
+     * workload from then on: batch sequences at context tokens, left
+     * steps to go. A placement controller re-plans there
+     * (qi_placement_ctl_tick); a failure ends the measurement. */
+    qi_status (*tick)(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err);
+    void *tick_ctx;
 } qi_decode_opts;
 
 typedef struct {

@@ -15,7 +15,7 @@
 
 #define QI_PARAMS_MAX 16
 #define QI_PARAM_KEY_MAX 32
-#define QI_PARAM_VALUE_MAX 64
+#define QI_PARAM_VALUE_MAX 256 /* a file path (a placement policy's profile=) fits */
 
 typedef struct {
     char key[QI_PARAM_KEY_MAX];
