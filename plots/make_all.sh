@@ -384,7 +384,29 @@ fig_load_frontier() {
     "subline=$(gp_title "$(models "$db" "$exp"); Poisson arrivals (rate per point), streamed, timed at the client; $(hardware "$db" "$exp")")"
 }
 
+# ---- placement_ablation: placement policies on a simulated machine --------------------
+fig_placement() {
+  local fig=placement_ablation db=$db_dir/placement_ablation.db exp=placement_ablation
+  check "$fig" "$db" "$exp" placement_ablation.lua decode.tokens_per_s || return
+  local series="$(cfg placement) || ', prompt ' || $(cfg prompt)"
+  series_data "$db" "$exp" decode.tokens_per_s "$series" "$(cfg batch)" ||
+    { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+  local sim mark="" machine kv ngen word="measured on"
+  sim=$(simulated "$db" "$exp" decode.tokens_per_s)
+  [[ $sim == 1 ]] && mark=" (simulated)" && word="SIMULATED machine"
+  # the machine the figures are of: the profile and the GPU memory cap, not the host that simulated it
+  machine=$(q "$db" "SELECT group_concat(DISTINCT $(cfg profile) || ', GPU memory ' || $(cfg gpu_mem)) FROM runs r
+                     WHERE $(done_runs "$db" "$exp")")
+  kv=$(q "$db" "SELECT group_concat(DISTINCT $(cfg kv_policy)) FROM runs r WHERE $(done_runs "$db" "$exp")")
+  ngen=$(q "$db" "SELECT group_concat(DISTINCT $(cfg n_gen)) FROM runs r WHERE $(done_runs "$db" "$exp")")
+  render "$fig" throughput_vs_batch.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
+    "titles=$(gp_str "$(cat "$work/series.titles")")" \
+    "heading=$(gp_title "Placement policies: decode throughput against batch size$mark")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; KV ${kv:-?}; ${ngen:-?} steps per sequence")"
+}
+
 fig_quickstart
+fig_placement
 fig_frontier
 fig_load_frontier
 fig_throughput

@@ -238,7 +238,7 @@ void qi_cli_place_help(void) {
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
            "                          head when N > layers, on the second device); or a plan file:\n"
            "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name;\n"
-           "                          or policy:NAME[:K=V,...], a placement policy's plan (generate):\n");
+           "                          or policy:NAME[:K=V,...], a policy's plan (generate; bench --batch):\n");
     for (int i = 0; qi_placement_policies[i]; i++)
         printf("                            %-10s %s%s%s%s\n", qi_placement_policies[i]->name,
                qi_placement_policies[i]->summary, qi_placement_policies[i]->params[0] ? " [" : "",

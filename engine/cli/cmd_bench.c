@@ -70,6 +70,7 @@
 
 #include "blas.h"
 #include "cli.h"
+#include "placement/placement_policy.h"
 #include "kernels.h"
 #include "qinfer/model_files.h"
 #include "qinfer/engine.h"
@@ -330,7 +331,23 @@ typedef struct {
     int32_t *toks; /* [max(n_prompt, depth x largest batch)] */
     qi_engine *eng;
     qi_engine_prof prof; /* --profile: the timed decode steps of a batched test's repetitions */
+    /* --placement policy:NAME: the policy, planning for each batched run's
+     * workload before its prompts and shown the block times before every
+     * step (qi_placement_ctl_tick) */
+    qi_placement_policy *policy;
+    qi_placement_ctl ctl;
+    int kv_budget;
+    long replans;
 } bench_runner;
+
+static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err) {
+    bench_runner *r = ctx;
+    const qi_placement_workload wl = {.batch = batch, .prompt_len = context, .gen_len = left, .kv_budget = r->kv_budget};
+    const long before = r->ctl.replans;
+    const qi_status st = qi_placement_ctl_tick(&r->ctl, e, r->m, &wl, NULL, err);
+    r->replans += r->ctl.replans - before;
+    return st;
+}
 
 /* acc += p. */
 static void prof_add(qi_engine_prof *acc, const qi_engine_prof *p) {
@@ -353,7 +370,9 @@ static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *se
         for (int i = 1; i < t->depth; i++) p[i] = random_token(V);
     }
     const qi_decode_opts o = {.batch = t->batch, .n_gen = t->n_gen, .prompts = r->toks, .n_prompt = t->depth,
-                              .prompt_stride = t->depth, .greedy = false, .seed = random_token(V) + 1u};
+                              .prompt_stride = t->depth, .greedy = false, .seed = random_token(V) + 1u,
+                              .tick = r->policy ? place_tick : NULL, .tick_ctx = r};
+    if (r->policy) qi_placement_ctl_init(&r->ctl, r->policy, 2.0); /* each run plans afresh, the policy keeps what it learnt */
     qi_decode_result res;
     qi_status st = qi_measure_decode(r->eng, r->m, &o, &res, err);
     if (st) return st;
@@ -859,6 +878,7 @@ int qi_cmd_bench(int argc, char **argv) {
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
     qi_cli_sim_allow(&kv);
+    qi_cli_place_policy_allow(&kv);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
@@ -907,6 +927,12 @@ int qi_cmd_bench(int argc, char **argv) {
         return QI_EXIT_USAGE;
     }
     if (depth < 0) depth = BATCH_PROMPT;
+    const bool place_policy = qi_placement_is_policy(kv.placement);
+    if (place_policy && (!batched || n_prompt > 0 || n_gen == 0)) {
+        qi_cli_error(cmd, "--placement %s: a placement policy runs on the batched rows only: give --batch, and -p 0",
+                     kv.placement);
+        return QI_EXIT_USAGE;
+    }
     if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
         qi_cli_error(cmd, "the KV policy flags apply to the batched rows only: add --batch");
         return QI_EXIT_USAGE;
@@ -1048,8 +1074,12 @@ int qi_cmd_bench(int argc, char **argv) {
         goto fail;
     }
     const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
-                            .devices = kv.devices, .placement = kv.placement, .sim = kv.sim,
-                            .sim_params = &kv.sim_params};
+                            .devices = kv.devices, .placement = place_policy ? "all-cpu" : kv.placement,
+                            .sim = kv.sim, .sim_params = &kv.sim_params};
+    if (place_policy) {
+        if (qi_placement_policy_from_spec(kv.placement, &run.policy, &err)) goto fail;
+        run.kv_budget = kv.budget_tokens > 0 ? kv.budget_tokens : (int)(kv.budget_frac * (depth + n_gen));
+    }
     if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
@@ -1088,7 +1118,7 @@ int qi_cmd_bench(int argc, char **argv) {
             run.ctx = NULL;
             qi_engine_opts o = eo;
             o.max_seqs = t->batch;
-            o.profile = profile;
+            o.profile = profile || run.policy; /* a policy learns from the block times */
             if (o.step_tokens < t->batch) o.step_tokens = t->batch;
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }
@@ -1126,6 +1156,7 @@ done:
 #endif
     for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts);
     qi_free(run.toks);
+    qi_placement_policy_free(run.policy);
     qi_engine_free(run.eng);
     qi_ctx_free(run.ctx);
     qi_model_free(m);

@@ -56,6 +56,19 @@ if expect_ok "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu:40G --placement 
   grep -q "gpu:40G" "$tmp/err" || bad "generate --profile: no gpu:40G device: $(cat "$tmp/err")"
 fi
 
+# placement policies on the batched rows, the learning one re-planning as it goes
+for pol in static gdcost; do
+  if expect_ok "$Q" bench -m "$M" --sim "$P" --devices cpu,gpu:24G --placement "policy:$pol" -p 0 -n 8 -b 4 -d 128 -r 1 \
+      --warmup 0 -o csv; then
+    rate=$(python3 -c "import csv; r=list(csv.DictReader(open('$tmp/out'))); print(r[-1]['avg_ts'])")
+    python3 -c "import sys; sys.exit(0 if 20 < float('$rate') < 200 else 1)" || bad "bench policy:$pol: $rate t/s"
+  fi
+done
+expect_fail 2 "a placement policy runs on the batched rows only" "$Q" bench -m "$M" --sim "$P" --devices cpu,gpu \
+  --placement policy:static -r 1
+expect_fail 2 "unknown placement policy 'nope'" "$Q" bench -m "$M" --sim "$P" --devices cpu,gpu --placement policy:nope \
+  -p 0 -n 4 -b 2 -r 1
+
 # refusals
 expect_fail 2 "has shapes only, no weights" "$Q" generate -m "$M" -p hi -n 1
 expect_fail 2 "option --sim: qinfer ppl measures what the model computes" "$Q" ppl -m "$M" --sim "$P"
