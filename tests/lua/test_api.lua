@@ -182,6 +182,19 @@ T.ok(tq.tokens_per_s > 0, "throughput with a policy and a text prompt")
 local tl = qinfer.throughput(m, { batch = 3, n_gen = 2, prompt = 200 })
 T.ok(tl.tokens_per_s > 0 and tl.n_prompt == 200, "throughput when the prompts span several steps")
 
+-- placement policies on a simulated machine: planned for the workload, re-planned as it runs
+local SIM = "../../engine/backend/sim/profiles/a100-pcie-2xeon.profile"
+for _, pol in ipairs({ "static", "gdcost" }) do
+  local ts = qinfer.throughput(m, { batch = 2, n_gen = 6, prompt = 16, sim = SIM, devices = "cpu,gpu:40M",
+    placement = "policy:" .. pol })
+  T.ok(ts.tokens_per_s > 0 and ts.replans >= 1 and type(ts.plan) == "string", pol .. ": planned (" .. ts.plan .. ")")
+  T.ok(ts.measured_step_s > 0, pol .. ": the ticks measured the steps")
+  if pol == "gdcost" then T.ok(ts.predicted_step_s > 0, "gdcost predicts its step time") end
+end
+local ok_p, err_p = pcall(qinfer.throughput, m, { batch = 1, n_gen = 2, prompt = 4, sim = SIM, devices = "cpu,gpu",
+  placement = "policy:nope" })
+T.ok(not ok_p and tostring(err_p):find("unknown placement policy 'nope'", 1, true), "an unknown policy: " .. tostring(err_p))
+
 -- engines made and dropped are collected without leaking (ASan build)
 for _ = 1, 3 do m:engine { max_seqs = 1, n_ctx = 32 } end
 collectgarbage()
