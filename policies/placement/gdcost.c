@@ -150,7 +150,8 @@ static double attn_time(const qi_gd_model *g, const qi_model *m, const qi_placem
     const double own = cost(g, QI_GD_ATTN, kind_of(a), f);
     qi_gd_features(m, wl, b, r, false, f);
     const double part = cost(g, QI_GD_ATTN, kind_of(s), f);
-    const double copies = copy_t(g, kind_of(s), T * 4 * (qw + 2 * kw)) + copy_t(g, kind_of(a), T * 4 * (qw + 2 * hp->n_head));
+    const double copies =
+        copy_t(g, kind_of(s), T * 4 * (qw + 2 * kw)) + copy_t(g, kind_of(a), T * 4 * (qw + 2 * hp->n_head));
     return main_t + copies + (part > own ? part - own : 0);
 }
 
