@@ -445,8 +445,10 @@ START_TEST(test_converge) {
     qi_placement_devices devs;
     qi_placement_devices_of_engine(ev.en, &devs);
     const qi_placement_workload w2 = {.batch = B2, .prompt_len = CTX2, .gen_len = GEN2};
-    for (int na = 0; na <= NL; na += 4)
-        for (int nm = 0; nm <= NL; nm += 4)
+    /* quick mode (the sanitizer build): a coarser search, the same checks */
+    const int grain = qi_test_quick() ? 16 : 4;
+    for (int na = 0; na <= NL; na += grain)
+        for (int nm = 0; nm <= NL; nm += grain)
             for (int h = 0; h < 2; h++) {
                 for (int l = 0; l < NL; l++) {
                     p.layers[l].attn_dev = l >= NL - na;
