@@ -118,12 +118,13 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
     qi_engine_block_times_get(e, &bt);
     if (c->have_obs && bt.steps > 0) {
         const int nb = bt.n_blocks;
-        double *avg = qi_malloc(sizeof *avg * 2 * (size_t)nb);
+        double *avg = qi_malloc(sizeof *avg * 3 * (size_t)nb);
         if (!avg) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a placement observation");
         double copy[QI_PLAN_MAX_DEVICES], total = 0;
         for (int k = 0; k < nb; k++) {
             avg[k] = bt.block_s[k] / (double)bt.steps;
             avg[nb + k] = bt.split_s[k] / (double)bt.steps;
+            avg[2 * nb + k] = bt.attn_s[k] / (double)bt.steps;
             total += avg[k];
         }
         for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
@@ -131,7 +132,7 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
             total += copy[d];
         }
         const qi_placement_times t = {.plan = cur, .n_blocks = nb, .block_s = avg, .split_s = avg + nb,
-                                      .copy_s = copy, .wl = &c->obs_wl, .steps = bt.steps};
+                                      .attn_s = avg + 2 * nb, .copy_s = copy, .wl = &c->obs_wl, .steps = bt.steps};
         c->predicted_s = qi_placement_policy_predict(c->policy, m, &devs, &c->obs_wl, cur);
         c->measured_s = total;
         qi_placement_policy_observe(c->policy, &t);

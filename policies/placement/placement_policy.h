@@ -71,14 +71,18 @@ typedef struct {
  * observed): block_s[b] the seconds weight block b (qi_plan_block_dev's
  * numbering) took on the device the plan put it on (its span, so a split
  * attention's includes waiting for its second device), split_s[b] a split
- * attention's ops on its second device, copy_s[d] the seconds spent
- * copying activations to device d. Any may be NULL. wl: the workload the
- * steps ran (batch decoding at context prompt_len, gen_len still to go). */
+ * attention's ops on its second device, attn_s[b] an attention block's
+ * attention and KV-write ops on its own device (its share of a split
+ * attention, without the projections or the wait), copy_s[d] the seconds
+ * spent copying activations to device d. Any may be NULL. wl: the
+ * workload the steps ran (batch decoding at context prompt_len, gen_len
+ * still to go). */
 typedef struct {
     const qi_plan *plan; /* the plan that ran */
     int n_blocks;        /* qi_plan_n_blocks(plan->n_layer) */
     const double *block_s; /* [n_blocks] */
     const double *split_s; /* [n_blocks] */
+    const double *attn_s;  /* [n_blocks] */
     const double *copy_s;  /* [plan->n_devices] */
     const qi_placement_workload *wl;
     long steps;
