@@ -106,6 +106,18 @@ static double moved_bytes(const qi_engine *e, const qi_model *m, const qi_placem
     return n;
 }
 
+/* Whether plans a and b put every block, and every split, alike. */
+static bool same_plan(const qi_plan *a, const qi_plan *b) {
+    if (a->n_layer != b->n_layer || a->embd_dev != b->embd_dev || a->head_dev != b->head_dev) return false;
+    for (int l = 0; l < a->n_layer; l++) {
+        const qi_plan_layer *x = &a->layers[l], *y = &b->layers[l];
+        if (x->attn_dev != y->attn_dev || x->mlp_dev != y->mlp_dev || x->split != y->split ||
+            (x->split > 0.0f && x->split_dev != y->split_dev))
+            return false;
+    }
+    return true;
+}
+
 qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_model *m, const qi_placement_workload *wl,
                                 bool *replanned, qi_err *err) {
     if (replanned) *replanned = false;
@@ -148,7 +160,7 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
     qi_plan next = {0};
     qi_status st = qi_placement_policy_plan(c->policy, m, &devs, wl, &next, err);
     if (st) return st;
-    bool go = moved_bucket;
+    bool go = moved_bucket || (c->policy->iface->replan_on_change && !same_plan(cur, &next));
     if (!go && c->policy->iface->predict) {
         /* the gain over the steps left against the time to move */
         const double now = qi_placement_policy_predict(c->policy, m, &devs, wl, cur),

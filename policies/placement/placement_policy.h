@@ -30,7 +30,7 @@
 
 struct qi_hwprofile;
 
-#define QI_PLACEMENT_POLICY_VERSION 2u
+#define QI_PLACEMENT_POLICY_VERSION 3u
 
 struct qi_model;
 
@@ -110,6 +110,11 @@ typedef struct {
      * weigh a new plan's gain against the cost of moving to it */
     double (*predict)(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
                       const qi_placement_workload *wl, const qi_plan *plan);
+    /* optional (false: re-planned on a workload bucket, or on a predicted
+     * gain): a policy whose plan follows its observations by a rule, with
+     * no cost model to weigh a move (ratio); qi_placement_ctl_tick applies
+     * its plan whenever it differs from the one in force */
+    bool replan_on_change;
 } qi_placement_policy_i;
 
 /* Every policy object starts with its interface. */
@@ -195,7 +200,9 @@ qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct 
  * or the context has moved past a power of `bucket` since the last plan)
  * or, for a policy with a cost model (predict), when the new plan's
  * predicted gain over the steps left (wl->gen_len) beats the time to move
- * the weights and KV it moves over the link. The first tick always plans. */
+ * the weights and KV it moves over the link, or, for a policy marked
+ * replan_on_change, when its plan differs from the one in force. The
+ * first tick always plans. */
 typedef struct {
     qi_placement_policy *policy;
     double bucket;       /* > 1 (default 2) */
