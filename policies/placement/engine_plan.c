@@ -34,15 +34,83 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
     out->profile = qi_engine_sim_hwprofile(e);
 }
 
-/* The move to plan next: at once, or through the plan that keeps on every
- * device only what both plans put there (it only frees room) when the
- * engine refuses the direct move for room. */
+static void cost_add(qi_engine_replan_cost *a, const qi_engine_replan_cost *b) {
+    a->weight_bytes += b->weight_bytes;
+    a->kv_blocks += b->kv_blocks;
+    a->kv_bytes += b->kv_bytes;
+    a->seconds += b->seconds;
+}
+
+/* Whether plans a and b differ only in their splits (every block on the
+ * same device): a move of KV blocks alone. */
+static bool splits_only(const qi_plan *a, const qi_plan *b) {
+    if (a->n_layer != b->n_layer || a->embd_dev != b->embd_dev || a->head_dev != b->head_dev) return false;
+    for (int l = 0; l < a->n_layer; l++)
+        if (a->layers[l].attn_dev != b->layers[l].attn_dev || a->layers[l].mlp_dev != b->layers[l].mlp_dev)
+            return false;
+    return true;
+}
+
+/* A move of splits alone that the engine refuses for room (it lays a
+ * changed layer's KV out anew before it frees the old) is made a few
+ * layers at a time, halving the group at each refusal: it needs room for
+ * one layer's KV, not every changed layer's, and moves no weights. NOMEM
+ * when even one layer does not fit; the engine keeps the layers moved so
+ * far then. */
+static qi_status move_splits(qi_engine *e, const qi_plan *next, qi_engine_replan_cost *cost, qi_err *err) {
+    qi_plan step = {0};
+    qi_status st = qi_plan_copy(&step, qi_engine_plan(e), err);
+    if (st) return st;
+    const int n = next->n_layer;
+    int group = n;
+    for (int l = 0; l < n && !st;) {
+        int end = l, changed = 0;
+        for (; end < n && changed < group; end++) {
+            const qi_plan_layer *x = &step.layers[end], *y = &next->layers[end];
+            changed += x->split != y->split || (y->split > 0.0f && x->split_dev != y->split_dev);
+        }
+        qi_plan trial = {0};
+        if ((st = qi_plan_copy(&trial, &step, err))) break;
+        for (int k = l; k < end; k++) trial.layers[k] = next->layers[k];
+        qi_engine_replan_cost c = {0};
+        qi_err e1 = {0};
+        st = qi_engine_replan(e, &trial, &c, &e1);
+        if (!st) {
+            for (int k = l; k < end; k++) step.layers[k] = next->layers[k];
+            if (cost) cost_add(cost, &c);
+            l = end;
+        } else if (st == QI_ERR_NOMEM && group > 1) {
+            group = changed > 1 ? changed / 2 : 1;
+            st = QI_OK;
+        } else {
+            *err = e1;
+        }
+        qi_plan_free(&trial);
+    }
+    qi_plan_free(&step);
+    return st;
+}
+
+/* The move to plan next: at once; for a change of splits alone refused
+ * for room, a few layers at a time (move_splits); otherwise, or when that
+ * fails, through the plan that keeps on every device only what both plans
+ * put there (it only frees room). */
 static qi_status move_to(qi_engine *e, const qi_plan *next, qi_engine_replan_cost *cost, qi_err *err) {
     qi_err e1 = {0};
     qi_status st = qi_engine_replan(e, next, cost, &e1);
     if (st != QI_ERR_NOMEM) {
         if (st) *err = e1;
         return st;
+    }
+    qi_engine_replan_cost c0 = {0};
+    if (splits_only(qi_engine_plan(e), next)) {
+        qi_err e2 = {0};
+        st = move_splits(e, next, &c0, &e2);
+        if (st != QI_ERR_NOMEM) {
+            if (st) *err = e2;
+            if (cost) *cost = c0;
+            return st;
+        }
     }
     const qi_plan *cur = qi_engine_plan(e);
     qi_plan mid = {0};
@@ -60,10 +128,11 @@ static qi_status move_to(qi_engine *e, const qi_plan *next, qi_engine_replan_cos
     st = qi_engine_replan(e, &mid, &c1, err);
     if (!st) st = qi_engine_replan(e, next, &c2, err);
     qi_plan_free(&mid);
-    if (cost)
-        *cost = (qi_engine_replan_cost){.weight_bytes = c1.weight_bytes + c2.weight_bytes,
-                                        .kv_blocks = c1.kv_blocks + c2.kv_blocks,
-                                        .kv_bytes = c1.kv_bytes + c2.kv_bytes, .seconds = c1.seconds + c2.seconds};
+    if (cost) {
+        cost_add(&c0, &c1);
+        cost_add(&c0, &c2);
+        *cost = c0;
+    }
     return st;
 }
 

@@ -187,8 +187,10 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
 /* p's plan for e's model (m, as given to qi_engine_create), devices and
  * workload wl, run through qi_engine_replan; cost may be NULL. A move the
  * engine refuses for room (it frees what leaves only once the rest has
- * arrived) is made in two: first to the plan that keeps on each device only
- * the blocks both plans put there, then to the new one. Errors:
+ * arrived) is made, when only splits change, a few layers at a time
+ * (halving the group at each refusal), and otherwise, or when even one
+ * layer does not fit, in two: first to the plan that keeps on each device
+ * only the blocks both plans put there, then to the new one. Errors:
  * those of qi_placement_policy_plan, then qi_engine_replan's. */
 qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct qi_model *m,
                              const qi_placement_workload *wl, qi_engine_replan_cost *cost, qi_err *err);

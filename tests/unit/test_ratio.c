@@ -379,6 +379,9 @@ START_TEST(test_sim) {
     for (int l = 0; l < NL; l++) n_split += qi_engine_plan(en)->layers[l].attn_dev != 0;
     ck_assert_int_gt(n_split, 0);
     ck_assert_int_lt(n_split, NL);
+    qi_engine_prof pr0, pr1;
+    qi_engine_profile(en, &pr0);
+    const long plans0 = ctl.replans;
     int steps = 0;
     for (; steps < MAX_STEPS; steps++) {
         const qi_placement_workload wl = {.batch = B, .prompt_len = CTX + steps, .gen_len = GEN - steps};
@@ -428,6 +431,19 @@ START_TEST(test_sim) {
     ck_assert_msg(settled_at <= MAX_STEPS - SETTLE, "the ratios did not settle within %d steps (settled for the "
                   "last %d)", MAX_STEPS, MAX_STEPS - settled_at);
     ck_assert_int_gt(ctl.replans, 1); /* they moved */
+    /* a ratio change moves KV blocks only, never weights: at most every
+     * split layer's KV per move */
+    qi_engine_profile(en, &pr1);
+    const long moves = ctl.replans - plans0;
+    double kv_split = 0;
+    for (int l = 0; l < NL; l++)
+        if (cur->layers[l].attn_dev) kv_split += (double)qi_placement_kv_bytes(g_m70, &w0, l);
+    fprintf(stderr, "test_ratio: %ld moves of ratios: %.0f MB and %.2f ms each on average (every split layer's KV: "
+                    "%.0f MB)\n",
+            moves, (pr1.replan_bytes - pr0.replan_bytes) / moves / 1e6,
+            (pr1.replan_seconds - pr0.replan_seconds) / moves * 1e3, kv_split / 1e6);
+    ck_assert_msg(pr1.replan_bytes - pr0.replan_bytes <= moves * kv_split * 1.01, "%.0f bytes moved in %ld moves",
+                  pr1.replan_bytes - pr0.replan_bytes, moves);
 
     /* the decode step with the settled ratios and with every ratio at
      * start, at the context the run reached, each on a fresh engine */
