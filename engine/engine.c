@@ -211,10 +211,11 @@ struct qi_engine {
     int n_cev, cap_cev;
     int cur_blk, cur_slot;  /* the block the ops issued now belong to, and whether on its split device */
     /* with profile: per weight block the device time of its span on its
-     * device and of a split attention's ops on the second device, and the
+     * device, of a split attention's ops on the second device and of an
+     * attention block's attention and KV writes on its own device, and the
      * copies into each device, since the last reset (placement policies'
      * observations) */
-    double *blk_s, *blk_split_s;
+    double *blk_s, *blk_split_s, *blk_attn_s;
     double copy_dev_s[QI_PLAN_MAX_DEVICES];
     long blk_steps;
     qi_engine_prof prof;
@@ -420,7 +421,7 @@ void qi_engine_free(qi_engine *e) {
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
                     (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->kstage, (void *)e->kst_blk,
-                    e->kst_at, e->blk_s, e->blk_split_s};
+                    e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -901,7 +902,7 @@ size_t qi_engine_block_bytes(const qi_engine *e, int d, int b) {
 
 void qi_engine_block_times_get(const qi_engine *e, qi_engine_block_times *out) {
     *out = (qi_engine_block_times){.n_blocks = wblock_count(e->m), .steps = e->blk_steps, .block_s = e->blk_s,
-                                   .split_s = e->blk_split_s};
+                                   .split_s = e->blk_split_s, .attn_s = e->blk_attn_s};
     memcpy(out->copy_s, e->copy_dev_s, sizeof out->copy_s);
 }
 
@@ -909,6 +910,7 @@ void qi_engine_block_times_reset(qi_engine *e) {
     const size_t n = (size_t)wblock_count(e->m);
     memset(e->blk_s, 0, sizeof *e->blk_s * n);
     memset(e->blk_split_s, 0, sizeof *e->blk_split_s * n);
+    memset(e->blk_attn_s, 0, sizeof *e->blk_attn_s * n);
     memset(e->copy_dev_s, 0, sizeof e->copy_dev_s);
     e->blk_steps = 0;
 }
@@ -1014,6 +1016,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->kst_at = qi_malloc(sizeof(long) * (size_t)o->max_seqs * (size_t)hp->n_head_kv);
     e->blk_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_s);
     e->blk_split_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_split_s);
+    e->blk_attn_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_attn_s);
     e->ps = qi_calloc((size_t)o->n_threads, sizeof *e->ps);
     if (!e->ps) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d threads", o->n_threads);
@@ -1056,7 +1059,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
+    if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->blk_attn_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
         !e->fate_off || !e->kst_at) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);
@@ -1982,7 +1985,10 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
             e->blk_s[tag] += t;
         } else {
             e->prof.seconds[kind] += t;
-            if (tag & 1) e->blk_split_s[tag >> 1] += t;
+            if (tag & 1)
+                e->blk_split_s[tag >> 1] += t;
+            else if (kind == QI_OP_ATTENTION || kind == QI_OP_KV)
+                e->blk_attn_s[tag >> 1] += t;
         }
     }
     if (e->o.profile && e->n_cev) e->blk_steps++;

@@ -34,15 +34,83 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
     out->profile = qi_engine_sim_hwprofile(e);
 }
 
-/* The move to plan next: at once, or through the plan that keeps on every
- * device only what both plans put there (it only frees room) when the
- * engine refuses the direct move for room. */
+static void cost_add(qi_engine_replan_cost *a, const qi_engine_replan_cost *b) {
+    a->weight_bytes += b->weight_bytes;
+    a->kv_blocks += b->kv_blocks;
+    a->kv_bytes += b->kv_bytes;
+    a->seconds += b->seconds;
+}
+
+/* Whether plans a and b differ only in their splits (every block on the
+ * same device): a move of KV blocks alone. */
+static bool splits_only(const qi_plan *a, const qi_plan *b) {
+    if (a->n_layer != b->n_layer || a->embd_dev != b->embd_dev || a->head_dev != b->head_dev) return false;
+    for (int l = 0; l < a->n_layer; l++)
+        if (a->layers[l].attn_dev != b->layers[l].attn_dev || a->layers[l].mlp_dev != b->layers[l].mlp_dev)
+            return false;
+    return true;
+}
+
+/* A move of splits alone that the engine refuses for room (it lays a
+ * changed layer's KV out anew before it frees the old) is made a few
+ * layers at a time, halving the group at each refusal: it needs room for
+ * one layer's KV, not every changed layer's, and moves no weights. NOMEM
+ * when even one layer does not fit; the engine keeps the layers moved so
+ * far then. */
+static qi_status move_splits(qi_engine *e, const qi_plan *next, qi_engine_replan_cost *cost, qi_err *err) {
+    qi_plan step = {0};
+    qi_status st = qi_plan_copy(&step, qi_engine_plan(e), err);
+    if (st) return st;
+    const int n = next->n_layer;
+    int group = n;
+    for (int l = 0; l < n && !st;) {
+        int end = l, changed = 0;
+        for (; end < n && changed < group; end++) {
+            const qi_plan_layer *x = &step.layers[end], *y = &next->layers[end];
+            changed += x->split != y->split || (y->split > 0.0f && x->split_dev != y->split_dev);
+        }
+        qi_plan trial = {0};
+        if ((st = qi_plan_copy(&trial, &step, err))) break;
+        for (int k = l; k < end; k++) trial.layers[k] = next->layers[k];
+        qi_engine_replan_cost c = {0};
+        qi_err e1 = {0};
+        st = qi_engine_replan(e, &trial, &c, &e1);
+        if (!st) {
+            for (int k = l; k < end; k++) step.layers[k] = next->layers[k];
+            if (cost) cost_add(cost, &c);
+            l = end;
+        } else if (st == QI_ERR_NOMEM && group > 1) {
+            group = changed > 1 ? changed / 2 : 1;
+            st = QI_OK;
+        } else {
+            *err = e1;
+        }
+        qi_plan_free(&trial);
+    }
+    qi_plan_free(&step);
+    return st;
+}
+
+/* The move to plan next: at once; for a change of splits alone refused
+ * for room, a few layers at a time (move_splits); otherwise, or when that
+ * fails, through the plan that keeps on every device only what both plans
+ * put there (it only frees room). */
 static qi_status move_to(qi_engine *e, const qi_plan *next, qi_engine_replan_cost *cost, qi_err *err) {
     qi_err e1 = {0};
     qi_status st = qi_engine_replan(e, next, cost, &e1);
     if (st != QI_ERR_NOMEM) {
         if (st) *err = e1;
         return st;
+    }
+    qi_engine_replan_cost c0 = {0};
+    if (splits_only(qi_engine_plan(e), next)) {
+        qi_err e2 = {0};
+        st = move_splits(e, next, &c0, &e2);
+        if (st != QI_ERR_NOMEM) {
+            if (st) *err = e2;
+            if (cost) *cost = c0;
+            return st;
+        }
     }
     const qi_plan *cur = qi_engine_plan(e);
     qi_plan mid = {0};
@@ -60,10 +128,11 @@ static qi_status move_to(qi_engine *e, const qi_plan *next, qi_engine_replan_cos
     st = qi_engine_replan(e, &mid, &c1, err);
     if (!st) st = qi_engine_replan(e, next, &c2, err);
     qi_plan_free(&mid);
-    if (cost)
-        *cost = (qi_engine_replan_cost){.weight_bytes = c1.weight_bytes + c2.weight_bytes,
-                                        .kv_blocks = c1.kv_blocks + c2.kv_blocks,
-                                        .kv_bytes = c1.kv_bytes + c2.kv_bytes, .seconds = c1.seconds + c2.seconds};
+    if (cost) {
+        cost_add(&c0, &c1);
+        cost_add(&c0, &c2);
+        *cost = c0;
+    }
     return st;
 }
 
@@ -106,6 +175,18 @@ static double moved_bytes(const qi_engine *e, const qi_model *m, const qi_placem
     return n;
 }
 
+/* Whether plans a and b put every block, and every split, alike. */
+static bool same_plan(const qi_plan *a, const qi_plan *b) {
+    if (a->n_layer != b->n_layer || a->embd_dev != b->embd_dev || a->head_dev != b->head_dev) return false;
+    for (int l = 0; l < a->n_layer; l++) {
+        const qi_plan_layer *x = &a->layers[l], *y = &b->layers[l];
+        if (x->attn_dev != y->attn_dev || x->mlp_dev != y->mlp_dev || x->split != y->split ||
+            (x->split > 0.0f && x->split_dev != y->split_dev))
+            return false;
+    }
+    return true;
+}
+
 qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_model *m, const qi_placement_workload *wl,
                                 bool *replanned, qi_err *err) {
     if (replanned) *replanned = false;
@@ -118,12 +199,13 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
     qi_engine_block_times_get(e, &bt);
     if (c->have_obs && bt.steps > 0) {
         const int nb = bt.n_blocks;
-        double *avg = qi_malloc(sizeof *avg * 2 * (size_t)nb);
+        double *avg = qi_malloc(sizeof *avg * 3 * (size_t)nb);
         if (!avg) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a placement observation");
         double copy[QI_PLAN_MAX_DEVICES], total = 0;
         for (int k = 0; k < nb; k++) {
             avg[k] = bt.block_s[k] / (double)bt.steps;
             avg[nb + k] = bt.split_s[k] / (double)bt.steps;
+            avg[2 * nb + k] = bt.attn_s[k] / (double)bt.steps;
             total += avg[k];
         }
         for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
@@ -131,7 +213,7 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
             total += copy[d];
         }
         const qi_placement_times t = {.plan = cur, .n_blocks = nb, .block_s = avg, .split_s = avg + nb,
-                                      .copy_s = copy, .wl = &c->obs_wl, .steps = bt.steps};
+                                      .attn_s = avg + 2 * nb, .copy_s = copy, .wl = &c->obs_wl, .steps = bt.steps};
         c->predicted_s = qi_placement_policy_predict(c->policy, m, &devs, &c->obs_wl, cur);
         c->measured_s = total;
         qi_placement_policy_observe(c->policy, &t);
@@ -147,7 +229,7 @@ qi_status qi_placement_ctl_tick(qi_placement_ctl *c, qi_engine *e, const qi_mode
     qi_plan next = {0};
     qi_status st = qi_placement_policy_plan(c->policy, m, &devs, wl, &next, err);
     if (st) return st;
-    bool go = moved_bucket;
+    bool go = moved_bucket || (c->policy->iface->replan_on_change && !same_plan(cur, &next));
     if (!go && c->policy->iface->predict) {
         /* the gain over the steps left against the time to move */
         const double now = qi_placement_policy_predict(c->policy, m, &devs, wl, cur),

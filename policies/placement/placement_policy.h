@@ -30,7 +30,7 @@
 
 struct qi_hwprofile;
 
-#define QI_PLACEMENT_POLICY_VERSION 2u
+#define QI_PLACEMENT_POLICY_VERSION 3u
 
 struct qi_model;
 
@@ -71,14 +71,18 @@ typedef struct {
  * observed): block_s[b] the seconds weight block b (qi_plan_block_dev's
  * numbering) took on the device the plan put it on (its span, so a split
  * attention's includes waiting for its second device), split_s[b] a split
- * attention's ops on its second device, copy_s[d] the seconds spent
- * copying activations to device d. Any may be NULL. wl: the workload the
- * steps ran (batch decoding at context prompt_len, gen_len still to go). */
+ * attention's ops on its second device, attn_s[b] an attention block's
+ * attention and KV-write ops on its own device (its share of a split
+ * attention, without the projections or the wait), copy_s[d] the seconds
+ * spent copying activations to device d. Any may be NULL. wl: the
+ * workload the steps ran (batch decoding at context prompt_len, gen_len
+ * still to go). */
 typedef struct {
     const qi_plan *plan; /* the plan that ran */
     int n_blocks;        /* qi_plan_n_blocks(plan->n_layer) */
     const double *block_s; /* [n_blocks] */
     const double *split_s; /* [n_blocks] */
+    const double *attn_s;  /* [n_blocks] */
     const double *copy_s;  /* [plan->n_devices] */
     const qi_placement_workload *wl;
     long steps;
@@ -106,6 +110,11 @@ typedef struct {
      * weigh a new plan's gain against the cost of moving to it */
     double (*predict)(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
                       const qi_placement_workload *wl, const qi_plan *plan);
+    /* optional (false: re-planned on a workload bucket, or on a predicted
+     * gain): a policy whose plan follows its observations by a rule, with
+     * no cost model to weigh a move (ratio); qi_placement_ctl_tick applies
+     * its plan whenever it differs from the one in force */
+    bool replan_on_change;
 } qi_placement_policy_i;
 
 /* Every policy object starts with its interface. */
@@ -178,8 +187,10 @@ void qi_placement_devices_of_engine(const qi_engine *e, qi_placement_devices *ou
 /* p's plan for e's model (m, as given to qi_engine_create), devices and
  * workload wl, run through qi_engine_replan; cost may be NULL. A move the
  * engine refuses for room (it frees what leaves only once the rest has
- * arrived) is made in two: first to the plan that keeps on each device only
- * the blocks both plans put there, then to the new one. Errors:
+ * arrived) is made, when only splits change, a few layers at a time
+ * (halving the group at each refusal), and otherwise, or when even one
+ * layer does not fit, in two: first to the plan that keeps on each device
+ * only the blocks both plans put there, then to the new one. Errors:
  * those of qi_placement_policy_plan, then qi_engine_replan's. */
 qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct qi_model *m,
                              const qi_placement_workload *wl, qi_engine_replan_cost *cost, qi_err *err);
@@ -191,7 +202,9 @@ qi_status qi_placement_apply(qi_placement_policy *p, qi_engine *e, const struct 
  * or the context has moved past a power of `bucket` since the last plan)
  * or, for a policy with a cost model (predict), when the new plan's
  * predicted gain over the steps left (wl->gen_len) beats the time to move
- * the weights and KV it moves over the link. The first tick always plans. */
+ * the weights and KV it moves over the link, or, for a policy marked
+ * replan_on_change, when its plan differs from the one in force. The
+ * first tick always plans. */
 typedef struct {
     qi_placement_policy *policy;
     double bucket;       /* > 1 (default 2) */

@@ -25,9 +25,9 @@
 
 /* flexgen needs GLPK (CMakeLists.txt builds it only where GLPK is found) */
 #ifdef QI_HAVE_GLPK
-#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost) X(flexgen)
+#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost) X(ratio) X(flexgen)
 #else
-#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost)
+#define QI_PLACEMENT_POLICY_LIST(X) X(static) X(gdcost) X(ratio)
 #endif
 
 #define QI_PLACEMENT_DECLARE(name) extern const qi_placement_policy_i qi_placement_##name##_policy;

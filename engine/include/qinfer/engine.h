@@ -228,15 +228,18 @@ void qi_engine_profile(const qi_engine *e, qi_engine_prof *out);
  * (plan.h's numbering) the device time of its span on the device the plan
  * put it on (from an event where it starts to one where it ends, so a
  * split attention's span includes waiting for its second device), the
- * time of a split attention's ops on its second device, and the time of
- * the activation copies into each device; summed over the steps since the
- * last reset (steps). The arrays are the engine's, valid until it is
- * freed. All zeros with profile off. */
+ * time of a split attention's ops on its second device, the time of an
+ * attention block's attention and KV-write ops on its own device (without
+ * the projections or the wait: with split_s, the two devices' shares of a
+ * split attention), and the time of the activation copies into each
+ * device; summed over the steps since the last reset (steps). The arrays
+ * are the engine's, valid until it is freed. All zeros with profile off. */
 typedef struct {
     int n_blocks;
     long steps;
     const double *block_s; /* [n_blocks] */
     const double *split_s; /* [n_blocks] */
+    const double *attn_s;  /* [n_blocks] */
     double copy_s[QI_PLAN_MAX_DEVICES];
 } qi_engine_block_times;
 void qi_engine_block_times_get(const qi_engine *e, qi_engine_block_times *out);
