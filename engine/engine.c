@@ -59,6 +59,14 @@
  * remaining matmuls then run with that many tokens, which decides the
  * K-quant summation order (QI_K_WIDE_MIN). Every buffer is sized at creation except the logits,
  * which grow to the largest step's output rows.
+ *
+ * OPT and Falcon (simulated devices only: their ops are backend.h's
+ * optional ones): LayerNorms with biases for the RMSNorms; OPT adds its
+ * learned position's row to each token's embedding, has no RoPE, adds a
+ * bias after every matmul, and its FFN is down(relu(up(n))), no gate;
+ * Falcon's FFN is down(gelu(up(m))), and its layers are parallel, x +=
+ * attn(n) + mlp(m) with n and m the two LayerNorms of the same x (plan.h
+ * says how that maps onto the attention and MLP blocks).
  */
 #include "qinfer/engine.h"
 
@@ -136,7 +144,7 @@ typedef struct {
     qi_buf **wblk;          /* [2 n_layer + 2] its form of the weight blocks it runs (NULL: none
                              * needed, the CPU on the model's rows; see wblock_count) */
     qi_layer *layers;       /* [n_layer]: weights of its blocks (others stale or zero) */
-    qi_weight tok_embd, out_norm, output;
+    qi_weight tok_embd, pos_embd, out_norm, out_norm_b, output;
     qi_buf *lbuf;           /* logits rows when it runs the output head (not the CPU) */
     float *logits;
     long cap_logit_rows;
@@ -240,6 +248,7 @@ static double eclock(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : 
 double qi_engine_now(const qi_engine *e) { return e->sim ? qi_sim_now(e->sim) : qi_measure_now(); }
 const char *qi_engine_sim_profile(const qi_engine *e) { return e->sim ? qi_sim_profile(e->sim)->name : NULL; }
 const qi_hwprofile *qi_engine_sim_hwprofile(const qi_engine *e) { return e->sim ? qi_sim_profile(e->sim) : NULL; }
+const qi_sim *qi_engine_sim(const qi_engine *e) { return e->sim; }
 
 /* Profiling (opts.profile): host work (the KV policy's decisions) by the
  * engine's clock, HOST_PROF_BEGIN/END around it; ops by their device's events
@@ -493,8 +502,12 @@ static int wblock_weights(const qi_model *m, dev_state *D, int b, const qi_weigh
         const qi_weight *w = src[i];
         if (w == &m->tok_embd) {
             dst[i] = &D->tok_embd;
+        } else if (w == &m->pos_embd) {
+            dst[i] = &D->pos_embd;
         } else if (w == &m->out_norm) {
             dst[i] = &D->out_norm;
+        } else if (w == &m->out_norm_b) {
+            dst[i] = &D->out_norm_b;
         } else if (w == &m->output) {
             dst[i] = &D->output;
         } else {
@@ -617,6 +630,22 @@ static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err)
     return QI_OK;
 }
 
+/* OPT and Falcon need ops only the simulated devices have (backend.h's
+ * optional ones): refused on any device of the list without them, since a
+ * placement policy may move any block to any device. */
+static qi_status check_arch_ops(const qi_model *m, qi_backend *b, qi_err *err) {
+    const qi_hparams *hp = &m->hp;
+    const qi_backend_i *f = b->iface;
+    if (!hp->layer_norm && !qi_ffn_gate_free(hp->ffn_act)) return QI_OK;
+    if (f->layernorm && f->add_bias && f->act) return QI_OK;
+    const bool opt = hp->arch == QI_ARCH_OPT;
+    return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                  "%s runs on simulated devices only in this build (its LayerNorm, gate-free %s FFN%s have no "
+                  "kernels on device %s): run it with --sim PROFILE",
+                  opt ? "OPT" : hp->arch == QI_ARCH_FALCON ? "Falcon" : hp->arch_name, opt ? "ReLU" : "GELU",
+                  opt ? ", learned positions and biases" : " and parallel block", b->info.name);
+}
+
 /* Parse and check the plan, open its devices, and give each its weights,
  * activations and KV pool. A plan that does not fit a device is refused
  * here, before any work, naming the block and the bytes short. */
@@ -634,6 +663,7 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
     for (int d = 0; d < p->n_devices; d++) {
         dev_state *D = &e->dev[d];
         if (d > 0 && (st = open_device(e, p->devices[d], &D->be, err))) return st;
+        if ((st = check_arch_ops(m, D->be, err))) return st;
         /* the name as --devices gave it, so the plan prints as it was asked */
         snprintf(D->be->info.name, sizeof D->be->info.name, "%s", p->devices[d]);
         D->layers = qi_calloc((size_t)L, sizeof *D->layers);
@@ -647,7 +677,9 @@ static qi_status setup_devices(qi_engine *e, size_t R, qi_err *err) {
              * for the blocks it holds */
             memcpy(D->layers, m->layers, sizeof *D->layers * (size_t)L);
             D->tok_embd = m->tok_embd;
+            D->pos_embd = m->pos_embd;
             D->out_norm = m->out_norm;
+            D->out_norm_b = m->out_norm_b;
             D->output = m->output;
         }
         /* count first: refuse a plan that does not fit, naming the block */
@@ -987,11 +1019,12 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     const unsigned cpu_flags = (o->attn_blas ? QI_CPU_ATTN_BLAS : 0u) | (o->repack ? QI_CPU_REPACK : 0u);
     if (o->sim) {
         if ((st = open_sim(e, o, err)) || (st = qi_backend_sim_create(e->sim, false, 0, &e->be, err))) goto fail;
+    } else if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err)) ||
+               (st = check_arch_ops(m, e->be, err))) { /* an architecture the CPU cannot run says so first */
+        goto fail;
     } else if (qi_gguf_shapes_only(m->gguf)) {
         st = QI_ERR(err, QI_ERR_INVALID, "%s has shapes only, no weights (qinfer synth --shapes-only): it runs on "
                     "simulated devices only (--sim PROFILE)", qi_gguf_path(m->gguf));
-        goto fail;
-    } else if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err))) {
         goto fail;
     }
     if ((st = qi_kv_pool_create(e->be, hp->head_dim, o->kv_max_bytes, &e->pool, err))) goto fail;
@@ -1851,9 +1884,24 @@ static qi_status move_x(qi_engine *e, int *x_dev, int d, int rows, qi_err *err) 
     return QI_OK;
 }
 
+/* The model's norm over rows: RMSNorm, or LayerNorm with its bias (opt,
+ * falcon). */
+static qi_status norm_rows(qi_backend *b, const qi_hparams *hp, const float *x, const qi_weight *w,
+                           const qi_weight *bias, int T, int n, float *y, qi_err *err) {
+    if (!hp->layer_norm) return qi_backend_rmsnorm(b, x, w->data, T, n, hp->rms_eps, y, err);
+    return qi_backend_layernorm(b, x, w->data, bias->data, T, n, hp->rms_eps, y, err);
+}
+
+/* y[T][..] += a matmul's bias bw, where the model has one (opt). */
+static qi_status add_bias(qi_backend *b, const qi_weight *bw, float *y, int T, qi_err *err) {
+    if (!bw->data) return QI_OK;
+    return qi_backend_add_bias(b, y, bw->data, T, (int)bw->n_cols, err);
+}
+
 /* The attention block of layer l on its device: x += attn(norm(x)), the
  * step's K/V written and, on the last layer, the rows carried on cut to
- * the output rows (*rows = R). */
+ * the output rows (*rows = R). In a parallel layer (falcon) x is left as it
+ * is and attn(norm(x)) kept in the device's xn, for the MLP block to add. */
 static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *rows,
                                  qi_err *err) {
     const qi_model *m = e->m;
@@ -1864,17 +1912,22 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const bool swa = hp->n_swa > 0 && ly->swa;
     const float base = swa ? hp->rope_base_swa : hp->rope_base;
-    OP(qi_backend_rmsnorm(b, A->x, ly->attn_norm.data, T, E, hp->rms_eps, A->xn, err));
+    OP(norm_rows(b, hp, A->x, &ly->attn_norm, &ly->attn_norm_b, T, E, A->xn, err));
     const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const qkv_out[3] = {A->q, A->k, A->v};
     OP(matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err));
+    OP(add_bias(b, &ly->bq, A->q, T, err));
+    OP(add_bias(b, &ly->bk, A->k, T, err));
+    OP(add_bias(b, &ly->bv, A->v, T, err));
     if (ly->q_norm.data) OP(qi_backend_rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q, err));
     if (ly->k_norm.data) OP(qi_backend_rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k, err));
-    OP(qi_backend_rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale, hp->rope_mode,
-                       err));
+    if (hp->n_rot > 0) /* none with learned positions (opt) */
+        OP(qi_backend_rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale,
+                           hp->rope_mode, err));
     if (hp->q_scale > 0) OP(qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err));
     OP(attend_all(e, segs, n_seg, T, l, err));
     OP(matmul(e, b, &ly->wo, A->att, T, A->xn, err));
+    OP(add_bias(b, &ly->bo, A->xn, T, err));
     if (l == hp->n_layer - 1 && R < T) {
         /* carry on with the output rows only */
         *rows = R;
@@ -1884,7 +1937,42 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     }
     if (ly->attn_post_norm.data)
         OP(qi_backend_rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn, err));
+    if (hp->parallel) return QI_OK; /* added by the MLP block */
     return qi_backend_add(b, A->x, A->xn, (long)*rows * E, err);
+}
+
+/* The MLP block of a gate-free FFN (opt, falcon): x += down(act(up(norm(x)))),
+ * with the matmuls' biases where the model has them. In a parallel layer
+ * (falcon) the MLP's input and output go through the gate's rows (unused
+ * without a gate, and at least n_embd wide: model.c checks n_ff), since xn
+ * holds the attention's output on its device; that output, copied over
+ * when the attention ran on another device, is added to x after the MLP's. */
+static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const int a = e->plan.layers[l].attn_dev, f = e->plan.layers[l].mlp_dev;
+    const dev_state *M = &e->dev[f];
+    qi_backend *b = M->be;
+    const qi_layer *ly = &M->layers[l];
+    const int E = hp->n_embd;
+    float *h = hp->parallel ? M->gate : M->xn;
+    OP(norm_rows(b, hp, M->x, &ly->ffn_norm, &ly->ffn_norm_b, rows, E, h, err));
+    OP(matmul(e, b, &ly->w_up, h, rows, M->up, err));
+    OP(add_bias(b, &ly->b_up, M->up, rows, err));
+    OP(qi_backend_act(b, hp->ffn_act == QI_FFN_GELU, M->up, rows, hp->n_ff, err));
+    OP(matmul(e, b, &ly->w_down, M->up, rows, h, err));
+    OP(add_bias(b, &ly->b_down, h, rows, err));
+    OP(qi_backend_add(b, M->x, h, (long)rows * E, err));
+    if (!hp->parallel) return QI_OK;
+    if (a != f) {
+        const dev_state *A = &e->dev[a];
+        xfer x;
+        qi_status st;
+        if ((st = xfer_begin(e, &x, M->be, A->be, err)) ||
+            (st = xfer_copy(e, &x, act_view(M, M->xn), act_view(A, A->xn), sizeof(float) * (size_t)rows * E, err)) ||
+            (st = xfer_end(e, &x, false, err)))
+            return st;
+    }
+    return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }
 
 /* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
@@ -1894,6 +1982,7 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     qi_backend *b = M->be;
     const qi_layer *ly = &M->layers[l];
     const int E = hp->n_embd;
+    if (qi_ffn_gate_free(hp->ffn_act)) return mlp_gate_free(e, l, rows, err);
     OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
@@ -1925,12 +2014,23 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
         }
         out = O->logits;
     }
-    OP(qi_backend_rmsnorm(b, O->x, O->out_norm.data, R, hp->n_embd, hp->rms_eps, O->xn, err));
+    OP(norm_rows(b, hp, O->x, &O->out_norm, &O->out_norm_b, R, hp->n_embd, O->xn, err));
     OP(matmul(e, b, &O->output, O->xn, R, out, err));
     if (hp->logit_softcap > 0) OP(qi_backend_softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap, err));
     if (O == &e->dev[0]) return QI_OK;
     if ((st = qi_dev_download(b, e->logits, qi_view_of(O->lbuf, 0), bytes, err))) return st;
     return qi_dev_synchronize(b, err);
+}
+
+/* Learned positions (opt): row q_pos[t] of the table added to token t's
+ * embedding, through xn. */
+static qi_status add_positions(qi_engine *e, const dev_state *X, int T, qi_err *err) {
+    for (int t = 0; t < T; t++)
+        if (e->q_pos[t] >= X->pos_embd.n_rows)
+            return QI_ERR(err, QI_ERR_INVALID, "position %d is past the model's %lld learned positions", e->q_pos[t],
+                          (long long)X->pos_embd.n_rows);
+    OP(qi_backend_get_rows(X->be, &X->pos_embd, e->q_pos, T, X->xn, err));
+    return qi_backend_add(X->be, X->x, X->xn, (long)T * e->m->hp.n_embd, err);
 }
 
 static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
@@ -1949,6 +2049,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
         st = qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err);
         if (!st && hp->embd_scale != 1.0f)
             st = qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err);
+        if (!st && X->pos_embd.data) st = add_positions(e, X, T, err);
         if ((st = span_end(e, x_dev, 0, t0, st, err))) return st;
     }
     int rows = T;

@@ -249,6 +249,131 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
     return QI_OK;
 }
 
+/* OPT and Falcon (shapes for the simulated machine; the real devices have no
+ * kernels for their LayerNorm, gate-free FFN, positions and biases). The
+ * keys and tensor names follow llama.cpp's where it has the architecture
+ * (falcon) and its conventions where it has not (opt, named as its gpt2 and
+ * starcoder are):
+ *   "<arch>.embedding_length", "block_count", "feed_forward_length",
+ *   "attention.head_count", "attention.head_count_kv" (default: the query
+ *   heads), "context_length", "attention.layer_norm_epsilon" (default 1e-5),
+ *   "rope.freq_base" and "rope.dimension_count" (falcon);
+ *   token_embd, output_norm (.weight, .bias), output (absent: tied);
+ *   opt: position_embd.weight [n_embd, context_length] (OPT's table without
+ *   its two offset rows: row p is position p); per layer attn_norm,
+ *   attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_up (fc1), ffn_down
+ *   (fc2), each .weight and .bias;
+ *   falcon: per layer attn_norm (ln_attn) and attn_norm_2 (ln_mlp, Falcon-40B;
+ *   absent in the 7B, whose one LayerNorm then serves both), .weight and
+ *   .bias; attn_qkv.weight fused as llama.cpp's converter writes it (the
+ *   query rows, then the keys', then the values': viewed here as three
+ *   matrices), attn_output, ffn_up, ffn_down, no biases. */
+static qi_status load_opt_falcon(qi_model *m, qi_err *err) {
+    qi_gguf *g = m->gguf;
+    qi_hparams *hp = &m->hp;
+    const char *a = hp->arch_name;
+    const bool falcon = hp->arch == QI_ARCH_FALCON;
+    qi_status st;
+    if ((st = get_int(g, a, "embedding_length", true, 0, &hp->n_embd, err)) ||
+        (st = get_int(g, a, "block_count", true, 0, &hp->n_layer, err)) ||
+        (st = get_int(g, a, "feed_forward_length", true, 0, &hp->n_ff, err)) ||
+        (st = get_int(g, a, "attention.head_count", true, 0, &hp->n_head, err)) ||
+        (st = get_int(g, a, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
+        (st = get_int(g, a, "context_length", false, 2048, &hp->n_ctx_train, err)) ||
+        (st = get_float(g, a, "attention.layer_norm_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (st = get_float(g, a, "rope.freq_base", 10000.0f, &hp->rope_base, err)))
+        return st;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
+        hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_ctx_train <= 0)
+        return QI_ERR(err, QI_ERR_FORMAT,
+                      "%s: inconsistent hyper-parameters (n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d)",
+                      qi_gguf_path(g), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    /* the parallel block keeps the MLP's input and output in the gate's rows */
+    if (falcon && hp->n_ff < hp->n_embd)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: falcon with n_ff %d below n_embd %d", qi_gguf_path(g), hp->n_ff,
+                      hp->n_embd);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    hp->n_rot = 0;
+    if (falcon && (st = get_int(g, a, "rope.dimension_count", false, hp->head_dim, &hp->n_rot, err))) return st;
+    if (hp->head_dim > 1024 || hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || (falcon && !hp->n_rot))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: bad head size %d / rotary dims %d", qi_gguf_path(g), hp->head_dim,
+                      hp->n_rot);
+    if (hp->rope_base <= 0) return QI_ERR(err, QI_ERR_FORMAT, "%s: rope.freq_base must be positive", qi_gguf_path(g));
+    if (hp->rms_eps <= 0 || hp->rms_eps > 1)
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: layer_norm_epsilon %g is out of range", qi_gguf_path(g), hp->rms_eps);
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_mode = QI_ROPE_NEOX; /* llama.cpp's for falcon */
+    hp->ffn_act = falcon ? QI_FFN_GELU : QI_FFN_RELU;
+    hp->embd_scale = 1.0f;
+    hp->layer_norm = true;
+    hp->parallel = falcon;
+
+    const qi_gguf_tensor *te = qi_gguf_tensor_find(g, "token_embd.weight");
+    if (!te) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor token_embd.weight", qi_gguf_path(g));
+    if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: token_embd.weight has an implausible vocabulary of %llu rows",
+                      qi_gguf_path(g), (unsigned long long)te->ne[1]);
+    hp->n_vocab = (int)te->ne[1];
+    const int E = hp->n_embd, Dq = hp->n_head * hp->head_dim, Dkv = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    if ((st = get_weight(g, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd, err)) ||
+        (!falcon && (st = get_weight(g, "position_embd.weight", E, hp->n_ctx_train, false, &m->pos_embd, err))) ||
+        (st = get_weight(g, "output_norm.weight", E, 0, false, &m->out_norm, err)) ||
+        (st = get_weight(g, "output_norm.bias", E, 0, false, &m->out_norm_b, err)) ||
+        (st = get_weight(g, "output.weight", E, hp->n_vocab, true, &m->output, err)))
+        return st;
+    hp->tied_output = m->output.data == NULL;
+    if (hp->tied_output) m->output = m->tok_embd;
+
+    m->layers = qi_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        qi_layer *ly = &m->layers[l];
+        qi_weight qkv;
+        struct {
+            const char *name;
+            qi_weight *w;
+            int64_t cols, rows;
+            bool optional;
+        } opt[] = {
+            {"attn_norm.weight", &ly->attn_norm, E, 0, false}, {"attn_norm.bias", &ly->attn_norm_b, E, 0, false},
+            {"attn_q.weight", &ly->wq, E, Dq, false},          {"attn_q.bias", &ly->bq, Dq, 0, false},
+            {"attn_k.weight", &ly->wk, E, Dkv, false},         {"attn_k.bias", &ly->bk, Dkv, 0, false},
+            {"attn_v.weight", &ly->wv, E, Dkv, false},         {"attn_v.bias", &ly->bv, Dkv, 0, false},
+            {"attn_output.weight", &ly->wo, Dq, E, false},     {"attn_output.bias", &ly->bo, E, 0, false},
+            {"ffn_norm.weight", &ly->ffn_norm, E, 0, false},   {"ffn_norm.bias", &ly->ffn_norm_b, E, 0, false},
+            {"ffn_up.weight", &ly->w_up, E, F, false},         {"ffn_up.bias", &ly->b_up, F, 0, false},
+            {"ffn_down.weight", &ly->w_down, F, E, false},     {"ffn_down.bias", &ly->b_down, E, 0, false},
+        }, fal[] = {
+            {"attn_norm.weight", &ly->attn_norm, E, 0, false}, {"attn_norm.bias", &ly->attn_norm_b, E, 0, false},
+            {"attn_norm_2.weight", &ly->ffn_norm, E, 0, true}, {"attn_norm_2.bias", &ly->ffn_norm_b, E, 0, true},
+            {"attn_qkv.weight", &qkv, E, Dq + 2 * Dkv, false}, {"attn_output.weight", &ly->wo, Dq, E, false},
+            {"ffn_up.weight", &ly->w_up, E, F, false},         {"ffn_down.weight", &ly->w_down, F, E, false},
+        };
+        const size_t n = falcon ? sizeof fal / sizeof fal[0] : sizeof opt / sizeof opt[0];
+        for (size_t i = 0; i < n; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", l, falcon ? fal[i].name : opt[i].name);
+            if ((st = falcon ? get_weight(g, name, fal[i].cols, fal[i].rows, fal[i].optional, fal[i].w, err)
+                             : get_weight(g, name, opt[i].cols, opt[i].rows, opt[i].optional, opt[i].w, err)))
+                return st;
+        }
+        if (!falcon) continue;
+        if (!ly->ffn_norm.data) { /* one LayerNorm for both (Falcon-7B) */
+            ly->ffn_norm = ly->attn_norm;
+            ly->ffn_norm_b = ly->attn_norm_b;
+        } else if (!ly->ffn_norm_b.data) {
+            return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor blk.%d.attn_norm_2.bias", qi_gguf_path(g), l);
+        }
+        /* the fused matrix as three: its query, key and value rows */
+        ly->wq = ly->wk = ly->wv = qkv;
+        ly->wq.n_rows = Dq;
+        ly->wk.n_rows = ly->wv.n_rows = Dkv;
+        ly->wk.data = (const char *)qkv.data + qkv.row_bytes * (uint64_t)Dq;
+        ly->wv.data = (const char *)qkv.data + qkv.row_bytes * (uint64_t)(Dq + Dkv);
+    }
+    return QI_OK;
+}
+
 static void count_params(qi_model *m) {
     qi_gguf *g = m->gguf;
     for (uint64_t i = 0; i < qi_gguf_n_tensors(g); i++) {
@@ -281,8 +406,15 @@ qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err) {
     } else if (strcmp(m->hp.arch_name, "gemma3") == 0) {
         m->hp.arch = QI_ARCH_GEMMA3;
         st = load_llama(m, err);
+    } else if (strcmp(m->hp.arch_name, "opt") == 0) {
+        m->hp.arch = QI_ARCH_OPT;
+        st = load_opt_falcon(m, err);
+    } else if (strcmp(m->hp.arch_name, "falcon") == 0) {
+        m->hp.arch = QI_ARCH_FALCON;
+        st = load_opt_falcon(m, err);
     } else {
-        st = QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, gemma3)",
+        st = QI_ERR(err, QI_ERR_UNSUPPORTED,
+                    "%s: architecture '%s' is not supported (supported: llama, gemma3; opt, falcon simulated only)",
                     qi_gguf_path(g), m->hp.arch_name);
     }
     if (st) goto fail;
@@ -322,7 +454,7 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err) {
     return qi_model_from_gguf(g, out, err);
 }
 
-int qi_model_n_matrices(const qi_model *m) { return 7 * m->hp.n_layer + 1; }
+int qi_model_n_matrices(const qi_model *m) { return (qi_ffn_gate_free(m->hp.ffn_act) ? 6 : 7) * m->hp.n_layer + 1; }
 
 int qi_model_n_packable(const qi_model *m) {
     int n = qi_k_pack_supported(m->output.type);

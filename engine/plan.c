@@ -334,9 +334,11 @@ int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *m
     if (b < 0 || b > 2 * L + 1) return 0;
     if (b == 0) {
         W(m->tok_embd, false);
+        W(m->pos_embd, false);
     } else if (b == 2 * L + 1) {
         W(m->out_norm, false);
         W(m->output, true);
+        W(m->out_norm_b, false);
     } else if ((b - 1) % 2 == 0) {
         const qi_layer *y = &m->layers[(b - 1) / 2];
         W(y->attn_norm, false);
@@ -347,6 +349,11 @@ int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *m
         W(y->q_norm, false);
         W(y->k_norm, false);
         W(y->attn_post_norm, false);
+        W(y->attn_norm_b, false);
+        W(y->bq, false);
+        W(y->bk, false);
+        W(y->bv, false);
+        W(y->bo, false);
     } else {
         const qi_layer *y = &m->layers[(b - 1) / 2];
         W(y->ffn_norm, false);
@@ -354,6 +361,9 @@ int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *m
         W(y->w_up, true);
         W(y->w_down, true);
         W(y->ffn_post_norm, false);
+        W(y->ffn_norm_b, false);
+        W(y->b_up, false);
+        W(y->b_down, false);
     }
 #undef W
     return n;

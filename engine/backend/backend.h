@@ -252,9 +252,20 @@ typedef struct {
      * completed at device time t (qi_event_sync). A device whose clock is
      * not the host's (the simulated ones) moves the host's clock up. */
     void (*host_wait)(qi_backend *b, double t);
+    /* Optional ops of the architectures only simulated devices run (OPT,
+     * Falcon; NULL on the CPU and testdev, and the engine refuses such a
+     * model on a device without them):
+     * layernorm: y[T][n] = (x - mean(x)) / sqrt(var(x) + eps) * w + bias
+     * (bias may be NULL; y may alias x);
+     * add_bias: x[t][i] += bias[i] for t < T, i < n;
+     * act: x[T][n] = relu(x) (gelu false) or gelu(x), in place, no gate. */
+    void (*layernorm)(qi_backend *b, const float *x, const float *w, const float *bias, int T, int n, float eps,
+                      float *y);
+    void (*add_bias)(qi_backend *b, float *x, const float *bias, int T, int n);
+    void (*act)(qi_backend *b, bool gelu, float *x, int T, int n);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 14u
+#define QI_BACKEND_VERSION 15u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -293,6 +304,12 @@ qi_status qi_backend_scale(qi_backend *b, float *x, long n, float s, qi_err *err
 qi_status qi_backend_softcap(qi_backend *b, float *x, long n, float cap, qi_err *err);
 qi_status qi_backend_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width, qi_err *err);
 qi_status qi_backend_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T, float *out, qi_err *err);
+/* The optional ops (the iface's): QI_ERR_UNSUPPORTED naming the device
+ * and the op where b has none. */
+qi_status qi_backend_layernorm(qi_backend *b, const float *x, const float *w, const float *bias, int T, int n,
+                               float eps, float *y, qi_err *err);
+qi_status qi_backend_add_bias(qi_backend *b, float *x, const float *bias, int T, int n, qi_err *err);
+qi_status qi_backend_act(qi_backend *b, bool gelu, float *x, int T, int n, qi_err *err);
 /* Tests: the n-th qi_backend_* op called on b from now fails (not run;
  * QI_ERR_BACKEND naming the device and the op); 0 turns it off. */
 void qi_dev_inject_op_fail(qi_backend *b, long n);
@@ -383,6 +400,9 @@ qi_status qi_backend_sim_create(qi_sim *s, bool gpu, size_t capacity, qi_backend
 /* Simulated seconds device b spent on an op class (QI_SIM_OP_CLASSES:
  * copies); 0 for a device that is not simulated. */
 double qi_sim_busy(qi_backend *b, int op_class);
+/* How many ops of a class (QI_SIM_OP_CLASSES: copies) s's CPU or GPU has
+ * run since creation. */
+long qi_sim_op_count(const qi_sim *s, bool gpu, int op_class);
 
 void qi_backend_free(qi_backend *b); /* NULL is a no-op */
 

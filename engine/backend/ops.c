@@ -160,3 +160,35 @@ qi_status qi_backend_get_rows(qi_backend *b, const qi_weight *w, const int32_t *
     if (T) b->iface->get_rows(b, w, ids, T, out);
     return QI_OK;
 }
+
+/* The optional ops: a device without one says so rather than failing later. */
+#define OP_OPTIONAL(fn)                                                                                        \
+    do {                                                                                                       \
+        if (!b->iface->fn)                                                                                     \
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: %s: not available on this device", b->info.name, op); \
+    } while (0)
+
+qi_status qi_backend_layernorm(qi_backend *b, const float *x, const float *w, const float *bias, int T, int n,
+                               float eps, float *y, qi_err *err) {
+    OP_ENTER("layernorm");
+    OP_OPTIONAL(layernorm);
+    OP_CHECK(x && w && y && T >= 0 && n > 0 && eps >= 0.0f, "%d rows of %d", T, n);
+    if (T) b->iface->layernorm(b, x, w, bias, T, n, eps, y);
+    return QI_OK;
+}
+
+qi_status qi_backend_add_bias(qi_backend *b, float *x, const float *bias, int T, int n, qi_err *err) {
+    OP_ENTER("add bias");
+    OP_OPTIONAL(add_bias);
+    OP_CHECK(x && bias && T >= 0 && n > 0, "%d rows of %d", T, n);
+    if (T) b->iface->add_bias(b, x, bias, T, n);
+    return QI_OK;
+}
+
+qi_status qi_backend_act(qi_backend *b, bool gelu, float *x, int T, int n, qi_err *err) {
+    OP_ENTER("activation");
+    OP_OPTIONAL(act);
+    OP_CHECK(x && T >= 0 && n > 0, "%d rows of %d", T, n);
+    if (T) b->iface->act(b, gelu, x, T, n);
+    return QI_OK;
+}

@@ -34,15 +34,28 @@ typedef struct {
     int n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
     float rope_base;
     bool tied;
+    const char *arch; /* general.architecture: llama, or opt and falcon (shapes only) */
 } synth_shape;
 
-/* The shapes of real models, to mimic by name. */
+/* A layer's tensor: name, columns, rows (1: an f32 vector). */
+typedef struct {
+    const char *name;
+    int64_t cols, rows;
+} synth_tensor;
+
+/* The shapes of real models, to mimic by name. OPT and Falcon run on
+ * simulated devices only (engine/model.c names their keys and tensors), so
+ * their presets are written with --shapes-only. */
 static const synth_shape k_presets[] = {
-    {"smollm2-135m", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, true},
-    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false},
-    {"llama-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false},
-    {"llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, false},
-    {"llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, 10000.0f, false},
+    {"smollm2-135m", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, true, "llama"},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false, "llama"},
+    {"llama-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false, "llama"},
+    {"llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, false, "llama"},
+    {"llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, 10000.0f, false, "llama"},
+    /* OPT-30B: MHA, fc1/fc2 with ReLU, learned positions, tied head */
+    {"opt-30b", 7168, 28672, 48, 56, 56, 50272, 2048, 10000.0f, true, "opt"},
+    /* Falcon-40B: 8 KV heads, parallel attention and GELU MLP, two LayerNorms */
+    {"falcon-40b", 8192, 32768, 60, 128, 8, 65024, 2048, 10000.0f, true, "falcon"},
 };
 
 static void help(void) {
@@ -54,8 +67,9 @@ static void help(void) {
            "      --preset NAME   the shape to start from (default smollm2-135m):\n");
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
         const synth_shape *p = &k_presets[i];
-        printf("                        %-15s embd %d, ff %d, %d layers, %d/%d heads, vocab %d%s\n", p->name,
-               p->n_embd, p->n_ff, p->n_layer, p->n_head, p->n_head_kv, p->n_vocab, p->tied ? ", tied output" : "");
+        printf("                        %-15s embd %d, ff %d, %d layers, %d/%d heads, vocab %d%s%s%s\n", p->name,
+               p->n_embd, p->n_ff, p->n_layer, p->n_head, p->n_head_kv, p->n_vocab, p->tied ? ", tied output" : "",
+               strcmp(p->arch, "llama") ? ", " : "", strcmp(p->arch, "llama") ? p->arch : "");
     }
     printf("      --type T        weight type of the matrices: q4_0, q4_1 (default), q8_0,\n"
            "                      q4_K, q6_K or f16 (norms are f32)\n"
@@ -66,7 +80,8 @@ static void help(void) {
            "      --seed S        random seed (default 1)\n"
            "      --shapes-only   write the shapes without the weights (a header of a few MB\n"
            "                      for any size): the model then runs only on simulated\n"
-           "                      devices (--sim PROFILE), which time ops from shapes\n"
+           "                      devices (--sim PROFILE), which time ops from shapes;\n"
+           "                      opt and falcon presets are written only so\n"
            "  -h, --help          this help\n");
 }
 
@@ -197,6 +212,12 @@ int qi_cmd_synth(int argc, char **argv) {
         qi_cli_error(cmd, "unknown or unsupported weight type '%s' (q4_0, q4_1, q8_0, q4_K, q6_K, f16)", type_arg);
         return QI_EXIT_USAGE;
     }
+    const bool llama = !strcmp(base->arch, "llama");
+    if (!llama && !shapes) {
+        qi_cli_error(cmd, "preset %s is a %s model, which runs on simulated devices only: write it with --shapes-only",
+                     base->name, base->arch);
+        return QI_EXIT_USAGE;
+    }
     synth_shape s = *base;
     if (embd) s.n_embd = embd;
     if (ff) s.n_ff = ff;
@@ -250,12 +271,12 @@ int qi_cmd_synth(int argc, char **argv) {
     }
     const double params = (double)s.n_vocab * s.n_embd * (s.tied ? 1 : 2) +
                           (double)s.n_layer * ((double)s.n_embd * (s.n_embd + 2.0 * s.n_head_kv * D + s.n_embd) +
-                                               3.0 * s.n_embd * s.n_ff);
+                                               (llama ? 3.0 : 2.0) * s.n_embd * s.n_ff);
     char label[32], name[96];
     if (params >= 1e9) snprintf(label, sizeof label, "%.1fB", params / 1e9);
     else snprintf(label, sizeof label, "%.0fM", params / 1e6);
     snprintf(name, sizeof name, "synthetic %s-shaped (%s)", base->name, shapes ? "shapes only" : "random weights");
-    qi_gguf_writer_set_str(w, "general.architecture", "llama");
+    qi_gguf_writer_set_str(w, "general.architecture", s.arch);
     qi_gguf_writer_set_str(w, "general.name", name);
     qi_gguf_writer_set_str(w, "general.size_label", label);
     qi_gguf_writer_set_bool(w, "qinfer.synthetic", true);
@@ -268,15 +289,24 @@ int qi_cmd_synth(int argc, char **argv) {
                            : t == QI_TYPE_Q4_K ? 14
                                                : 18;
     qi_gguf_writer_set_u32(w, "general.file_type", ftype);
-    qi_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s.n_embd);
-    qi_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s.n_layer);
-    qi_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)s.n_ff);
-    qi_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s.n_head);
-    qi_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s.n_head_kv);
-    qi_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s.n_ctx);
-    qi_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    qi_gguf_writer_set_f32(w, "llama.rope.freq_base", s.rope_base);
-    qi_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)D);
+    char key[96];
+#define AKEY(suffix) (snprintf(key, sizeof key, "%s.%s", s.arch, suffix), key)
+    qi_gguf_writer_set_u32(w, AKEY("embedding_length"), (uint32_t)s.n_embd);
+    qi_gguf_writer_set_u32(w, AKEY("block_count"), (uint32_t)s.n_layer);
+    qi_gguf_writer_set_u32(w, AKEY("feed_forward_length"), (uint32_t)s.n_ff);
+    qi_gguf_writer_set_u32(w, AKEY("attention.head_count"), (uint32_t)s.n_head);
+    qi_gguf_writer_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)s.n_head_kv);
+    qi_gguf_writer_set_u32(w, AKEY("context_length"), (uint32_t)s.n_ctx);
+    if (llama) {
+        qi_gguf_writer_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    } else {
+        qi_gguf_writer_set_f32(w, AKEY("attention.layer_norm_epsilon"), 1e-5f);
+    }
+    if (strcmp(s.arch, "opt")) { /* opt has learned positions, no RoPE */
+        qi_gguf_writer_set_f32(w, AKEY("rope.freq_base"), s.rope_base);
+        qi_gguf_writer_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)D);
+    }
+#undef AKEY
     for (int i = 0; i < s.n_vocab; i++) {
         char *p = store + (size_t)i * 16;
         if (i < 256) qi_tok_byte_char(i, p);
@@ -295,18 +325,39 @@ int qi_cmd_synth(int argc, char **argv) {
 
     const int kvw = s.n_head_kv * D;
     if ((st = add_matrix(w, "token_embd.weight", t, s.n_embd, s.n_vocab, &rng, shapes, &bytes, &err)) ||
+        (!strcmp(s.arch, "opt") &&
+         (st = add_matrix(w, "position_embd.weight", t, s.n_embd, s.n_ctx, &rng, shapes, &bytes, &err))) ||
         (st = add_matrix(w, "output_norm.weight", QI_TYPE_F32, s.n_embd, 1, &rng, shapes, &bytes, &err)) ||
+        (!llama && (st = add_matrix(w, "output_norm.bias", QI_TYPE_F32, s.n_embd, 1, &rng, shapes, &bytes, &err))) ||
         (!s.tied && (st = add_matrix(w, "output.weight", t, s.n_embd, s.n_vocab, &rng, shapes, &bytes, &err))))
         goto done;
+    const synth_tensor llama_t[] = {{"attn_norm.weight", s.n_embd, 1},   {"attn_q.weight", s.n_embd, s.n_embd},
+                   {"attn_k.weight", s.n_embd, kvw},    {"attn_v.weight", s.n_embd, kvw},
+                   {"attn_output.weight", s.n_embd, s.n_embd}, {"ffn_norm.weight", s.n_embd, 1},
+                   {"ffn_gate.weight", s.n_embd, s.n_ff}, {"ffn_up.weight", s.n_embd, s.n_ff},
+                   {"ffn_down.weight", s.n_ff, s.n_embd}},
+      opt_t[] = {{"attn_norm.weight", s.n_embd, 1},  {"attn_norm.bias", s.n_embd, 1},
+                 {"attn_q.weight", s.n_embd, s.n_embd}, {"attn_q.bias", s.n_embd, 1},
+                 {"attn_k.weight", s.n_embd, kvw},   {"attn_k.bias", kvw, 1},
+                 {"attn_v.weight", s.n_embd, kvw},   {"attn_v.bias", kvw, 1},
+                 {"attn_output.weight", s.n_embd, s.n_embd}, {"attn_output.bias", s.n_embd, 1},
+                 {"ffn_norm.weight", s.n_embd, 1},   {"ffn_norm.bias", s.n_embd, 1},
+                 {"ffn_up.weight", s.n_embd, s.n_ff}, {"ffn_up.bias", s.n_ff, 1},
+                 {"ffn_down.weight", s.n_ff, s.n_embd}, {"ffn_down.bias", s.n_embd, 1}},
+      falcon_t[] = {{"attn_norm.weight", s.n_embd, 1},   {"attn_norm.bias", s.n_embd, 1},
+                    {"attn_norm_2.weight", s.n_embd, 1}, {"attn_norm_2.bias", s.n_embd, 1},
+                    {"attn_qkv.weight", s.n_embd, s.n_embd + 2 * kvw}, {"attn_output.weight", s.n_embd, s.n_embd},
+                    {"ffn_up.weight", s.n_embd, s.n_ff}, {"ffn_down.weight", s.n_ff, s.n_embd}};
+    const bool opt = !strcmp(s.arch, "opt");
+    const size_t n_t = llama ? sizeof llama_t / sizeof llama_t[0]
+                       : opt ? sizeof opt_t / sizeof opt_t[0]
+                             : sizeof falcon_t / sizeof falcon_t[0];
     for (int l = 0; l < s.n_layer; l++) {
-        static const char *const nm[9] = {"attn_norm", "attn_q", "attn_k",   "attn_v",  "attn_output",
-                                          "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
-        const int64_t cols[9] = {s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_embd, s.n_ff};
-        const int64_t rows[9] = {1, s.n_embd, kvw, kvw, s.n_embd, 1, s.n_ff, s.n_ff, s.n_embd};
-        for (int i = 0; i < 9; i++) {
+        for (size_t i = 0; i < n_t; i++) {
+            const synth_tensor *x = llama ? &llama_t[i] : opt ? &opt_t[i] : &falcon_t[i];
             char tn[64];
-            snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, nm[i]);
-            if ((st = add_matrix(w, tn, rows[i] == 1 ? QI_TYPE_F32 : t, cols[i], rows[i], &rng, shapes, &bytes,
+            snprintf(tn, sizeof tn, "blk.%d.%s", l, x->name);
+            if ((st = add_matrix(w, tn, x->rows == 1 ? QI_TYPE_F32 : t, x->cols, x->rows, &rng, shapes, &bytes,
                                  &err)))
                 goto done;
         }

@@ -69,6 +69,25 @@ expect_fail 2 "a placement policy runs on the batched rows only" "$Q" bench -m "
 expect_fail 2 "unknown placement policy 'nope'" "$Q" bench -m "$M" --sim "$P" --devices cpu,gpu --placement policy:nope \
   -p 0 -n 4 -b 2 -r 1
 
+# OPT and Falcon: shapes only, simulated only
+O=$tmp/opt30.gguf
+if expect_ok "$Q" synth --preset opt-30b --type f16 --shapes-only -o "$O"; then
+  grep -q "opt-30b-shaped" "$tmp/err" || bad "synth opt-30b: $(cat "$tmp/err")"
+  # 60 GB of fp16 weights on one A100: about 25 tokens/s
+  if expect_ok "$Q" bench -m "$O" --sim "$P" --devices cpu,gpu --placement ngl=49 -p 64 -n 8 -r 1 -o csv; then
+    rate=$(python3 -c "import csv; r=[x for x in csv.DictReader(open('$tmp/out')) if x['test']=='tg8']; print(r[0]['avg_ts'])")
+    python3 -c "import sys; sys.exit(0 if 15 < float('$rate') < 35 else 1)" || bad "bench opt-30b: simulated tg8 $rate t/s"
+  fi
+  expect_ok "$Q" bench -m "$O" --sim "$P" --devices cpu,gpu --placement policy:static -p 0 -n 8 -b 4 -d 128 -r 1 \
+    --warmup 0 -o csv
+  expect_fail 1 "OPT runs on simulated devices only in this build" "$Q" generate -m "$O" -p hi -n 1
+fi
+if expect_ok "$Q" synth --preset falcon-40b --type q8_0 --shapes-only -o "$tmp/f40.gguf"; then
+  expect_ok "$Q" bench -m "$tmp/f40.gguf" --sim "$P" --devices cpu,gpu --placement ngl=61 -p 64 -n 8 -r 1
+fi
+expect_fail 2 "preset falcon-40b is a falcon model, which runs on simulated devices only" \
+  "$Q" synth --preset falcon-40b -o "$tmp/f.gguf"
+
 # refusals
 expect_fail 2 "has shapes only, no weights" "$Q" generate -m "$M" -p hi -n 1
 expect_fail 2 "option --sim: qinfer ppl measures what the model computes" "$Q" ppl -m "$M" --sim "$P"

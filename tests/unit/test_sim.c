@@ -25,6 +25,7 @@
 #include "qinfer/model.h"
 #include "qinfer/types.h"
 #include "testutil.h"
+#include "tokenizer_int.h"
 
 /* A machine with round figures, so expected times are simple sums. */
 static void test_profile(qi_hwprofile *p) {
@@ -505,6 +506,227 @@ START_TEST(test_engine_sim) {
 }
 END_TEST
 
+/* ---- OPT and Falcon, shapes only ---------------------------------------------------- */
+
+/* A shapes-only model of an architecture (the keys and tensors model.c
+ * reads, as qinfer synth writes them), matrices of type t. */
+static void *g_arch_buf[2];
+static qi_model *arch_model(int slot, const char *arch, int E, int F, int L, int H, int Hkv, int V, int ctx,
+                            uint32_t t) {
+    qi_gguf_writer *w = qi_gguf_writer_create();
+    const bool opt = !strcmp(arch, "opt");
+    char key[96];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    qi_gguf_writer_set_str(w, "general.architecture", arch);
+    qi_gguf_writer_set_bool(w, "qinfer.shapes_only", true);
+    qi_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)E);
+    qi_gguf_writer_set_u32(w, K("block_count"), (uint32_t)L);
+    qi_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)F);
+    qi_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)H);
+    qi_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)Hkv);
+    qi_gguf_writer_set_u32(w, K("context_length"), (uint32_t)ctx);
+#undef K
+    /* the vocabulary synth writes: the GPT-2 byte tokens, then control tokens */
+    static char store[70000][16];
+    static const char *toks[70000];
+    static int32_t types[70000];
+    ck_assert_int_le(V, 70000);
+    for (int i = 0; i < V; i++) {
+        if (i < 256) qi_tok_byte_char(i, store[i]);
+        else snprintf(store[i], sizeof store[i], "<|s%d|>", i - 256);
+        toks[i] = store[i];
+        types[i] = i < 256 ? 1 : 3;
+    }
+    qi_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    qi_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    qi_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)V);
+    qi_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", QI_GGUF_I32, types, (uint64_t)V);
+    const char *no_merges[1] = {""};
+    qi_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", no_merges, 0);
+    qi_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
+    qi_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 256);
+    const int D = E / H, kvw = Hkv * D;
+    struct {
+        char name[64];
+        int64_t cols, rows;
+    } ts[32];
+    int n = 0;
+#define T_(nm, c, r) (snprintf(ts[n].name, sizeof ts[n].name, "%s", nm), ts[n].cols = (c), ts[n++].rows = (r))
+    T_("token_embd.weight", E, V);
+    if (opt) T_("position_embd.weight", E, ctx);
+    T_("output_norm.weight", E, 1);
+    T_("output_norm.bias", E, 1);
+    const int n_top = n;
+    if (opt) {
+        T_("attn_norm.weight", E, 1), T_("attn_norm.bias", E, 1), T_("attn_q.weight", E, E), T_("attn_q.bias", E, 1);
+        T_("attn_k.weight", E, kvw), T_("attn_k.bias", kvw, 1), T_("attn_v.weight", E, kvw), T_("attn_v.bias", kvw, 1);
+        T_("attn_output.weight", E, E), T_("attn_output.bias", E, 1), T_("ffn_norm.weight", E, 1);
+        T_("ffn_norm.bias", E, 1), T_("ffn_up.weight", E, F), T_("ffn_up.bias", F, 1), T_("ffn_down.weight", F, E);
+        T_("ffn_down.bias", E, 1);
+    } else {
+        T_("attn_norm.weight", E, 1), T_("attn_norm.bias", E, 1), T_("attn_norm_2.weight", E, 1);
+        T_("attn_norm_2.bias", E, 1), T_("attn_qkv.weight", E, E + 2 * kvw), T_("attn_output.weight", E, E);
+        T_("ffn_up.weight", E, F), T_("ffn_down.weight", F, E);
+    }
+#undef T_
+    for (int l = -1; l < L; l++)
+        for (int i = l < 0 ? 0 : n_top; i < (l < 0 ? n_top : n); i++) {
+            char nm[96];
+            if (l < 0) snprintf(nm, sizeof nm, "%s", ts[i].name);
+            else snprintf(nm, sizeof nm, "blk.%d.%s", l, ts[i].name);
+            const uint32_t ty = ts[i].rows == 1 ? QI_TYPE_F32 : t;
+            uint64_t rb = 0;
+            ck_assert(qi_type_row_bytes(ty, (uint64_t)ts[i].cols, &rb));
+            const uint64_t ne[2] = {(uint64_t)ts[i].cols, (uint64_t)ts[i].rows};
+            ck_assert_int_eq(qi_gguf_writer_add_tensor_shape(w, nm, ty, ts[i].rows > 1 ? 2 : 1, ne,
+                                                             rb * (uint64_t)ts[i].rows), QI_OK);
+        }
+    size_t len = 0;
+    qi_err e = {0};
+    ck_assert_msg(qi_gguf_writer_to_memory(w, 3, &g_arch_buf[slot], &len, &e) == QI_OK, "%s", e.msg);
+    qi_gguf_writer_free(w);
+    qi_gguf *g = NULL;
+    ck_assert_msg(qi_gguf_open_memory(g_arch_buf[slot], len, arch, &g, &e) == QI_OK, "%s", e.msg);
+    qi_model *m = NULL;
+    ck_assert_msg(qi_model_from_gguf(g, &m, &e) == QI_OK, "%s", e.msg);
+    return m;
+}
+
+#define A100_PROFILE QI_SOURCE_DIR "/engine/backend/sim/profiles/a100-pcie-2xeon.profile"
+
+typedef struct {
+    double decode_s;               /* per decode step */
+    double ops[QI_SIM_OP_CLASSES + 1]; /* the GPU's per decode step, by class (copies last) */
+} arch_run;
+
+/* A 32-token prompt, then 8 decode steps, on the A100 server. */
+static void run_arch(const qi_model *m, const char *placement, arch_run *out) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.max_seqs = 1;
+    o.n_ctx = 128;
+    o.sim = A100_PROFILE;
+    o.devices = "cpu,gpu";
+    o.placement = placement;
+    qi_engine *en = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(m, &o, &en, &e) == QI_OK, "%s: %s", placement, e.msg);
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(en, &id, &e), QI_OK);
+    int32_t toks[32];
+    for (int i = 0; i < 32; i++) toks[i] = 100 + i;
+    ck_assert_int_eq(qi_engine_seq_feed(en, id, toks, 32, false, &e), QI_OK);
+    while (qi_engine_seq_pending(en, id) > 0) ck_assert_msg(qi_engine_step(en, NULL, &e) == QI_OK, "%s", e.msg);
+    const qi_sim *sim = qi_engine_sim(en);
+    long c0[QI_SIM_OP_CLASSES + 1];
+    for (int k = 0; k <= QI_SIM_OP_CLASSES; k++) c0[k] = qi_sim_op_count(sim, true, k);
+    const double t1 = qi_engine_now(en);
+    for (int s = 0; s < 8; s++) {
+        const int32_t t = 7;
+        ck_assert_int_eq(qi_engine_seq_feed(en, id, &t, 1, false, &e), QI_OK);
+        ck_assert_msg(qi_engine_step(en, NULL, &e) == QI_OK, "%s", e.msg);
+    }
+    out->decode_s = (qi_engine_now(en) - t1) / 8;
+    for (int k = 0; k <= QI_SIM_OP_CLASSES; k++) out->ops[k] = (double)(qi_sim_op_count(sim, true, k) - c0[k]) / 8;
+    qi_engine_free(en);
+}
+
+/* A plan file: every layer's attention on `attn`, its MLP on `mlp`. */
+static void write_plan(const char *path, int L, const char *attn, const char *mlp) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int l = 0; l < L; l++) fprintf(f, "%s %s\n", attn, mlp);
+    fclose(f);
+}
+
+START_TEST(test_archs) {
+    qi_model *opt = arch_model(0, "opt", 7168, 28672, 48, 56, 56, 50272, 2048, QI_TYPE_F16);
+    qi_model *fal = arch_model(1, "falcon", 8192, 32768, 60, 128, 8, 65024, 2048, QI_TYPE_Q8_0);
+    ck_assert_int_eq(opt->hp.arch, QI_ARCH_OPT);
+    ck_assert_int_eq(fal->hp.arch, QI_ARCH_FALCON);
+    ck_assert(opt->hp.layer_norm && fal->hp.layer_norm && fal->hp.parallel && !opt->hp.parallel);
+    ck_assert_int_eq(opt->hp.n_rot, 0);
+    ck_assert_int_eq(fal->hp.n_rot, 64);
+    ck_assert_int_eq(fal->hp.n_head_kv, 8);
+    ck_assert(opt->hp.tied_output && fal->hp.tied_output);
+    ck_assert_int_eq(qi_model_n_matrices(opt), 6 * 48 + 1);
+    /* Falcon's fused QKV as three matrices over its rows */
+    ck_assert_int_eq(fal->layers[3].wk.n_rows, 8 * 64);
+    ck_assert_ptr_eq((const char *)fal->layers[3].wv.data,
+                     (const char *)fal->layers[3].wk.data + fal->layers[3].wk.row_bytes * 512);
+    /* every tensor in a weight block (the tied head counted in its block too) */
+    const qi_model *ms[2] = {opt, fal};
+    for (int i = 0; i < 2; i++) {
+        const qi_model *m = ms[i];
+        double sum = 0;
+        for (int b = 0; b < qi_plan_n_blocks(m->hp.n_layer); b++) sum += (double)qi_plan_block_bytes(m, b);
+        const double tied = (double)m->output.row_bytes * (double)m->output.n_rows;
+        const double slack = 64.0 * 20 * (m->hp.n_layer + 2);
+        ck_assert_msg(sum - tied >= (double)m->weight_bytes && sum - tied <= (double)m->weight_bytes + slack,
+                      "%s: blocks %.0f, tensors %.0f", m->hp.arch_name, sum - tied, (double)m->weight_bytes);
+    }
+    /* the engine refuses them on real devices */
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.n_ctx = 64;
+    qi_engine *en = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(opt, &o, &en, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "OPT runs on simulated devices only in this build (its LayerNorm"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_create(fal, &o, &en, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "Falcon runs on simulated devices only"), "%s", e.msg);
+
+    char split[64], apart[64];
+    snprintf(apart, sizeof apart, "/tmp/qinfer-test-archs-%d.plan", (int)getpid());
+    qi_sim_params def;
+    qi_sim_params_default(&def);
+    for (int i = 0; i < 2; i++) {
+        const qi_model *m = ms[i];
+        const int L = m->hp.n_layer;
+        arch_run cpu, gpu, half, ap;
+        char all[32];
+        snprintf(all, sizeof all, "ngl=%d", L + 1);
+        snprintf(split, sizeof split, "ngl=%d", L / 2);
+        run_arch(m, "all-cpu", &cpu);
+        run_arch(m, all, &gpu);
+        run_arch(m, split, &half);
+        /* all on the GPU: decode reads every block's weights once a step at
+         * the GPU's bandwidth times the matmul efficiency */
+        double wb = 0;
+        for (int b = 1; b < qi_plan_n_blocks(L); b++) wb += (double)qi_plan_block_bytes(m, b);
+        const double floor_s = wb / (1935e9 * def.memory[1][0]);
+        ck_assert_msg(gpu.decode_s > floor_s && gpu.decode_s < 1.5 * floor_s, "%s: gpu decode %g s, floor %g s",
+                      m->hp.arch_name, gpu.decode_s, floor_s);
+        ck_assert_msg(cpu.decode_s > half.decode_s && half.decode_s > gpu.decode_s, "%s: cpu %g, half %g, gpu %g",
+                      m->hp.arch_name, cpu.decode_s, half.decode_s, gpu.decode_s);
+        ck_assert(cpu.ops[0] == 0 && cpu.ops[2] == 0);
+        /* per layer on the GPU (ngl=L+1 adds the head's norm and matmul):
+         * OPT: LayerNorm, Q/K/V biases, KV write, output bias, residual;
+         * LayerNorm, fc1 bias, ReLU, fc2 bias, residual: 12, no RoPE.
+         * Falcon: LayerNorm, RoPE, KV write; LayerNorm, GELU, two residual
+         * adds: 7. Both: QKV, Wo, up, down: 4 matmul launches, 1 attention. */
+        const double other = i == 0 ? 12 : 7;
+        ck_assert_msg(gpu.ops[2] == other * L + 1, "%s: %g other ops a step", m->hp.arch_name, gpu.ops[2]);
+        ck_assert_msg(gpu.ops[0] == 4.0 * L + 1, "%s: %g matmuls a step", m->hp.arch_name, gpu.ops[0]);
+        ck_assert(gpu.ops[1] == L);
+        /* attention on the CPU, MLP on the GPU: x goes over and back every
+         * layer; Falcon's parallel MLP also takes the attention's output */
+        write_plan(apart, L, "cpu", "gpu");
+        run_arch(m, apart, &ap);
+        ck_assert_msg(ap.ops[QI_SIM_OP_CLASSES] == (i == 0 ? 2.0 : 3.0) * L, "%s: %g copies a step",
+                      m->hp.arch_name, ap.ops[QI_SIM_OP_CLASSES]);
+        ck_assert_msg(ap.ops[2] == (i == 0 ? 5.0 : 4.0) * L, "%s: %g GPU other ops", m->hp.arch_name, ap.ops[2]);
+    }
+    unlink(apart);
+    qi_model_free(opt);
+    qi_model_free(fal);
+    for (int i = 0; i < 2; i++) qi_free(g_arch_buf[i]);
+}
+END_TEST
+
 static Suite *sim_suite(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
@@ -515,6 +737,8 @@ static Suite *sim_suite(void) {
     tcase_add_test(tc, test_capacity);
     tcase_add_test(tc, test_noise);
     tcase_add_test(tc, test_shapes_only_gguf);
+    tcase_add_test(tc, test_archs);
+    tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     if (g_model) {
         tc = tcase_create("engine");

@@ -49,6 +49,7 @@ struct qi_sim {
     double host;   /* the host's clock, and the simulated CPU's stream */
     uint64_t rng;  /* noise */
     long ops, copies;
+    long n_ops[2][QI_SIM_OP_CLASSES + 1]; /* per device (CPU, GPU) and class, copies last */
 };
 
 typedef struct free_run {
@@ -207,6 +208,11 @@ double qi_sim_busy(qi_backend *b, int op_class) {
     return S(b)->busy[op_class];
 }
 
+long qi_sim_op_count(const qi_sim *s, bool gpu, int op_class) {
+    if (op_class < 0 || op_class > QI_SIM_OP_CLASSES) return 0;
+    return s->n_ops[gpu][op_class];
+}
+
 static double noise(qi_sim *s) {
     if (s->par.noise <= 0) return 1;
     /* a standard normal from two uniforms (Box-Muller), then exp(sigma z) */
@@ -247,6 +253,7 @@ static void advance(qi_backend *b, int cls, double dur) {
     d->busy[cls] += dur;
     if (cls < QI_SIM_OP_CLASSES) s->ops++;
     else s->copies++;
+    s->n_ops[d->gpu][cls]++;
 }
 
 static void run_op(qi_backend *b, int cls, double flops, double bytes, double peak) {
@@ -359,6 +366,23 @@ static void sim_softcap(qi_backend *b, float *x, long n, float cap) {
 static void sim_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width) {
     (void)x, (void)rows;
     run_op(b, 2, 0, 8.0 * n * width, vec_peak(b));
+}
+
+/* The optional ops (OPT, Falcon): a LayerNorm reads its rows twice in
+ * registers (mean, then variance) and writes them once, with its weight and
+ * bias; a bias add and an activation read and write their rows. */
+static void sim_layernorm(qi_backend *b, const float *x, const float *w, const float *bias, int T, int n, float eps,
+                          float *y) {
+    (void)x, (void)w, (void)eps, (void)y;
+    run_op(b, 2, 7.0 * T * n, 8.0 * T * n + (bias ? 8.0 : 4.0) * n, vec_peak(b));
+}
+static void sim_add_bias(qi_backend *b, float *x, const float *bias, int T, int n) {
+    (void)x, (void)bias;
+    run_op(b, 2, (double)T * n, 8.0 * T * n + 4.0 * n, vec_peak(b));
+}
+static void sim_act(qi_backend *b, bool gelu, float *x, int T, int n) {
+    (void)x;
+    run_op(b, 2, (gelu ? 10.0 : 1.0) * T * n, 8.0 * T * n, vec_peak(b));
 }
 
 static qi_status sim_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
@@ -524,6 +548,9 @@ static const qi_backend_i k_sim_iface = {
     .weight_size = sim_weight_size,
     .weight_prepare = sim_weight_prepare,
     .host_wait = sim_host_wait,
+    .layernorm = sim_layernorm,
+    .add_bias = sim_add_bias,
+    .act = sim_act,
 };
 
 qi_status qi_backend_sim_create(qi_sim *s, bool gpu, size_t capacity, qi_backend **out, qi_err *err) {

@@ -81,6 +81,9 @@ double qi_engine_now(const qi_engine *e);
 const char *qi_engine_sim_profile(const qi_engine *e);
 struct qi_hwprofile;
 const struct qi_hwprofile *qi_engine_sim_hwprofile(const qi_engine *e);
+struct qi_sim;
+/* The simulated machine itself (backend.h's qi_sim; NULL when real). */
+const struct qi_sim *qi_engine_sim(const qi_engine *e);
 
 /* Validates the options (a policy that needs a budget without one, an
  * unknown policy or parameter: an error naming it). m must outlive it. */

@@ -16,12 +16,20 @@
 #include "qinfer/status.h"
 #include "qinfer/tokenizer.h"
 
-typedef enum { QI_ARCH_LLAMA = 0, QI_ARCH_GEMMA3 = 1 } qi_arch;
+/* OPT and Falcon run on simulated devices only (engine/backend/sim/): their
+ * LayerNorm, gate-free FFN, learned positions and biases have no kernels on
+ * the real devices, and the engine refuses them there. */
+typedef enum { QI_ARCH_LLAMA = 0, QI_ARCH_GEMMA3 = 1, QI_ARCH_OPT = 2, QI_ARCH_FALCON = 3 } qi_arch;
 
 typedef enum {
-    QI_FFN_SWIGLU = 0,    /* silu(gate) * up (llama) */
-    QI_FFN_GEGLU_TANH = 1 /* gelu_tanh(gate) * up (gemma) */
+    QI_FFN_SWIGLU = 0,     /* silu(gate) * up (llama) */
+    QI_FFN_GEGLU_TANH = 1, /* gelu_tanh(gate) * up (gemma) */
+    QI_FFN_RELU = 2,       /* relu(up), no gate (opt) */
+    QI_FFN_GELU = 3        /* gelu(up), no gate (falcon) */
 } qi_ffn_act;
+
+/* The FFN has no gate matrix: down(act(up(x))). */
+static inline bool qi_ffn_gate_free(qi_ffn_act a) { return a == QI_FFN_RELU || a == QI_FFN_GELU; }
 
 typedef enum {
     QI_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
@@ -39,11 +47,14 @@ typedef struct {
     int head_dim;  /* D */
     int n_ff;      /* FFN hidden width */
     int n_ctx_train;
-    int n_rot;         /* rotated dims per head */
+    int n_rot;         /* rotated dims per head; 0: no RoPE (opt's learned positions) */
     float rope_base;   /* theta base */
     float rope_freq_scale; /* 1 / linear scaling factor */
     qi_rope_mode rope_mode;
-    float rms_eps;
+    float rms_eps;     /* the norms' epsilon (RMSNorm, or LayerNorm with layer_norm) */
+    bool layer_norm;   /* norms are LayerNorm (mean removed) with a bias (opt, falcon), not RMSNorm */
+    bool parallel;     /* attention and MLP both read the layer's input, and both outputs are
+                          added to it (falcon); else the MLP reads the attention's result */
     bool tied_output; /* output projection is the token embedding */
     qi_ffn_act ffn_act;
     float embd_scale;     /* token embeddings are multiplied by it (gemma: sqrt(n_embd)); 1: none */
@@ -82,6 +93,11 @@ typedef struct {
     qi_weight attn_post_norm;     /* [n_embd], on the attention output before the residual add */
     qi_weight ffn_post_norm;      /* [n_embd], on the FFN output before the residual add */
     bool swa;                     /* sliding-window (local) layer */
+    /* opt and falcon only (data NULL otherwise): the LayerNorms' biases, [n_embd]
+     * f32; opt's matmul biases, f32 vectors of each matrix's n_rows. Falcon's
+     * ffn_norm is its ln_mlp, the second LayerNorm of the parallel block. */
+    qi_weight attn_norm_b, ffn_norm_b;
+    qi_weight bq, bk, bv, bo, b_up, b_down;
 } qi_layer;
 
 typedef struct qi_model {
@@ -89,7 +105,9 @@ typedef struct qi_model {
     qi_hparams hp;
     qi_tokenizer *tok;
     qi_weight tok_embd; /* [n_embd x n_vocab] */
+    qi_weight pos_embd; /* [n_embd x n_ctx_train] learned positions, added to the token's (opt; data NULL otherwise) */
     qi_weight out_norm; /* [n_embd] */
+    qi_weight out_norm_b; /* its bias (opt, falcon; data NULL otherwise) */
     qi_weight output;   /* [n_embd -> n_vocab]; == tok_embd when tied */
     qi_layer *layers;   /* [n_layer] */
     char *chat_template; /* NULL if the file has none */
@@ -105,8 +123,8 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err);
 qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err);
 void qi_model_free(qi_model *m);
 
-/* The matrices a forward pass multiplies by: seven per layer and the
- * output head. */
+/* The matrices a forward pass multiplies by: seven per layer (six without
+ * an FFN gate) and the output head. */
 int qi_model_n_matrices(const qi_model *m);
 /* How many of them have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0):
  * those a CPU repacks with the engine's repack option. */

@@ -10,7 +10,12 @@
  * host CPU). A layer's attention may be split: the first 1 - r of each
  * stream's working KV slots (in whole KV blocks, rounded) are attended on
  * the attention's device, the rest on split_dev, and the partial results
- * are merged exactly up to rounding (backend.h). The FFN neuron split (rows of gate/up and the matching
+ * are merged exactly up to rounding (backend.h). In a parallel layer
+ * (Falcon: attention and MLP both read the layer's input, qi_hparams.parallel)
+ * the attention block leaves the hidden state as it found it and keeps its
+ * output; the MLP block reads the same input and adds both outputs to it,
+ * the attention's copied to the MLP's device first when the two blocks are
+ * on different devices. The FFN neuron split (rows of gate/up and the matching
  * columns of down on a second device) is reserved here for the
  * hot-neuron placement that fills it; a plan that sets it is refused
  * until then.
@@ -82,10 +87,13 @@ int qi_plan_format(const qi_plan *p, char *buf, size_t len);
 int qi_plan_json(const qi_plan *p, char *buf, size_t len);
 
 /* Weight blocks: what a device holds of the model, numbered as the engine
- * numbers them: the token embedding (0), per layer l its attention (1 + 2l:
- * attn_norm, wq, wk, wv, wo, and q_norm, k_norm, attn_post_norm where the
- * model has them) and its MLP (2 + 2l: ffn_norm, w_gate, w_up, w_down,
- * ffn_post_norm), the output head (2L + 1: out_norm, output). Placement
+ * numbers them: the token embedding (0: tok_embd, and pos_embd where the
+ * model has one), per layer l its attention (1 + 2l: attn_norm, wq, wk,
+ * wv, wo, and where the model has them q_norm, k_norm, attn_post_norm, the
+ * norm's bias and the biases bq, bk, bv, bo) and its MLP (2 + 2l: ffn_norm,
+ * w_gate, w_up, w_down, and ffn_post_norm, the norm's bias, b_up, b_down
+ * where it has them), the output head (2L + 1: out_norm, output, and the
+ * norm's bias). Placement
  * policies size plans with these; the engine prepares the same blocks on
  * their devices. */
 int qi_plan_n_blocks(int n_layer); /* 2 n_layer + 2 */
@@ -98,7 +106,7 @@ const char *qi_plan_block_name(int n_layer, int b, char *buf, size_t len);
  * whether each is the matrix of a matmul (not a norm vector, nor the
  * embedding table read by row) into matmul; returns their number (0 for
  * b out of range). */
-#define QI_PLAN_BLOCK_MAX_WEIGHTS 8
+#define QI_PLAN_BLOCK_MAX_WEIGHTS 16
 int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *matmul);
 /* Block b's bytes uploaded to a device that holds the rows as they are:
  * each weight's rows (row_bytes x n_rows) rounded up to 64 bytes as the
