@@ -370,7 +370,7 @@ int qi_plan_block_weights(const qi_model *m, int b, const qi_weight **w, bool *m
 }
 
 size_t qi_plan_block_bytes(const qi_model *m, int b) {
-    const qi_weight *w[QI_PLAN_BLOCK_MAX_WEIGHTS];
+    const qi_weight *w[QI_PLAN_BLOCK_MAX_WEIGHTS] = {0};
     bool mm[QI_PLAN_BLOCK_MAX_WEIGHTS];
     const int n = qi_plan_block_weights(m, b, w, mm);
     size_t total = 0;
