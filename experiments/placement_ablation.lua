@@ -13,8 +13,9 @@
 -- Each configuration is one qinfer.throughput call: `batch` sequences with
 -- prompts of `prompt` tokens, prefilled, then n_gen decode steps. The
 -- policy plans for that workload before the prompts (placement =
--- "policy:NAME") and, for the policies that learn (gdcost), is shown the
--- block times after every step and may re-plan (qi_placement_ctl_tick);
+-- "policy:NAME") and, for the policies that learn (gdcost, ratio), is
+-- shown the block times after every step and may re-plan
+-- (qi_placement_ctl_tick);
 -- a re-plan's moves are part of the timed run.
 --
 -- Metrics (one value per repetition):
@@ -28,9 +29,10 @@
 --   placement.measured_step_s    the measured step time of that observation         (s)
 --
 -- Sweep: placement static (llama.cpp's -ngl), flexgen (FlexGen's LP),
--- gdcost (Q-Infer's online cost model) x prompt 128, 512, 2048 x batch 1,
--- 4, 16, 64; n_gen 32; the full KV cache: 36 configurations, about ten
--- minutes of wall time on 2 cores (the engine's host work is real: the
+-- ratio (the split-ratio rule of the authors' released code), gdcost
+-- (Q-Infer's online cost model) x prompt 128, 512, 2048 x batch 1, 4, 16,
+-- 64; n_gen 32; the full KV cache: 48 configurations, about ten minutes
+-- of wall time on 2 cores (the engine's host work is real: the
 -- prefills of 64 x 2048 tokens take the longest). --set kv_policy=qinfer
 -- runs Q-Infer's KV policy at 50% instead, far slower in wall time (its
 -- decisions over 80 layers x 8 KV heads x every sequence are real host
@@ -58,7 +60,7 @@ return {
     model = { cache .. "/shapes/llama-2-70b-q4_0.gguf" },
     profile = { "a100-pcie-2xeon" },
     gpu_mem = { "24G" },
-    placement = { "static", "flexgen", "gdcost" },
+    placement = { "static", "flexgen", "ratio", "gdcost" },
     kv_policy = { "full" },
     kv_budget = { 0.5 },
     prompt = { 128, 512, 2048 },
