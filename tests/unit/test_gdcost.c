@@ -32,46 +32,12 @@
 /* ---- a tiny model ------------------------------------------------------------------------ */
 
 enum { L = 4 };
-static const unsigned char some_byte = 1;
 static qi_layer layers[L];
 
-static qi_weight w(uint64_t row_bytes, int64_t n_rows) {
-    return (qi_weight){.data = &some_byte, .n_rows = n_rows, .row_bytes = row_bytes};
-}
-
-/* A tiny llama's shapes; its rows weigh `mul` times theirs (a model whose
- * blocks take milliseconds, not the kernels' fixed cost). */
+/* a tiny llama of L layers, its rows `mul` times heavier */
 static qi_model tiny_x(uint64_t mul) {
-    qi_model m = {0};
-    m.hp.n_vocab = 1000;
-    m.hp.n_embd = 256;
-    m.hp.n_layer = L;
-    m.hp.n_head = 4;
-    m.hp.n_head_kv = 2;
-    m.hp.head_dim = 64;
-    m.hp.n_ff = 512;
-    m.tok_embd = w(512, 1000);
-    m.out_norm = w(1024, 1);
-    m.output = w(512, 1000);
-    for (int l = 0; l < L; l++) {
-        layers[l] = (qi_layer){0};
-        layers[l].attn_norm = w(1024, 1);
-        layers[l].wq = w(512, 256);
-        layers[l].wk = w(512, 128);
-        layers[l].wv = w(512, 128);
-        layers[l].wo = w(512, 256);
-        layers[l].ffn_norm = w(1024, 1);
-        layers[l].w_gate = w(512, 512);
-        layers[l].w_up = w(512, 512);
-        layers[l].w_down = w(1024, 256);
-    }
-    m.layers = layers;
-    for (int l = 0; l < L; l++) {
-        qi_weight *ws[] = {&layers[l].wq, &layers[l].wk, &layers[l].wv, &layers[l].wo, &layers[l].w_gate,
-                           &layers[l].w_up, &layers[l].w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ws[i]->row_bytes *= mul;
-    }
-    m.output.row_bytes *= mul;
+    qi_model m;
+    qi_test_tiny_shapes(&m, layers, L, mul);
     return m;
 }
 
@@ -582,18 +548,9 @@ static Suite *gd_suite(void) {
 int main(void) {
     const char *cs = qi_test_case();
     if (strcmp(cs, "converge") == 0 || !*cs) {
-        snprintf(g_l70, sizeof g_l70, "/tmp/qinfer-test-gd-%d.gguf", (int)getpid());
-        char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "'%s/qinfer' synth --preset llama-2-70b --type q4_0 --shapes-only -o '%s' 2>/dev/null",
-                 QI_BINARY_DIR, g_l70);
-        qi_err e = {0};
-        if (system(cmd) != 0 || qi_model_load(g_l70, &g_m70, &e) != QI_OK) {
-            unlink(g_l70);
-            if (strcmp(cs, "converge") == 0)
-                return qi_test_skip("test_gdcost_converge", "qinfer synth could not write the 70B shapes");
-            g_m70 = NULL;
-        }
+        g_m70 = qi_test_shapes_70b(g_l70, sizeof g_l70);
+        if (!g_m70 && strcmp(cs, "converge") == 0)
+            return qi_test_skip("test_gdcost_converge", "qinfer synth could not write the 70B shapes");
     }
     const int rc = qi_test_run_suite(gd_suite());
     qi_model_free(g_m70);

@@ -23,40 +23,12 @@
 #include "testutil.h"
 
 enum { L = 4 };
-static const unsigned char some_byte = 1;
 static qi_layer layers[L];
 
-static qi_weight w(uint64_t row_bytes, int64_t n_rows) {
-    return (qi_weight){.data = &some_byte, .n_rows = n_rows, .row_bytes = row_bytes};
-}
-
-/* Widths of a tiny llama: 256 wide, 4 heads of 64, 2 KV heads, FFN 512,
- * vocabulary 1000, F16 rows. */
+/* A tiny llama of shapes (testutil.h). */
 static qi_model model(void) {
-    qi_model m = {0};
-    m.hp.n_vocab = 1000;
-    m.hp.n_embd = 256;
-    m.hp.n_layer = L;
-    m.hp.n_head = 4;
-    m.hp.n_head_kv = 2;
-    m.hp.head_dim = 64;
-    m.hp.n_ff = 512;
-    m.tok_embd = w(512, 1000);
-    m.out_norm = w(1024, 1);
-    m.output = w(512, 1000);
-    for (int l = 0; l < L; l++) {
-        layers[l] = (qi_layer){0};
-        layers[l].attn_norm = w(1024, 1);
-        layers[l].wq = w(512, 256);
-        layers[l].wk = w(512, 128);
-        layers[l].wv = w(512, 128);
-        layers[l].wo = w(512, 256);
-        layers[l].ffn_norm = w(1024, 1);
-        layers[l].w_gate = w(512, 512);
-        layers[l].w_up = w(512, 512);
-        layers[l].w_down = w(1024, 256);
-    }
-    m.layers = layers;
+    qi_model m;
+    qi_test_tiny_shapes(&m, layers, L, 1);
     return m;
 }
 
@@ -107,7 +79,8 @@ START_TEST(test_block_bytes) {
     ck_assert_uint_eq(qi_plan_block_bytes(&m, 2 * L + 2), 0);
     /* rounded to 64 bytes each, as the engine allocates them */
     qi_model odd = m;
-    odd.tok_embd = w(3, 7);
+    odd.tok_embd.row_bytes = 3;
+    odd.tok_embd.n_rows = 7;
     ck_assert_uint_eq(qi_plan_block_bytes(&odd, 0), 64);
     char buf[40];
     ck_assert_str_eq(qi_plan_block_name(L, 0, buf, sizeof buf), "the token embedding");

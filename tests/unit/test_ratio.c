@@ -29,31 +29,11 @@
 /* ---- a small model of shapes ------------------------------------------------------------- */
 
 enum { L = 8 };
-static const unsigned char some_byte = 1;
 static qi_layer layers[L];
 
-static qi_weight w(uint64_t row_bytes, int64_t n_rows) {
-    return (qi_weight){.data = &some_byte, .n_rows = n_rows, .row_bytes = row_bytes};
-}
-
 static qi_model small_model(void) {
-    qi_model m = {0};
-    m.hp.n_vocab = 1000;
-    m.hp.n_embd = 256;
-    m.hp.n_layer = L;
-    m.hp.n_head = 4;
-    m.hp.n_head_kv = 2;
-    m.hp.head_dim = 64;
-    m.hp.n_ff = 512;
-    m.tok_embd = w(512, 1000);
-    m.out_norm = w(1024, 1);
-    m.output = w(512, 1000);
-    for (int l = 0; l < L; l++) {
-        layers[l] = (qi_layer){.attn_norm = w(1024, 1), .wq = w(512, 256), .wk = w(512, 128), .wv = w(512, 128),
-                               .wo = w(512, 256), .ffn_norm = w(1024, 1), .w_gate = w(512, 512),
-                               .w_up = w(512, 512), .w_down = w(1024, 256)};
-    }
-    m.layers = layers;
+    qi_model m;
+    qi_test_tiny_shapes(&m, layers, L, 1);
     return m;
 }
 
@@ -483,18 +463,9 @@ static Suite *ratio_suite(void) {
 int main(void) {
     const char *cs = qi_test_case();
     if (strcmp(cs, "sim") == 0 || !*cs) {
-        snprintf(g_l70, sizeof g_l70, "/tmp/qinfer-test-ratio-%d.gguf", (int)getpid());
-        char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "'%s/qinfer' synth --preset llama-2-70b --type q4_0 --shapes-only -o '%s' 2>/dev/null",
-                 QI_BINARY_DIR, g_l70);
-        qi_err e = {0};
-        if (system(cmd) != 0 || qi_model_load(g_l70, &g_m70, &e) != QI_OK) {
-            unlink(g_l70);
-            if (strcmp(cs, "sim") == 0)
-                return qi_test_skip("test_ratio_sim", "qinfer synth could not write the 70B shapes");
-            g_m70 = NULL;
-        }
+        g_m70 = qi_test_shapes_70b(g_l70, sizeof g_l70);
+        if (!g_m70 && strcmp(cs, "sim") == 0)
+            return qi_test_skip("test_ratio_sim", "qinfer synth could not write the 70B shapes");
     }
     const int rc = qi_test_run_suite(ratio_suite());
     qi_model_free(g_m70);

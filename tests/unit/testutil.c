@@ -367,3 +367,45 @@ qi_model *qi_test_load_cached(const char *relpath) {
     }
     return m;
 }
+
+static const unsigned char g_shape_byte = 1;
+
+static qi_weight shape_w(uint64_t row_bytes, int64_t n_rows) {
+    return (qi_weight){.data = &g_shape_byte, .n_rows = n_rows, .row_bytes = row_bytes};
+}
+
+void qi_test_tiny_shapes(qi_model *m, qi_layer *layers, int n_layer, uint64_t mul) {
+    *m = (qi_model){0};
+    m->hp.n_vocab = 1000;
+    m->hp.n_embd = 256;
+    m->hp.n_layer = n_layer;
+    m->hp.n_head = 4;
+    m->hp.n_head_kv = 2;
+    m->hp.head_dim = 64;
+    m->hp.n_ff = 512;
+    m->tok_embd = shape_w(512, 1000);
+    m->out_norm = shape_w(1024, 1);
+    m->output = shape_w(512 * mul, 1000);
+    for (int l = 0; l < n_layer; l++)
+        layers[l] = (qi_layer){.attn_norm = shape_w(1024, 1), .wq = shape_w(512 * mul, 256),
+                               .wk = shape_w(512 * mul, 128), .wv = shape_w(512 * mul, 128),
+                               .wo = shape_w(512 * mul, 256), .ffn_norm = shape_w(1024, 1),
+                               .w_gate = shape_w(512 * mul, 512), .w_up = shape_w(512 * mul, 512),
+                               .w_down = shape_w(1024 * mul, 256)};
+    m->layers = layers;
+}
+
+qi_model *qi_test_shapes_70b(char *path, size_t n) {
+    snprintf(path, n, "/tmp/qinfer-test-70b-%d.gguf", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s/qinfer' synth --preset llama-2-70b --type q4_0 --shapes-only -o '%s' 2>/dev/null",
+             QI_BINARY_DIR, path);
+    qi_model *m = NULL;
+    qi_err e = {0};
+    if (system(cmd) != 0 || qi_model_load(path, &m, &e) != QI_OK) {
+        fprintf(stderr, "qinfer synth could not write a 70B of shapes to %s: %s\n", path, e.msg);
+        unlink(path);
+        return NULL;
+    }
+    return m;
+}

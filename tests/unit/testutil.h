@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qinfer/model.h"
+
 /* Cache root: $QINFER_CACHE or ~/.cache/qinfer. */
 const char *qi_test_cache_dir(void);
 /* Path of a cached model/corpus file by its manifest file name (e.g.
@@ -31,6 +33,17 @@ int qi_test_parse_ids(const char *s, int32_t *out, int cap);
 int qi_test_split_tabs(char *line, char **f, int cap);
 /* Next line of a NUL-terminated buffer, cut in place; NULL at the end. */
 char *qi_test_next_line(char **cur);
+
+/* Placement tests' models of shapes. qi_test_tiny_shapes: a tiny llama of
+ * n_layer layers (256 wide, 4 heads of 64, 2 KV heads, FFN 512, vocabulary
+ * 1000, F16-sized rows) into *m, its layers in `layers` (n_layer of them),
+ * every weight pointing at one byte no one reads; each matrix's rows weigh
+ * `mul` times as much (blocks that take milliseconds, not fixed costs).
+ * qi_test_shapes_70b: a LLaMA-2-70B Q4_0 of shapes only, written by the
+ * built qinfer (synth --shapes-only) to a temporary file named in path (n
+ * bytes; the caller unlinks it) and loaded; NULL when either fails. */
+void qi_test_tiny_shapes(qi_model *m, qi_layer *layers, int n_layer, uint64_t mul);
+qi_model *qi_test_shapes_70b(char *path, size_t n);
 
 /* Monotonic clock in seconds. */
 double qi_test_now(void);
