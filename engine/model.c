@@ -115,7 +115,9 @@ static qi_status load_swa_pattern(qi_model *m, qi_err *err) {
 
 /* llama and gemma3: the same decoder skeleton, gemma3 adding QK-norm, post-
  * attention and post-FFN norms, GeGLU, scaled embeddings and local layers. */
-static qi_status load_llama(qi_model *m, qi_err *err) {
+/* The widths every architecture states the same way (its norm's epsilon
+ * under eps_key), checked for consistency. */
+static qi_status read_shape(qi_model *m, const char *eps_key, qi_err *err) {
     qi_gguf *g = m->gguf;
     qi_hparams *hp = &m->hp;
     const char *a = hp->arch_name;
@@ -126,14 +128,23 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
         (st = get_int(g, a, "attention.head_count", true, 0, &hp->n_head, err)) ||
         (st = get_int(g, a, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
         (st = get_int(g, a, "context_length", false, 2048, &hp->n_ctx_train, err)) ||
-        (st = get_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (st = get_float(g, a, eps_key, 1e-5f, &hp->rms_eps, err)) ||
         (st = get_float(g, a, "rope.freq_base", 10000.0f, &hp->rope_base, err)))
         return st;
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
-        hp->n_ff <= 0 || hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
+        hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv)
         return QI_ERR(err, QI_ERR_FORMAT,
                       "%s: inconsistent hyper-parameters (n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d)",
                       qi_gguf_path(g), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    return QI_OK;
+}
+
+static qi_status load_llama(qi_model *m, qi_err *err) {
+    qi_gguf *g = m->gguf;
+    qi_hparams *hp = &m->hp;
+    const char *a = hp->arch_name;
+    qi_status st = read_shape(m, "attention.layer_norm_rms_epsilon", err);
+    if (st) return st;
     if ((st = get_int(g, a, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim, err)) ||
         (st = get_int(g, a, "rope.dimension_count", false, hp->head_dim, &hp->n_rot, err)))
         return st;
@@ -273,21 +284,10 @@ static qi_status load_opt_falcon(qi_model *m, qi_err *err) {
     qi_hparams *hp = &m->hp;
     const char *a = hp->arch_name;
     const bool falcon = hp->arch == QI_ARCH_FALCON;
-    qi_status st;
-    if ((st = get_int(g, a, "embedding_length", true, 0, &hp->n_embd, err)) ||
-        (st = get_int(g, a, "block_count", true, 0, &hp->n_layer, err)) ||
-        (st = get_int(g, a, "feed_forward_length", true, 0, &hp->n_ff, err)) ||
-        (st = get_int(g, a, "attention.head_count", true, 0, &hp->n_head, err)) ||
-        (st = get_int(g, a, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
-        (st = get_int(g, a, "context_length", false, 2048, &hp->n_ctx_train, err)) ||
-        (st = get_float(g, a, "attention.layer_norm_epsilon", 1e-5f, &hp->rms_eps, err)) ||
-        (st = get_float(g, a, "rope.freq_base", 10000.0f, &hp->rope_base, err)))
-        return st;
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
-        hp->n_embd % hp->n_head || hp->n_head % hp->n_head_kv || hp->n_ctx_train <= 0)
-        return QI_ERR(err, QI_ERR_FORMAT,
-                      "%s: inconsistent hyper-parameters (n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d)",
-                      qi_gguf_path(g), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    qi_status st = read_shape(m, "attention.layer_norm_epsilon", err);
+    if (st) return st;
+    if (hp->n_ctx_train <= 0)
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: context length %d", qi_gguf_path(g), hp->n_ctx_train);
     /* the parallel block keeps the MLP's input and output in the gate's rows */
     if (falcon && hp->n_ff < hp->n_embd)
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: falcon with n_ff %d below n_embd %d", qi_gguf_path(g), hp->n_ff,
