@@ -447,6 +447,7 @@ typedef struct {
     int n_warmup;
     const char *devices, *placement; /* NULL: the defaults */
     const qi_params *sim_params;     /* with a simulated machine */
+    const char *sim_cal;             /* its calibration file (NULL: none) */
 } bench_settings;
 
 /* The KV policy a row ran with: the qi_ctx keeps every token. */
@@ -758,6 +759,10 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
                          bs->sim_params->items[k].key, bs->sim_params->items[k].value);
             n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_params\":");
             json_put_str(cfg, sizeof cfg, &n, sp);
+            if (bs->sim_cal) {
+                n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_cal\":");
+                json_put_str(cfg, sizeof cfg, &n, bs->sim_cal);
+            }
         }
         if (n + 2 >= sizeof cfg) return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);
         snprintf(cfg + n, sizeof cfg - n, "}");
@@ -1049,7 +1054,7 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
                             .devices = kv.devices, .placement = kv.placement, .sim = kv.sim,
-                            .sim_params = &kv.sim_params};
+                            .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
     if (qi_ctx_create_opts(m, &co, &run.ctx, &err)) goto fail;
     if (n_prompt > 0) {
         bench_test *t = &tests[n_tests++];
@@ -1113,7 +1118,7 @@ int qi_cmd_bench(int argc, char **argv) {
     fflush(stdout);
 #ifdef QI_HAVE_SQLITE
     const bench_settings bs = {.repack = repack, .n_warmup = n_warmup, .devices = kv.devices,
-                               .placement = kv.placement, .sim_params = &kv.sim_params};
+                               .placement = kv.placement, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
     if (db && db_insert(db, db_exp, &bi, tests, n_tests, &bs, &err)) goto fail;
     if (db) fprintf(stderr, "qinfer %s: %d runs added to %s (experiment %s)\n", cmd, n_tests, db_file, BENCH_EXPERIMENT);
 #endif
