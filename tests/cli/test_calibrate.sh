@@ -57,7 +57,7 @@ if expect_ok "$Q" synth --preset llama-2-70b --type q4_0 --shapes-only -o "$M70"
   cal "just words"
   expect_fail 1 "bad.cal:1: not a \`key = value" "${sim[@]}" --sim-cal "$tmp/bad.cal"
   expect_fail 1 "$tmp/none.cal: cannot open the calibration file" "${sim[@]}" --sim-cal "$tmp/none.cal"
-  expect_fail 2 "is for a simulated machine: name its profile with --sim" "$Q" bench -m "$M70" --sim-cal "$SHIPPED" -p 16 -n 4
+  expect_fail 2 "is for a simulated machine: name its profile with --sim" "$Q" generate -m "$M70" --sim-cal "$SHIPPED" -p hi -n 1
   # --sim-param overrides the file: a slower matmul by hand, a slower run
   cal "cpu_matmul_memory = 4  # source: test" "cpu_matmul_compute = 4  # source: test"
   expect_ok "${sim[@]}" -p 0 --sim-cal "$tmp/bad.cal" && fast=$(tail -1 "$tmp/out")
@@ -81,9 +81,10 @@ if expect_ok "$Q" calibrate --sim "$P" -m smollm2-135m -t 2 --quick -o "$tmp/q.c
     bad "calibrate: no MAPE line: $(tail -3 "$tmp/cal.out")"
   n=$(grep -c "# source: fitted by qinfer calibrate, .*, profile epyc-2core-kvm, 2 configurations, fit MAPE" "$tmp/q.cal")
   [[ $n -eq 7 ]] || bad "calibrate -o: $n sourced lines, want 7: $(cat "$tmp/q.cal")"
-  # the held-out error of a quick run on a busy machine: loose, but not wild
-  h=$(sed -n 's/.*held-out MAPE \([0-9.]*\)%.*/\1/p' "$tmp/cal.out")
-  awk -v h="$h" 'BEGIN { exit !(h < 50) }' || bad "calibrate --quick: held-out MAPE $h%"
+  # a quick run's held-out error on a shared machine says little (one
+  # round, other processes' work in it); only a wild one is a failure
+  h=$(sed -n 's/.*held-out MAPE \([0-9.]*\)%.*/\1/p' "$tmp/cal.out" | head -1)
+  awk -v h="$h" 'BEGIN { exit !(h < 100) }' || bad "calibrate --quick: held-out MAPE $h%"
   expect_ok "$Q" bench -m smollm2-135m --sim "$P" --sim-cal "$tmp/q.cal" -p 64 -n 4 -r 1 -o csv &&
     { grep -q '"SIM epyc-2core-kvm"' "$tmp/out" && grep -q '"epyc-2core-kvm"$' "$tmp/out" ||
       bad "bench --sim-cal: not labelled simulated: $(cat "$tmp/out")"; }
