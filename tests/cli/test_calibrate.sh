@@ -90,5 +90,16 @@ if expect_ok "$Q" calibrate --sim "$P" -m smollm2-135m -t 2 --quick -o "$tmp/q.c
       bad "bench --sim-cal: not labelled simulated: $(cat "$tmp/out")"; }
 fi
 
+# Lua: the engine option sim_cal, under sim only
+cat >"$tmp/cal.lua" <<EOF
+local m = require("qinfer").load("smollm2-135m")
+local e = m:engine{sim = "$P", sim_cal = "$SHIPPED", max_seqs = 1, n_ctx = 64}
+print("sim " .. e:sim())
+local ok, err = pcall(function() return m:engine{sim_cal = "$SHIPPED"} end)
+print(ok, err)
+EOF
+expect_ok "$Q" lua "$tmp/cal.lua" && { grep -q "^sim epyc-2core-kvm" "$tmp/out" &&
+  grep -q "option 'sim_cal' without 'sim'" "$tmp/out" || bad "lua sim_cal: $(cat "$tmp/out")"; }
+
 echo "test_calibrate: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]
