@@ -590,8 +590,10 @@ int qi_cmd_calibrate(int argc, char **argv) {
         for (int i = 0; i < n_b; i++) fprintf(f, "%s%d", i ? "," : " ", batches[i]);
         fprintf(f, "; contexts");
         for (int j = 0; j < n_c; j++) fprintf(f, "%s%d", j ? "," : " ", ctxs[j]);
-        fprintf(f, "; B x C <= %d; %d threads; %d rounds, the %s\n# held-out MAPE %.1f%% over %d times\n",
-                max_tokens, n_threads, reps, use_min ? "least" : "median", 100 * held_mape, nh);
+        fprintf(f, "; B x C <= %d; %d threads; ", max_tokens, n_threads);
+        if (times_in) fprintf(f, "the times of %s", times_in);
+        else fprintf(f, "%d rounds, the %s", reps, use_min ? "least" : "median");
+        fprintf(f, "\n# held-out MAPE %.1f%% over %d times\n", 100 * held_mape, nh);
         for (int i = 0; i < n_keys; i++)
             fprintf(f, "%s = %.6g  # source: fitted by qinfer calibrate, %s, profile %s, %d configurations, fit "
                        "MAPE %.1f%%\n", keys[i], vals[i], date, prof.name, n_fit, 100 * fit_mape);
