@@ -439,6 +439,7 @@ typedef struct {
     char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
     bool attn_blas;      /* --attn-blas */
     char sim[64];        /* the simulated machine's profile name ("": measured on this host) */
+    const char *sim_cal; /* its calibration file (--sim-cal; NULL: none) */
 } bench_info;
 
 /* The command's settings a --db row records besides bench_info. */
@@ -491,6 +492,7 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
         printf("SIMULATED machine %s: host %s, %d cores; GPU %s. No arithmetic ran: every figure below is the "
                "simulator's (engine/backend/sim/README.md), not a measurement",
                bi->sim, bi->hw.cpu_model, bi->hw.n_cores, bi->gpu);
+    if (bi->sim[0] && bi->sim_cal) printf(" (its parameters from %s)", bi->sim_cal);
     else
         printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
     if (bi->llc_bytes && !bi->sim[0]) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
@@ -1037,6 +1039,7 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_hwprofile hp;
         if (qi_hwprofile_load(kv.sim, &hp, &err)) goto fail;
         snprintf(bi.sim, sizeof bi.sim, "%s", hp.name);
+        bi.sim_cal = kv.sim_cal;
         snprintf(bi.hw.cpu_model, sizeof bi.hw.cpu_model, "%s", hp.cpu_name);
         bi.hw.n_cores = bi.hw.n_threads = (int)hp.cpu_cores.value;
         snprintf(bi.gpu, sizeof bi.gpu, "%s", hp.has_gpu ? hp.gpu_name : "none");
