@@ -75,6 +75,8 @@ static void help(void) {
         "      --quick           a small run for tests: -b 1,2 -c 64,128 -r 1 -n 3\n"
         "      --times-out FILE  also write the measured times (model B C prefill_s decode_s runs)\n"
         "      --times-in FILE   fit to those instead of measuring (the same models and grid)\n"
+        "      --max-others PCT  leave out of the fit and the check the points whose quietest run\n"
+        "                        had other processes above PCT%% of the CPUs (default 100: none)\n"
         "      --devices LIST    devices, for both engines (default cpu)\n"
         "      --placement P     placement, for both engines (default all-cpu)\n"
         "  -h, --help            this help\n"
@@ -127,6 +129,7 @@ typedef struct {
     double meas[2], pred[2], def[2]; /* [0] prefill, [1] decode */
     long tokens;                     /* B x C */
     double others;                   /* the least share of the CPUs other processes used in a run */
+    bool excluded;                   /* others above --max-others: neither fitted nor validated */
 } point;
 
 /* The CPUs' busy and total time (all of them, /proc/stat) and this
@@ -212,7 +215,7 @@ static qi_status predict(void *vctx, const char *const *keys, const double *valu
     int k = 0;
     for (int i = 0; i < c->n_pts; i++) {
         point *p = &c->pts[i];
-        if (c->fit_only && !p->fit) continue;
+        if (c->fit_only && (!p->fit || p->excluded)) continue;
         qi_calib_time t;
         qi_status st = qi_calib_measure(c->m[p->model], &o, p->batch, p->ctx, c->n_decode, &t, err);
         if (st) return st;
@@ -235,7 +238,7 @@ static double set_mape(const cal_ctx *c, bool fit, int slot, double max_others, 
     int n = 0;
     for (int i = 0; i < c->n_pts; i++) {
         const point *p = &c->pts[i];
-        if (p->fit != fit || p->others > max_others) continue;
+        if (p->fit != fit || p->excluded || p->others > max_others) continue;
         for (int k = 0; k < 2; k++) {
             const double pr = slot ? p->def[k] : p->pred[k];
             s += fabs(pr - p->meas[k]) / p->meas[k];
@@ -258,15 +261,16 @@ static qi_status load_times(const char *path, cal_ctx *c, char (*mnames)[256], q
         ln++;
         if (line[0] == '#' || line[0] == '\n') continue;
         int B, C, runs;
-        double pp, dc;
-        if (sscanf(line, "%255s %d %d %lf %lf %d", name, &B, &C, &pp, &dc, &runs) != 6 || !(pp > 0) || !(dc > 0)) {
-            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: not `model B C prefill_s decode_s runs`", path, ln);
+        double pp, dc, others = 0;
+        const int n = sscanf(line, "%255s %d %d %lf %lf %d %lf", name, &B, &C, &pp, &dc, &runs, &others);
+        if (n < 6 || !(pp > 0) || !(dc > 0) || !(others >= 0)) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: not `model B C prefill_s decode_s runs [others]`", path, ln);
             break;
         }
         for (int i = 0; i < c->n_pts; i++) {
             point *p = &c->pts[i];
             if (p->batch == B && p->ctx == C && !strcmp(mnames[p->model], name)) {
-                p->meas[0] = pp, p->meas[1] = dc, p->n_runs = runs;
+                p->meas[0] = pp, p->meas[1] = dc, p->n_runs = runs, p->others = others;
             }
         }
     }
@@ -289,6 +293,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
     int batches[MAX_GRID] = {1, 2, 4, 8, 16}, n_b = 5, ctxs[MAX_GRID] = {64, 128, 256, 512, 1024, 2048}, n_c = 6;
     int max_tokens = 2048, reps = 3, n_decode = 5, n_threads = qi_n_physical_cores(), max_evals = 1000;
     bool use_min = true;
+    float max_others_pct = 100;
     bool quick = false, b_given = false, c_given = false, r_given = false, n_given = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
@@ -324,6 +329,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--max-evals")) qi_args_int(&a, 1, 1000000, &max_evals);
         else if (qi_args_is(&a, NULL, "--quick")) quick = true;
         else if (qi_args_is(&a, NULL, "--times-out")) times_out = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--max-others")) qi_args_float(&a, 0, 100, &max_others_pct);
         else if (qi_args_is(&a, NULL, "--times-in")) times_in = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--sim-param") || qi_args_is(&a, NULL, "--sim-cal")) {
             qi_cli_error(cmd, "option %s: calibrate fits the simulator's parameters; it starts from the defaults",
@@ -333,6 +339,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
+    const double max_others = max_others_pct / 100.0;
     if (!kvo.sim) {
         qi_cli_error(cmd, "no profile given: --sim PROFILE names this machine's hardware profile (qinfer sysinfo "
                           "--profile-out writes one; see qinfer calibrate --help)");
@@ -428,6 +435,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
                max_tokens);
         goto fail;
     }
+    n_fit = 0; /* counted again once the loaded points are known */
 
     qi_engine_opts base;
     qi_engine_opts_default(&base);
@@ -509,23 +517,30 @@ int qi_cmd_calibrate(int argc, char **argv) {
     for (int i = 0; i < c.n_pts; i++) {
         point *p = &c.pts[i];
         if (!times_in) estimate(p, use_min);
-        if (p->fit && n_meas + 2 <= (int)(sizeof meas / sizeof meas[0])) {
+        p->excluded = p->others > max_others;
+        n_fit += p->fit && !p->excluded;
+        if (p->fit && !p->excluded && n_meas + 2 <= (int)(sizeof meas / sizeof meas[0])) {
             meas[n_meas++] = p->meas[0];
             meas[n_meas++] = p->meas[1];
         }
     }
     const double t_meas = qi_now_s() - t_start;
     qi_free(order);
+    if (n_meas == 0) {
+        QI_ERR(&err, QI_ERR_INVALID, "no fitted point was measured with other processes below --max-others %g%%",
+               100 * max_others);
+        goto fail;
+    }
     if (times_out) {
         FILE *f = fopen(times_out, "w");
         if (!f) {
             QI_ERR(&err, QI_ERR_IO, "--times-out %s: cannot write", times_out);
             goto fail;
         }
-        fprintf(f, "# qinfer calibrate's measured times (--times-in): model B C prefill_s decode_s runs\n");
+        fprintf(f, "# qinfer calibrate's measured times (--times-in): model B C prefill_s decode_s runs others\n");
         for (int i = 0; i < c.n_pts; i++)
-            fprintf(f, "%s %d %d %.9g %.9g %d\n", mnames[c.pts[i].model], c.pts[i].batch, c.pts[i].ctx,
-                    c.pts[i].meas[0], c.pts[i].meas[1], c.pts[i].n_runs);
+            fprintf(f, "%s %d %d %.9g %.9g %d %.3f\n", mnames[c.pts[i].model], c.pts[i].batch, c.pts[i].ctx,
+                    c.pts[i].meas[0], c.pts[i].meas[1], c.pts[i].n_runs, c.pts[i].others);
         if (fclose(f)) {
             QI_ERR(&err, QI_ERR_IO, "--times-out %s: write failed", times_out);
             goto fail;
@@ -550,7 +565,9 @@ int qi_cmd_calibrate(int argc, char **argv) {
         const point *p = &c.pts[i];
         for (int k = 0; k < 2; k++)
             printf("| %s | %s | %d | %d | %s | %.5f | %.5f | %+.1f | %.5f | %d | %.0f |\n", mnames[p->model],
-                   k ? "decode" : "prefill", p->batch, p->ctx, p->fit ? "fit" : "held-out", p->meas[k], p->pred[k],
+                   k ? "decode" : "prefill", p->batch, p->ctx,
+                   p->excluded ? (p->fit ? "fit, excluded" : "held-out, excluded") : p->fit ? "fit" : "held-out",
+                   p->meas[k], p->pred[k],
                    100 * (p->pred[k] - p->meas[k]) / p->meas[k], p->def[k], p->n_runs, 100 * p->others);
     }
     int nf, nh;
