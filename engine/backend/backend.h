@@ -363,6 +363,10 @@ typedef struct {
      * an op class reaches, [0] on the CPU and [1] on the GPU */
     double compute[2][QI_SIM_OP_CLASSES];
     double memory[2][QI_SIM_OP_CLASSES];
+    /* the CPU's matmul compute efficiency for weights of one type (a
+     * qi_type id: "cpu_matmul_compute_q5_0"), where its dot product costs
+     * more or less per FLOP than the others'; 0: compute[0][0] */
+    double cpu_matmul_type[QI_TYPE_COUNT];
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */

@@ -610,6 +610,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
         fprintf(f, "; B x C <= %d; %d threads; ", max_tokens, n_threads);
         if (times_in) fprintf(f, "the times of %s", times_in);
         else fprintf(f, "%d rounds, the %s", reps, use_min ? "least" : "median");
+        if (max_others < 1) fprintf(f, "; points with other processes above %g%% of the CPUs left out", 100 * max_others);
         fprintf(f, "\n# held-out MAPE %.1f%% over %d times\n", 100 * held_mape, nh);
         for (int i = 0; i < n_keys; i++)
             fprintf(f, "%s = %.6g  # source: fitted by qinfer calibrate, %s, profile %s, %d configurations, fit "

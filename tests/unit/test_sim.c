@@ -126,6 +126,12 @@ START_TEST(test_params) {
     ck_assert_int_eq(qi_sim_params_set(&p, "link", 0, &e), QI_ERR_INVALID);
     ck_assert_int_eq(qi_sim_params_set(&p, "noise", -1, &e), QI_ERR_INVALID);
     ck_assert_int_eq(qi_sim_params_set(&p, "noise", NAN, &e), QI_ERR_INVALID);
+    /* a weight type's own CPU matmul compute efficiency */
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q4_k", 0.3, &e), QI_OK);
+    ck_assert(p.cpu_matmul_type[QI_TYPE_Q4_K] == 0.3 && p.cpu_matmul_type[QI_TYPE_Q8_0] == 0);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q9_9", 0.3, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q4_k", 17, &e), QI_ERR_INVALID);
     ck_assert_str_eq(qi_sim_op_class_name(0), "matmul");
     ck_assert_str_eq(qi_sim_op_class_name(3), "copy");
 }
@@ -156,6 +162,18 @@ START_TEST(test_op_time) {
     ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
     ck_assert_double_eq_tol(qi_sim_now(M.sim) - t0, g1, g1 * 1e-12);
     ck_assert_double_eq_tol(qi_sim_busy(M.gpu, 0), g1, g1 * 1e-12);
+    /* a weight type with its own compute efficiency: its FLOPs at that */
+    machine T;
+    qi_sim_params tp = M.par;
+    ck_assert_int_eq(qi_sim_params_set(&tp, "cpu_matmul_compute_q8_0", 0.125, &e), QI_OK);
+    machine_open(&T, &tp, 0);
+    t0 = qi_sim_now(T.sim);
+    ck_assert_int_eq(mm(T.cpu, &w, x, 64, y, &e), QI_OK);
+    f = 2.0 * 64 * 1024 * 1024;
+    by = wb + 4.0 * 64 * (1024 + 1024);
+    want = maxd(f / (1e11 * 0.125), by / (1e10 * p->memory[0][0])) + p->cpu_op_s;
+    ck_assert_double_eq_tol(qi_sim_now(T.sim) - t0, want, want * 1e-12);
+    machine_close(&T);
     /* an elementwise op: bytes over bandwidth */
     t0 = qi_sim_now(M.sim);
     ck_assert_int_eq(qi_backend_add(M.cpu, x, y, 4096, &e), QI_OK);
