@@ -50,6 +50,7 @@ qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **o
     eo.placement = o->placement;
     eo.sim = o->sim;
     eo.sim_params = o->sim_params;
+    eo.sim_cal = o->sim_cal;
     qi_status st = qi_engine_create(m, &eo, &c->e, err);
     if (!st) st = qi_engine_seq_add(c->e, &c->id, err);
     if (!st) {

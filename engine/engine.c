@@ -954,13 +954,14 @@ void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {
 }
 
 /* opts.sim: the profile read and the machine made from it, with
- * opts.sim_params over the default efficiencies. */
+ * opts.sim_cal's and then opts.sim_params' over the default efficiencies. */
 static qi_status open_sim(qi_engine *e, const qi_engine_opts *o, qi_err *err) {
     qi_hwprofile *prof = qi_malloc(sizeof *prof);
     if (!prof) return QI_ERR(err, QI_ERR_NOMEM, "out of memory reading a profile");
     qi_status st = qi_hwprofile_load(o->sim, prof, err);
     qi_sim_params par;
     qi_sim_params_default(&par);
+    if (!st && o->sim_cal) st = qi_sim_params_load(o->sim_cal, &par, err);
     for (int i = 0; !st && o->sim_params && i < o->sim_params->n; i++) {
         const char *k = o->sim_params->items[i].key, *v = o->sim_params->items[i].value;
         char *end;
@@ -1017,6 +1018,11 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         e->swa_cells = cells < o->n_ctx ? (int)cells : o->n_ctx;
     }
     const unsigned cpu_flags = (o->attn_blas ? QI_CPU_ATTN_BLAS : 0u) | (o->repack ? QI_CPU_REPACK : 0u);
+    if (o->sim_cal && !o->sim) {
+        st = QI_ERR(err, QI_ERR_INVALID, "a calibration file (%s) is for a simulated machine: name its profile with "
+                    "--sim", o->sim_cal);
+        goto fail;
+    }
     if (o->sim) {
         if ((st = open_sim(e, o, err)) || (st = qi_backend_sim_create(e->sim, false, 0, &e->be, err))) goto fail;
     } else if ((st = qi_backend_cpu_create(o->n_threads, cpu_flags, &e->be, err)) ||

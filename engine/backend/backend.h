@@ -370,11 +370,20 @@ void qi_testdev_hold(qi_backend *b, bool hold);
 #include "qinfer/hwprofile.h"
 
 #define QI_SIM_OP_CLASSES 3 /* matmul, attention, other; index 3 is copies */
+/* The most an op class's efficiency may be: a fraction of a peak, but
+ * above 1 where the caches serve an op's bytes faster than the profile's
+ * memory bandwidth (a small model's weights in the last-level cache);
+ * the link's stays at most 1. */
+#define QI_SIM_EFF_MAX 16
 typedef struct {
     /* the fraction of the peak compute rate and of the memory bandwidth
      * an op class reaches, [0] on the CPU and [1] on the GPU */
     double compute[2][QI_SIM_OP_CLASSES];
     double memory[2][QI_SIM_OP_CLASSES];
+    /* the CPU's matmul compute efficiency for weights of one type (a
+     * qi_type id: "cpu_matmul_compute_q5_0"), where its dot product costs
+     * more or less per FLOP than the others'; 0: compute[0][0] */
+    double cpu_matmul_type[QI_TYPE_COUNT];
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */
@@ -385,6 +394,13 @@ void qi_sim_params_default(qi_sim_params *p);
 /* One parameter by name ("gpu_matmul_memory", "link", "noise", ...): an
  * unknown name or a value out of range is QI_ERR_INVALID naming it. */
 qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err *err);
+/* A calibration file (`qinfer calibrate -o`, sim/README.md): one
+ * `key = value  # source: TEXT` a line, keys as qi_sim_params_set's,
+ * applied on top of *p, which is left as it was on any error. Errors, one
+ * line `FILE:LINE: KEY: why`: an unknown key or a value out of range, a
+ * value that is not a number, a key given twice, a missing source
+ * (QI_ERR_FORMAT); the file unreadable (QI_ERR_IO). */
+qi_status qi_sim_params_load(const char *path, qi_sim_params *p, qi_err *err);
 const char *qi_sim_op_class_name(int k); /* "matmul", "attention", "other"; "copy" for 3 */
 /* par NULL: the defaults. The profile is copied. */
 qi_status qi_sim_create(const qi_hwprofile *prof, const qi_sim_params *par, qi_sim **out, qi_err *err);

@@ -209,19 +209,22 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         if (s) k->placement = s;
         return true;
     }
-    const bool sim = qi_args_is(a, NULL, "--sim"), sim_param = !sim && qi_args_is(a, NULL, "--sim-param");
-    if (!sim && !sim_param) return false;
+    const bool sim = qi_args_is(a, NULL, "--sim"), sim_param = !sim && qi_args_is(a, NULL, "--sim-param"),
+               sim_cal = !sim && !sim_param && qi_args_is(a, NULL, "--sim-cal");
+    if (!sim && !sim_param && !sim_cal) return false;
     const char *s = qi_args_str(a);
     if (!s) return true;
     if (!k->sim_ok) {
         qi_cli_error(a->cmd, "option %s: qinfer %s measures what the model computes, and simulated devices compute "
-                             "nothing (bench and generate take --sim)", sim ? "--sim" : "--sim-param", a->cmd);
+                             "nothing (bench and generate take --sim)", a->flag, a->cmd);
         a->failed = true;
         return true;
     }
     qi_err e = {0};
     if (sim) {
         k->sim = s;
+    } else if (sim_cal) {
+        k->sim_cal = s;
     } else if (qi_params_parse(&k->sim_params, s, &e) != QI_OK) {
         qi_cli_error(a->cmd, "option --sim-param: %s", e.msg);
         a->failed = true;
@@ -295,12 +298,16 @@ void qi_cli_sim_help(void) {
            "                          shapes only, qinfer synth --shapes-only, runs this way only)\n"
            "      --sim-param K=V     the simulator's parameters (repeatable): noise=SIGMA, seed=N,\n"
            "                          link=EFF, cpu_op_s=S, {cpu,gpu}_{matmul,attention,other}_\n"
-           "                          {compute,memory}=EFF (engine/backend/sim/README.md)\n");
+           "                          {compute,memory}=EFF (engine/backend/sim/README.md)\n"
+           "      --sim-cal FILE      the simulator's parameters fitted to a machine (qinfer calibrate\n"
+           "                          -o FILE, e.g. engine/backend/sim/profiles/epyc-2core-kvm.cal);\n"
+           "                          --sim-param overrides its values\n");
 }
 
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->devices = k->devices;
     o->sim = k->sim;
+    o->sim_cal = k->sim_cal;
     o->sim_params = &k->sim_params;
     /* a policy's plan comes after creation (qi_cli_place_policy); a command
      * that does not run one passes the value on, and the engine refuses it */

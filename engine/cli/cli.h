@@ -72,6 +72,7 @@ typedef struct {
     bool policy_ok;        /* the command runs policy: placements (qi_cli_place_policy_allow) */
     const char *sim;       /* --sim PROFILE (NULL: the real devices) */
     qi_params sim_params;  /* --sim-param K=V[,...] */
+    const char *sim_cal;   /* --sim-cal FILE (NULL: none) */
     bool sim_ok;           /* the command takes --sim (qi_cli_sim_allow) */
 } qi_cli_kv;
 
@@ -83,6 +84,7 @@ typedef struct {
  *                       generate) take it; those that measure what the model
  *                       computes refuse it, since nothing is computed
  *   --sim-param K=V     the simulator's efficiencies and noise (repeatable)
+ *   --sim-cal FILE      a calibration file (qinfer calibrate -o) under them
  *   --placement P       all-cpu (default), ngl=N, a plan file, or (generate)
  *                       policy:NAME[:K=V,...], a placement policy's plan
  *                       (policies/placement/) */
@@ -153,5 +155,6 @@ int qi_cmd_results(int argc, char **argv);
 int qi_cmd_synth(int argc, char **argv);
 int qi_cmd_serve(int argc, char **argv);
 int qi_cmd_load(int argc, char **argv);
+int qi_cmd_calibrate(int argc, char **argv);
 
 #endif

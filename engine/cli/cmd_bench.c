@@ -458,6 +458,7 @@ typedef struct {
     char kv_desc[160];   /* the batched rows' KV policy: "full", "h2o, budget 50%" */
     bool attn_blas;      /* --attn-blas */
     char sim[64];        /* the simulated machine's profile name ("": measured on this host) */
+    const char *sim_cal; /* its calibration file (--sim-cal; NULL: none) */
 } bench_info;
 
 /* The command's settings a --db row records besides bench_info. */
@@ -466,6 +467,7 @@ typedef struct {
     int n_warmup;
     const char *devices, *placement; /* NULL: the defaults */
     const qi_params *sim_params;     /* with a simulated machine */
+    const char *sim_cal;             /* its calibration file (NULL: none) */
 } bench_settings;
 
 /* The KV policy a row ran with: the qi_ctx keeps every token. */
@@ -509,6 +511,7 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
         printf("SIMULATED machine %s: host %s, %d cores; GPU %s. No arithmetic ran: every figure below is the "
                "simulator's (engine/backend/sim/README.md), not a measurement",
                bi->sim, bi->hw.cpu_model, bi->hw.n_cores, bi->gpu);
+    if (bi->sim[0] && bi->sim_cal) printf(" (its parameters from %s)", bi->sim_cal);
     else
         printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
     if (bi->llc_bytes && !bi->sim[0]) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
@@ -777,6 +780,10 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
                          bs->sim_params->items[k].key, bs->sim_params->items[k].value);
             n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_params\":");
             json_put_str(cfg, sizeof cfg, &n, sp);
+            if (bs->sim_cal) {
+                n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_cal\":");
+                json_put_str(cfg, sizeof cfg, &n, bs->sim_cal);
+            }
         }
         if (n + 2 >= sizeof cfg) return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);
         snprintf(cfg + n, sizeof cfg - n, "}");
@@ -1058,6 +1065,7 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_hwprofile hp;
         if (qi_hwprofile_load(kv.sim, &hp, &err)) goto fail;
         snprintf(bi.sim, sizeof bi.sim, "%s", hp.name);
+        bi.sim_cal = kv.sim_cal;
         snprintf(bi.hw.cpu_model, sizeof bi.hw.cpu_model, "%s", hp.cpu_name);
         bi.hw.n_cores = bi.hw.n_threads = (int)hp.cpu_cores.value;
         snprintf(bi.gpu, sizeof bi.gpu, "%s", hp.has_gpu ? hp.gpu_name : "none");
@@ -1075,7 +1083,7 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
                             .devices = kv.devices, .placement = place_policy ? "all-cpu" : kv.placement,
-                            .sim = kv.sim, .sim_params = &kv.sim_params};
+                            .sim = kv.sim, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
     if (place_policy) {
         if (qi_placement_policy_from_spec(kv.placement, &run.policy, &err)) goto fail;
         run.kv_budget = kv.budget_tokens > 0 ? kv.budget_tokens : (int)(kv.budget_frac * (depth + n_gen));
@@ -1143,7 +1151,7 @@ int qi_cmd_bench(int argc, char **argv) {
     fflush(stdout);
 #ifdef QI_HAVE_SQLITE
     const bench_settings bs = {.repack = repack, .n_warmup = n_warmup, .devices = kv.devices,
-                               .placement = kv.placement, .sim_params = &kv.sim_params};
+                               .placement = kv.placement, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
     if (db && db_insert(db, db_exp, &bi, tests, n_tests, &bs, &err)) goto fail;
     if (db) fprintf(stderr, "qinfer %s: %d runs added to %s (experiment %s)\n", cmd, n_tests, db_file, BENCH_EXPERIMENT);
 #endif

@@ -314,6 +314,8 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_
     eo->o.devices = lq_opt_str(L, idx, arg, "devices", "cpu");
     eo->o.placement = lq_opt_str(L, idx, arg, "placement", "all-cpu");
     eo->o.sim = lq_opt_str(L, idx, arg, "sim", NULL);
+    eo->o.sim_cal = lq_opt_str(L, idx, arg, "sim_cal", NULL);
+    if (eo->o.sim_cal && !eo->o.sim) luaL_argerror(L, arg, "option 'sim_cal' without 'sim' (a hardware profile)");
     qi_params_init(&eo->sim_params);
     eo->o.sim_params = &eo->sim_params;
     read_budget(L, idx, arg, eo);

@@ -55,7 +55,7 @@ typedef struct {
 
 #define LQ_ENGINE_KEYS \
     "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
-        "placement", "sim", "sim_params"
+        "placement", "sim", "sim_params", "sim_cal"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */

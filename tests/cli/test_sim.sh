@@ -96,7 +96,7 @@ expect_fail 1 "$tmp/none.profile: cannot open" "$Q" bench -m "$M" --sim "$tmp/no
 printf 'name = x\nkind = server\n' >"$tmp/bad.profile"
 expect_fail 2 "bad.profile:2: .*missing" "$Q" generate -m "$M" --sim "$tmp/bad.profile" -p hi -n 1
 expect_fail 2 "unknown parameter 'bogus'" "$Q" generate -m "$M" --sim "$P" --sim-param bogus=1 -p hi -n 1
-expect_fail 2 "gpu_matmul_memory = 2 is not an efficiency" "$Q" generate -m "$M" --sim "$P" --sim-param gpu_matmul_memory=2 -p hi -n 1
+expect_fail 2 "gpu_matmul_memory = 17 is not an efficiency in (0, 16\]" "$Q" generate -m "$M" --sim "$P" --sim-param gpu_matmul_memory=17 -p hi -n 1
 expect_fail 2 "is a real device; a simulated machine has cpu and gpu" "$Q" generate -m "$M" --sim "$P" --devices cpu,testdev -p hi -n 1
 expect_fail 1 "plan does not fit device gpu:10G" "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu:10G --placement ngl=81 -p hi -n 1
 if expect_ok "$Q" synth --n-layer 1 --n-vocab 300 -o "$tmp/small.gguf"; then

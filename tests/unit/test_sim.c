@@ -10,7 +10,10 @@
  * case (label model) runs SmolLM2 on a simulated machine: nothing is
  * computed, times are deterministic, a memory-bound op class scales with
  * its efficiency, and a plan that does not fit the simulated GPU is
- * refused.
+ * refused. Calibration (qinfer/calibrate.h): the calibration file reader
+ * (strict, FILE:LINE: KEY: why) and the fit, which must give back known
+ * parameters from the times they produce, on synthetic ops ("sim") and on
+ * SmolLM2's simulated steps ("engine").
  */
 #include <check.h>
 #include <math.h>
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "qinfer/calibrate.h"
 #include "qinfer/engine.h"
 #include "qinfer/gguf.h"
 #include "qinfer/model.h"
@@ -115,10 +119,20 @@ START_TEST(test_params) {
     ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_speed", 0.5, &e), QI_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "gpu_matmul_speed"), "%s", e.msg);
     qi_err_clear(&e);
-    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_memory", 1.5, &e), QI_ERR_INVALID);
+    /* above 1 (caches faster than the profile's bandwidth) up to QI_SIM_EFF_MAX; the link's at most 1 */
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_memory", 1.5, &e), QI_OK);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_other_compute", QI_SIM_EFF_MAX, &e), QI_OK);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_memory", QI_SIM_EFF_MAX + 0.5, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "link", 1.5, &e), QI_ERR_INVALID);
     ck_assert_int_eq(qi_sim_params_set(&p, "link", 0, &e), QI_ERR_INVALID);
     ck_assert_int_eq(qi_sim_params_set(&p, "noise", -1, &e), QI_ERR_INVALID);
     ck_assert_int_eq(qi_sim_params_set(&p, "noise", NAN, &e), QI_ERR_INVALID);
+    /* a weight type's own CPU matmul compute efficiency */
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q4_k", 0.3, &e), QI_OK);
+    ck_assert(p.cpu_matmul_type[QI_TYPE_Q4_K] == 0.3 && p.cpu_matmul_type[QI_TYPE_Q8_0] == 0);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q9_9", 0.3, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "cpu_matmul_compute_q4_k", 17, &e), QI_ERR_INVALID);
     ck_assert_str_eq(qi_sim_op_class_name(0), "matmul");
     ck_assert_str_eq(qi_sim_op_class_name(3), "copy");
 }
@@ -149,6 +163,18 @@ START_TEST(test_op_time) {
     ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
     ck_assert_double_eq_tol(qi_sim_now(M.sim) - t0, g1, g1 * 1e-12);
     ck_assert_double_eq_tol(qi_sim_busy(M.gpu, 0), g1, g1 * 1e-12);
+    /* a weight type with its own compute efficiency: its FLOPs at that */
+    machine T;
+    qi_sim_params tp = M.par;
+    ck_assert_int_eq(qi_sim_params_set(&tp, "cpu_matmul_compute_q8_0", 0.125, &e), QI_OK);
+    machine_open(&T, &tp, 0);
+    t0 = qi_sim_now(T.sim);
+    ck_assert_int_eq(mm(T.cpu, &w, x, 64, y, &e), QI_OK);
+    f = 2.0 * 64 * 1024 * 1024;
+    by = wb + 4.0 * 64 * (1024 + 1024);
+    want = maxd(f / (1e11 * 0.125), by / (1e10 * p->memory[0][0])) + p->cpu_op_s;
+    ck_assert_double_eq_tol(qi_sim_now(T.sim) - t0, want, want * 1e-12);
+    machine_close(&T);
     /* an elementwise op: bytes over bandwidth */
     t0 = qi_sim_now(M.sim);
     ck_assert_int_eq(qi_backend_add(M.cpu, x, y, 4096, &e), QI_OK);
@@ -727,6 +753,182 @@ START_TEST(test_archs) {
 }
 END_TEST
 
+/* A calibration file with the given text; its path (static). */
+static const char *cal_file(const char *text) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/qi_test_sim_%d.cal", (int)getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* The reader applies a good file over what the parameters hold, and
+ * refuses a bad one with FILE:LINE: KEY: why, leaving them as they were. */
+START_TEST(test_cal_file) {
+    qi_sim_params p, d;
+    qi_sim_params_default(&d);
+    p = d;
+    qi_err e = {0};
+    const char *path = cal_file("# fitted\n\ncpu_matmul_memory = 2.5  # source: fitted, test\n"
+                                "  cpu_op_s=3e-6 # source: fitted, test\n");
+    ck_assert_msg(qi_sim_params_load(path, &p, &e) == QI_OK, "%s", e.msg);
+    ck_assert(p.memory[0][0] == 2.5 && p.cpu_op_s == 3e-6);
+    ck_assert(p.compute[0][0] == d.compute[0][0] && p.link == d.link);
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"cpu_matmul_memory = 0.5  # source: t\ncpu_matmul_memroy = 0.5  # source: t\n", ":2: cpu_matmul_memroy: unknown parameter"},
+        {"cpu_op_s = 1e-5x  # source: t\n", ":1: cpu_op_s: '1e-5x' is not a number"},
+        {"cpu_op_s =   # source: t\n", ":1: cpu_op_s: '' is not a number"},
+        {"cpu_op_s = nan  # source: t\n", ":1: cpu_op_s: 'nan' is not a number"},
+        {"cpu_op_s = 1e-5\n", ":1: cpu_op_s: no `# source: TEXT`"},
+        {"cpu_op_s = 1e-5  # from a fit\n", ":1: cpu_op_s: no `# source: TEXT`"},
+        {"cpu_op_s = 1e-5  # source:\n", ":1: cpu_op_s: no `# source: TEXT`"},
+        {"cpu_op_s = 1e-5  # source: a\n\ncpu_op_s = 1e-5  # source: b\n", ":3: cpu_op_s: given twice"},
+        {"cpu_other_memory = 17  # source: t\n", ":1: cpu_other_memory: 17 is not an efficiency in (0, 16]"},
+        {"link = 1.5  # source: t\n", ":1: link: 1.5 is not an efficiency in (0, 1]"},
+        {"cpu_op_s = -1  # source: t\n", ":1: cpu_op_s: -1 is not a finite number >= 0"},
+        {"cpu_op_s 1e-5  # source: t\n", ":1: not a `key = value"},
+        {" = 1  # source: t\n", ":1: a value without a key"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qi_err_clear(&e);
+        p = d;
+        path = cal_file(bad[i].text);
+        ck_assert_int_eq(qi_sim_params_load(path, &p, &e), QI_ERR_FORMAT);
+        ck_assert_msg(strncmp(e.msg, path, strlen(path)) == 0 && strstr(e.msg, bad[i].want), "%zu: %s", i, e.msg);
+        ck_assert_msg(!strchr(e.msg, '\n'), "%s", e.msg);
+        ck_assert(memcmp(&p, &d, sizeof p) == 0);
+    }
+    unlink(path);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_sim_params_load("/nonexistent/x.cal", &p, &e), QI_ERR_IO);
+    ck_assert_msg(strstr(e.msg, "/nonexistent/x.cal"), "%s", e.msg);
+}
+END_TEST
+
+/* A synthetic workload for the fit: matmuls of 1 to 256 tokens (memory-
+ * to compute-bound) and elementwise ops on the simulated CPU, in sizes
+ * and counts that do not grow together (times that all grew with T
+ * would leave the matmul's and the adds' efficiencies one product); its
+ * times at given parameters are what the fit has to invert. */
+typedef struct {
+    int calls;
+} synth_ctx;
+
+static qi_status synth_predict(void *vctx, const char *const *keys, const double *values, int n_keys, double *pred,
+                               qi_err *err) {
+    synth_ctx *c = vctx;
+    c->calls++;
+    qi_sim_params par;
+    qi_sim_params_default(&par);
+    for (int i = 0; i < n_keys; i++) {
+        qi_status st = qi_sim_params_set(&par, keys[i], values[i], err);
+        if (st) return st;
+    }
+    static const int Ts[] = {1, 2, 8, 32, 64, 256}, n_add[] = {3, 12, 1, 16, 2, 6};
+    static const long add_len[] = {1L << 20, 1L << 12, 1L << 18, 1L << 14, 1L << 19, 1L << 10};
+    static float x[1 << 20], y[1 << 20];
+    const qi_weight w = weight(1024, 1024);
+    int k = 0;
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+        machine M;
+        machine_open(&M, &par, 0);
+        const double t0 = qi_sim_now(M.sim);
+        ck_assert_int_eq(mm(M.cpu, &w, x, Ts[i], y, err), QI_OK);
+        for (int r = 0; r < n_add[i]; r++) ck_assert_int_eq(qi_backend_add(M.cpu, x, y, add_len[i], err), QI_OK);
+        pred[k++] = qi_sim_now(M.sim) - t0;
+        machine_close(&M);
+    }
+    return QI_OK;
+}
+
+/* The fit recovers known parameters from their own times, starting from
+ * the defaults. */
+START_TEST(test_fit_synthetic) {
+    static const char *const keys[] = {"cpu_matmul_compute", "cpu_matmul_memory", "cpu_other_memory", "cpu_op_s"};
+    const double truth[] = {0.9, 0.6, 2.3, 2e-5};
+    double meas[6], vals[4], lo[4] = {1e-3, 1e-3, 1e-3, 1e-8}, hi[4] = {16, 16, 16, 1e-2};
+    qi_err e = {0};
+    synth_ctx c = {0};
+    ck_assert_int_eq(synth_predict(&c, keys, truth, 4, meas, &e), QI_OK);
+    qi_sim_params d;
+    qi_sim_params_default(&d);
+    vals[0] = d.compute[0][0], vals[1] = d.memory[0][0], vals[2] = d.memory[0][2], vals[3] = d.cpu_op_s;
+    qi_calib_fit_report rep;
+    ck_assert_msg(qi_calib_fit(keys, vals, lo, hi, 4, meas, 6, synth_predict, &c, 3000, &rep, &e) == QI_OK, "%s",
+                  e.msg);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fabs(vals[i] / truth[i] - 1) < 0.02, "%s: fitted %g, true %g (%d evaluations, MAPE %g)", keys[i],
+                      vals[i], truth[i], rep.evals, rep.mape);
+    ck_assert_msg(rep.mape < 0.005, "fit MAPE %g", rep.mape);
+    ck_assert(rep.evals > 10 && rep.evals <= 3010 && c.calls == rep.evals + 1);
+    /* bad arguments */
+    meas[2] = 0;
+    ck_assert_int_eq(qi_calib_fit(keys, vals, lo, hi, 4, meas, 6, synth_predict, &c, 100, &rep, &e), QI_ERR_INVALID);
+    ck_assert_double_eq_tol(qi_calib_mape((const double[]){1.1, 0.8}, (const double[]){1, 1}, 2), 0.15, 1e-12);
+}
+END_TEST
+
+/* The same on the engine: SmolLM2's prefill and decode times, simulated
+ * with known parameters (qi_calib_measure, as qinfer calibrate measures
+ * the real engine), fitted from the defaults, give the parameters back. */
+typedef struct {
+    int batch[4], ctx[4], n;
+} engine_points;
+
+static qi_status engine_predict(void *vctx, const char *const *keys, const double *values, int n_keys, double *pred,
+                                qi_err *err) {
+    const engine_points *pts = vctx;
+    qi_params sp;
+    qi_params_init(&sp);
+    for (int i = 0; i < n_keys; i++) {
+        char v[40];
+        snprintf(v, sizeof v, "%.17g", values[i]);
+        ck_assert_int_eq(qi_params_set(&sp, keys[i], v, err), QI_OK);
+    }
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 1;
+    o.sim = g_prof;
+    o.sim_params = &sp;
+    for (int i = 0; i < pts->n; i++) {
+        qi_calib_time t;
+        qi_status st = qi_calib_measure(g_model, &o, pts->batch[i], pts->ctx[i], 3, &t, err);
+        if (st) return st;
+        pred[2 * i] = t.prefill_s;
+        pred[2 * i + 1] = t.decode_s;
+    }
+    return QI_OK;
+}
+
+START_TEST(test_engine_fit) {
+    /* not cpu_op_s: every step of one model runs the same ops, so its
+     * fixed cost and the weights' read time are one constant per step,
+     * which only several models with different op counts tell apart */
+    static const char *const keys[] = {"cpu_matmul_compute", "cpu_matmul_memory", "cpu_attention_memory"};
+    const double truth[] = {0.6, 1.2, 0.4}; /* decode of one sequence memory-bound, of four compute-bound */
+    const engine_points pts = {.batch = {1, 1, 4, 2}, .ctx = {16, 512, 64, 256}, .n = 4};
+    double meas[8], vals[3], lo[3] = {1e-3, 1e-3, 1e-3}, hi[3] = {16, 16, 16};
+    qi_err e = {0};
+    ck_assert_msg(engine_predict((void *)&pts, keys, truth, 3, meas, &e) == QI_OK, "%s", e.msg);
+    /* decode is one step, prefill all of the prompt's */
+    ck_assert(meas[0] > 0 && meas[1] > 0 && meas[2] > meas[0] && meas[3] > meas[1]);
+    qi_sim_params d;
+    qi_sim_params_default(&d);
+    vals[0] = d.compute[0][0], vals[1] = d.memory[0][0], vals[2] = d.memory[0][1];
+    qi_calib_fit_report rep;
+    ck_assert_msg(qi_calib_fit(keys, vals, lo, hi, 3, meas, 8, engine_predict, (void *)&pts, 1500, &rep, &e) == QI_OK,
+                  "%s", e.msg);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(fabs(vals[i] / truth[i] - 1) < 0.03, "%s: fitted %g, true %g (%d evaluations, MAPE %g)", keys[i],
+                      vals[i], truth[i], rep.evals, rep.mape);
+    ck_assert_msg(rep.mape < 0.005, "fit MAPE %g", rep.mape);
+}
+END_TEST
+
 static Suite *sim_suite(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
@@ -739,11 +941,14 @@ static Suite *sim_suite(void) {
     tcase_add_test(tc, test_shapes_only_gguf);
     tcase_add_test(tc, test_archs);
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cal_file);
+    tcase_add_test(tc, test_fit_synthetic);
     suite_add_tcase(s, tc);
     if (g_model) {
         tc = tcase_create("engine");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_engine_sim);
+        tcase_add_test(tc, test_engine_fit);
         suite_add_tcase(s, tc);
     }
     return s;

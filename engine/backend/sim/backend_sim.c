@@ -161,6 +161,17 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
     if (!strcmp(key, "noise")) return p->noise = v, QI_OK;
     if (!strcmp(key, "seed")) return p->seed = (uint64_t)v, QI_OK;
     if (!strcmp(key, "cpu_op_s")) return p->cpu_op_s = v, QI_OK;
+    if (!strncmp(key, "cpu_matmul_compute_", 19)) {
+        for (int t = 0; t < QI_TYPE_COUNT; t++) {
+            const qi_type_info *ti = qi_type_get((uint32_t)t);
+            if (!ti || !ti->name || strcmp(key + 19, ti->name) != 0) continue;
+            if (!(v > 0) || v > QI_SIM_EFF_MAX)
+                return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not an efficiency in (0, %g]", key, v,
+                              (double)QI_SIM_EFF_MAX);
+            p->cpu_matmul_type[t] = v;
+            return QI_OK;
+        }
+    }
     if (!strcmp(key, "link")) {
         if (!(v > 0) || v > 1) return QI_ERR(err, QI_ERR_INVALID, "sim: link = %g is not an efficiency in (0, 1]", v);
         return p->link = v, QI_OK;
@@ -172,14 +183,17 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
                 char name[48];
                 snprintf(name, sizeof name, "%s_%s_%s", d ? "gpu" : "cpu", k_class[k], w ? "memory" : "compute");
                 if (strcmp(key, name) != 0) continue;
-                if (!(v > 0) || v > 1)
-                    return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not an efficiency in (0, 1]", key, v);
+                /* above 1 where caches serve more than the profile's DRAM
+                 * bandwidth (a calibration finds such; sim/README.md) */
+                if (!(v > 0) || v > QI_SIM_EFF_MAX)
+                    return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not an efficiency in (0, %g]", key, v,
+                                  (double)QI_SIM_EFF_MAX);
                 (w ? p->memory : p->compute)[d][k] = v;
                 return QI_OK;
             }
     return QI_ERR(err, QI_ERR_INVALID,
-                  "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, and {cpu,gpu}_{matmul,attention,other}_"
-                  "{compute,memory})",
+                  "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, {cpu,gpu}_{matmul,attention,other}_"
+                  "{compute,memory}, and cpu_matmul_compute_TYPE, TYPE a weight type such as q4_k)",
                   key);
 }
 
@@ -228,16 +242,22 @@ static double noise(qi_sim *s) {
 }
 
 /* The duration of an op on device d: FLOPs at rate `peak` and bytes at the
- * device's memory bandwidth, with the class's efficiencies. */
-static double op_time(qi_backend *b, int cls, double flops, double bytes, double peak) {
+ * device's memory bandwidth, with the class's efficiencies; tc_given >= 0
+ * is the compute time worked out by the caller instead (a CPU matmul of
+ * weights whose types have efficiencies of their own). */
+static double op_time_tc(qi_backend *b, int cls, double flops, double bytes, double peak, double tc_given) {
     sim_dev *d = S(b);
     const qi_sim_params *p = &d->sim->par;
     const int g = d->gpu;
     const double bw = g ? d->sim->prof.gpu_mem_bw.value : d->sim->prof.cpu_mem_bw.value;
-    const double tc = flops > 0 ? flops / (peak * p->compute[g][cls]) : 0;
+    const double tc = tc_given >= 0 ? tc_given : flops > 0 ? flops / (peak * p->compute[g][cls]) : 0;
     const double tm = bytes > 0 ? bytes / (bw * p->memory[g][cls]) : 0;
     const double over = g ? d->sim->prof.gpu_launch.value : p->cpu_op_s;
     return ((tc > tm ? tc : tm) + over) * noise(d->sim);
+}
+
+static double op_time(qi_backend *b, int cls, double flops, double bytes, double peak) {
+    return op_time_tc(b, cls, flops, bytes, peak, -1);
 }
 
 /* Run a piece of work of `dur` seconds on b's stream. */
@@ -279,22 +299,43 @@ static double matmul_peak(qi_backend *b, const qi_weight *w, int T) {
 
 static double wbytes(const qi_weight *w) { return (double)w->row_bytes * (double)w->n_rows; }
 
+/* The CPU's compute time for a weight's FLOPs where its type has an
+ * efficiency of its own (cpu_matmul_compute_TYPE), else -1. */
+static double cpu_type_tc(qi_backend *b, const qi_weight *w, int T, double f) {
+    const qi_sim_params *p = &S(b)->sim->par;
+    if (S(b)->gpu || w->type >= QI_TYPE_COUNT || !(p->cpu_matmul_type[w->type] > 0)) return -1;
+    return f / (matmul_peak(b, w, T) * p->cpu_matmul_type[w->type]);
+}
+
 static void sim_matmul(qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
     (void)x, (void)y;
     const double f = 2.0 * T * (double)w->n_rows * (double)w->n_cols;
-    run_op(b, 0, f, wbytes(w) + 4.0 * T * ((double)w->n_cols + (double)w->n_rows), matmul_peak(b, w, T));
+    advance(b, 0, op_time_tc(b, 0, f, wbytes(w) + 4.0 * T * ((double)w->n_cols + (double)w->n_rows),
+                             matmul_peak(b, w, T), cpu_type_tc(b, w, T, f)));
 }
 
 static void sim_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
     (void)x, (void)y;
     double f = 0, by = 4.0 * T * (double)w[0]->n_cols, tc = 0;
+    bool typed = false;
     for (int i = 0; i < n; i++) {
-        f += 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols;
+        const double fi = 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols;
+        f += fi;
         by += wbytes(w[i]) + 4.0 * T * (double)w[i]->n_rows;
+        typed |= cpu_type_tc(b, w[i], T, fi) >= 0;
     }
-    /* one launch for all of them, at the first weight's rate */
-    tc = matmul_peak(b, w[0], T);
-    run_op(b, 0, f, by, tc);
+    /* one launch for all of them, at the first weight's rate; on the CPU
+     * with a type's own efficiency, each weight's FLOPs at its own */
+    double tc_given = -1;
+    if (typed) {
+        const qi_sim_params *p = &S(b)->sim->par;
+        for (int i = 0; i < n; i++) {
+            const double fi = 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols, ti = cpu_type_tc(b, w[i], T, fi);
+            tc += ti >= 0 ? ti : fi / (matmul_peak(b, w[i], T) * p->compute[0][0]);
+        }
+        tc_given = tc;
+    }
+    advance(b, 0, op_time_tc(b, 0, f, by, matmul_peak(b, w[0], T), tc_given));
 }
 
 static void sim_rmsnorm(qi_backend *b, const float *x, const float *w, int T, int n, float eps, float *y) {

@@ -66,6 +66,8 @@ typedef struct {
                              * arithmetic is done (logits are zeros) and every time is the simulated
                              * machine's (qi_engine_now). NULL: the real devices. A model of shapes
                              * only (qinfer synth --shapes-only) needs it. */
+    const char *sim_cal;    /* with sim: a calibration file (qinfer calibrate -o) over the default
+                             * efficiencies; sim_params apply after it. NULL: none */
     const qi_params *sim_params; /* the simulator's efficiencies and noise (backend.h's qi_sim_params
                                   * names: gpu_matmul_memory=0.8, noise=0.05, seed=3, ...); NULL: defaults */
 } qi_engine_opts;

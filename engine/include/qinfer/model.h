@@ -151,6 +151,7 @@ typedef struct {
     const char *devices, *placement; /* the engine's (engine.h); NULL: cpu, all-cpu */
     const char *sim;                 /* the engine's (engine.h): a simulated machine's profile; NULL: real */
     const qi_params *sim_params;     /* its efficiencies and noise (engine.h); NULL: defaults */
+    const char *sim_cal;             /* a calibration file under sim_params (engine.h); NULL: none */
 } qi_ctx_opts;
 
 /* Fails (QI_ERR_UNSUPPORTED) with attn_blas when OpenBLAS cannot be loaded. */
