@@ -14,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 expect_ok "$Q" bench --help && { grep -q "usage: qinfer bench" "$tmp/out" || bad "bench --help prints no usage"; }
 grep -q "built without SQLite" "$tmp/out" && sqlite=0 || sqlite=1
-"$Q" --help | grep -q "^  bench " && ok || bad "qinfer --help does not list bench"
+"$Q" --help | grep "^  bench " >/dev/null && ok || bad "qinfer --help does not list bench"
 expect_fail 2 "unknown option '--bogus'" "$Q" bench --bogus
 expect_fail 2 "needs a value" "$Q" bench -p
 expect_fail 2 "not an integer" "$Q" bench -p 12x

@@ -27,7 +27,7 @@ readme=$here/../../results/README.md
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if ! "$Q" inspect smollm2-135m >/dev/null 2>&1; then echo "skip: model smollm2-135m not fetched"; exit 77; fi
-"$Q" bench --help | grep -q "built without SQLite" && db=() || db=(--db "$tmp/bench.db")
+"$Q" bench --help | grep "built without SQLite" >/dev/null && db=() || db=(--db "$tmp/bench.db")
 
 # bench: the tg8 @ b4 row, two repetitions
 if expect_ok "$Q" bench -t 2 -p 0 -n 8 -b 4 -d 8 -r 2 --warmup 0 --probe-mib 0 -o json "${db[@]}"; then
