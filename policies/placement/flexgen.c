@@ -324,9 +324,7 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
     flexgen_policy *p = (flexgen_policy *)pp;
     const qi_hparams *hp = &m->hp;
     const int L = hp->n_layer;
-    int acc = -1;
-    for (int d = devs->n_devices - 1; d > 0 && acc < 0; d--)
-        if (devs->dev[d].kind != QI_PLACEMENT_DEV_CPU) acc = d;
+    const int acc = qi_placement_accel(devs);
     if (acc < 0) return QI_OK; /* all-cpu, as the wrapper made it */
     /* the hardware: profile=PATH, else the simulated machine's */
     const qi_hwprofile *hw = p->have_profile ? &p->prof : devs->profile;

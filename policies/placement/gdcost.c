@@ -441,9 +441,7 @@ static size_t bytes_on(const void *ctx, int b) {
 static qi_status gd_plan(qi_placement_policy *pp, const qi_model *m, const qi_placement_devices *devs,
                          const qi_placement_workload *wl, qi_plan *out, qi_err *err) {
     gd_policy *p = (gd_policy *)pp;
-    int acc = -1;
-    for (int d = devs->n_devices - 1; d > 0 && acc < 0; d--)
-        if (devs->dev[d].kind != QI_PLACEMENT_DEV_CPU) acc = d;
+    const int acc = qi_placement_accel(devs);
     if (acc < 0) return QI_OK;
     qi_status st = ready(p, devs, err);
     if (st) return st;

@@ -140,6 +140,9 @@ qi_status qi_placement_policy_create(const char *name, const qi_params *params, 
  * policy returned a plan that is not one. */
 qi_status qi_placement_policy_plan(qi_placement_policy *p, const struct qi_model *m, const qi_placement_devices *devs,
                                    const qi_placement_workload *wl, qi_plan *out, qi_err *err);
+/* The accelerator a policy places on: the last device of the list that is
+ * not the CPU, or -1 when there is none. */
+int qi_placement_accel(const qi_placement_devices *devs);
 /* A policy from a --placement value "policy:NAME[:K=V,...]" (the "policy:"
  * may be left out). Errors: no name, bad parameters, those of create. */
 qi_status qi_placement_policy_from_spec(const char *spec, qi_placement_policy **out, qi_err *err);

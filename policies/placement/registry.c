@@ -86,6 +86,12 @@ void qi_placement_policy_observe(qi_placement_policy *p, const qi_placement_time
     if (p->iface->observe && t) p->iface->observe(p, t);
 }
 
+int qi_placement_accel(const qi_placement_devices *devs) {
+    for (int d = devs->n_devices - 1; d > 0; d--)
+        if (devs->dev[d].kind != QI_PLACEMENT_DEV_CPU) return d;
+    return -1;
+}
+
 bool qi_placement_is_policy(const char *placement) {
     return placement && strncmp(placement, "policy:", 7) == 0;
 }

@@ -57,9 +57,7 @@ static qi_status static_plan(qi_placement_policy *pp, const qi_model *m, const q
                              const qi_placement_workload *wl, qi_plan *out, qi_err *err) {
     const static_policy *p = (const static_policy *)pp;
     const int L = m->hp.n_layer;
-    int acc = -1;
-    for (int d = devs->n_devices - 1; d > 0 && acc < 0; d--)
-        if (devs->dev[d].kind != QI_PLACEMENT_DEV_CPU) acc = d;
+    const int acc = qi_placement_accel(devs);
     if (acc < 0) {
         if (p->ngl > 0)
             return QI_ERR(err, QI_ERR_INVALID, "static: ngl=%ld needs an accelerator in the device list", p->ngl);
