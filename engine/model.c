@@ -139,6 +139,18 @@ static qi_status read_shape(qi_model *m, const char *eps_key, qi_err *err) {
     return QI_OK;
 }
 
+/* The vocabulary's size: the rows of the embedding matrix. */
+static qi_status read_vocab(qi_model *m, qi_err *err) {
+    qi_gguf *g = m->gguf;
+    const qi_gguf_tensor *te = qi_gguf_tensor_find(g, "token_embd.weight");
+    if (!te) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor token_embd.weight", qi_gguf_path(g));
+    if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: token_embd.weight has an implausible vocabulary of %llu rows",
+                      qi_gguf_path(g), (unsigned long long)te->ne[1]);
+    m->hp.n_vocab = (int)te->ne[1];
+    return QI_OK;
+}
+
 static qi_status load_llama(qi_model *m, qi_err *err) {
     qi_gguf *g = m->gguf;
     qi_hparams *hp = &m->hp;
@@ -203,13 +215,7 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: per-frequency RoPE factors (rope_freqs.weight) are not supported yet",
                       qi_gguf_path(g));
 
-    /* Vocabulary size from the embedding matrix. */
-    const qi_gguf_tensor *te = qi_gguf_tensor_find(g, "token_embd.weight");
-    if (!te) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor token_embd.weight", qi_gguf_path(g));
-    if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
-        return QI_ERR(err, QI_ERR_FORMAT, "%s: token_embd.weight has an implausible vocabulary of %llu rows",
-                      qi_gguf_path(g), (unsigned long long)te->ne[1]);
-    hp->n_vocab = (int)te->ne[1];
+    if ((st = read_vocab(m, err))) return st;
 
     const int E = hp->n_embd, Dq = hp->n_head * hp->head_dim, Dkv = hp->n_head_kv * hp->head_dim;
     if ((st = get_weight(g, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd, err)) ||
@@ -308,12 +314,7 @@ static qi_status load_opt_falcon(qi_model *m, qi_err *err) {
     hp->layer_norm = true;
     hp->parallel = falcon;
 
-    const qi_gguf_tensor *te = qi_gguf_tensor_find(g, "token_embd.weight");
-    if (!te) return QI_ERR(err, QI_ERR_FORMAT, "%s: missing tensor token_embd.weight", qi_gguf_path(g));
-    if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
-        return QI_ERR(err, QI_ERR_FORMAT, "%s: token_embd.weight has an implausible vocabulary of %llu rows",
-                      qi_gguf_path(g), (unsigned long long)te->ne[1]);
-    hp->n_vocab = (int)te->ne[1];
+    if ((st = read_vocab(m, err))) return st;
     const int E = hp->n_embd, Dq = hp->n_head * hp->head_dim, Dkv = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
     if ((st = get_weight(g, "token_embd.weight", E, hp->n_vocab, false, &m->tok_embd, err)) ||
         (!falcon && (st = get_weight(g, "position_embd.weight", E, hp->n_ctx_train, false, &m->pos_embd, err))) ||
