@@ -33,10 +33,13 @@ int qi_cuk_scale(const qi_cuk_ctx *c, float *x, long n, float s, const char **wh
 int qi_cuk_softcap(const qi_cuk_ctx *c, float *x, long n, float cap, const char **what);
 int qi_cuk_gather_rows(const qi_cuk_ctx *c, float *x, const int32_t *rows, int n, int width, const char **what);
 
-/* k_attn.cu: paged attention (whole, partial, statistics-only) and the merge */
+/* k_attn.cu: paged attention (whole, partial, statistics-only) and the
+ * merge (the qi_cuk entry `merge`; named qi_cuk_attn_merge because
+ * qi_cuk_merge is the type of its argument, and C and C++ give a typedef
+ * and a function one namespace) */
 size_t qi_cuk_attn_scratch(int max_T, int H, int max_pos);
 int qi_cuk_attention(const qi_cuk_ctx *c, const qi_cuk_attn *a, const char **what);
-int qi_cuk_merge(const qi_cuk_ctx *c, const qi_cuk_merge *a, const char **what);
+int qi_cuk_attn_merge(const qi_cuk_ctx *c, const qi_cuk_merge *a, const char **what);
 
 #ifdef __cplusplus
 }
