@@ -8,7 +8,15 @@
  * expf, SwiGLU, the RoPE angles (backend_cpu.c's rope_angles, restated
  * here since it is static there) and rotations (qi_k_rope_ref). Within a
  * tolerance: GeGLU, computed in fp32 where the CPU reads ggml's fp16
- * table. */
+ * table.
+ *
+ * Built by CMake when nvcc is found; by hand, from the repository root:
+ *   for f in kernels/kernels_ref kernels/kernels_packed kernels/quant types; do
+ *     cc -std=c11 -O2 -ffp-contract=off -I engine/include -I engine \
+ *        -c engine/$f.c -o /tmp/$(basename $f).o; done
+ *   nvcc -std=c++17 -O2 -I engine/include -I engine tests/unit/test_cuda_math.cu \
+ *     /tmp/kernels_ref.o /tmp/kernels_packed.o /tmp/quant.o /tmp/types.o -lpthread -lm \
+ *     -o /tmp/test_cuda_math && /tmp/test_cuda_math */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
