@@ -15,7 +15,8 @@
  * Kernel k_attn: one block of ATT_THREADS threads per (query t, head h),
  * blockIdx.x = t * H + h. The query goes to shared memory; each warp
  * scores slots i = warp, warp + n_warps, ... (lanes over d, a K row read
- * as D contiguous fp16, a warp-shuffle sum) into the scratch row
+ * as D contiguous fp16, a warp-shuffle sum; masked slots -inf without
+ * reading K, and skipped for V: they have weight 0) into the scratch row
  * [t][h][max_slots]; a block reduction gives the max, a second one the sum
  * of exponentials (double); the weights, fp16-rounded, overwrite the
  * scores. For the values the block is G = ATT_THREADS / min(D,
@@ -110,9 +111,15 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn(qi_cuk_attn a, float *scr)
     for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qk_round_f16(a.q[th * D + d]);
     __syncthreads();
 
-    /* scores: a warp per slot */
+    /* scores: a warp per slot; a masked slot's dot product is skipped
+     * (half of a causal prompt's) */
     float mx = -INFINITY;
     for (int i = warp; i < n; i += ATT_WARPS) {
+        const int32_t p = pos[i];
+        if (p > qpos || (a.n_swa > 0 && qpos - p >= a.n_swa)) {
+            if (lane == 0) s[i] = -INFINITY;
+            continue;
+        }
         const uint16_t *kr = kb[i >> a.shift] + (size_t)(i & mask) * D;
         float acc = 0.0f;
         if ((D & 1) == 0) {
@@ -127,9 +134,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn(qi_cuk_attn a, float *scr)
         }
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) {
-            float sc = qk_mul(acc, a.scale);
-            const int32_t p = pos[i];
-            if (p > qpos || (a.n_swa > 0 && qpos - p >= a.n_swa)) sc = -INFINITY;
+            const float sc = qk_mul(acc, a.scale);
             s[i] = sc;
             mx = fmaxf(mx, sc);
         }
