@@ -93,7 +93,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-#pragma unroll 2
+    /* unrolled so a warp has several groups' loads in flight (registers
+     * allow more of it with fewer tokens) */
+#pragma unroll(NT <= 2 ? 4 : 2)
     for (int i = lane; i < n_groups; i += 32) qd_group_dot<TT, NT>(wr, i, x, n_cols, T, acc);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -132,17 +134,25 @@ __global__ void k_dequant_f16_any(const uint8_t *__restrict__ w, uint64_t row_by
     }
 }
 
-/* out[t][.] = row ids[t], one thread per 8-element group */
+/* out[t][.] = row ids[t], one thread per 8-element group; vec4: out is
+ * 16-byte aligned, so a group is two float4 stores (the same for every
+ * thread, so the branch does not diverge). */
 template <class TT>
 __global__ void k_get_rows(const uint8_t *__restrict__ w, uint64_t row_bytes, int64_t groups_per_row,
-                           const int32_t *__restrict__ ids, int64_t n_groups, float *__restrict__ out) {
+                           const int32_t *__restrict__ ids, int64_t n_groups, float *__restrict__ out, bool vec4) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_groups;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / groups_per_row;
         float v[8];
         qd_group_row<TT>(w + (uint64_t)ids[t] * row_bytes, (int)(i - t * groups_per_row), v);
+        if (vec4) {
+            float4 *o = (float4 *)(out + 8 * i);
+            o[0] = make_float4(v[0], v[1], v[2], v[3]);
+            o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
 #pragma unroll
-        for (int k = 0; k < 8; k++) out[8 * i + k] = v[k];
+            for (int k = 0; k < 8; k++) out[8 * i + k] = v[k];
+        }
     }
 }
 
@@ -308,7 +318,8 @@ static int get_rows_t(const qi_cuk_ctx *c, const void *w, int64_t n_cols, uint64
     const uint8_t *wb = (const uint8_t *)w;
     if (groups_ok<TT>(w, n_cols, row_bytes)) {
         const int64_t ng = (int64_t)T * (n_cols / 8);
-        k_get_rows<TT><<<ew_blocks(ng), EW_THREADS, 0, s>>>(wb, row_bytes, n_cols / 8, ids, ng, out);
+        const bool vec4 = (uintptr_t)out % 16 == 0;
+        k_get_rows<TT><<<ew_blocks(ng), EW_THREADS, 0, s>>>(wb, row_bytes, n_cols / 8, ids, ng, out, vec4);
     } else if constexpr (TT::FLOAT) {
         const int64_t n = (int64_t)T * n_cols;
         k_get_rows_any<TT><<<ew_blocks(n), EW_THREADS, 0, s>>>(wb, row_bytes, n_cols, ids, n, out);
