@@ -17,10 +17,13 @@
  * the same kernels serve them; rows whose length is not a multiple of 8
  * use the per-element accessor `elem` of those three formats.
  *
- * Loads are 16-bit (the formats guarantee 2-byte alignment of every block,
- * not more: a Q4_0 block is 18 bytes) except the float formats, whose
- * callers check 4-byte alignment. Host builds go through memcpy, which is
- * the defined way to read a uint8_t buffer as wider integers.
+ * Loads are as wide as each format's alignment allows (ALIGN): 16-bit
+ * where a block size only guarantees 2 bytes (Q4_0 is 18 bytes, Q6_K 210),
+ * 64-bit for the quants of Q4_K/Q5_K (144- and 176-byte blocks keep 8-byte
+ * alignment from the row start), 128-bit for the float formats. Callers
+ * check a row's alignment against ALIGN; GGUF's 32-byte tensor alignment
+ * and cudaMalloc's 256 give it. Host builds go through memcpy, the defined
+ * way to read a uint8_t buffer as wider integers.
  */
 #ifndef QI_DEQUANT_CUH
 #define QI_DEQUANT_CUH
@@ -137,6 +140,27 @@ QD_HD uint32_t qd_u32a(const uint8_t *p) {
 #endif
 }
 
+/* 8 bytes from 8-byte aligned p, as two little-endian words */
+QD_HD void qd_u64a(const uint8_t *p, uint32_t *lo, uint32_t *hi) {
+#ifdef __CUDA_ARCH__
+    const uint2 v = __ldg((const uint2 *)p);
+    *lo = v.x, *hi = v.y;
+#else
+    memcpy(lo, p, 4);
+    memcpy(hi, p + 4, 4);
+#endif
+}
+
+/* 16 bytes from 16-byte aligned p, as four little-endian words */
+QD_HD void qd_u128a(const uint8_t *p, uint32_t w[4]) {
+#ifdef __CUDA_ARCH__
+    const uint4 v = __ldg((const uint4 *)p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+#else
+    memcpy(w, p, 16);
+#endif
+}
+
 /* The 4-bit fields at bit `shift` of each byte of lo (bytes 0-3) and hi
  * (bytes 4-7): the nibbles of 8 consecutive quant bytes. */
 QD_HD int qd_nib(uint32_t lo, uint32_t hi, int k, int shift) {
@@ -150,20 +174,18 @@ QD_HD int qd_byte(uint32_t lo, uint32_t hi, int k) {
     return (int)((w >> (8 * (k & 3))) & 0xffu);
 }
 
-/* Byte k of 2-byte aligned p, through a 16-bit load */
-QD_HD uint32_t qd_u8(const uint8_t *p, int k) { return (qd_u16(p + (k & ~1)) >> (8 * (k & 1))) & 0xffu; }
-
-/* The 6-bit scale and min of sub-block sb of a Q4_K/Q5_K block, as
- * qi_k_scale_min: sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scale)
- * and 4-7 (min); 4-7 in the nibbles of bytes 8-11 with their top two bits
- * in bits 6-7 of bytes 0-7. Written without a branch on sb: the lanes of a
- * warp take different sub-blocks, and only three bytes are read. */
+/* The 6-bit scale and min of sub-block sb of a Q4_K/Q5_K block (scales
+ * s, 4-byte aligned), as qi_k_scale_min: sub-blocks 0-3 in the low 6 bits
+ * of bytes 0-3 (scale) and 4-7 (min); 4-7 in the nibbles of bytes 8-11
+ * with their top two bits in bits 6-7 of bytes 0-7. Written without a
+ * branch on sb: the lanes of a warp take different sub-blocks. */
 QD_HD void qd_k_scale_min(const uint8_t *s, int sb, int *sc, int *mn) {
-    const int j = sb & 3;
-    const uint32_t a = qd_u8(s, j), b = qd_u8(s, j + 4), c = qd_u8(s, j + 8);
-    const bool hi = sb >= 4;
-    *sc = (int)(hi ? (c & 0x0fu) | (a >> 6) << 4 : a & 63u);
-    *mn = (int)(hi ? (c >> 4) | (b >> 6) << 4 : b & 63u);
+    const int sh = 8 * (sb & 3);
+    const uint32_t a = (qd_u32a(s) >> sh) & 0xffu, b = (qd_u32a(s + 4) >> sh) & 0xffu;
+    const uint32_t c = (qd_u32a(s + 8) >> sh) & 0xffu;
+    const uint32_t hi = 0u - (uint32_t)(sb >> 2); /* all ones for sub-blocks 4-7 */
+    *sc = (int)((((c & 0x0fu) | (a >> 6) << 4) & hi) | (a & 63u & ~hi));
+    *mn = (int)((((c >> 4) | (b >> 6) << 4) & hi) | (b & 63u & ~hi));
 }
 
 /* ---- the formats ----------------------------------------------------------- */
@@ -255,44 +277,49 @@ struct qd_q8_0 {
 /* Q4_K: group g is in sub-block sb = g / 4, whose quants are the low
  * (sb even) or high (sb odd) nibbles of the 32-byte chunk sb / 2; the
  * element is (d*sc) * q - (dmin*mn), so b = -(dmin*mn) (adding the
- * negation is the same IEEE operation as subtracting). */
+ * negation is the same IEEE operation as subtracting). A block is 144
+ * bytes, so in an 8-byte aligned row every group's 8 quant bytes are
+ * 8-byte aligned: one 64-bit load (ALIGN 8; callers check). */
 struct qd_q4_K {
     static constexpr uint32_t TYPE = QI_TYPE_Q4_K;
-    static constexpr int QK = 256, BYTES = 144, GPB = 32, HAS_A = 1, HAS_B = 1, FLOAT = 0, ALIGN = 2;
+    static constexpr int QK = 256, BYTES = 144, GPB = 32, HAS_A = 1, HAS_B = 1, FLOAT = 0, ALIGN = 8;
     static constexpr const char *NAME = "q4_k";
     static QD_HD void group(const uint8_t *blk, int g, float q[8], float &a, float &b) {
         const int sb = g >> 2, l0 = 8 * (g & 3);
-        const uint8_t *qs = blk + 16 + 32 * (sb >> 1) + l0;
-        const uint32_t lo = qd_u32(qs), hi = qd_u32(qs + 4);
+        uint32_t lo, hi;
+        qd_u64a(blk + 16 + 32 * (sb >> 1) + l0, &lo, &hi);
         const int shift = 4 * (sb & 1);
         QD_UNROLL
         for (int k = 0; k < 8; k++) q[k] = qd_i2f(qd_nib(lo, hi, k, shift));
         int sc, mn;
         qd_k_scale_min(blk + 4, sb, &sc, &mn);
-        a = qd_mul(qd_h2f((uint16_t)qd_u16(blk)), (float)sc);
-        b = -qd_mul(qd_h2f((uint16_t)qd_u16(blk + 2)), (float)mn);
+        const uint32_t dd = qd_u32a(blk); /* d, dmin */
+        a = qd_mul(qd_h2f((uint16_t)(dd & 0xffffu)), (float)sc);
+        b = -qd_mul(qd_h2f((uint16_t)(dd >> 16)), (float)mn);
     }
 };
 
 /* Q5_K: Q4_K's layout with qh (32 bytes) before qs; element l of
- * sub-block sb has its fifth bit at bit sb of qh[l]. */
+ * sub-block sb has its fifth bit at bit sb of qh[l]. 176-byte blocks:
+ * 64-bit loads as Q4_K's. */
 struct qd_q5_K {
     static constexpr uint32_t TYPE = QI_TYPE_Q5_K;
-    static constexpr int QK = 256, BYTES = 176, GPB = 32, HAS_A = 1, HAS_B = 1, FLOAT = 0, ALIGN = 2;
+    static constexpr int QK = 256, BYTES = 176, GPB = 32, HAS_A = 1, HAS_B = 1, FLOAT = 0, ALIGN = 8;
     static constexpr const char *NAME = "q5_k";
     static QD_HD void group(const uint8_t *blk, int g, float q[8], float &a, float &b) {
         const int sb = g >> 2, l0 = 8 * (g & 3);
-        const uint8_t *qs = blk + 48 + 32 * (sb >> 1) + l0;
-        const uint32_t lo = qd_u32(qs), hi = qd_u32(qs + 4);
-        const uint32_t hlo = qd_u32(blk + 16 + l0), hhi = qd_u32(blk + 16 + l0 + 4);
+        uint32_t lo, hi, hlo, hhi;
+        qd_u64a(blk + 48 + 32 * (sb >> 1) + l0, &lo, &hi);
+        qd_u64a(blk + 16 + l0, &hlo, &hhi);
         const int shift = 4 * (sb & 1);
         QD_UNROLL
         for (int k = 0; k < 8; k++)
             q[k] = qd_i2f(qd_nib(lo, hi, k, shift) | ((qd_byte(hlo, hhi, k) >> sb) & 1) << 4);
         int sc, mn;
         qd_k_scale_min(blk + 4, sb, &sc, &mn);
-        a = qd_mul(qd_h2f((uint16_t)qd_u16(blk)), (float)sc);
-        b = -qd_mul(qd_h2f((uint16_t)qd_u16(blk + 2)), (float)mn);
+        const uint32_t dd = qd_u32a(blk); /* d, dmin */
+        a = qd_mul(qd_h2f((uint16_t)(dd & 0xffffu)), (float)sc);
+        b = -qd_mul(qd_h2f((uint16_t)(dd >> 16)), (float)mn);
     }
 };
 
@@ -322,15 +349,20 @@ struct qd_q6_K {
     }
 };
 
-/* The float formats: 8 elements a group, one group a block */
+/* The float formats: 8 elements a group, one group a block, read with
+ * 128-bit loads (ALIGN 16: callers check, and fall back to `elem`, which
+ * needs only the element's own alignment). */
 struct qd_f32 {
     static constexpr uint32_t TYPE = QI_TYPE_F32;
-    static constexpr int QK = 8, BYTES = 32, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 4;
+    static constexpr int QK = 8, BYTES = 32, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 16;
     static constexpr const char *NAME = "f32";
     static QD_HD void group(const uint8_t *blk, int g, float q[8], float &a, float &b) {
         (void)g; /* one group per block */
+        uint32_t w[8];
+        qd_u128a(blk, w);
+        qd_u128a(blk + 16, w + 4);
         QD_UNROLL
-        for (int k = 0; k < 8; k++) q[k] = qd_bits_f32(qd_u32a(blk + 4 * k));
+        for (int k = 0; k < 8; k++) q[k] = qd_bits_f32(w[k]);
         a = 1.0f;
         b = 0.0f;
     }
@@ -339,15 +371,16 @@ struct qd_f32 {
 
 struct qd_f16 {
     static constexpr uint32_t TYPE = QI_TYPE_F16;
-    static constexpr int QK = 8, BYTES = 16, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 4;
+    static constexpr int QK = 8, BYTES = 16, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 16;
     static constexpr const char *NAME = "f16";
     static QD_HD void group(const uint8_t *blk, int g, float q[8], float &a, float &b) {
         (void)g; /* one group per block */
+        uint32_t w[4];
+        qd_u128a(blk, w);
         QD_UNROLL
         for (int k = 0; k < 4; k++) {
-            const uint32_t w = qd_u32a(blk + 4 * k);
-            q[2 * k] = qd_h2f((uint16_t)(w & 0xffffu));
-            q[2 * k + 1] = qd_h2f((uint16_t)(w >> 16));
+            q[2 * k] = qd_h2f((uint16_t)(w[k] & 0xffffu));
+            q[2 * k + 1] = qd_h2f((uint16_t)(w[k] >> 16));
         }
         a = 1.0f;
         b = 0.0f;
@@ -357,15 +390,16 @@ struct qd_f16 {
 
 struct qd_bf16 {
     static constexpr uint32_t TYPE = QI_TYPE_BF16;
-    static constexpr int QK = 8, BYTES = 16, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 4;
+    static constexpr int QK = 8, BYTES = 16, GPB = 1, HAS_A = 0, HAS_B = 0, FLOAT = 1, ALIGN = 16;
     static constexpr const char *NAME = "bf16";
     static QD_HD void group(const uint8_t *blk, int g, float q[8], float &a, float &b) {
         (void)g; /* one group per block */
+        uint32_t w[4];
+        qd_u128a(blk, w);
         QD_UNROLL
         for (int k = 0; k < 4; k++) {
-            const uint32_t w = qd_u32a(blk + 4 * k);
-            q[2 * k] = qd_bf2f((uint16_t)(w & 0xffffu));
-            q[2 * k + 1] = qd_bf2f((uint16_t)(w >> 16));
+            q[2 * k] = qd_bf2f((uint16_t)(w[k] & 0xffffu));
+            q[2 * k + 1] = qd_bf2f((uint16_t)(w[k] >> 16));
         }
         a = 1.0f;
         b = 0.0f;
@@ -437,18 +471,21 @@ QD_HD void qd_load_x8(const float *x, float v[8]) {
 #endif
 }
 
-/* acc[t] += group i of the row . x[t][8i..8i+8) for t < T (T <= NT): the
- * weights are decoded once for all tokens; per token the sum of q*x is
- * scaled once, and the offset b applied to the sum of x. */
+/* acc[t] += group i of the row . x[t][8i..8i+8) for t < T (1 <= T <= NT):
+ * the weights are decoded once for all tokens; per token the sum of q*x is
+ * scaled once, and the offset b applied to the sum of x. Slots t >= T
+ * repeat token T - 1 (valid memory, result unused) rather than branch: a
+ * branch per token would keep the compiler from issuing the loads of
+ * several groups together. */
 template <class TT, int NT>
 QD_HD void qd_group_dot(const uint8_t *row, int i, const float *x, int64_t ldx, int T, float acc[NT]) {
     float q[8], a, b;
     TT::group(row + (unsigned)i / TT::GPB * TT::BYTES, (int)((unsigned)i % TT::GPB), q, a, b);
     QD_UNROLL
     for (int t = 0; t < NT; t++) {
-        if (t >= T) break;
+        const int tt = NT == 1 ? 0 : t < T ? t : T - 1;
         float xv[8];
-        qd_load_x8(x + t * ldx + 8 * i, xv);
+        qd_load_x8(x + tt * ldx + 8 * (int64_t)i, xv);
         float sq = 0.0f, sx = 0.0f;
         QD_UNROLL
         for (int k = 0; k < 8; k++) {

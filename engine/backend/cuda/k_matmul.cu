@@ -196,7 +196,8 @@ QI_NAMES(qd_q6_K, "q6_k")
 
 /* ---- host side ------------------------------------------------------------- */
 
-/* Can the group kernels read this W (whole groups, aligned loads)? */
+/* Can the group kernels read this W (whole groups, rows aligned for the
+ * format's loads)? Only the float formats have another path when not. */
 template <class TT>
 static bool groups_ok(const void *w, int64_t n_cols, uint64_t row_bytes) {
     return n_cols % TT::QK == 0 && (uintptr_t)w % TT::ALIGN == 0 && row_bytes % TT::ALIGN == 0;
@@ -235,7 +236,7 @@ static int dequant_tile(cudaStream_t s, const uint8_t *w, int64_t r0, int64_t n,
     } else if constexpr (TT::FLOAT) {
         k_dequant_f16_any<TT><<<ew_blocks(n * n_cols), EW_THREADS, 0, s>>>(wt, row_bytes, n_cols, n * n_cols, out);
     } else {
-        return fail((int)cudaErrorInvalidValue, names<TT>::dequant, what); /* rows not whole blocks */
+        return fail((int)cudaErrorInvalidValue, names<TT>::dequant, what); /* partial blocks or misaligned rows */
     }
     return launched(names<TT>::dequant, what);
 }
