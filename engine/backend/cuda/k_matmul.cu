@@ -93,9 +93,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    /* unrolled so a warp has several groups' loads in flight (registers
-     * allow more of it with fewer tokens) */
-#pragma unroll(NT <= 2 ? 4 : 2)
+    /* unrolled so a warp has several groups' loads in flight; with more
+     * tokens each group already carries more loads and registers, so less
+     * (deeper unrolls of the 2-8 token kernels made ptxas spill) */
+#pragma unroll(NT == 1 ? 4 : NT <= 4 ? 2 : 1)
     for (int i = lane; i < n_groups; i += 32) qd_group_dot<TT, NT>(wr, i, x, n_cols, T, acc);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
