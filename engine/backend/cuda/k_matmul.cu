@@ -21,6 +21,13 @@
  * fp16 tiles (cuBLAS's tensor-core GEMM is hard to beat and the tiles cost
  * one extra pass over W per call, small against T > 8 tokens of work).
  *
+ * The GEMM path rounds activations and weights to fp16: a weight element
+ * keeps 11 significant bits (a Q4_0 element d*(q-8) may need 15, so it
+ * rounds), and an activation beyond fp16's range (|x| > 65504) becomes
+ * infinite. bf16 would not overflow but keeps only 8 bits; models known to
+ * have such activations want the fp32 path (T <= 8 per call) or an fp32
+ * GEMM, which this file does not offer yet.
+ *
  * cuBLAS is column-major: row-major W [n_rows][n_cols] is a column-major
  * n_cols x n_rows matrix, x [T][n_cols] is n_cols x T and y [T][n_rows] is
  * n_rows x T, so y = op(W) x with op = transpose, m = rows, n = T,
