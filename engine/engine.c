@@ -453,9 +453,11 @@ static qi_status parse_capacity(const char *name, size_t len, size_t *cap, qi_er
     return QI_OK;
 }
 
-/* A device of --devices by name: "cpu" is the engine's own; "testdev" or
- * "testdev:BYTES" the test device; "gpu" or "gpu:BYTES" the simulated
- * machine's GPU (opts.sim), its memory capped at BYTES. */
+/* A device of --devices by name: "cpu" is the engine's own; "cuda" or
+ * "cuda:BYTES" the first GPU, the memory the engine may use capped at
+ * BYTES; "testdev" or "testdev:BYTES" the test device; "gpu" or
+ * "gpu:BYTES" the simulated machine's GPU (opts.sim), its memory capped at
+ * BYTES. */
 static qi_status open_device(const qi_engine *e, const char *name, qi_backend **out, qi_err *err) {
     size_t cap = 0;
     qi_status st;
@@ -473,8 +475,15 @@ static qi_status open_device(const qi_engine *e, const char *name, qi_backend **
         if ((st = parse_capacity(name, 3, &cap, err))) return st;
         return qi_backend_sim_create(e->sim, true, cap, out, err);
     }
-    return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, testdev[:BYTES]; with --sim, "
-                  "gpu[:BYTES])", name);
+    if (strncmp(name, "cuda", 4) == 0 && (name[4] == 0 || name[4] == ':')) {
+        if (e->sim)
+            return QI_ERR(err, QI_ERR_INVALID, "device '%s' is a real device; a simulated machine has cpu and gpu[:BYTES]",
+                          name);
+        if ((st = parse_capacity(name, 4, &cap, err))) return st;
+        return qi_backend_cuda_create(0, cap, out, err);
+    }
+    return QI_ERR(err, QI_ERR_INVALID, "no device '%s' in this build (devices: cpu, cuda[:BYTES], testdev[:BYTES]; with "
+                  "--sim, gpu[:BYTES])", name);
 }
 
 #define WALIGN 64

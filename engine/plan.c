@@ -106,10 +106,14 @@ qi_status qi_plan_validate(const qi_plan *p, qi_err *err) {
     return QI_OK;
 }
 
-/* A device by name or index. */
+/* A device by name or index: "cuda" also names "cuda:2G" of --devices, so
+ * one plan file serves every capacity cap. */
 static int device_of(const qi_plan *p, const char *tok) {
     for (int i = 0; i < p->n_devices; i++)
         if (strcmp(p->devices[i], tok) == 0) return i;
+    const size_t n = strlen(tok);
+    for (int i = 0; i < p->n_devices; i++)
+        if (strncmp(p->devices[i], tok, n) == 0 && p->devices[i][n] == ':') return i;
     char *end;
     errno = 0;
     const long v = strtol(tok, &end, 10);

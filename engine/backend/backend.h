@@ -263,9 +263,17 @@ typedef struct {
                       float *y);
     void (*add_bias)(qi_backend *b, float *x, const float *bias, int T, int n);
     void (*act)(qi_backend *b, bool gelu, float *x, int T, int n);
+    /* Optional (both NULL: a marker completes its event itself, as the
+     * CPU's and testdev's do): markers the host completes by asking (a
+     * CUDA event recorded on the stream, kept in *qi_event_impl(ev)).
+     * ev_sync: block until the stream has passed ev's marker, then
+     * qi_event_complete it with its device time; ev_release: ev is being
+     * freed, let its marker go (without waiting for it). */
+    void (*ev_sync)(qi_backend *b, qi_event *ev);
+    void (*ev_release)(qi_backend *b, qi_event *ev);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 15u
+#define QI_BACKEND_VERSION 16u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -318,6 +326,8 @@ void qi_dev_inject_op_fail(qi_backend *b, long n);
  * time it completed at (for a device's wait). */
 void qi_event_complete(qi_event *ev, double t);
 double qi_event_time(const qi_event *ev);
+/* A device's own slot in an event (NULL until the device's mark sets it). */
+void **qi_event_impl(qi_event *ev);
 /* A clock for device timelines, in seconds. */
 double qi_dev_now(void);
 
@@ -359,6 +369,23 @@ void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int
 qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err);
 /* Tests: hold the worker (queued work waits) or let it go. */
 void qi_testdev_hold(qi_backend *b, bool hold);
+
+/* The CUDA device (cuda/backend_cuda.c): GPU `ordinal` of this build's
+ * runtime, its memory counted against capacity bytes (0: the GPU's; a
+ * smaller figure caps it, as --devices cuda:BYTES does). Its ops run the
+ * kernels of cuda/kernels_cuda.h on one stream; host-side tables of an op
+ * (positions, ids, KV block tables) are staged to the device through a
+ * pinned ring; events are CUDA events, their times device times. Fails
+ * with QI_ERR_UNSUPPORTED in a build without CUDA, QI_ERR_BACKEND (naming
+ * the call and CUDA's reason) when there is no usable GPU. */
+qi_status qi_backend_cuda_create(int ordinal, size_t capacity, qi_backend **out, qi_err *err);
+/* The GPU a CUDA device runs on ("NVIDIA H100 80GB HBM3 (sm_90)"); NULL for
+ * another device. */
+const char *qi_backend_cuda_gpu_name(const qi_backend *b);
+/* Tests: the runtime CUDA devices are made with from now on (a
+ * qi_cuda_rt, cuda/cuda_rt.h; NULL: the build's). */
+struct qi_cuda_rt;
+void qi_cuda_use_rt(const struct qi_cuda_rt *rt);
 /* ---- simulated devices (sim/backend_sim.c) -------------------------------------------
  *
  * A simulated machine (qi_sim) is a hardware profile (qinfer/hwprofile.h),

@@ -25,6 +25,7 @@ struct qi_event {
     double t;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    void *impl; /* the device's own marker (a CUDA event), qi_event_impl */
 };
 
 double qi_dev_now(void) {
@@ -179,8 +180,12 @@ void qi_event_complete(qi_event *ev, double t) {
     pthread_mutex_unlock(&ev->mu);
 }
 
+void **qi_event_impl(qi_event *ev) { return &ev->impl; }
+
 static void wait_done(qi_event *ev) {
     if (atomic_load(&ev->done)) return;
+    /* a marker the host completes by asking the device (ev_sync) */
+    if (ev->dev->iface->ev_sync) ev->dev->iface->ev_sync(ev->dev, ev);
     pthread_mutex_lock(&ev->mu);
     while (!atomic_load(&ev->done)) pthread_cond_wait(&ev->cv, &ev->mu);
     pthread_mutex_unlock(&ev->mu);
@@ -203,7 +208,10 @@ double qi_event_elapsed(const qi_event *a, const qi_event *b) { return b->t - a-
 
 void qi_event_free(qi_event *ev) {
     if (!ev) return;
-    wait_done(ev); /* a queued marker still points at it (not a wait of the host's) */
+    if (ev->dev->iface->ev_release)
+        ev->dev->iface->ev_release(ev->dev, ev); /* its marker points at the device's, not at ev */
+    else
+        wait_done(ev); /* a queued marker still points at it (not a wait of the host's) */
     pthread_mutex_destroy(&ev->mu);
     pthread_cond_destroy(&ev->cv);
     qi_free(ev);

@@ -235,7 +235,9 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
 void qi_cli_sim_allow(qi_cli_kv *k) { k->sim_ok = true; }
 
 void qi_cli_place_help(void) {
-    printf("      --devices LIST      devices to place blocks on: cpu (default), or cpu,testdev[:BYTES]\n"
+    printf("      --devices LIST      devices to place blocks on: cpu (default), cpu,cuda[:BYTES] (the\n"
+           "                          first GPU, the memory the engine may use capped at BYTES, so\n"
+           "                          hybrid plans can be forced on a large GPU), or cpu,testdev[:BYTES]\n"
            "                          (testdev: a second CPU device with its own memory and stream);\n"
            "                          with --sim, cpu,gpu[:BYTES] (the profile's GPU, its memory capped)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"

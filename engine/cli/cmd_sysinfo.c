@@ -196,6 +196,10 @@ int qi_cmd_sysinfo(int argc, char **argv) {
         printf("gpu:     %s, %.1f GiB, %d device(s)\n", s.gpu_name, s.gpu_mem_bytes / 1073741824.0, s.n_gpus);
         printf("cuda:    driver %d.%d, runtime %d.%d\n", s.cuda_driver / 1000, s.cuda_driver % 1000 / 10,
                s.cuda_runtime / 1000, s.cuda_runtime % 1000 / 10);
+        /* double data rate: two transfers a memory clock */
+        printf("gpu0:    %d SMs, SM clock %d MHz, memory clock %d MHz, %d-bit bus (%.0f GB/s by those figures)\n",
+               s.gpu_sms, s.gpu_clock_mhz, s.gpu_mem_clock_mhz, s.gpu_bus_bits,
+               2.0 * s.gpu_mem_clock_mhz * 1e6 * (s.gpu_bus_bits / 8) / 1e9);
     }
     if (probe) {
         int rc = print_probe();

@@ -90,7 +90,11 @@ if [[ -n $(ls "${QINFER_CACHE:-$HOME/.cache/qinfer}"/corpora/devils-dictionary.t
     ok || bad "ppl with split attention $(cat "$tmp/ppl_split.plan") is not within 2% of $(cat "$tmp/ppl_all-cpu")"
 fi
 expect_fail 2 "the first device must be cpu" $Q generate $M -p hi -n 1 --devices gpu
-expect_fail 2 "no device 'cuda:0' in this build" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
+expect_fail 2 "no device 'tpu' in this build (devices: cpu, cuda" $Q generate $M -p hi -n 1 --devices cpu,tpu
+expect_fail 2 "device 'cuda:0': capacity is not a size" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
+if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: asking for one is a clear error, not a crash
+  expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2
+fi
 expect_fail 2 "needs a second device" $Q generate $M -p hi -n 1 --placement ngl=2
 expect_fail 2 "N must be an integer in 0..31" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=32
 expect_fail 1 "not a readable plan file" $Q generate $M -p hi -n 1 --placement "$tmp/none.plan"

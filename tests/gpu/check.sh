@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # The GPU machine check: build qinfer with CUDA (no Check, no pkg-config
-# needed) and verify device discovery and the copy-bandwidth probe on the
-# real device. Run from a copy of the tree that carries .gpu-deps/ (made by
-# tests/gpu/prepare.sh) when the machine lacks PCRE2's development files.
+# needed) for the GPU it finds, and verify the CUDA device on it. Run from a
+# copy of the tree that carries .gpu-deps/ (made by tests/gpu/prepare.sh)
+# when the machine lacks PCRE2's development files.
 #
-#   OUT=/some/dir tests/gpu/check.sh
+#   OUT=/some/dir tests/gpu/check.sh      (or: tests/gpu/check.sh /some/dir)
 #
 # Steps, each printed, timed and bounded by `timeout`: tool versions; unpack
 # .gpu-deps/*.deb into the build folder (never into /); configure (Ninja
-# when found, else make; -DQI_CUDA=ON -DQI_BUILD_TESTS=OFF, Release); build
-# the qinfer target; nvidia-smi; qinfer sysinfo; qinfer sysinfo --probe;
-# tests/gpu/test_probe.sh (sane numbers); a PyTorch cross-check of the same
-# copies when torch is importable (information only, never fails the check).
+# when found, else make; -DQI_CUDA=ON -DQI_BUILD_TESTS=OFF, Release, CUDA
+# architecture native); build qinfer and qi_gpucheck; nvidia-smi; qinfer
+# sysinfo; qinfer sysinfo --probe; tests/gpu/test_probe.sh (sane numbers);
+# every CUDA op against its reference (qi_gpucheck ops); synthetic models
+# (qinfer synth: the SmolLM2, Gemma 3 and LLaMA-7B shapes); greedy ids on
+# the GPU against the CPU (all layers, ngl=half, split attention), and on a
+# capped GPU (--devices cpu,cuda:2G) that holds less than half of the
+# LLaMA-7B shape; the speed table (prefill and decode tokens/s of all-CPU,
+# all-GPU, ngl=half and split attention at batch 1, 16, 64, and decode's
+# share of the measured HBM bandwidth); a PyTorch cross-check of the
+# probe's copies when torch is importable (information only).
 # A failed step does not stop the independent ones. Everything goes to
 # stdout and $OUT/check.log (default build-gpu-out); the last line is
 # "check.sh: PASS ..." or "check.sh: FAIL ..."; the exit status is 0 only
@@ -20,13 +27,13 @@
 # installed PCRE2 through pkg-config instead).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 root=$PWD
 B=${QI_GPU_BUILD:-build-gpu}
 export DEPS=${QI_GPU_DEPS:-.gpu-deps}
 # The build folder is wiped first, so it must be a git-ignored build*/ here.
 [[ $B =~ ^build[A-Za-z0-9._-]*$ ]] || { echo "check.sh: QI_GPU_BUILD must be build*, not '$B'" >&2; exit 1; }
-export OUT=${OUT:-$root/$B-out}
+export OUT=${1:-${OUT:-$root/$B-out}}
 mkdir -p "$OUT" || exit 1
 
 failed=()
@@ -117,6 +124,15 @@ unpack_debs() {
   ls -l "$prefix"/usr/include/pcre2.h "$prefix"/usr/lib/*/libpcre2-8.so*
 }
 
+# synth_models QINFER DIR: the shapes the GPU checks run, random weights.
+# shellcheck disable=SC2317 # called by name through step
+synth_models() {
+  mkdir -p "$2" &&
+    "$1" synth -o "$2/smollm2.gguf" --preset smollm2-135m --type q8_0 &&
+    "$1" synth -o "$2/gemma3.gguf" --preset gemma3-270m --type q8_0 &&
+    "$1" synth -o "$2/llama7b.gguf" --preset llama-7b --type q4_0
+}
+
 main() {
   echo "check.sh: qinfer GPU check in $root, build folder $B, log $OUT/check.log"
   # shellcheck disable=SC1091
@@ -165,8 +181,9 @@ main() {
     skip configure "cmake or nvcc not found"
     skip build "not configured"
   elif step configure 150 "$cmake" -S . -B "$B" "${gen[@]}" -DQI_CUDA=ON -DQI_BUILD_TESTS=OFF \
-         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" "${dep_flags[@]}"; then
-    step build 240 "$cmake" --build "$B" -j"$jobs" --target qinfer &&
+         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=native \
+         "${dep_flags[@]}"; then
+    step build 300 "$cmake" --build "$B" -j"$jobs" --target qinfer qi_gpucheck &&
       { ldd "$Q" | grep -E 'pcre2|cudart|not found'; true; }
   else
     skip build "configure failed"
@@ -184,6 +201,22 @@ main() {
     skip sysinfo "no qinfer binary"
     skip probe "no qinfer binary"
     skip test_probe "no qinfer binary"
+  fi
+  local G=$root/$B/qi_gpucheck M=$root/$B/models
+  if [[ -x $G && -x $Q ]]; then
+    step ops 300 bash -o pipefail -c "'$G' ops | tee '$OUT/ops.txt'"
+    if step synth 180 synth_models "$Q" "$M"; then
+      step greedy 420 bash -o pipefail -c "'$G' greedy '$M/smollm2.gguf' '$M/gemma3.gguf' '$M/llama7b.gguf' | tee '$OUT/greedy.txt'"
+      step greedy-capped 300 bash -o pipefail -c "'$G' greedy --gpu-mem 2G '$M/llama7b.gguf' | tee '$OUT/greedy_capped.txt'"
+      local hbm
+      hbm=$(awk '/^d2d:/ { print $2 }' "$OUT/probe.txt" 2>/dev/null)
+      step speed-smollm2 300 bash -o pipefail -c "'$G' speed '$M/smollm2.gguf' ${hbm:-0} | tee '$OUT/speed_smollm2.txt'"
+      step speed-llama7b 420 bash -o pipefail -c "'$G' speed '$M/llama7b.gguf' ${hbm:-0} | tee '$OUT/speed_llama7b.txt'"
+    else
+      for s in greedy greedy-capped speed-smollm2 speed-llama7b; do skip "$s" "no synthetic models"; done
+    fi
+  else
+    for s in ops synth greedy greedy-capped speed-smollm2 speed-llama7b; do skip "$s" "not built"; done
   fi
   if timeout 60 python3 -c 'import torch' 2>/dev/null; then
     step torch-bw 120 python3 tests/gpu/torch_bw.py || { unset 'failed[-1]'; echo "   (information only)"; }

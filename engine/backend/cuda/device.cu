@@ -46,6 +46,13 @@ extern "C" void qi_cuda_query(qi_sysinfo *s) {
         snprintf(s->gpu_name, sizeof s->gpu_name, "%.200s (sm_%d%d)", p.name, p.major, p.minor);
         s->gpu_mem_bytes = (unsigned long long)p.totalGlobalMem;
     }
+    /* attributes, not cudaDeviceProp fields: CUDA 13 dropped the clocks from the struct */
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess) s->gpu_sms = v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, 0) == cudaSuccess) s->gpu_clock_mhz = v / 1000;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMemoryClockRate, 0) == cudaSuccess) s->gpu_mem_clock_mhz = v / 1000;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess) s->gpu_bus_bits = v;
+    cudaGetLastError();
 }
 
 /* ---- Bandwidth probe ------------------------------------------------------ */

@@ -50,7 +50,7 @@ typedef struct {
     double kv_budget_frac;  /* of the sequence's current length, in (0, 1]; 0 with 0 tokens: no budget */
     size_t kv_max_bytes;    /* cap on KV memory over both tiers (0: none) */
     bool profile;           /* time every op (qi_engine_profile) */
-    const char *devices;    /* --devices: "cpu" (default) or "cpu,testdev[:BYTES]" (plan.h) */
+    const char *devices;    /* --devices: "cpu" (default), "cpu,cuda[:BYTES]" or "cpu,testdev[:BYTES]" (plan.h) */
     const char *placement;  /* --placement: "all-cpu" (default), "ngl=N" or a plan file (plan.h) */
     bool attn_blas;         /* prompt chunks' attention through OpenBLAS sgemm (default off):
                              * faster, but the logits are no longer bit-identical to llama.cpp's;

@@ -19,6 +19,10 @@ typedef struct {
     uint64_t gpu_mem_bytes;
     int cuda_driver;     /* e.g. 13000, 0 when none */
     int cuda_runtime;
+    int gpu_sms;            /* device 0's multiprocessors */
+    int gpu_clock_mhz;      /* its peak SM clock */
+    int gpu_mem_clock_mhz;  /* its peak memory clock */
+    int gpu_bus_bits;       /* its memory bus width */
     char gpu_note[160];  /* why there is no GPU, when there is none */
 } qi_sysinfo;
 
