@@ -3,6 +3,8 @@
 # error, then small models of each weight type written, loaded, inspected,
 # decoded and benchmarked, with the synthetic mark in the file and in bench's
 # model column; the same seed gives the same file, another seed another.
+# The gemma3 preset: its extra keys and tensors, a SentencePiece vocabulary,
+# decode and bench at a small vocabulary, and once at its full 262144 tokens.
 # Needs no cached model. Usage: test_synth.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_synth.sh PATH/TO/qinfer}
@@ -12,6 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if expect_ok "$Q" synth --help; then
   grep -q "usage: qinfer synth" "$tmp/out" || bad "synth --help prints no usage"
   grep -q "tinyllama-1.1b" "$tmp/out" || bad "synth --help does not list the presets"
+  grep -q "gemma3-270m .*4/1 heads of 256.*gemma3" "$tmp/out" || bad "synth --help does not list gemma3-270m"
 fi
 "$Q" --help | grep "^  synth " >/dev/null && ok || bad "qinfer --help does not list synth"
 expect_fail 2 "no output file given" "$Q" synth
@@ -28,6 +31,12 @@ expect_fail 2 "option --n-embd: 'abc'" "$Q" synth -o "$tmp/m.gguf" --n-embd abc
 expect_fail 2 "option --seed" "$Q" synth -o "$tmp/m.gguf" --seed -1
 expect_fail 2 "unknown option '--bogus'" "$Q" synth -o "$tmp/m.gguf" --bogus
 expect_fail 1 "cannot write $tmp/no/such/dir/m.gguf" "$Q" synth -o "$tmp/no/such/dir/m.gguf" --n-layer 1 --n-vocab 300
+expect_fail 2 "only gemma3 models have local layers" "$Q" synth -o "$tmp/m.gguf" --sliding-window 64
+expect_fail 2 "opt models have heads of n_embd / n_head" "$Q" synth -o "$tmp/m.gguf" --preset opt-30b --shapes-only --head-dim 64
+expect_fail 2 "head size 33 (--head-dim)" "$Q" synth -o "$tmp/m.gguf" --preset gemma3-270m --head-dim 33
+expect_fail 2 "gemma3 vocabulary needs at least 262 tokens" "$Q" synth -o "$tmp/m.gguf" --preset gemma3-270m --n-vocab 261
+expect_fail 2 "n_embd 640, n_ff 2048 and n_head x head size 1024 must be multiples of q4_k" \
+  "$Q" synth -o "$tmp/m.gguf" --preset gemma3-270m --type q4_K
 [[ -e "$tmp/m.gguf" ]] && bad "a failed synth left a file behind"
 
 small=(--n-layer 2 --n-vocab 600 --n-ctx 256)
@@ -50,6 +59,53 @@ if expect_ok "$Q" bench -m "$tmp/q4_1.gguf" -p 8 -n 4 -r 1 --batch 1,4 --probe-m
   grep -q "| llama [0-9.]*M Q4_1 synthetic *|" "$tmp/out" || bad "bench model column lacks the synthetic mark: $(cat "$tmp/out")"
   grep -q "| *tg4 @ b4 |" "$tmp/out" || bad "bench: no batched row on a synthetic model"
 fi
+# heads of their own size on llama: the file says so, the loader follows
+if expect_ok "$Q" synth -o "$tmp/hd.gguf" --n-layer 1 --n-vocab 300 --head-dim 128; then
+  expect_ok "$Q" inspect "$tmp/hd.gguf" && { grep -q "llama.attention.key_length .* 128" "$tmp/out" || bad "--head-dim: no key_length 128"; }
+  expect_ok "$Q" generate -m "$tmp/hd.gguf" -p "abc" -n 3 -t 2 --ignore-eos
+fi
+
+# gemma3, small: six layers (the sixth global, the rest local), 600 tokens
+g="$tmp/gemma.gguf"
+if expect_ok "$Q" synth -o "$g" --preset gemma3-270m --n-layer 6 --n-vocab 600 --n-ctx 1024; then
+  grep -q "wrote $g: synthetic gemma3-270m-shaped (random weights), .* q4_1," "$tmp/err" || bad "gemma3: no summary line: $(cat "$tmp/err")"
+  if expect_ok "$Q" inspect "$g"; then
+    for want in 'general.architecture .* "gemma3"' "qinfer.synthetic .* true" "gemma3.attention.key_length .* 256" \
+      "gemma3.attention.head_count_kv .* 1" "gemma3.attention.sliding_window .* 512" "gemma3.rope.freq_base .* 1e+06" \
+      "gemma3.rope.freq_base_swa .* 10000" 'tokenizer.ggml.model .* "llama"' "tokenizer.ggml.scores .* f32\[600\]" \
+      "blk.5.attn_q.weight .* 640 x 1024" "blk.5.attn_output.weight .* 1024 x 640" "blk.5.attn_q_norm.weight .* 256 " \
+      "blk.5.attn_k_norm.weight" "blk.5.post_attention_norm.weight .* 640 " "blk.5.post_ffw_norm.weight"; do
+      grep -q -- "$want" "$tmp/out" || bad "gemma3: inspect lacks '$want'"
+    done
+    grep -q " output.weight" "$tmp/out" && bad "gemma3: an output matrix in a tied model"
+  fi
+  # SentencePiece: BOS 2, then byte fallback (h = 0x68 at 6 + 0x68 = 110)
+  if expect_ok "$Q" tokenize -m "$g" -p "hi"; then
+    [[ $(tr -s ' \n' ' ' <"$tmp/out") == "2 110 111 " ]] || bad "gemma3: 'hi' tokenizes as $(cat "$tmp/out"), want 2 110 111"
+  fi
+  if expect_ok "$Q" generate -m "$g" -p "hello" -n 8 -t 2 --ignore-eos; then
+    grep -q "generated 8 tokens" "$tmp/err" || bad "gemma3: generate did not decode 8 tokens: $(cat "$tmp/err")"
+  fi
+  # Gemma's chat turns: the markers are tokens of the vocabulary
+  expect_ok "$Q" generate -m "$g" -p "hi" --chat -n 2 -t 2 --ignore-eos
+  if expect_ok "$Q" bench -m "$g" -p 16 -n 8 -r 1 -t 2 --probe-mib 0; then
+    grep -q "| gemma3 [0-9.]*M Q4_1 synthetic *|" "$tmp/out" || bad "gemma3: bench model column: $(cat "$tmp/out")"
+    grep -q "| *tg8 |" "$tmp/out" || bad "gemma3: bench has no tg8 row"
+  fi
+fi
+# gemma3 at its full vocabulary (the 262144 x 640 embedding, of the matrices' type), one layer
+g="$tmp/gemma-full.gguf"
+if expect_ok "$Q" synth -o "$g" --preset gemma3-270m --n-layer 1 --type q4_0; then
+  if expect_ok "$Q" inspect "$g"; then
+    grep -q "token_embd.weight .* q4_0 .* 640 x 262144" "$tmp/out" || bad "gemma3: embedding not 640 x 262144 q4_0"
+    grep -q "tokenizer.ggml.tokens .* string\[262144\]" "$tmp/out" || bad "gemma3: vocabulary not 262144 tokens"
+  fi
+  if expect_ok "$Q" generate -m "$g" -p "hello" -n 4 -t 2 --ignore-eos; then
+    grep -q "generated 4 tokens" "$tmp/err" || bad "gemma3 full vocabulary: generate did not decode 4 tokens"
+  fi
+fi
+rm -f "$g"
+
 # deterministic in the seed
 expect_ok "$Q" synth -o "$tmp/a.gguf" "${small[@]}" --seed 7 && expect_ok "$Q" synth -o "$tmp/b.gguf" "${small[@]}" --seed 7 &&
   expect_ok "$Q" synth -o "$tmp/c.gguf" "${small[@]}" --seed 8
