@@ -1834,12 +1834,21 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
         (st = xfer_copy(e, &x, act_view(B, B->k), act_view(A, A->k), kb, err)) ||
         (st = xfer_copy(e, &x, act_view(B, B->v), act_view(A, A->v), kb, err)) || (st = xfer_end(e, &x, false, err)))
         return st;
-    TIMED(e, A->be, QI_OP_KV, qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err));
-    e->cur_slot = 1;
-    TIMED(e, B->be, QI_OP_KV, qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err));
-    TIMED(e, B->be, QI_OP_ATTENTION, qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err));
-    e->cur_slot = 0;
-    TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention(A->be, e->acall, n_seg, err));
+    /* The two parts run at once: the part of a device with a stream of its
+     * own (a GPU) is queued first, so the host's part (the CPU's, which
+     * runs on the calling thread) overlaps it instead of preceding it. */
+    const bool a_first = qi_dev_info_get(B->be)->host_visible && !qi_dev_info_get(A->be)->host_visible;
+    for (int k = 0; k < 2; k++) {
+        if (k == (a_first ? 0 : 1)) {
+            TIMED(e, A->be, QI_OP_KV, qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err));
+            TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention(A->be, e->acall, n_seg, err));
+        } else {
+            e->cur_slot = 1;
+            TIMED(e, B->be, QI_OP_KV, qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err));
+            TIMED(e, B->be, QI_OP_ATTENTION, qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err));
+            e->cur_slot = 0;
+        }
+    }
     /* B's partial result back to A, and the merge */
     const size_t mb = sizeof(float) * (size_t)T * H;
     if ((st = xfer_begin(e, &x, A->be, B->be, err)) ||
