@@ -216,6 +216,14 @@ START_TEST(test_small_ops) {
         ck_assert_msg(memcmp(k_cpu, k_dev, sizeof k_dev) == 0, "op %d (k)", op);
     }
     ck_assert_int_eq(F.bad_pointers, 0);
+    /* the same positions again (each layer's RoPE): not copied again; others are */
+    b->iface->rope(b, dq, H, dk, Hk, T, D, D, pos, 10000.0f, 1.0f, 0);
+    const long calls = F.calls;
+    b->iface->rope(b, dq, H, dk, Hk, T, D, D, pos, 10000.0f, 1.0f, 0);
+    ck_assert_int_eq(F.calls, calls + 1); /* the kernel alone */
+    const int32_t pos2[T] = {3, 4, 9, 100, 7001};
+    b->iface->rope(b, dq, H, dk, Hk, T, D, D, pos2, 10000.0f, 1.0f, 0);
+    ck_assert_int_eq(F.calls, calls + 3); /* a copy and the kernel */
     qi_buf_free(bq);
     qi_buf_free(bk);
     qi_buf_free(bw);
