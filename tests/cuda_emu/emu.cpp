@@ -14,6 +14,7 @@
 thread_local emu_dim threadIdx, blockIdx;
 emu_dim blockDim, gridDim;
 int emu_err;
+long emu_gemm_calls; /* inc/cublas_v2.h */
 
 static pthread_barrier_t g_block_bar, g_next_bar, g_warp_bar[32];
 static double g_warp_val[32][32];

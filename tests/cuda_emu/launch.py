@@ -2,7 +2,9 @@
 """launch.py SRC.cu > OUT.cpp: a kernel file of engine/backend/cuda made
 host C++ for the emulation (tests/cuda_emu): every launch
 `k<<<grid, block[, smem, stream]>>>(args);` becomes
-`emu_launch(grid, block, stream, [&] { k(args); });` (stream ignored)."""
+`emu_launch(grid, block, stream, [&] { k(args); });` (stream ignored),
+the kernel's name with its template arguments when it has them
+(`k<TT, 4><<<...>>>`)."""
 import re
 import sys
 
@@ -30,7 +32,7 @@ def launch(m):
 
 
 src = open(sys.argv[1]).read()
-out, n = re.subn(r'(\w+)<<<(.*?)>>>\((.*?)\);', launch, src, flags=re.S)
+out, n = re.subn(r'(\w+(?:<[^<>;()]*>)?)<<<(.*?)>>>\((.*?)\);', launch, src, flags=re.S)
 if n == 0:
     sys.exit('launch.py: no kernel launch in ' + sys.argv[1])
 sys.stdout.write(out)

@@ -35,6 +35,25 @@ static inline cudaError_t cudaGetLastError(void) {
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 #define __shared__ static
+#define __align__(n) alignas(n)
+
+/* the vector types the kernels use; a launch's dim3 is one-dimensional
+ * here (emu_launch takes its x) */
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+    operator unsigned() const { return x; }
+};
+struct float4 {
+    float x, y, z, w;
+};
+struct uint2 {
+    unsigned x, y;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 void emu_sync(void);
 double emu_shfl_xor(double v, int lane_mask);
