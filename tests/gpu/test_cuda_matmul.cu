@@ -22,16 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/kernels_cuda.h"
+#include "backend/cuda/k_internal.h"
 
 extern "C" {
 #include "qinfer/quant.h"
-size_t qi_cuk_matmul_scratch(int max_T, int64_t max_cols);
-int qi_cuk_type_ok(uint32_t type);
-int qi_cuk_matmul(const qi_cuk_ctx *c, uint32_t type, const void *w, int64_t n_rows, int64_t n_cols,
-                  uint64_t row_bytes, const float *x, int T, float *y, const char **what);
-int qi_cuk_get_rows(const qi_cuk_ctx *c, uint32_t type, const void *w, int64_t n_cols, uint64_t row_bytes,
-                    const int32_t *ids, int T, float *out, const char **what);
 }
 
 #define MAX_T 40

@@ -42,6 +42,7 @@
 #include <cuda_runtime.h>
 
 #include "k_internal.h"
+#include "k_launch.cuh"
 #include "k_math.cuh"
 
 #define ATT_THREADS 256
@@ -51,16 +52,6 @@
 #define STATS_THREADS 256
 #define MERGE_THREADS 128
 
-static int launched(const char *name, const char **what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess && what) *what = name;
-    return (int)e;
-}
-
-static int refuse(const char *name, const char **what) {
-    if (what) *what = name;
-    return (int)cudaErrorInvalidValue;
-}
 
 __device__ __forceinline__ float h16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 

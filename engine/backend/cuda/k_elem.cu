@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "k_internal.h"
+#include "k_launch.cuh"
 #include "k_math.cuh"
 
 #define ELEM_THREADS 256
@@ -28,16 +29,6 @@
 
 static cudaStream_t stream_of(const qi_cuk_ctx *c) { return (cudaStream_t)c->stream; }
 
-static int launched(const char *name, const char **what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess && what) *what = name;
-    return (int)e;
-}
-
-static int refuse(const char *name, const char **what) {
-    if (what) *what = name;
-    return (int)cudaErrorInvalidValue;
-}
 
 static unsigned grid_for(long n) {
     const long b = (n + ELEM_THREADS - 1) / ELEM_THREADS;

@@ -40,19 +40,7 @@
 #include <stdint.h>
 
 #include "dequant.cuh"
-#include "kernels_cuda.h"
-
-/* This file's entries of the table, as k_internal.h declares them (that
- * header is not included here: its function qi_cuk_merge collides with the
- * struct typedef of the same name in kernels_cuda.h). */
-extern "C" {
-size_t qi_cuk_matmul_scratch(int max_T, int64_t max_cols);
-int qi_cuk_type_ok(uint32_t type);
-int qi_cuk_matmul(const qi_cuk_ctx *c, uint32_t type, const void *w, int64_t n_rows, int64_t n_cols,
-                  uint64_t row_bytes, const float *x, int T, float *y, const char **what);
-int qi_cuk_get_rows(const qi_cuk_ctx *c, uint32_t type, const void *w, int64_t n_cols, uint64_t row_bytes,
-                    const int32_t *ids, int T, float *out, const char **what);
-}
+#include "k_internal.h"
 
 #define MV_MAX_T 8        /* the most tokens the matrix-vector kernel takes at once */
 #define MV_WARPS 4        /* rows (warps) per matrix-vector block */
