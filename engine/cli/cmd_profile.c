@@ -43,7 +43,8 @@
 static void help(void) {
     printf(
         "usage: qinfer profile [-m MODEL] -f CORPUS [--tokens N] [--ctx N] [--threshold T]\n"
-        "                      [--top F] [--window N] [-o FILE] [-t N]\n\n"
+        "                      [--top F] [--window N] [-o FILE] [-t N]\n"
+        "                      [--devices LIST --placement P]   (every MLP on the CPU)\n\n"
         "FFN neuron profile: runs the model over a text in chunks and records, per layer\n"
         "and neuron, how often and how strongly the FFN's activation act = act(gate) * up\n"
         "(before the down projection) fires, and how stable each token's hot set is.\n"
