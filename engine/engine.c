@@ -639,6 +639,23 @@ static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err)
     return QI_OK;
 }
 
+/* opts.ffn_observe reads the activations on the host: every MLP of plan p
+ * on a host-visible device, and real arithmetic (no simulated machine). */
+static qi_status check_observe(const qi_engine *e, const qi_plan *p, qi_err *err) {
+    if (!e->o.ffn_observe) return QI_OK;
+    if (e->o.sim)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "the FFN observer needs real activations; a simulated machine (%s) "
+                      "computes none", e->o.sim);
+    for (int l = 0; l < p->n_layer; l++) {
+        const int f = p->layers[l].mlp_dev;
+        if (!qi_dev_info_get(e->dev[f].be)->host_visible)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "the FFN observer reads activations on the host, and the plan "
+                          "puts layer %d's MLP on device %s, which the host cannot read: place every MLP on the CPU",
+                          l, p->devices[f]);
+    }
+    return QI_OK;
+}
+
 /* OPT and Falcon need ops only the simulated devices have (backend.h's
  * optional ones): refused on any device of the list without them, since a
  * placement policy may move any block to any device. */
@@ -786,7 +803,8 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         if (strcmp(np->devices[d], e->plan.devices[d]) != 0)
             return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
                           "creation)", d, np->devices[d], e->plan.devices[d]);
-    if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err))) return st;
+    if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err)) || (st = check_observe(e, np, err)))
+        return st;
     /* refused before any work when what arrives on a device does not fit
      * beside what is there (a block leaves only once its move is done) */
     for (int d = 1; d < np->n_devices; d++) {
@@ -1047,7 +1065,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     /* rows of a step: the prompt room plus one decode row per sequence */
     const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
-    if ((st = setup_devices(e, R, err))) goto fail;
+    if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err))) goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
@@ -1965,6 +1983,15 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     return qi_backend_add(b, A->x, A->xn, (long)*rows * E, err);
 }
 
+/* opts.ffn_observe: layer l's FFN activations, [rows][n_ff] on b (a
+ * host-visible device: check_observe), handed to the observer once b's
+ * queued work has run. */
+static qi_status observe_ffn(qi_engine *e, qi_backend *b, int l, const float *act, int rows, qi_err *err) {
+    OP(qi_dev_synchronize(b, err));
+    e->o.ffn_observe(e->o.ffn_observe_ctx, l, act, rows, e->m->hp.n_ff);
+    return QI_OK;
+}
+
 /* The MLP block of a gate-free FFN (opt, falcon): x += down(act(up(norm(x)))),
  * with the matmuls' biases where the model has them. In a parallel layer
  * (falcon) the MLP's input and output go through the gate's rows (unused
@@ -1983,6 +2010,7 @@ static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
     OP(matmul(e, b, &ly->w_up, h, rows, M->up, err));
     OP(add_bias(b, &ly->b_up, M->up, rows, err));
     OP(qi_backend_act(b, hp->ffn_act == QI_FFN_GELU, M->up, rows, hp->n_ff, err));
+    if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->up, rows, err));
     OP(matmul(e, b, &ly->w_down, M->up, rows, h, err));
     OP(add_bias(b, &ly->b_down, h, rows, err));
     OP(qi_backend_add(b, M->x, h, (long)rows * E, err));
@@ -2012,6 +2040,7 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     float *const gu_out[2] = {M->gate, M->up};
     OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
     OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
+    if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
     OP(matmul(e, b, &ly->w_down, M->gate, rows, M->xn, err));
     if (ly->ffn_post_norm.data)
         OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));

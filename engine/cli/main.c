@@ -17,6 +17,7 @@ static const struct {
     {"bench", qi_cmd_bench, "prompt and decode throughput, as llama-bench measures them"},
     {"sysinfo", qi_cmd_sysinfo, "print the CPU, memory and GPU figures are labelled with"},
     {"calibrate", qi_cmd_calibrate, "fit the simulator's parameters to step times measured here"},
+    {"profile", qi_cmd_profile, "FFN neuron profile: activation counts, mass and hot-set locality per layer"},
     {"agree", qi_cmd_agree, "how closely a KV policy follows the full cache (top-1, KL)"},
     {"needle", qi_cmd_needle, "passkey retrieval at several lengths and depths under a KV policy"},
     {"run", qi_cmd_run, "run an experiment script's sweep into the results database"},

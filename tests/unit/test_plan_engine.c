@@ -21,6 +21,9 @@
  *   - refusals before any work: a plan over the device's capacity (naming
  *     the layer and the bytes short), a policy that evicts on a layer whose
  *     attention is split, an unknown device;
+ *   - the FFN observer: every layer's rows of a step (the last layer's only
+ *     those with logits unless fed with logits_all), refused at creation
+ *     and by a re-plan when an MLP is on testdev (not host-visible);
  *   - testdev's memory: weights and activations counted, KV blocks of its
  *     attention layers in its pool;
  *   - every allocation of the engine's creation, and a sample of a step's,
@@ -442,6 +445,76 @@ START_TEST(refusals) {
     c = (config){.devices = "cpu", .placement = "ngl=3"};
     ck_assert_int_eq(create(g_model, &c, 1, &eng, &e), QI_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "second device"), "%s", e.msg);
+}
+END_TEST
+
+/* The FFN observer (opts.ffn_observe): every layer's rows of every step,
+ * n_ff wide, the last layer only the rows that produce logits unless fed
+ * with logits_all; with an MLP on testdev (not host-visible) it is refused
+ * at creation and by a re-plan, which leaves the engine on its plan. */
+typedef struct {
+    int rows[64], calls[64], n_ff;
+    bool finite;
+} obs_log;
+static void obs_fn(void *ctx, int layer, const float *act, int rows, int n_ff) {
+    obs_log *g = ctx;
+    g->rows[layer] += rows;
+    g->calls[layer]++;
+    g->n_ff = n_ff;
+    for (long i = 0; i < (long)rows * n_ff; i++) g->finite &= isfinite(act[i]) != 0;
+}
+
+START_TEST(ffn_observer) {
+    const int L = g_model->hp.n_layer;
+    obs_log g = {.finite = true};
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.max_seqs = 1;
+    o.devices = "cpu,testdev";
+    o.placement = "all-cpu";
+    o.ffn_observe = obs_fn;
+    o.ffn_observe_ctx = &g;
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    int32_t toks[20];
+    for (int i = 0; i < 20; i++) toks[i] = 100 + 7 * i;
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, toks, 20, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    ck_assert_int_eq(g.n_ff, g_model->hp.n_ff);
+    for (int l = 0; l < L; l++) {
+        ck_assert_int_eq(g.calls[l], 1);
+        ck_assert_int_eq(g.rows[l], l == L - 1 ? 1 : 20);
+    }
+    ck_assert(g.finite);
+    /* the same tokens with logits_all on a new sequence: every row everywhere */
+    ck_assert_int_eq(qi_engine_seq_remove(eng, id, &e), QI_OK);
+    memset(g.rows, 0, sizeof g.rows);
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, toks, 20, true, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    for (int l = 0; l < L; l++) ck_assert_int_eq(g.rows[l], 20);
+    /* a re-plan that puts MLPs on testdev is refused; the plan stays */
+    ck_assert_int_eq(qi_engine_replan_spec(eng, "ngl=4", NULL, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "FFN observer") && strstr(e.msg, "device testdev"), "%s", e.msg);
+    for (int l = 0; l < L; l++) ck_assert_int_eq(qi_engine_plan(eng)->layers[l].mlp_dev, 0);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, toks, 1, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
+    ck_assert_int_eq(g.rows[0], 21);
+    qi_engine_free(eng);
+    /* refused at creation, naming the first layer on testdev */
+    qi_err_clear(&e);
+    o.placement = "ngl=4";
+    eng = NULL;
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(eng);
+    char want[64];
+    snprintf(want, sizeof want, "layer %d's MLP on device testdev", L - 4);
+    ck_assert_msg(strstr(e.msg, want), "%s", e.msg);
 }
 END_TEST
 
@@ -908,6 +981,7 @@ int main(void) {
     tcase_set_timeout(tc, 1200);
     tcase_add_test(tc, smollm2_plans);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, ffn_observer);
     tcase_add_test(tc, device_memory);
     tcase_add_test(tc, allocation_failures);
     suite_add_tcase(s, tc);

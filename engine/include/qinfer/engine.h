@@ -70,6 +70,19 @@ typedef struct {
                              * efficiencies; sim_params apply after it. NULL: none */
     const qi_params *sim_params; /* the simulator's efficiencies and noise (backend.h's qi_sim_params
                                   * names: gpu_matmul_memory=0.8, noise=0.05, seed=3, ...); NULL: defaults */
+    /* An observer of the FFN's hidden activations (qinfer profile): called
+     * in every layer of a gated MLP after act = act_fn(gate) * up, before
+     * the down projection (in a gate-free MLP after act_fn(up)), with the
+     * step's rows of that layer, row-major [rows][n_ff], borrowed for the
+     * call. rows is the step's token count T, except in the last layer,
+     * which runs only the rows that produce logits (feed with logits_all
+     * to see every token there). Rows follow the step's order: sequences
+     * one after another, each's tokens in order. Only for plans whose
+     * every MLP runs on a host-visible device (the CPU): qi_engine_create
+     * and qi_engine_replan refuse others, and a simulated machine (sim),
+     * which computes nothing. NULL (default): no call, no cost. */
+    void (*ffn_observe)(void *ctx, int layer, const float *act, int rows, int n_ff);
+    void *ffn_observe_ctx;
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);

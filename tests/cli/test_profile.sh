@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# End-to-end checks of `qinfer profile`, the FFN neuron profiler: --help,
+# one-line usage errors for bad flags and missing files (exit 2), then on
+# the cached SmolLM2-135M runtime errors (exit 1; a plan with an MLP on a
+# device the host cannot read is refused), and a tiny run (2 chunks of 64
+# tokens) prints a row per layer and a summary, and writes a profile file
+# whose header and neuron lines agree with the model (30 layers x 1536
+# neurons) and the run.
+# Exits 77 (skip) after the flag checks when the model is not cached.
+# Usage: test_profile.sh PATH/TO/qinfer
+set -uo pipefail
+Q=${1:?usage: test_profile.sh PATH/TO/qinfer}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+if expect_ok "$Q" profile --help; then
+  grep -q "usage: qinfer profile" "$tmp/out" || bad "profile --help prints no usage"
+  for f in --tokens --ctx --threshold --top --window --output --devices --placement; do
+    grep -q -- "$f" "$tmp/out" || bad "profile --help does not mention $f"
+  done
+fi
+"$Q" --help | grep "^  profile " >/dev/null && ok || bad "qinfer --help does not list profile"
+expect_fail 2 "no corpus given" "$Q" profile
+expect_fail 2 "unknown option '--bogus'" "$Q" profile -f devil --bogus
+expect_fail 2 "unexpected argument 'extra'" "$Q" profile -f devil extra
+expect_fail 2 "option --tokens: '0' is not an integer" "$Q" profile -f devil --tokens 0
+expect_fail 2 "option --tokens: '-5' is not an integer" "$Q" profile -f devil --tokens -5
+expect_fail 2 "option --tokens: '12x' is not an integer" "$Q" profile -f devil --tokens 12x
+expect_fail 2 "option --ctx: '1' is not an integer" "$Q" profile -f devil --ctx 1
+expect_fail 2 "option --window: '0' is not an integer" "$Q" profile -f devil --window 0
+expect_fail 2 "option --top: '0' is not a fraction in (0, 1\]" "$Q" profile -f devil --top 0
+expect_fail 2 "option --top: '1.5' is not a fraction in (0, 1\]" "$Q" profile -f devil --top 1.5
+expect_fail 2 "option --top: 'abc' is not a fraction" "$Q" profile -f devil --top abc
+expect_fail 2 "option --threshold: '-1' is not a number" "$Q" profile -f devil --threshold -1
+expect_fail 2 "option --threshold: 'nan' is not a number" "$Q" profile -f devil --threshold nan
+expect_fail 2 "option --top needs a value" "$Q" profile -f devil --top
+expect_fail 2 "option -o: empty file name" "$Q" profile -f devil -o ""
+# a file that is not there and no cached name: a usage error, as in qinfer ppl
+expect_fail 2 "nonexistent.gguf: no such file, and not a known model name" "$Q" profile -m "$tmp/nonexistent.gguf" -f devil
+expect_fail 2 "nonexistent.txt: no such file, and not a known corpus name" "$Q" profile -f "$tmp/nonexistent.txt"
+
+cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
+if [[ ! -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+  echo "$passes passed, $fails failed (model checks skipped: smollm2-135m not cached; run models/fetch.sh smollm2-135m)"
+  [[ $fails -eq 0 ]] && exit 77 || exit 1
+fi
+
+M=(-m smollm2-135m -t 2)
+expect_fail 1 "cannot write" "$Q" profile "${M[@]}" -f devil -o "$tmp/no/such/dir/p.txt"
+expect_fail 2 "exceeds the model's training context" "$Q" profile "${M[@]}" -f devil --ctx 1000000
+# An MLP on a device the host cannot read: the observer is refused.
+expect_fail 1 "the FFN observer reads activations on the host, and the plan puts layer 0's MLP on device testdev" \
+  "$Q" profile "${M[@]}" -f devil --devices cpu,testdev --placement ngl=30
+
+# A tiny real run: 128 tokens, 2 chunks of 64, windows of 16 (3 window pairs a chunk).
+if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --window 16 -o "$tmp/p.txt"; then
+  grep -q "^model .*SmolLM2-135M-Instruct.Q4_1.gguf  corpus .*devils-dictionary.txt  tokens 128  ctx 64  layers 30  n_ff 1536$" "$tmp/out" ||
+    bad "profile header: $(head -3 "$tmp/out")"
+  grep -q "^threshold 0.1  top 0.2 (k = 307 neurons; random hot sets overlap 0.200)  window 16$" "$tmp/out" ||
+    bad "profile settings line: $(head -3 "$tmp/out")"
+  [[ $(grep -Ec "^ +[0-9]+ +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3}$" "$tmp/out") -eq 30 ]] ||
+    bad "profile table is not 30 layer rows: $(cat "$tmp/out")"
+  grep -Eq "^summary: .*SmolLM2.*  layers 30  mean active [01]\.[0-9]{3}  tok_ov 0\.[0-9]{3}  win_ov [01]\.[0-9]{3}  mass_top 0\.[0-9]{3}  \(top 0.2, window 16, 128 tokens\)$" "$tmp/out" ||
+    bad "profile summary: $(tail -1 "$tmp/out")"
+  f=$tmp/p.txt
+  [[ $(sed -n 1p "$f") == "# qinfer ffn-profile 1" ]] || bad "profile file magic: $(head -1 "$f")"
+  grep -q "^# n_layer 30 n_ff 1536 tokens 128 ctx 64 threshold 0.1 top 0.2 k 307 window 16$" "$f" ||
+    bad "profile file settings: $(head -4 "$f")"
+  [[ $(grep -c "^# layer [0-9]* tokens 128 tok_overlap " "$f") -eq 30 ]] || bad "profile file layer lines"
+  [[ $(grep -vc "^#" "$f") -eq $((30 * 1536)) ]] || bad "profile file has $(grep -vc "^#" "$f") neuron lines, want 46080"
+  # every layer's hot counts sum to tokens x k = 128 x 307; counts within 0..128
+  awk '!/^#/ { if ($3 < 0 || $3 > 128 || $4 < 0 || $4 > 128 || $5 < 0) bad = 1; hot[$1] += $4 }
+       END { for (l = 0; l < 30; l++) if (hot[l] != 128 * 307) bad = 1; exit bad }' "$f" ||
+    bad "profile file counts are inconsistent"
+fi
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
