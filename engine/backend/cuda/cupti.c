@@ -137,8 +137,10 @@ qi_status qi_cupti_start(qi_err *err) {
     }
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if ((r = cuptiActivityEnable(kinds[i])) != CUPTI_SUCCESS) {
-            while (i-- > 0) cuptiActivityDisable(kinds[i]); /* best effort: the enable's failure is the one reported */
-            return fail(err, enable_calls[i], r);
+            const qi_status st = fail(err, enable_calls[i], r);
+            /* best effort: the enable's failure is the one reported */
+            for (size_t j = 0; j < i; j++) cuptiActivityDisable(kinds[j]);
+            return st;
         }
     S.running = true;
     return QI_OK;
