@@ -23,6 +23,7 @@ struct qi_ctx {
 };
 
 double qi_ctx_now(const qi_ctx *c) { return qi_engine_now(c->e); }
+qi_engine *qi_ctx_engine(const qi_ctx *c) { return c->e; }
 
 qi_status qi_ctx_create(const qi_model *m, int n_ctx, int n_threads, qi_ctx **out, qi_err *err) {
     const qi_ctx_opts o = {.n_ctx = n_ctx, .n_threads = n_threads};
@@ -51,6 +52,7 @@ qi_status qi_ctx_create_opts(const qi_model *m, const qi_ctx_opts *o, qi_ctx **o
     eo.sim = o->sim;
     eo.sim_params = o->sim_params;
     eo.sim_cal = o->sim_cal;
+    eo.profile = o->profile;
     qi_status st = qi_engine_create(m, &eo, &c->e, err);
     if (!st) st = qi_engine_seq_add(c->e, &c->id, err);
     if (!st) {

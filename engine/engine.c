@@ -216,6 +216,7 @@ struct qi_engine {
     int *cev_kind;          /* [cap_cev / 2] an op kind, -1: copies, QI_OP_COUNT: a block's span */
     int *cev_tag;           /* [cap_cev / 2] for an op, its block << 1 | 1 on a split's second device;
                              * for copies, the device they fill; for a span, its block */
+    int *cev_dev;           /* [cap_cev / 2] the device whose stream holds the two events */
     int n_cev, cap_cev;
     int cur_blk, cur_slot;  /* the block the ops issued now belong to, and whether on its split device */
     /* with profile: per weight block the device time of its span on its
@@ -265,7 +266,7 @@ const qi_sim *qi_engine_sim(const qi_engine *e) { return e->sim; }
 /* A step's timed intervals: pairs of events (start, end) on one device's
  * stream, of an op kind or (-1) a batch of copies, summed when the step
  * has synchronised (finish_step). */
-static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, int tag, qi_err *err) {
+static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, int tag, int dev, qi_err *err) {
     if (e->n_cev + 2 > e->cap_cev) {
         const int cap = e->cap_cev ? 2 * e->cap_cev : 256;
         qi_event **p = qi_realloc(e->cev, sizeof *p * (size_t)cap);
@@ -274,7 +275,9 @@ static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, i
         if (k) e->cev_kind = k;
         int *g = k ? qi_realloc(e->cev_tag, sizeof *g * (size_t)(cap / 2)) : NULL;
         if (g) e->cev_tag = g;
-        if (!p || !k || !g) {
+        int *v = g ? qi_realloc(e->cev_dev, sizeof *v * (size_t)(cap / 2)) : NULL;
+        if (v) e->cev_dev = v;
+        if (!p || !k || !g || !v) {
             qi_event_free(a);
             qi_event_free(b);
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the events timing a step");
@@ -283,9 +286,17 @@ static qi_status keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, i
     }
     e->cev_tag[e->n_cev / 2] = tag;
     e->cev_kind[e->n_cev / 2] = kind;
+    e->cev_dev[e->n_cev / 2] = dev;
     e->cev[e->n_cev++] = a;
     e->cev[e->n_cev++] = b;
     return QI_OK;
+}
+
+/* The plan's index of device b (0 when it is none of them). */
+static int dev_index(const qi_engine *e, const qi_backend *b) {
+    for (int d = 0; d < e->plan.n_devices; d++)
+        if (e->dev[d].be == b) return d;
+    return 0;
 }
 
 static qi_status op_begin(qi_engine *e, qi_backend *b, qi_event **t0, qi_err *err) {
@@ -304,7 +315,7 @@ static qi_status op_end(qi_engine *e, qi_backend *b, qi_event *t0, int kind, qi_
         return st;
     }
     e->prof.calls[kind]++;
-    return keep_events(e, t0, t1, kind, e->cur_blk << 1 | e->cur_slot, err);
+    return keep_events(e, t0, t1, kind, e->cur_blk << 1 | e->cur_slot, dev_index(e, b), err);
 }
 
 /* A block's span on its device (profile on): an event where it starts,
@@ -325,7 +336,7 @@ static qi_status span_end(qi_engine *e, int d, int blk, qi_event *t0, qi_status 
         qi_event_free(t0);
         return st;
     }
-    return keep_events(e, t0, t1, QI_OP_COUNT, blk, err);
+    return keep_events(e, t0, t1, QI_OP_COUNT, blk, d, err);
 }
 
 /* An op on device b: timed as `kind` with profile on, its failure
@@ -429,8 +440,8 @@ void qi_engine_free(qi_engine *e) {
     for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
-                    (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->kstage, (void *)e->kst_blk,
-                    e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s};
+                    (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->cev_dev, e->kstage,
+                    (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -937,6 +948,7 @@ bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out) {
     out->capacity = in->capacity;
     out->in_use = in->in_use;
     out->peak = in->peak;
+    out->cuda = in->kind == QI_DEV_CUDA;
     return true;
 }
 
@@ -1797,10 +1809,7 @@ static qi_status xfer_end(qi_engine *e, xfer *x, bool from_waits, qi_err *err) {
     if (!st && wait_to) st = qi_event_wait(x->to, ev, err);
     if (!st && wait_from) st = qi_event_wait(x->from, ev, err);
     if (!st && x->t0) {
-        int to = 0;
-        for (int d = 0; d < e->plan.n_devices; d++)
-            if (e->dev[d].be == x->to) to = d;
-        st = keep_events(e, x->t0, ev, -1, to, err);
+        st = keep_events(e, x->t0, ev, -1, dev_index(e, x->to), dev_index(e, x->cs), err);
         x->t0 = ev = NULL;
     }
     qi_event_free(x->t0);
@@ -2131,14 +2140,17 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
     for (int i = 0; i + 1 < e->n_cev; i += 2) {
         qi_event_sync(e->cev[i + 1]);
         const double t = qi_event_elapsed(e->cev[i], e->cev[i + 1]);
-        const int kind = e->cev_kind[i / 2], tag = e->cev_tag[i / 2];
+        const int kind = e->cev_kind[i / 2], tag = e->cev_tag[i / 2], dev = e->cev_dev[i / 2];
         if (kind < 0) {
             e->prof.copy_seconds += t;
+            e->prof.dev_copy_seconds[dev] += t;
             e->copy_dev_s[tag] += t;
         } else if (kind == QI_OP_COUNT) {
             e->blk_s[tag] += t;
+            e->prof.dev_span_seconds[dev] += t;
         } else {
             e->prof.seconds[kind] += t;
+            e->prof.dev_op_seconds[dev] += t;
             if (tag & 1)
                 e->blk_split_s[tag >> 1] += t;
             else if (kind == QI_OP_ATTENTION || kind == QI_OP_KV)

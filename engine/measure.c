@@ -304,6 +304,11 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
         out->prof.seconds[k] -= before.seconds[k];
         out->prof.calls[k] -= before.calls[k];
     }
+    for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
+        out->prof.dev_op_seconds[d] -= before.dev_op_seconds[d];
+        out->prof.dev_span_seconds[d] -= before.dev_span_seconds[d];
+        out->prof.dev_copy_seconds[d] -= before.dev_copy_seconds[d];
+    }
     out->prof.matmul_bytes -= before.matmul_bytes;
     out->prof.steps -= before.steps;
     out->tpot_s = out->decode_s / o->n_gen;

@@ -398,3 +398,77 @@ void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine_pr
     fprintf(stderr, "; matmuls read %.1f GB/s of weights\n",
             pr->seconds[QI_OP_MATMUL] > 0 ? pr->matmul_bytes / pr->seconds[QI_OP_MATMUL] / 1e9 : 0.0);
 }
+
+bool qi_cli_cupti_check(const char *cmd, const qi_cli_kv *k) {
+    for (const char *d = k->devices; d && *d;) {
+        const size_t n = strcspn(d, ",");
+        if (n >= 4 && strncmp(d, "cuda", 4) == 0 && (n == 4 || d[4] == ':')) return true;
+        d += n + (d[n] == ',');
+    }
+    qi_cli_error(cmd, "--cupti records a CUDA device's kernels and copies, and --devices %s has none: add cuda "
+                      "(e.g. --devices cpu,cuda --placement ngl=N)", k->devices ? k->devices : "cpu (the default)");
+    return false;
+}
+
+void qi_cli_prof_since(qi_engine_prof *pr, const qi_engine_prof *before) {
+    for (int i = 0; i < QI_OP_COUNT; i++) {
+        pr->seconds[i] -= before->seconds[i];
+        pr->calls[i] -= before->calls[i];
+    }
+    pr->matmul_bytes -= before->matmul_bytes;
+    pr->steps -= before->steps;
+    pr->copies -= before->copies;
+    pr->kv_block_moves -= before->kv_block_moves;
+    pr->copy_bytes -= before->copy_bytes;
+    pr->copy_seconds -= before->copy_seconds;
+    for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
+        pr->dev_op_seconds[d] -= before->dev_op_seconds[d];
+        pr->dev_span_seconds[d] -= before->dev_span_seconds[d];
+        pr->dev_copy_seconds[d] -= before->dev_copy_seconds[d];
+    }
+    pr->replans -= before->replans;
+    pr->replan_kv_blocks -= before->replan_kv_blocks;
+    pr->replan_bytes -= before->replan_bytes;
+    pr->replan_seconds -= before->replan_seconds;
+}
+
+void qi_cli_print_cupti(const char *cmd, const char *label, const qi_engine *e, const qi_engine_prof *pr,
+                        const qi_cupti_totals *ct) {
+    const char *of = label ? " of " : "", *lb = label ? label : "";
+    double memcpy_s = 0;
+    long memcpys = 0;
+    fprintf(stderr, "qinfer %s: CUPTI%s%s: %ld kernels %.6f s; memcpy", cmd, of, lb, ct->kernels, ct->kernel_s);
+    for (int d = 0; d < QI_CUPTI_DIRS; d++) {
+        fprintf(stderr, "%s %s %ld (%.2f MiB) %.6f s", d ? "," : "", qi_cupti_dir_name((qi_cupti_dir)d),
+                ct->copies[d], ct->copy_bytes[d] / 1048576.0, ct->copy_s[d]);
+        memcpy_s += ct->copy_s[d];
+        memcpys += ct->copies[d];
+    }
+    const double gpu_s = ct->kernel_s + memcpy_s;
+    fprintf(stderr, "; kernels + %ld memcpys %.6f s, first start to last end %.6f s", memcpys, gpu_s, ct->span_s);
+    if (ct->dropped) fprintf(stderr, "; %ld records DROPPED (the totals are short)", ct->dropped);
+    fprintf(stderr, "\n");
+    /* the engine's events on its CUDA devices over the same span */
+    double span_s = 0, copy_s = 0, op_s = 0;
+    char names[128] = "";
+    size_t used = 0;
+    qi_engine_dev dv;
+    for (int d = 0; d < QI_PLAN_MAX_DEVICES && qi_engine_device(e, d, &dv); d++) {
+        if (!dv.cuda) continue;
+        span_s += pr->dev_span_seconds[d];
+        copy_s += pr->dev_copy_seconds[d];
+        op_s += pr->dev_op_seconds[d];
+        const int w = snprintf(names + used, sizeof names - used, "%s%s", used ? "," : "", dv.name);
+        if (w > 0 && (size_t)w < sizeof names - used) used += (size_t)w;
+    }
+    const double ev_s = span_s + copy_s;
+    fprintf(stderr, "qinfer %s: events%s%s on %s over %ld steps: block spans %.6f s + copies between devices %.6f s "
+                    "= %.6f s (of the spans, the event-timed matmul, attention and kv-write ops %.6f s)\n",
+            cmd, of, lb, used ? names : "no CUDA device", pr->steps, span_s, copy_s, ev_s, op_s);
+    /* The spans also hold the memcpys issued inside ops (their tables) and
+     * the logits' download, and both sides count the gaps differently: the
+     * events' from a block's start to its end, CUPTI's not at all. */
+    fprintf(stderr, "qinfer %s: events / CUPTI%s%s: %.4f ((spans + copies) / (kernels + memcpys); above 1 by the "
+                    "launch gaps inside the spans), spans / kernels %.4f\n",
+            cmd, of, lb, gpu_s > 0 ? ev_s / gpu_s : 0.0, ct->kernel_s > 0 ? span_s / ct->kernel_s : 0.0);
+}

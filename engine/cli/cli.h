@@ -10,6 +10,7 @@
 #include "qinfer/engine.h"
 #include "qinfer/params.h"
 #include "qinfer/status.h"
+#include "cuda/cupti.h"
 
 #define QI_EXIT_RUNTIME 1
 #define QI_EXIT_USAGE 2
@@ -139,6 +140,25 @@ qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err 
 /* An op profile (qi_engine_profile, or a part of one) as one stderr line:
  * "qinfer CMD: profile [of LABEL ]over N steps, T s: matmul X% ...". */
 void qi_cli_print_profile(const char *cmd, const char *label, const qi_engine_prof *pr);
+
+/* --cupti (generate, bench): the GPU's own records of its kernels and
+ * copies (CUPTI's Activity API, cuda/cupti.h) over the run, beside the
+ * CUDA device's event timing of the same span. It needs a CUDA device in
+ * the run: qi_cli_cupti_check reports a --devices list without one (false:
+ * a usage error). qi_cli_prof_since makes *pr the part of a profile taken
+ * after `before`. qi_cli_print_cupti prints, on stderr, CUPTI's totals
+ * (kernels, memcpys by direction, counts), the engine's event-based totals
+ * of its CUDA devices (qi_engine_prof's per-device spans, copies and ops)
+ * and the ratio of the two. */
+#define QI_CLI_CUPTI_HELP                                                                        \
+    "      --cupti           record every kernel and memcpy on the GPU with CUPTI and print\n"   \
+    "                        their totals beside the CUDA device's event timing of the same\n"  \
+    "                        span, and the ratio (needs cuda in --devices; turns on the\n"      \
+    "                        engine's op timing)\n"
+bool qi_cli_cupti_check(const char *cmd, const qi_cli_kv *k);
+void qi_cli_prof_since(qi_engine_prof *pr, const qi_engine_prof *before);
+void qi_cli_print_cupti(const char *cmd, const char *label, const struct qi_engine *e, const qi_engine_prof *pr,
+                        const qi_cupti_totals *ct);
 
 int qi_cmd_generate(int argc, char **argv);
 int qi_cmd_ppl(int argc, char **argv);

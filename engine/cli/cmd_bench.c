@@ -131,6 +131,8 @@ static void help(void) {
         "      --profile         time every op of the batched rows' timed decode steps (not\n"
         "                        the prompts, not the warm-up) and print each row's shares\n"
         "                        to stderr; the timers cost a little\n"
+        QI_CLI_CUPTI_HELP
+        "                        (each row's timed repetitions, not its warm-up)\n"
         "  -h, --help            this help\n\n"
         "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
         MAX_BATCH, BATCH_PROMPT,
@@ -338,6 +340,7 @@ typedef struct {
     qi_placement_ctl ctl;
     int kv_budget;
     long replans;
+    bool cupti; /* --cupti: CUPTI's records of each test's repetitions beside the events' */
 } bench_runner;
 
 static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err) {
@@ -419,15 +422,37 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
         if (st) return st;
     }
     memset(&r->prof, 0, sizeof r->prof); /* the profile covers the timed repetitions */
+    /* --cupti: CUPTI and the engine's events over the same repetitions */
+    qi_engine *eng = r->eng ? r->eng : r->ctx ? qi_ctx_engine(r->ctx) : NULL;
+    qi_engine_prof before;
+    if (r->cupti && eng) {
+        qi_engine_profile(eng, &before);
+        qi_status st = qi_cupti_start(err);
+        if (st) return st;
+    }
     double sum = 0;
     for (int i = 0; i < t->n_reps; i++) {
         qi_status st = run_once(r, t, &secs, err);
+        if (st && r->cupti && eng) { /* the recording ends with the test; the test's failure is the one reported */
+            qi_cupti_totals ct;
+            qi_err ignored = {0};
+            qi_cupti_stop(&ct, &ignored);
+        }
         if (st) return st;
         t->ts[i] = qi_measure_rate(n_tok, secs);
         t->secs[i] = secs;
         sum += t->ts[i];
         fprintf(stderr, "qinfer %s: %s run %d/%d: %.2f t/s (%.3f s)\n", cmd, t->name, i + 1, t->n_reps,
                 t->ts[i], secs);
+    }
+    if (r->cupti && eng) {
+        qi_cupti_totals ct;
+        qi_status st = qi_cupti_stop(&ct, err);
+        if (st) return st;
+        qi_engine_prof pr;
+        qi_engine_profile(eng, &pr);
+        qi_cli_prof_since(&pr, &before);
+        qi_cli_print_cupti(cmd, t->name, eng, &pr, &ct);
     }
     t->mean = sum / t->n_reps;
     double ss = 0;
@@ -879,7 +904,7 @@ int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
     int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1, depth = -1;
     int n_threads = qi_n_physical_cores();
-    bool repack = false, profile = false;
+    bool repack = false, profile = false, cupti = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
     bool attn_blas = false;
     qi_cli_kv kv;
@@ -910,6 +935,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
+        else if (qi_args_is(&a, NULL, "--cupti")) cupti = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -919,6 +945,7 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_cli_error(cmd, "-r %d: at least one repetition is needed", n_reps);
         return QI_EXIT_USAGE;
     }
+    if (cupti && !qi_cli_cupti_check(cmd, &kv)) return QI_EXIT_USAGE;
     if (n_prompt == 0 && n_gen == 0) {
         qi_cli_error(cmd, "nothing to run: -p and -n are both 0");
         return QI_EXIT_USAGE;
@@ -1083,7 +1110,9 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     const qi_ctx_opts co = {.n_ctx = n_ctx, .n_threads = n_threads, .attn_blas = attn_blas, .repack = repack,
                             .devices = kv.devices, .placement = place_policy ? "all-cpu" : kv.placement,
-                            .sim = kv.sim, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
+                            .sim = kv.sim, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal,
+                            .profile = cupti};
+    run.cupti = cupti;
     if (place_policy) {
         if (qi_placement_policy_from_spec(kv.placement, &run.policy, &err)) goto fail;
         run.kv_budget = kv.budget_tokens > 0 ? kv.budget_tokens : (int)(kv.budget_frac * (depth + n_gen));
@@ -1126,7 +1155,7 @@ int qi_cmd_bench(int argc, char **argv) {
             run.ctx = NULL;
             qi_engine_opts o = eo;
             o.max_seqs = t->batch;
-            o.profile = profile || run.policy; /* a policy learns from the block times */
+            o.profile = profile || run.policy || cupti; /* a policy learns from the block times */
             if (o.step_tokens < t->batch) o.step_tokens = t->batch;
             if (qi_engine_create(m, &o, &run.eng, &err)) goto fail;
         }

@@ -42,6 +42,7 @@ static void help(void) {
         "      --kv-stats        print the KV cache's working and offloaded tokens at the end\n"
         QI_CLI_REPACK_HELP
         "      --profile         time every op; print where the time went at the end\n"
+        QI_CLI_CUPTI_HELP
         "      --attn-blas       the prompt's attention through OpenBLAS sgemm: faster, but\n"
         "                        not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
@@ -54,6 +55,7 @@ int qi_cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *model_arg = "smollm2-135m", *prompt = NULL, *system = NULL;
     int n_predict = 128, n_ctx = 2048, n_threads = qi_n_physical_cores();
     bool chat = false, ignore_eos = false, print_ids = false, kv_stats = false, profile = false, repack = false, attn_blas = false;
+    bool cupti = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_cli_sim_allow(&kvo);
@@ -80,6 +82,7 @@ int qi_cmd_generate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--ids")) print_ids = true;
         else if (qi_args_is(&a, NULL, "--kv-stats")) kv_stats = true;
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
+        else if (qi_args_is(&a, NULL, "--cupti")) cupti = true;
         else if (qi_args_is(&a, NULL, "--repack")) repack = true;
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_cli_place_flag(&a, &kvo))
@@ -96,6 +99,7 @@ int qi_cmd_generate(int argc, char **argv) {
         qi_cli_error(cmd, "--system needs --chat");
         return QI_EXIT_USAGE;
     }
+    if (cupti && !qi_cli_cupti_check(cmd, &kvo)) return QI_EXIT_USAGE;
 
     qi_err err = {0};
     char path[1024];
@@ -108,6 +112,8 @@ int qi_cmd_generate(int argc, char **argv) {
     double *tok_t = NULL; /* [n_predict] when each token was sampled */
     size_t n_ids = 0;
     int rc = 0;
+    bool recording = false; /* --cupti, between start and stop */
+    qi_cupti_totals cupti_tot = {0};
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
         qi_cli_kv_check(&kvo, m->hp.n_layer, &err))
         goto fail;
@@ -133,7 +139,7 @@ int qi_cmd_generate(int argc, char **argv) {
     eo.n_threads = n_threads;
     eo.n_ctx = n_ctx;
     eo.max_seqs = 1;
-    eo.profile = profile;
+    eo.profile = profile || cupti; /* --cupti compares with the events' timing */
     eo.attn_blas = attn_blas;
     eo.repack = repack;
     qi_cli_place_policy_allow(&kvo);
@@ -143,6 +149,11 @@ int qi_cmd_generate(int argc, char **argv) {
         qi_sampler_create(&sp, m->hp.n_vocab, &smp, &err))
         goto fail;
     for (size_t i = 0; i < n_ids; i++) qi_sampler_accept(smp, ids[i]);
+    /* CUPTI records from the first step on, as the engine's profile does */
+    if (cupti) {
+        if (qi_cupti_start(&err)) goto fail;
+        recording = true;
+    }
 
     /* when each token was sampled: the request's timeline (measure.h) */
     if (!(tok_t = qi_malloc(sizeof *tok_t * (size_t)(n_predict > 0 ? n_predict : 1)))) {
@@ -181,6 +192,10 @@ int qi_cmd_generate(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     double t2 = qi_engine_now(eng);
+    if (recording) {
+        recording = false;
+        if (qi_cupti_stop(&cupti_tot, &err)) goto fail;
+    }
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
@@ -203,6 +218,11 @@ int qi_cmd_generate(int argc, char **argv) {
         qi_cli_print_profile(cmd, NULL, &pr);
         qi_cli_print_plan(cmd, eng);
     }
+    if (cupti) {
+        qi_engine_prof pr;
+        qi_engine_profile(eng, &pr);
+        qi_cli_print_cupti(cmd, NULL, eng, &pr, &cupti_tot);
+    }
     if (kv_stats) {
         qi_engine_kv_seq ks;
         qi_engine_kv_seq_stats(eng, sid, &ks);
@@ -216,6 +236,10 @@ int qi_cmd_generate(int argc, char **argv) {
     goto done;
 fail:
     rc = qi_cli_fail(cmd, &err);
+    if (recording) { /* the recording ends with the run; the run's failure is the one reported */
+        qi_err ignored = {0};
+        qi_cupti_stop(&cupti_tot, &ignored);
+    }
 done:
     qi_free(ids);
     qi_free(tok_t);

@@ -41,6 +41,11 @@ expect_fail 2 "not an integer" "$Q" bench --batch 2 --depth 1k
 expect_fail 2 "apply to the batched rows only" "$Q" bench --kv-policy window --kv-budget 8
 expect_fail 2 "unknown policy" "$Q" bench --batch 4 --kv-policy nope
 ((sqlite)) || expect_fail 2 "built without SQLite" "$Q" bench --db "$tmp/x.db"
+# --cupti needs a CUDA device in the run
+grep -q -- "--cupti" "$tmp/help" && ok || bad "bench --help lacks --cupti"
+expect_fail 2 "--cupti records a CUDA device's kernels and copies, and --devices cpu (the default) has none" \
+  "$Q" bench --cupti
+expect_fail 2 "--devices cpu,testdev:64M has none: add cuda" "$Q" bench --cupti --devices cpu,testdev:64M
 # The comparison scripts refuse bad arguments before they need llama.cpp.
 root=$(cd "$(dirname "$0")/../.." && pwd)
 for script in compare_llama_bench.sh compare_llama_batched.sh; do
@@ -66,6 +71,13 @@ fi
 
 # Sizes beyond the model's context (8192 for SmolLM2) are refused before any run.
 expect_fail 2 "exceeds the model's context" "$Q" bench -m smollm2-135m -p 8000 -n 500 --probe-mib 0
+
+# No GPU here: --cupti on a CUDA run fails with the CUDA device's own error
+# (the device fails before CUPTI is started).
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_fail 1 "cuda: " "$Q" bench -m smollm2-135m -p 16 -n 4 -r 1 --probe-mib 0 --devices cpu,cuda \
+    --placement ngl=31 --cupti
+fi
 
 # The batched rows' positions (4 prompt tokens + -n) must fit too, and the
 # policy must be usable: both refused before any run.

@@ -23,6 +23,11 @@ expect_fail 2 "not an integer" $Q generate -p hi -n 12x
 expect_fail 2 "not an integer" $Q generate -p hi -t 0
 expect_fail 2 "not a number" $Q generate -p hi --temp nan
 expect_fail 2 "no prompt" $Q generate
+# --cupti records a CUDA device's kernels: without one in --devices it is a usage error
+$Q generate --help | grep -q -- "--cupti" && ok || bad "generate --help lacks --cupti"
+expect_fail 2 "--cupti records a CUDA device's kernels and copies, and --devices cpu (the default) has none" \
+  $Q generate -p hi --cupti
+expect_fail 2 "--devices cpu,testdev has none: add cuda" $Q generate -p hi --cupti --devices cpu,testdev
 expect_fail 2 "no such file" $Q generate -m /nonexistent/model.gguf -p hi
 expect_fail 2 "no text given" $Q ppl
 expect_fail 2 "no model given" $Q inspect
@@ -94,6 +99,7 @@ expect_fail 2 "no device 'tpu' in this build (devices: cpu, cuda" $Q generate $M
 expect_fail 2 "device 'cuda:0': capacity is not a size" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: asking for one is a clear error, not a crash
   expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2
+  expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2 --cupti
 fi
 expect_fail 2 "needs a second device" $Q generate $M -p hi -n 1 --placement ngl=2
 expect_fail 2 "N must be an integer in 0..31" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=32

@@ -17,8 +17,10 @@
 # capped GPU (--devices cpu,cuda:2G) that holds less than half of the
 # LLaMA-7B shape; the speed table (prefill and decode tokens/s of all-CPU,
 # all-GPU, ngl=half and split attention at batch 1, 16, 64, and decode's
-# share of the measured HBM bandwidth); a PyTorch cross-check of the
-# probe's copies when torch is importable (information only).
+# share of the measured HBM bandwidth); CUPTI's records of the kernels and
+# copies of a bench run beside the engine's event timing (qinfer bench
+# --cupti); a PyTorch cross-check of the probe's copies when torch is
+# importable (information only).
 # A failed step does not stop the independent ones. Everything goes to
 # stdout and $OUT/check.log (default build-gpu-out); the last line is
 # "check.sh: PASS ..." or "check.sh: FAIL ..."; the exit status is 0 only
@@ -27,7 +29,7 @@
 # installed PCRE2 through pkg-config instead).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 root=$PWD
 B=${QI_GPU_BUILD:-build-gpu}
 export DEPS=${QI_GPU_DEPS:-.gpu-deps}
@@ -133,6 +135,24 @@ synth_models() {
     "$1" synth -o "$2/llama7b.gguf" --preset llama-7b --type q4_0
 }
 
+# cupti_bench QINFER MODEL FILE: bench's pp64 and tg32 rows with every
+# layer and the output head on the GPU, CUPTI recording; the output (in
+# FILE) must hold both rows' comparison, kernels recorded and no dropped
+# record.
+# shellcheck disable=SC2317 # called by name through step
+cupti_bench() {
+  "$1" bench -m "$2" -p 64 -n 32 -r 1 --devices cpu,cuda --placement ngl=31 --cupti --probe-mib 0 2>&1 | tee "$3"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
+  local row
+  for row in pp64 tg32; do
+    if ! grep -Eq "CUPTI of $row: [1-9][0-9]* kernels" "$3" || ! grep -q "events / CUPTI of $row: " "$3"; then
+      echo "cupti: no kernels or no comparison for $row"
+      return 1
+    fi
+  done
+  if grep -q DROPPED "$3"; then echo "cupti: CUPTI dropped records"; return 1; fi
+}
+
 main() {
   echo "check.sh: qinfer GPU check in $root, build folder $B, log $OUT/check.log"
   # shellcheck disable=SC1091
@@ -212,11 +232,12 @@ main() {
       hbm=$(awk '/^d2d:/ { print $2 }' "$OUT/probe.txt" 2>/dev/null)
       step speed-smollm2 300 bash -o pipefail -c "'$G' speed '$M/smollm2.gguf' ${hbm:-0} | tee '$OUT/speed_smollm2.txt'"
       step speed-llama7b 420 bash -o pipefail -c "'$G' speed '$M/llama7b.gguf' ${hbm:-0} | tee '$OUT/speed_llama7b.txt'"
+      step cupti 180 cupti_bench "$Q" "$M/smollm2.gguf" "$OUT/cupti.txt"
     else
-      for s in greedy greedy-capped speed-smollm2 speed-llama7b; do skip "$s" "no synthetic models"; done
+      for s in greedy greedy-capped speed-smollm2 speed-llama7b cupti; do skip "$s" "no synthetic models"; done
     fi
   else
-    for s in ops synth greedy greedy-capped speed-smollm2 speed-llama7b; do skip "$s" "not built"; done
+    for s in ops synth greedy greedy-capped speed-smollm2 speed-llama7b cupti; do skip "$s" "not built"; done
   fi
   if timeout 60 python3 -c 'import torch' 2>/dev/null; then
     step torch-bw 120 python3 tests/gpu/torch_bw.py || { unset 'failed[-1]'; echo "   (information only)"; }

@@ -414,6 +414,7 @@ static void write_profile(void) {
 
 typedef struct {
     double prefill_s, decode_s, matmul_s; /* matmul_s: the decode steps' */
+    double dev1_span_s;                   /* the block spans on the plan's second device */
     bool zeros;
 } sim_run;
 
@@ -457,6 +458,24 @@ static qi_status run_sim(const char *devices, const char *placement, const qi_pa
     qi_engine_prof pr;
     qi_engine_profile(en, &pr);
     out->matmul_s = pr.seconds[QI_OP_MATMUL] - p0.seconds[QI_OP_MATMUL]; /* decode's */
+    /* the per-device event times add up to the totals: the event-timed
+     * kinds' seconds, the copies', the block spans' */
+    double ops = 0, copies = 0, spans = 0, blocks = 0;
+    for (int d = 0; d < QI_PLAN_MAX_DEVICES; d++) {
+        ops += pr.dev_op_seconds[d];
+        copies += pr.dev_copy_seconds[d];
+        spans += pr.dev_span_seconds[d];
+    }
+    const double kinds = pr.seconds[QI_OP_MATMUL] + pr.seconds[QI_OP_ATTENTION] + pr.seconds[QI_OP_KV];
+    qi_engine_block_times bt;
+    qi_engine_block_times_get(en, &bt);
+    for (int b = 0; b < bt.n_blocks; b++) blocks += bt.block_s[b];
+    ck_assert(kinds > 0 && spans > 0);
+    ck_assert_msg(fabs(ops - kinds) <= 1e-9 * kinds, "device ops %g s, kinds %g s", ops, kinds);
+    ck_assert_msg(fabs(copies - pr.copy_seconds) <= 1e-9 * (pr.copy_seconds + 1e-12), "device copies %g s, copies %g s",
+                  copies, pr.copy_seconds);
+    ck_assert_msg(fabs(spans - blocks) <= 1e-9 * blocks, "device spans %g s, blocks %g s", spans, blocks);
+    out->dev1_span_s = pr.dev_span_seconds[1];
     qi_engine_free(en);
     return QI_OK;
 }
@@ -467,6 +486,7 @@ START_TEST(test_engine_sim) {
     /* all on the GPU, twice: nothing computed, the same times */
     ck_assert_msg(run_sim("cpu,gpu", "ngl=31", NULL, &a, &e) == QI_OK, "%s", e.msg);
     ck_assert_msg(run_sim("cpu,gpu", "ngl=31", NULL, &b, &e) == QI_OK, "%s", e.msg);
+    ck_assert(a.dev1_span_s > 0); /* every layer's span is the GPU's */
     ck_assert(a.zeros);
     ck_assert(a.prefill_s > 0 && a.decode_s > 0);
     ck_assert(a.prefill_s == b.prefill_s && a.decode_s == b.decode_s);

@@ -197,6 +197,7 @@ qi_status qi_engine_replan_spec(qi_engine *e, const char *placement, qi_engine_r
 typedef struct {
     char name[QI_PLAN_DEV_NAME];
     size_t capacity, in_use, peak;
+    bool cuda; /* a CUDA GPU (what CUPTI's activity records cover) */
 } qi_engine_dev;
 bool qi_engine_device(const qi_engine *e, int d, qi_engine_dev *out);
 /* The bytes weight block b (qi_plan_block_weights' numbering) takes on
@@ -234,6 +235,15 @@ typedef struct {
      * with profile on, their device time, from events around them. */
     long copies, kv_block_moves;
     double copy_bytes, copy_seconds;
+    /* With profile on, per device of the plan (its index): the device time
+     * of its event-timed ops (the kinds above timed by the device's events:
+     * matmul, attention, kv-write), of its blocks' spans (from an event
+     * where a block starts on it to one where it ends: every op of the
+     * block, the gaps between them and, for the output head, the logits'
+     * download), and of the copies between devices queued on its stream.
+     * A device's busy time in the steps is about its spans plus its copies. */
+    double dev_op_seconds[QI_PLAN_MAX_DEVICES], dev_span_seconds[QI_PLAN_MAX_DEVICES],
+        dev_copy_seconds[QI_PLAN_MAX_DEVICES];
     /* New plans (qi_engine_replan, counted with profile off too): how
      * many, the weight and KV bytes they moved, their KV blocks, and
      * their wall time. */

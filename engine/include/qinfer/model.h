@@ -152,6 +152,7 @@ typedef struct {
     const char *sim;                 /* the engine's (engine.h): a simulated machine's profile; NULL: real */
     const qi_params *sim_params;     /* its efficiencies and noise (engine.h); NULL: defaults */
     const char *sim_cal;             /* a calibration file under sim_params (engine.h); NULL: none */
+    bool profile;                    /* the engine's op timing (engine.h; read through qi_ctx_engine) */
 } qi_ctx_opts;
 
 /* Fails (QI_ERR_UNSUPPORTED) with attn_blas when OpenBLAS cannot be loaded. */
@@ -164,6 +165,8 @@ int qi_ctx_n_past(const qi_ctx *c);
 void qi_ctx_reset(qi_ctx *c); /* forget the sequence */
 /* Its engine's clock (qi_engine_now): seconds, simulated with opts.sim. */
 double qi_ctx_now(const qi_ctx *c);
+/* Its engine (engine.h), for the engine's profile and devices. */
+struct qi_engine *qi_ctx_engine(const qi_ctx *c);
 
 /* Run n tokens at positions n_past..n_past+n-1 (a prompt chunk or one decode
  * step). With logits_all, logits for every token are kept (for perplexity);
