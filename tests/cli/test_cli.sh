@@ -24,7 +24,7 @@ expect_fail 2 "not an integer" $Q generate -p hi -t 0
 expect_fail 2 "not a number" $Q generate -p hi --temp nan
 expect_fail 2 "no prompt" $Q generate
 # --cupti records a CUDA device's kernels: without one in --devices it is a usage error
-$Q generate --help | grep -q -- "--cupti" && ok || bad "generate --help lacks --cupti"
+$Q generate --help | grep -- "--cupti" >/dev/null && ok || bad "generate --help lacks --cupti"
 expect_fail 2 "--cupti records a CUDA device's kernels and copies, and --devices cpu (the default) has none" \
   $Q generate -p hi --cupti
 expect_fail 2 "--devices cpu,testdev has none: add cuda" $Q generate -p hi --cupti --devices cpu,testdev

@@ -28,7 +28,7 @@ if ! "$qinfer" inspect smollm2-135m >/dev/null 2>&1; then echo "skip: model smol
 for c in serve load; do
   if "$qinfer" $c --help >/dev/null 2>&1; [[ $? -ne 0 ]]; then echo "skip: $("$qinfer" $c 2>&1)"; exit 77; fi
 done
-"$qinfer" load --help | grep -q -- "--slo-tpot-ms" || fail "load --help lacks --slo-tpot-ms"
+"$qinfer" load --help | grep -- "--slo-tpot-ms" >/dev/null || fail "load --help lacks --slo-tpot-ms"
 
 # bad flags: one line on stderr, exit 2, nothing started
 for args in "--bogus" "--rates 2,1" "--rates 0" "--rates 1," "--requests 0" "--max-seconds -1" "--url ftp://x" \
