@@ -15,10 +15,16 @@ fast=0
 [[ ${1:-} == --fast ]] && fast=1
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
+# each stage's wall time, for the CI log (the whole run must stay short)
+t0=$SECONDS
+stage() { echo "== $1 ($((SECONDS - t0)) s)"; t0=$SECONDS; }
+
 echo "== Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
+stage "Release build done"
 (cd build && ctest --output-on-failure -j"$jobs")
+stage "Release tests done"
 
 if ((fast == 0)); then
   echo "== AddressSanitizer + UBSan build and tests"
@@ -26,7 +32,9 @@ if ((fast == 0)); then
   # device's host logic (backend_cuda.c) is built and tested either way
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
+  stage "sanitizer build done"
   (cd build-asan && QI_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
+  stage "sanitizer tests done"
 fi
 echo "== all tests passed"

@@ -626,20 +626,29 @@ END_TEST
 
 static bool local_layer(const qi_model *m, int l) { return m->layers[l].swa; }
 
-/* A 100-token prompt under config c on a new engine, its logits into
- * out; with d >= 0, the n-th op and copy on device d fail meanwhile, and
- * the step's error must name the device, after which a new sequence runs
- * to the logits. Returns whether a failure happened. */
+/* A FAIL_PROMPT-token prompt under config c on a new engine, its logits
+ * into out; with d >= 0, the n-th op and copy on device d fail meanwhile,
+ * and the step's error must name the device, after which a new sequence
+ * runs to the logits. Returns whether a failure happened.
+ *
+ * 70 tokens, as in allocation_failures: two KV blocks a stream (the second
+ * partly filled), so a split at r = 0.5 keeps one block on each device and
+ * merges two partial attentions, and a replan moves two blocks a stream;
+ * the prompt is one step (under step_tokens), so the step runs the same
+ * ops and copies, which the injected failures count, as for any prompt of
+ * two blocks. The failure loops rerun it dozens of times (hundreds without
+ * QI_TEST_QUICK): no longer than those two blocks need. */
+#define FAIL_PROMPT 70
 static bool run_failing(const config *c, int d, long n, float *out) {
     const int V = g_model->hp.n_vocab;
-    int32_t prompt[100];
-    for (int i = 0; i < 100; i++) prompt[i] = 200 + i;
+    int32_t prompt[FAIL_PROMPT];
+    for (int i = 0; i < FAIL_PROMPT; i++) prompt[i] = 200 + i;
     qi_engine *eng = NULL;
     qi_err e = {0};
     ck_assert_int_eq(create(g_model, c, 1, &eng, &e), QI_OK);
     int id;
     ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
-    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 100, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, FAIL_PROMPT, false, &e), QI_OK);
     if (d >= 0) qi_engine_inject_fail(eng, d, n, n);
     qi_status st = QI_OK;
     while (!st && qi_engine_seq_pending(eng, id) > 0) st = qi_engine_step(eng, NULL, &e);
@@ -649,7 +658,7 @@ static bool run_failing(const config *c, int d, long n, float *out) {
         ck_assert_msg(strstr(e.msg, d ? "testdev" : "cpu") && strstr(e.msg, "injected failure"), "%s", e.msg);
         ck_assert_int_eq(qi_engine_seq_remove(eng, id, &e), QI_OK);
         ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
-        ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 100, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, FAIL_PROMPT, false, &e), QI_OK);
         while (qi_engine_seq_pending(eng, id) > 0)
             ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "after a failure: %s", e.msg);
     }
@@ -847,7 +856,7 @@ START_TEST(replan_costs) {
 }
 END_TEST
 
-/* One sequence's logits after 100 prompt tokens and 3 decode steps, a
+/* One sequence's logits after FAIL_PROMPT prompt tokens and 3 decode steps, a
  * replan to `to` attempted before each decode step with the n-th
  * allocation, or the n-th op and copy on testdev, failing (mode 1, 2; 0:
  * none). A replan that fails leaves the old plan running, so the logits
@@ -859,10 +868,10 @@ static int replan_failing(const char *to, int mode, long n, float *out) {
     qi_err e = {0};
     ck_assert_int_eq(create(g_model, &c, 1, &eng, &e), QI_OK);
     int id, fails = 0;
-    int32_t prompt[100];
-    for (int i = 0; i < 100; i++) prompt[i] = 400 + i;
+    int32_t prompt[FAIL_PROMPT];
+    for (int i = 0; i < FAIL_PROMPT; i++) prompt[i] = 400 + i;
     ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
-    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, 100, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, prompt, FAIL_PROMPT, false, &e), QI_OK);
     while (qi_engine_seq_pending(eng, id) > 0) ck_assert_int_eq(qi_engine_step(eng, NULL, &e), QI_OK);
     for (int g = 0; g < 3; g++) {
         char before[64];
