@@ -196,12 +196,17 @@ main() {
     export LD_LIBRARY_PATH
   fi
 
+  # the GPU's own architecture; where none answers (trying the script out
+  # on a machine without one), Hopper's, so the build still runs
+  local arch=native
+  nvidia-smi -L >/dev/null 2>&1 || arch=90-real
+  echo "CUDA architecture: $arch"
   local Q=$root/$B/qinfer
   if [[ -z $cmake || -z $nvcc ]]; then
     skip configure "cmake or nvcc not found"
     skip build "not configured"
   elif step configure 150 "$cmake" -S . -B "$B" "${gen[@]}" -DQI_CUDA=ON -DQI_BUILD_TESTS=OFF \
-         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=native \
+         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
          "${dep_flags[@]}"; then
     step build 300 "$cmake" --build "$B" -j"$jobs" --target qinfer qi_gpucheck &&
       { ldd "$Q" | grep -E 'pcre2|cudart|not found'; true; }
