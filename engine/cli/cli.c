@@ -198,10 +198,59 @@ bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k) {
     return false;
 }
 
+/* --devices with --gpu-mem's cap: each plain "cuda" of the list becomes
+ * "cuda:BYTES", and without --devices the list is cpu,cuda:BYTES. False
+ * (the message printed) when the list has no cuda to cap, or caps it
+ * itself too. */
+static bool devices_compose(qi_args *a, qi_cli_kv *k) {
+    k->devices = k->devices_arg;
+    if (!k->gpu_mem) return true;
+    const char *list = k->devices_arg ? k->devices_arg : "cpu,cuda";
+    size_t n = 0;
+    bool any = false;
+    for (const char *d = list; *d;) {
+        const size_t len = strcspn(d, ",");
+        const bool cuda = len >= 4 && strncmp(d, "cuda", 4) == 0;
+        if (cuda && len > 4) {
+            qi_cli_error(a->cmd, "--gpu-mem and --devices %s both cap the GPU: give one", list);
+            return false;
+        }
+        const int w = snprintf(k->devices_buf + n, sizeof k->devices_buf - n, "%s%.*s%s%s", n ? "," : "", (int)len,
+                               d, cuda ? ":" : "", cuda ? k->gpu_mem : "");
+        if (w < 0 || (size_t)w >= sizeof k->devices_buf - n) {
+            qi_cli_error(a->cmd, "--devices %s is too long", list);
+            return false;
+        }
+        n += (size_t)w;
+        any |= cuda;
+        d += len + (d[len] == ',');
+    }
+    if (!any) {
+        qi_cli_error(a->cmd, "--gpu-mem caps the CUDA device, and --devices %s has none: add cuda", list);
+        return false;
+    }
+    k->devices = k->devices_buf;
+    return true;
+}
+
 bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
     if (qi_args_is(a, NULL, "--devices")) {
         const char *s = qi_args_str(a);
-        if (s) k->devices = s;
+        if (s) k->devices_arg = s;
+        if (s && !devices_compose(a, k)) a->failed = true;
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--gpu-mem")) {
+        const char *s = qi_args_str(a);
+        if (!s) return true;
+        /* a size as cuda:BYTES takes it (the engine checks the number) */
+        if (!*s || strspn(s, "0123456789.") == 0 || strspn(s, "0123456789.KMG") != strlen(s)) {
+            qi_cli_error(a->cmd, "option --gpu-mem: '%s' is not a size (BYTES, or with K, M or G)", s);
+            a->failed = true;
+            return true;
+        }
+        k->gpu_mem = s;
+        if (!devices_compose(a, k)) a->failed = true;
         return true;
     }
     if (qi_args_is(a, NULL, "--placement")) {
@@ -238,6 +287,8 @@ void qi_cli_place_help(void) {
     printf("      --devices LIST      devices to place blocks on: cpu (default), cpu,cuda[:BYTES] (the\n"
            "                          first GPU, the memory the engine may use capped at BYTES, so\n"
            "                          hybrid plans can be forced on a large GPU), or cpu,testdev[:BYTES]\n"
+           "      --gpu-mem BYTES     the same cap as cuda:BYTES (K, M or G suffixes; without --devices:\n"
+           "                          cpu,cuda:BYTES)\n"
            "                          (testdev: a second CPU device with its own memory and stream);\n"
            "                          with --sim, cpu,gpu[:BYTES] (the profile's GPU, its memory capped)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"

@@ -68,7 +68,10 @@ typedef struct {
     qi_params params;
     int budget_tokens;
     double budget_frac;
-    const char *devices;   /* --devices (NULL: cpu) */
+    const char *devices;   /* --devices, with --gpu-mem's cap on cuda (NULL: cpu) */
+    const char *devices_arg; /* --devices as given */
+    const char *gpu_mem;   /* --gpu-mem BYTES (NULL: none) */
+    char devices_buf[256]; /* devices when --gpu-mem rewrote it */
     const char *placement; /* --placement (NULL: all-cpu) */
     bool policy_ok;        /* the command runs policy: placements (qi_cli_place_policy_allow) */
     const char *sim;       /* --sim PROFILE (NULL: the real devices) */
@@ -78,8 +81,10 @@ typedef struct {
 } qi_cli_kv;
 
 /* The placement flags, kept in the same struct and applied with it:
- *   --devices LIST      cpu (default), or cpu,testdev[:BYTES]; with --sim,
- *                       cpu,gpu[:BYTES]
+ *   --devices LIST      cpu (default), cpu,cuda[:BYTES] or cpu,testdev[:BYTES];
+ *                       with --sim, cpu,gpu[:BYTES]
+ *   --gpu-mem BYTES     the memory the engine may use on the GPU: --devices'
+ *                       cuda becomes cuda:BYTES (alone: --devices cpu,cuda:BYTES)
  *   --sim PROFILE       run on the machine of a hardware profile, simulated
  *                       (engine/backend/sim/): commands that time (bench,
  *                       generate) take it; those that measure what the model

@@ -97,6 +97,15 @@ fi
 expect_fail 2 "the first device must be cpu" $Q generate $M -p hi -n 1 --devices gpu
 expect_fail 2 "no device 'tpu' in this build (devices: cpu, cuda" $Q generate $M -p hi -n 1 --devices cpu,tpu
 expect_fail 2 "device 'cuda:0': capacity is not a size" $Q generate $M -p hi -n 1 --devices cpu,cuda:0
+expect_fail 2 "--gpu-mem caps the CUDA device, and --devices cpu,testdev has none" $Q generate $M -p hi -n 1 \
+  --devices cpu,testdev --gpu-mem 2G
+expect_fail 2 "--gpu-mem and --devices cpu,cuda:1G both cap the GPU" $Q generate $M -p hi -n 1 --gpu-mem 2G \
+  --devices cpu,cuda:1G
+expect_fail 2 "option --gpu-mem: '2X' is not a size" $Q bench $M -p 0 -n 1 --gpu-mem 2X
+$Q generate --help | grep -- "--gpu-mem BYTES" >/dev/null && ok || bad "generate --help lacks --gpu-mem"
+if ! nvidia-smi -L >/dev/null 2>&1; then # --gpu-mem alone asks for the GPU, capped
+  expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --gpu-mem 2G --placement ngl=2
+fi
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: asking for one is a clear error, not a crash
   expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2
   expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2 --cupti
