@@ -133,6 +133,16 @@ START_TEST(test_file_round_trip) {
                   "%s", e.msg);
     ck_assert_int_eq(q.layers[1].attn_dev, 1);
     ck_assert_int_eq(q.layers[2].split_dev, 1);
+    /* a device named without its capacity names the capped one of --devices */
+    qi_plan c = {0};
+    ck_assert_int_eq(qi_plan_devices_parse("cpu,cuda:2G", &c, &e), QI_OK);
+    ck_assert_msg(qi_plan_parse(write_tmp("cuda cpu\ncpu cuda 0.5 cuda\nhead cuda\n"), 2, &c, &e) == QI_OK, "%s",
+                  e.msg);
+    ck_assert_int_eq(c.layers[0].attn_dev, 1);
+    ck_assert_int_eq(c.layers[1].split_dev, 1);
+    ck_assert_int_eq(c.head_dev, 1);
+    ck_assert_int_ne(qi_plan_parse(write_tmp("cud cpu\ncpu cpu\n"), 2, &c, &e), QI_OK); /* a prefix is not a name */
+    qi_plan_free(&c);
     qi_plan_free(&p);
     qi_plan_free(&q);
     unlink(write_tmp(""));
