@@ -409,3 +409,18 @@ qi_model *qi_test_shapes_70b(char *path, size_t n) {
     }
     return m;
 }
+
+qi_model *qi_test_synth(const char *args) {
+    char path[96], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/qinfer-test-synth-%d.gguf", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s/qinfer' synth %s -o '%s' >/dev/null", QI_BINARY_DIR, args, path);
+    qi_model *m = NULL;
+    qi_err e = {0};
+    if (system(cmd) != 0 || qi_model_load(path, &m, &e) != QI_OK) {
+        fprintf(stderr, "qinfer synth %s: no model (%s)\n", args, e.msg[0] ? e.msg : "synth failed");
+        m = NULL;
+    }
+    unlink(path); /* the loaded model keeps its own mapping */
+    return m;
+}
+

@@ -45,6 +45,21 @@ char *qi_test_next_line(char **cur);
 void qi_test_tiny_shapes(qi_model *m, qi_layer *layers, int n_layer, uint64_t mul);
 qi_model *qi_test_shapes_70b(char *path, size_t n);
 
+/* A model with random weights written by the built qinfer (`qinfer synth
+ * ARGS`) and loaded; NULL (a message on stderr) when either fails. For the
+ * tests of the engine's own machinery (plans, batching, KV policies), whose
+ * checks hold for any weights: bit-identity between two ways of computing
+ * the same logits. Correct text against llama.cpp is the golden tests' job
+ * (test_model*), on the real files. The shapes they use: */
+/* SmolLM2-135M's layer shape (576 wide, 9/3 heads of 64, FFN 1536, tied
+ * output, q4_1), 8 layers of its 30, vocabulary 4096 */
+#define QI_TEST_SYNTH_SMOL "--preset smollm2-135m --n-layer 8 --n-vocab 4096"
+/* Gemma 3 270M's (640 wide, 4/1 heads of 256, FFN 2048, QK-norm, 512-token
+ * sliding window on five layers in six), q8_0, 6 layers of its 18 (the last
+ * one global), vocabulary 4096 */
+#define QI_TEST_SYNTH_GEMMA "--preset gemma3-270m --type q8_0 --n-layer 6 --n-vocab 4096"
+qi_model *qi_test_synth(const char *args);
+
 /* Monotonic clock in seconds. */
 double qi_test_now(void);
 
