@@ -949,3 +949,114 @@ float qi_vec_dot_ref(uint32_t type, int64_t n, const void *w, const void *a) {
     default: QI_ASSERT(0 && "unsupported type"); return 0.0f;
     }
 }
+
+/* ---- integer codes (the sparse kernels' column form) ----------------------- */
+
+int qi_code_group(uint32_t type) {
+    switch (type) {
+    case QI_TYPE_Q4_0:
+    case QI_TYPE_Q4_1:
+    case QI_TYPE_Q5_0:
+    case QI_TYPE_Q5_1:
+    case QI_TYPE_Q8_0:
+    case QI_TYPE_Q4_K:
+    case QI_TYPE_Q5_K: return 32;
+    case QI_TYPE_Q6_K: return 16;
+    default: return 0;
+    }
+}
+
+int qi_code_bias(uint32_t type) { return type == QI_TYPE_Q4_0 ? 8 : 0; }
+
+int qi_code_bits(uint32_t type) {
+    return type == QI_TYPE_Q4_0 || type == QI_TYPE_Q4_1 || type == QI_TYPE_Q4_K ? 4 : 8;
+}
+
+bool qi_row_codes(uint32_t type, const void *row, int64_t n, int8_t *code, float *scale, float *min) {
+    const int G = qi_code_group(type);
+    if (!G || qi_row_bytes(type, n) == 0 || n <= 0) return false;
+    switch (type) {
+    case QI_TYPE_Q4_0:
+    case QI_TYPE_Q4_1: {
+        const bool q41 = type == QI_TYPE_Q4_1;
+        for (int64_t i = 0; i < n / QI_QK; i++) {
+            const uint8_t *qs = q41 ? ((const qi_block_q4_1 *)row)[i].qs : ((const qi_block_q4_0 *)row)[i].qs;
+            const uint16_t d = q41 ? ((const qi_block_q4_1 *)row)[i].d : ((const qi_block_q4_0 *)row)[i].d;
+            for (int j = 0; j < QI_QK / 2; j++) {
+                code[QI_QK * i + j] = (int8_t)((qs[j] & 0x0f) - (q41 ? 0 : 8));
+                code[QI_QK * i + j + QI_QK / 2] = (int8_t)((qs[j] >> 4) - (q41 ? 0 : 8));
+            }
+            scale[i] = qi_fp16_to_f32(d);
+            min[i] = q41 ? qi_fp16_to_f32(((const qi_block_q4_1 *)row)[i].m) : 0.0f;
+        }
+        return true;
+    }
+    case QI_TYPE_Q5_0:
+    case QI_TYPE_Q5_1: {
+        const bool q51 = type == QI_TYPE_Q5_1;
+        for (int64_t i = 0; i < n / QI_QK; i++) {
+            int q[QI_QK];
+            if (q51) {
+                const qi_block_q5_1 *b = (const qi_block_q5_1 *)row + i;
+                unpack_q5(b->qs, b->qh, q);
+                scale[i] = qi_fp16_to_f32(b->d);
+                min[i] = qi_fp16_to_f32(b->m);
+            } else {
+                const qi_block_q5_0 *b = (const qi_block_q5_0 *)row + i;
+                unpack_q5(b->qs, b->qh, q);
+                scale[i] = qi_fp16_to_f32(b->d);
+                min[i] = 0.0f;
+            }
+            for (int j = 0; j < QI_QK; j++) code[QI_QK * i + j] = (int8_t)(q[j] - (q51 ? 0 : 16));
+        }
+        return true;
+    }
+    case QI_TYPE_Q8_0:
+        for (int64_t i = 0; i < n / QI_QK; i++) {
+            const qi_block_q8_0 *b = (const qi_block_q8_0 *)row + i;
+            memcpy(code + QI_QK * i, b->qs, QI_QK);
+            scale[i] = qi_fp16_to_f32(b->d);
+            min[i] = 0.0f;
+        }
+        return true;
+    case QI_TYPE_Q4_K:
+    case QI_TYPE_Q5_K:
+        for (int64_t i = 0; i < n / QI_QK_K; i++) {
+            uint8_t q[QI_QK_K];
+            const uint8_t *scales;
+            uint16_t d16, dmin16;
+            if (type == QI_TYPE_Q4_K) {
+                const qi_block_q4_K *b = (const qi_block_q4_K *)row + i;
+                unpack_q4_K(b, q);
+                scales = b->scales, d16 = b->d, dmin16 = b->dmin;
+            } else {
+                const qi_block_q5_K *b = (const qi_block_q5_K *)row + i;
+                unpack_q5_K(b, q);
+                scales = b->scales, d16 = b->d, dmin16 = b->dmin;
+            }
+            /* as dequantize_k_asym: x = (d*sc) * q - (dmin*mn) */
+            const float d = qi_fp16_to_f32(d16), dmin = qi_fp16_to_f32(dmin16);
+            for (int b = 0; b < 8; b++) {
+                uint8_t sc, mn;
+                qi_k_scale_min(scales, b, &sc, &mn);
+                scale[8 * i + b] = d * (float)sc;
+                min[8 * i + b] = -(dmin * (float)mn);
+            }
+            for (int k = 0; k < QI_QK_K; k++) code[QI_QK_K * i + k] = (int8_t)q[k];
+        }
+        return true;
+    case QI_TYPE_Q6_K:
+        for (int64_t i = 0; i < n / QI_QK_K; i++) {
+            const qi_block_q6_K *b = (const qi_block_q6_K *)row + i;
+            unpack_q6_K(b, code + QI_QK_K * i);
+            /* as dequantize_q6_K: x = (d * sc) * (q - 32) */
+            const float d = qi_fp16_to_f32(b->d);
+            for (int s = 0; s < QI_QK_K / 16; s++) {
+                scale[16 * i + s] = d * (float)b->scales[s];
+                min[16 * i + s] = 0.0f;
+            }
+        }
+        return true;
+    default: return false;
+    }
+}

@@ -167,4 +167,20 @@ float qi_vec_dot_ref(uint32_t type, int64_t n, const void *w, const void *a);
 /* The 6-bit scale and min of sub-block b (0..7) of a Q4_K/Q5_K block. */
 void qi_k_scale_min(const uint8_t scales[12], int b, uint8_t *sc, uint8_t *mn);
 
+/* Integer codes of a weight row, for the sparse kernels' column form
+ * (engine/kernels/sparse.h): element k of a row is exactly
+ *   scale[k / G] * code[k] + min[k / G]      (G = qi_code_group(type))
+ * in float arithmetic, the product rounded before the sum; min is 0 for the
+ * symmetric types (the result then equals qi_dequantize_row_ref's but for
+ * the sign of a zero). Codes: Q4_0 q - 8, Q5_0 q - 16, Q6_K q - 32, the
+ * others' quants as they are (Q8_0 signed). G is 32, 16 for Q6_K; 0 for
+ * types without codes (F32, F16, BF16, Q8_1, Q8_K, unknown).
+ * qi_code_bits: 4 when every code + qi_code_bias(type) fits a nibble (Q4_0,
+ * Q4_1, Q4_K), else 8. qi_row_codes fills code[n], scale[n / G], min[n / G]
+ * and returns false for a type without codes or a bad n. */
+int qi_code_group(uint32_t type);
+int qi_code_bits(uint32_t type);
+int qi_code_bias(uint32_t type);
+bool qi_row_codes(uint32_t type, const void *row, int64_t n, int8_t *code, float *scale, float *min);
+
 #endif

@@ -1,0 +1,284 @@
+/* sparse.c - the column form and the sparse-input matmul (sparse.h). */
+#include "sparse.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QI_SPARSE_X86 1
+#endif
+
+#include "qinfer/quant.h"
+#include "qinfer/types.h"
+
+bool qi_colw_supported(const qi_weight *w) {
+    return w && qi_code_group(w->type) > 0 && w->n_rows > 0 && w->n_rows % 32 == 0 && w->n_cols > 0 &&
+           qi_row_bytes(w->type, w->n_cols) == w->row_bytes;
+}
+
+void qi_colw_free(qi_colw *c) {
+    if (!c) return;
+    qi_free(c->codes);
+    qi_free(c->scale);
+    qi_free(c->min);
+    memset(c, 0, sizeof *c);
+}
+
+size_t qi_colw_bytes(const qi_colw *c) {
+    const size_t groups = c->group ? (size_t)(c->n_in / c->group) : 0;
+    return c->col_bytes * (size_t)c->n_in + groups * (size_t)c->n_out * sizeof(float) * (c->min ? 2 : 1);
+}
+
+static bool has_min(uint32_t type) {
+    return type == QI_TYPE_Q4_1 || type == QI_TYPE_Q5_1 || type == QI_TYPE_Q4_K || type == QI_TYPE_Q5_K;
+}
+
+qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!qi_colw_supported(w))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "sparse matmul: no column form for a %s matrix of %lld x %lld",
+                      w && qi_type_get(w->type) ? qi_type_get(w->type)->name : "missing", w ? (long long)w->n_rows : 0LL,
+                      w ? (long long)w->n_cols : 0LL);
+    const int64_t n_in = w->n_cols, n_out = w->n_rows;
+    const int G = qi_code_group(w->type);
+    qi_colw c = {.type = w->type, .n_in = n_in, .n_out = n_out, .group = G, .bits = qi_code_bits(w->type),
+                 .bias = qi_code_bias(w->type)};
+    c.col_bytes = c.bits == 4 ? (size_t)n_out / 2 : (size_t)n_out;
+    const size_t groups = (size_t)(n_in / G);
+    c.codes = qi_calloc((size_t)n_in, c.col_bytes);
+    c.scale = qi_malloc(groups * (size_t)n_out * sizeof(float));
+    if (has_min(w->type)) c.min = qi_malloc(groups * (size_t)n_out * sizeof(float));
+    int8_t *code = qi_malloc((size_t)n_in);
+    float *sc = qi_malloc(groups * sizeof(float)), *mn = qi_malloc(groups * sizeof(float));
+    if (!c.codes || !c.scale || (has_min(w->type) && !c.min) || !code || !sc || !mn) {
+        qi_free(code), qi_free(sc), qi_free(mn);
+        qi_colw_free(&c);
+        return QI_ERR(err, QI_ERR_NOMEM, "sparse matmul: out of memory for the column form of a %lld x %lld matrix",
+                      (long long)n_out, (long long)n_in);
+    }
+    for (int64_t i = 0; i < n_out; i++) {
+        const bool ok = qi_row_codes(w->type, (const char *)w->data + (uint64_t)i * w->row_bytes, n_in, code, sc, mn);
+        QI_ASSERT(ok);
+        for (size_t g = 0; g < groups; g++) {
+            c.scale[g * (size_t)n_out + (size_t)i] = sc[g];
+            if (c.min) c.min[g * (size_t)n_out + (size_t)i] = mn[g];
+        }
+        const int64_t ch = i / 32, k = i % 32;
+        for (int64_t j = 0; j < n_in; j++) {
+            uint8_t *col = c.codes + (size_t)j * c.col_bytes;
+            if (c.bits == 8) {
+                col[i] = (uint8_t)code[j];
+            } else {
+                const uint8_t v = (uint8_t)(code[j] + c.bias);
+                uint8_t *byte = col + 16 * ch + (k & 15);
+                *byte = (uint8_t)(k < 16 ? (*byte & 0xf0) | v : (*byte & 0x0f) | (v << 4));
+            }
+        }
+    }
+    qi_free(code), qi_free(sc), qi_free(mn);
+    *out = c;
+    return QI_OK;
+}
+
+static inline int code_at(const qi_colw *c, int64_t i, int64_t j) {
+    const uint8_t *col = c->codes + (size_t)j * c->col_bytes;
+    if (c->bits == 8) return (int8_t)col[i];
+    const uint8_t b = col[16 * (i / 32) + (i % 16)];
+    return (i % 32 < 16 ? b & 0x0f : b >> 4) - c->bias;
+}
+
+float qi_colw_value(const qi_colw *c, int64_t i, int64_t j) {
+    const size_t g = (size_t)(j / c->group) * (size_t)c->n_out + (size_t)i;
+    const float p = c->scale[g] * (float)code_at(c, i, j);
+    return c->min ? p + c->min[g] : p;
+}
+
+int qi_sparse_active(const float *x, size_t x_stride, int T, int64_t n, int32_t *idx) {
+    int k = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int t = 0; t < T; t++)
+            if (x[(size_t)t * x_stride + (size_t)j] != 0.0f) {
+                idx[k++] = (int32_t)j;
+                break;
+            }
+    return k;
+}
+
+/* The end of group idx[p] / G's run of active columns. */
+static inline int group_end(const int32_t *idx, int n_idx, int p, int G) {
+    const int32_t g = idx[p] / G;
+    int q = p + 1;
+    while (q < n_idx && idx[q] / G == g) q++;
+    return q;
+}
+
+void qi_sparse_matmul_ref(const qi_colw *w, const float *x, size_t x_stride, int T, const int32_t *idx, int n_idx,
+                          float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    const int G = w->group;
+    for (int t = 0; t < T; t++)
+        for (int64_t i = r0; i < r1; i++) y[(size_t)t * y_stride + (size_t)i] = 0.0f;
+    for (int p = 0; p < n_idx;) {
+        const int q = group_end(idx, n_idx, p, G);
+        const size_t g = (size_t)(idx[p] / G) * (size_t)w->n_out;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * x_stride;
+            float sx = 0.0f;
+            for (int k = p; k < q; k++) sx = sx + xt[idx[k]];
+            for (int64_t i = r0; i < r1; i++) {
+                float acc = 0.0f;
+                for (int k = p; k < q; k++) {
+                    const float xv = xt[idx[k]];
+                    if (xv != 0.0f) acc = fmaf(xv, (float)code_at(w, i, idx[k]), acc);
+                }
+                float *yi = y + (size_t)t * y_stride + (size_t)i;
+                *yi = fmaf(w->scale[g + (size_t)i], acc, *yi);
+                if (w->min) *yi = fmaf(w->min[g + (size_t)i], sx, *yi);
+            }
+        }
+        p = q;
+    }
+}
+
+#ifdef QI_SPARSE_X86
+#define T2 __attribute__((target("avx2,fma")))
+
+/* Rows 32c .. 32c + 31 of column j as four vectors of 8 floats. */
+T2 static inline void decode32(const qi_colw *w, int64_t j, int64_t i0, __m256 f[4]) {
+    const uint8_t *col = w->codes + (size_t)j * w->col_bytes;
+    __m256i v[4];
+    if (w->bits == 8) {
+        const uint8_t *p = col + i0;
+        for (int k = 0; k < 4; k++) v[k] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k)));
+    } else {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(col + i0 / 2));
+        const __m128i m = _mm_set1_epi8(0x0f);
+        const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        const __m256i bias = _mm256_set1_epi32(w->bias);
+        v[0] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(lo), bias);
+        v[1] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), bias);
+        v[2] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(hi), bias);
+        v[3] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), bias);
+    }
+    for (int k = 0; k < 4; k++) f[k] = _mm256_cvtepi32_ps(v[k]);
+}
+
+/* One token, rows [i0, i0 + 64): eight accumulators in registers, so the
+ * fused multiply-adds of one column do not wait on each other. */
+T2 static void sparse64_t1(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, float *y, int64_t i0) {
+    const int G = w->group;
+    const size_t n_out = (size_t)w->n_out;
+    __m256 yv[8];
+    for (int l = 0; l < 8; l++) yv[l] = _mm256_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i bias = _mm256_set1_epi32(w->bias);
+    for (int p = 0; p < n_idx;) {
+        const int q = group_end(idx, n_idx, p, G);
+        __m256 acc[8];
+        for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+        float sx = 0.0f;
+        for (int k = p; k < q; k++) {
+            const float xv = x[idx[k]];
+            sx = sx + xv;
+            if (xv == 0.0f) continue;
+            const __m256 xb = _mm256_set1_ps(xv);
+            const uint8_t *col = w->codes + (size_t)idx[k] * w->col_bytes;
+            __m256i v[8];
+            if (w->bits == 8) {
+                const uint8_t *c8 = col + i0;
+                for (int l = 0; l < 8; l++)
+                    v[l] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(c8 + 8 * l)));
+            } else {
+                for (int h = 0; h < 2; h++) {
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(col + i0 / 2 + 16 * h));
+                    const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+                    v[4 * h + 0] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(lo), bias);
+                    v[4 * h + 1] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), bias);
+                    v[4 * h + 2] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(hi), bias);
+                    v[4 * h + 3] = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), bias);
+                }
+            }
+            for (int l = 0; l < 8; l++) acc[l] = _mm256_fmadd_ps(xb, _mm256_cvtepi32_ps(v[l]), acc[l]);
+        }
+        const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
+        const __m256 sxb = _mm256_set1_ps(sx);
+        for (int l = 0; l < 8; l++) {
+            yv[l] = _mm256_fmadd_ps(_mm256_loadu_ps(w->scale + g + 8 * l), acc[l], yv[l]);
+            if (w->min) yv[l] = _mm256_fmadd_ps(_mm256_loadu_ps(w->min + g + 8 * l), sxb, yv[l]);
+        }
+        p = q;
+    }
+    for (int l = 0; l < 8; l++) _mm256_storeu_ps(y + i0 + 8 * l, yv[l]);
+}
+
+/* Token counts up to this keep their accumulators on the stack. */
+#define SP_MAX_T 64
+
+T2 static void sparse_avx2(const qi_colw *w, const float *x, size_t x_stride, int T, const int32_t *idx, int n_idx,
+                           float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    if (T > SP_MAX_T) {
+        for (int t0 = 0; t0 < T; t0 += SP_MAX_T)
+            sparse_avx2(w, x + (size_t)t0 * x_stride, x_stride, T - t0 < SP_MAX_T ? T - t0 : SP_MAX_T, idx, n_idx,
+                        y + (size_t)t0 * y_stride, y_stride, r0, r1);
+        return;
+    }
+    if (T == 1)
+        for (; r0 + 64 <= r1; r0 += 64) sparse64_t1(w, x, idx, n_idx, y, r0);
+    const int G = w->group;
+    const size_t n_out = (size_t)w->n_out;
+    float sx[SP_MAX_T];
+    __m256 acc[SP_MAX_T][4];
+    for (int64_t i0 = r0; i0 < r1; i0 += 32) {
+        __m256 yv[SP_MAX_T][4];
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < 4; k++) yv[t][k] = _mm256_setzero_ps();
+        for (int p = 0; p < n_idx;) {
+            const int q = group_end(idx, n_idx, p, G);
+            const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
+            for (int t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * x_stride;
+                float s = 0.0f;
+                for (int k = p; k < q; k++) s = s + xt[idx[k]];
+                sx[t] = s;
+                for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
+            }
+            for (int k = p; k < q; k++) {
+                __m256 f[4];
+                decode32(w, idx[k], i0, f);
+                for (int t = 0; t < T; t++) {
+                    const float xv = x[(size_t)t * x_stride + (size_t)idx[k]];
+                    if (xv == 0.0f) continue;
+                    const __m256 xb = _mm256_set1_ps(xv);
+                    for (int l = 0; l < 4; l++) acc[t][l] = _mm256_fmadd_ps(xb, f[l], acc[t][l]);
+                }
+            }
+            for (int l = 0; l < 4; l++) {
+                const __m256 s = _mm256_loadu_ps(w->scale + g + 8 * l);
+                for (int t = 0; t < T; t++) yv[t][l] = _mm256_fmadd_ps(s, acc[t][l], yv[t][l]);
+                if (w->min) {
+                    const __m256 m = _mm256_loadu_ps(w->min + g + 8 * l);
+                    for (int t = 0; t < T; t++) yv[t][l] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[t]), yv[t][l]);
+                }
+            }
+            p = q;
+        }
+        for (int t = 0; t < T; t++)
+            for (int l = 0; l < 4; l++) _mm256_storeu_ps(y + (size_t)t * y_stride + (size_t)i0 + 8 * l, yv[t][l]);
+    }
+}
+
+qi_sparse_fn qi_sparse_matmul_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? sparse_avx2 : NULL;
+}
+#else
+qi_sparse_fn qi_sparse_matmul_avx2(void) { return NULL; }
+#endif
+
+qi_sparse_fn qi_sparse_matmul(void) {
+    const char *f = getenv("QI_FORCE_REF");
+    qi_sparse_fn s = f && strcmp(f, "1") == 0 ? NULL : qi_sparse_matmul_avx2();
+    return s ? s : qi_sparse_matmul_ref;
+}

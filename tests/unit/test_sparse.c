@@ -1,0 +1,244 @@
+/* test_sparse.c - the sparse-input matmul (engine/kernels/sparse.h).
+ *
+ *   - the column form holds the same matrix: every element equals
+ *     qi_dequantize_row_ref's, for every type with codes, on random rows
+ *     (the values of random floats quantised, and random block bytes with
+ *     the scale fields made finite);
+ *   - the product: the AVX2 version equals the plain-C reference bit for
+ *     bit, and the reference is within 2^-17 of sum |x_j| max |w_ij| of a
+ *     double product, on random inputs with random masks
+ *     at every density from 0 to 1, edge sizes (one group, a partial last
+ *     group in the row range, 1..70 tokens, rows in ranges);
+ *   - the union of active columns over a batch; matrices without a
+ *     column form refused.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/sparse.h"
+#include "qinfer/quant.h"
+#include "qinfer/types.h"
+#include "testutil.h"
+
+static const uint32_t k_types[] = {QI_TYPE_Q4_0, QI_TYPE_Q4_1, QI_TYPE_Q5_0, QI_TYPE_Q5_1,
+                                   QI_TYPE_Q8_0, QI_TYPE_Q4_K, QI_TYPE_Q5_K, QI_TYPE_Q6_K};
+#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+
+static const char *tname(uint32_t t) { return qi_type_get(t)->name; }
+
+/* A random n_out x n_in matrix of type t: rows of random floats quantised. */
+static qi_weight make_weight(uint32_t t, int64_t n_out, int64_t n_in, uint64_t *st) {
+    const size_t rb = qi_row_bytes(t, n_in);
+    ck_assert_uint_gt(rb, 0);
+    unsigned char *data = malloc(rb * (size_t)n_out);
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t i = 0; i < n_out; i++) {
+        const float scale = 0.05f + 2.0f * (qi_test_randf(st) + 1.0f);
+        for (int64_t j = 0; j < n_in; j++) row[j] = scale * qi_test_randf(st);
+        qi_quantize_row_ref(t, row, data + (size_t)i * rb, n_in);
+    }
+    free(row);
+    return (qi_weight){.type = t, .n_cols = n_in, .n_rows = n_out, .row_bytes = rb, .data = data};
+}
+
+static float *dequant(const qi_weight *w) {
+    float *d = malloc(sizeof(float) * (size_t)(w->n_rows * w->n_cols));
+    for (int64_t i = 0; i < w->n_rows; i++)
+        qi_dequantize_row_ref(w->type, (const char *)w->data + (size_t)i * w->row_bytes, d + i * w->n_cols,
+                              w->n_cols);
+    return d;
+}
+
+static void check_values(const qi_weight *w, const char *what) {
+    qi_colw c;
+    qi_err e = {0};
+    ck_assert_msg(qi_colw_build(w, &c, &e) == QI_OK, "%s", e.msg);
+    float *d = dequant(w);
+    for (int64_t i = 0; i < w->n_rows; i++)
+        for (int64_t j = 0; j < w->n_cols; j++) {
+            const float want = d[i * w->n_cols + j], got = qi_colw_value(&c, i, j);
+            ck_assert_msg(got == want, "%s %s [%lld][%lld]: column form %.9g, dequantised %.9g", tname(w->type), what,
+                          (long long)i, (long long)j, got, want);
+        }
+    ck_assert_uint_eq(qi_colw_bytes(&c), c.col_bytes * (size_t)c.n_in +
+                                             (size_t)(c.n_in / c.group) * (size_t)c.n_out * sizeof(float) *
+                                                 (c.min ? 2 : 1));
+    free(d);
+    qi_colw_free(&c);
+}
+
+START_TEST(column_form_exact) {
+    uint64_t st = 7;
+    for (int k = 0; k < N_TYPES; k++) {
+        const uint32_t t = k_types[k];
+        const int64_t blk = t == QI_TYPE_Q4_K || t == QI_TYPE_Q5_K || t == QI_TYPE_Q6_K ? 256 : 32;
+        for (int s = 0; s < 3; s++) {
+            const int64_t n_out = 32 * (1 + s * 2), n_in = blk * (1 + s);
+            qi_weight w = make_weight(t, n_out, n_in, &st);
+            check_values(&w, "quantised floats");
+            /* random block bytes: every code pattern, scales made finite */
+            unsigned char *b = (unsigned char *)w.data;
+            for (size_t i = 0; i < w.row_bytes * (size_t)n_out; i++) b[i] = (unsigned char)qi_test_rand(&st);
+            for (int64_t r = 0; r < n_out; r++)
+                for (int64_t i = 0; i < n_in / blk; i++) {
+                    unsigned char *blkp = b + (size_t)r * w.row_bytes + (size_t)i * (w.row_bytes / (size_t)(n_in / blk));
+                    uint16_t h[2] = {qi_f32_to_fp16(0.01f * (qi_test_randf(&st) + 1.5f)),
+                                     qi_f32_to_fp16(0.02f * qi_test_randf(&st))};
+                    if (t == QI_TYPE_Q6_K)
+                        memcpy(blkp + 208, h, 2); /* d last */
+                    else
+                        memcpy(blkp, h, t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_1 || t == QI_TYPE_Q4_K ||
+                                                t == QI_TYPE_Q5_K
+                                            ? 4
+                                            : 2);
+                }
+            check_values(&w, "random bytes");
+            free((void *)w.data);
+        }
+    }
+}
+END_TEST
+
+START_TEST(unsupported) {
+    qi_colw c;
+    qi_err e = {0};
+    uint64_t st = 3;
+    qi_weight w = make_weight(QI_TYPE_Q8_0, 40, 64, &st); /* 40 rows: not a multiple of 32 */
+    ck_assert(!qi_colw_supported(&w));
+    ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "q8_0") && strstr(e.msg, "40 x 64"), "%s", e.msg);
+    free((void *)w.data);
+    float f[32 * 32] = {0};
+    const qi_weight wf = {.type = QI_TYPE_F32, .n_cols = 32, .n_rows = 32, .row_bytes = 128, .data = f};
+    ck_assert(!qi_colw_supported(&wf));
+    ck_assert_int_eq(qi_colw_build(&wf, &c, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_int_eq(qi_code_group(QI_TYPE_F16), 0);
+}
+END_TEST
+
+START_TEST(active_union) {
+    float x[3][8] = {{0, 1, 0, 0, 0, 0, 0, 2}, {0, 0, 0, -3, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}};
+    int32_t idx[8];
+    ck_assert_int_eq(qi_sparse_active(&x[0][0], 8, 3, 8, idx), 3);
+    ck_assert_int_eq(idx[0], 1);
+    ck_assert_int_eq(idx[1], 3);
+    ck_assert_int_eq(idx[2], 7);
+    ck_assert_int_eq(qi_sparse_active(&x[2][0], 8, 1, 8, idx), 0);
+    ck_assert_int_eq(qi_sparse_active(&x[0][0], 8, 1, 8, idx), 2);
+}
+END_TEST
+
+/* x[T][n_in] with each element zero with probability 1 - density (the
+ * zeros shared by no token in particular). */
+static void random_x(float *x, int T, int64_t n, double density, uint64_t *st) {
+    for (int t = 0; t < T; t++)
+        for (int64_t j = 0; j < n; j++) {
+            const double u = (qi_test_randf(st) + 1.0) / 2.0;
+            x[t * n + j] = u < density ? 3.0f * qi_test_randf(st) : 0.0f;
+        }
+}
+
+static void check_product(const qi_weight *w, const qi_colw *c, const float *dq, int T, double density,
+                          int64_t r0, int64_t r1, uint64_t *st, long *n_checked) {
+    const int64_t n_in = w->n_cols, n_out = w->n_rows;
+    float *x = malloc(sizeof(float) * (size_t)(T * n_in));
+    random_x(x, T, n_in, density, st);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_in);
+    const int n_idx = qi_sparse_active(x, (size_t)n_in, T, n_in, idx);
+    float *yr = malloc(sizeof(float) * (size_t)(T * n_out)), *ys = malloc(sizeof(float) * (size_t)(T * n_out));
+    for (int64_t i = 0; i < T * n_out; i++) yr[i] = ys[i] = 12345.0f; /* rows outside [r0, r1) stay */
+    qi_sparse_matmul_ref(c, x, (size_t)n_in, T, idx, n_idx, yr, (size_t)n_out, r0, r1);
+    const qi_sparse_fn simd = qi_sparse_matmul_avx2();
+    if (simd) simd(c, x, (size_t)n_in, T, idx, n_idx, ys, (size_t)n_out, r0, r1);
+    for (int t = 0; t < T; t++)
+        for (int64_t i = 0; i < n_out; i++) {
+            const float got = yr[t * n_out + i];
+            if (i < r0 || i >= r1) {
+                ck_assert_msg(got == 12345.0f && (!simd || ys[t * n_out + i] == 12345.0f), "row %lld outside "
+                              "[%lld, %lld) written", (long long)i, (long long)r0, (long long)r1);
+                continue;
+            }
+            if (simd)
+                ck_assert_msg(memcmp(&got, &ys[t * n_out + i], sizeof got) == 0,
+                              "%s T=%d density %.2f: y[%d][%lld] avx2 %.9g, reference %.9g", tname(w->type), T,
+                              density, t, (long long)i, ys[t * n_out + i], got);
+            double want = 0.0, sx = 0.0, wmax = 0.0;
+            for (int64_t j = 0; j < n_in; j++) {
+                want += (double)x[t * n_in + j] * dq[i * n_in + j];
+                sx += fabs((double)x[t * n_in + j]);
+                wmax = fmax(wmax, fabs((double)dq[i * n_in + j]));
+            }
+            /* float sums of up to 512 terms, each scale * code and offset
+             * as large as the row's largest element or so: 2^-17 of
+             * sum |x| max |w| (one wrong element is off by |x w|, about
+             * 1/n of it) */
+            ck_assert_msg(fabs(got - want) <= 0x1p-17 * sx * wmax,
+                          "%s T=%d density %.2f: y[%d][%lld] = %.9g, double %.9g (sum |x| max |w| %.3g)",
+                          tname(w->type), T, density, t, (long long)i, got, want, sx * wmax);
+            (*n_checked)++;
+        }
+    free(x), free(idx), free(yr), free(ys);
+}
+
+START_TEST(product_against_reference) {
+    static const double dens[] = {0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0};
+    static const int Ts[] = {1, 2, 3, 7, 16, 70};
+    uint64_t st = 11;
+    long n = 0;
+    for (int k = 0; k < N_TYPES; k++) {
+        const uint32_t t = k_types[k];
+        const bool kq = t == QI_TYPE_Q4_K || t == QI_TYPE_Q5_K || t == QI_TYPE_Q6_K;
+        const int64_t n_in = kq ? 512 : 96, n_out = 96;
+        qi_weight w = make_weight(t, n_out, n_in, &st);
+        qi_colw c;
+        qi_err e = {0};
+        ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+        float *dq = dequant(&w);
+        for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                check_product(&w, &c, dq, Ts[ti], dens[d], 0, n_out, &st, &n);
+                check_product(&w, &c, dq, Ts[ti], dens[d], 32, 64, &st, &n);
+            }
+        free(dq);
+        qi_colw_free(&c);
+        free((void *)w.data);
+    }
+    printf("sparse matmul: %ld outputs checked (%s against the reference)\n", n,
+           qi_sparse_matmul_avx2() ? "avx2 bit for bit" : "no avx2 here");
+}
+END_TEST
+
+/* A planted fault is caught: a code flipped in the column form. */
+START_TEST(fault_caught) {
+    uint64_t st = 5;
+    qi_weight w = make_weight(QI_TYPE_Q4_1, 32, 64, &st);
+    qi_colw c;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+    float *dq = dequant(&w);
+    c.codes[3] ^= 0x10;
+    int bad = 0;
+    for (int64_t i = 0; i < 32; i++)
+        for (int64_t j = 0; j < 64; j++) bad += qi_colw_value(&c, i, j) != dq[i * 64 + j];
+    ck_assert_int_eq(bad, 1);
+    free(dq);
+    qi_colw_free(&c);
+    free((void *)w.data);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("sparse");
+    TCase *tc = tcase_create("sparse");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, column_form_exact);
+    tcase_add_test(tc, unsupported);
+    tcase_add_test(tc, active_union);
+    tcase_add_test(tc, product_against_reference);
+    tcase_add_test(tc, fault_caught);
+    suite_add_tcase(s, tc);
+    return qi_test_run_suite(s);
+}
