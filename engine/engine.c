@@ -84,6 +84,9 @@
 #include "qinfer/gguf.h"
 #include "qinfer/measure.h"
 #include "qinfer/quant.h"
+#include "qinfer/sparsity.h"
+#include "quant_act.h"
+#include "sparse.h"
 #include "threadpool.h"
 
 typedef struct {
@@ -161,9 +164,22 @@ static qi_view act_view(const dev_state *D, const float *p) {
 /* Weight blocks a device may hold (plan.h's numbering). */
 static int wblock_count(const qi_model *m) { return qi_plan_n_blocks(m->hp.n_layer); }
 
+/* The matrices of a layer in column form (opts.sparsity), by SP_W_* index. */
+enum { SP_W_Q, SP_W_K, SP_W_V, SP_W_O, SP_W_GATE, SP_W_UP, SP_W_DOWN, SP_W_COUNT };
+
 struct qi_engine {
     const qi_model *m;
     qi_engine_opts o;
+    /* opts.sparsity: [n_layer][SP_W_COUNT] column forms (zeroed where the
+     * mode reads the matrix dense or it has none); scratch sized for the
+     * step's rows: active columns, act(gate), ones, a step's activations
+     * quantised for the rows of up that cats computes; zeroed / seen
+     * activations over the thresholded sites */
+    qi_colw *sp_w;
+    int32_t *sp_idx;
+    float *sp_act, *sp_ones;
+    void *sp_xq;
+    double sp_zeroed, sp_seen;
     qi_backend *be;         /* the CPU device, dev[0].be */
     qi_sim *sim;            /* opts.sim: the simulated machine its devices are (NULL: real ones) */
     qi_kv_pool *pool;       /* the CPU's KV pool: its attention layers' working tiers, every offload tier */
@@ -370,6 +386,146 @@ static qi_status matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const f
     return matmul_n(e, b, &w, &y, 1, x, T, err);
 }
 
+/* ---- activation sparsity (opts.sparsity, opts.act_observe) ------------------ */
+
+static float sp_thr(const qi_engine *e, int l, int site) {
+    return e->o.sparsity ? e->o.sparsity->thr[(size_t)l * QI_SITE_COUNT + (size_t)site] : -1.0f;
+}
+
+/* The activations x [T][n] at a site of layer l (on the CPU, where every
+ * layer runs when either is set): shown to opts.act_observe, then zeroed
+ * where |x| <= the site's threshold. Returns the active columns (the union
+ * over the rows, in e->sp_idx), or -1 where the site is not thresholded. */
+static int sp_site(qi_engine *e, int l, int site, float *x, int T, int n) {
+    if (e->o.act_observe) e->o.act_observe(e->o.act_observe_ctx, l, site, x, T, n);
+    const float t = sp_thr(e, l, site);
+    if (t < 0.0f) return -1;
+    long z = 0;
+    for (long i = 0; i < (long)T * n; i++)
+        if (fabsf(x[i]) <= t) x[i] = 0.0f, z++;
+    e->sp_zeroed += (double)z;
+    e->sp_seen += (double)T * n;
+    return qi_sparse_active(x, (size_t)n, T, n, e->sp_idx);
+}
+
+typedef struct {
+    const qi_colw *w[3];
+    float *y[3];
+    int n_w;
+    const float *x;
+    int T;
+    const int32_t *idx;
+    int n_idx;
+    qi_sparse_fn fn;
+} sp_job;
+
+/* The 32-row chunks of all the job's matrices, one after another, split
+ * evenly over the threads. */
+static void sp_work(void *arg, int ith, int nth) {
+    const sp_job *j = arg;
+    long total = 0;
+    for (int i = 0; i < j->n_w; i++) total += (long)(j->w[i]->n_out / 32);
+    long lo, hi, off = 0;
+    qi_split(total, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n_w; i++) {
+        const long n = (long)(j->w[i]->n_out / 32);
+        const long a = lo - off < 0 ? 0 : lo - off > n ? n : lo - off, b = hi - off < 0 ? 0 : hi - off > n ? n : hi - off;
+        if (a < b)
+            j->fn(j->w[i], j->x, (size_t)j->w[i]->n_in, j->T, j->idx, j->n_idx, j->y[i], (size_t)j->w[i]->n_out,
+                  32 * a, 32 * b);
+        off += n;
+    }
+}
+
+static qi_status sp_run(qi_engine *e, sp_job *j) {
+    qi_backend_cpu_host_run(e->be, sp_work, j);
+    return QI_OK;
+}
+
+/* Matmuls of layer l's matrices wi[0..n) (SP_W_*) reading x [T][n_in]
+ * whose active columns are e->sp_idx[0..n_idx) (n_idx < 0: not
+ * thresholded): the sparse kernels where every matrix has a column form
+ * and few enough columns are active, else the dense matmul (of the zeroed
+ * x: the same activations, the dense arithmetic). */
+static qi_status mm_site(qi_engine *e, qi_backend *b, int l, const int *wi, const qi_weight *const *w, float *const *y,
+                         int n, const float *x, int T, int n_idx, qi_err *err) {
+    bool sparse = n_idx >= 0 && e->sp_w && (double)n_idx <= e->o.sparse_max_density * (double)w[0]->n_cols;
+    sp_job j = {.n_w = n, .x = x, .T = T, .idx = e->sp_idx, .n_idx = n_idx, .fn = qi_sparse_matmul()};
+    for (int i = 0; i < n && sparse; i++) {
+        j.w[i] = &e->sp_w[(size_t)l * SP_W_COUNT + (size_t)wi[i]];
+        j.y[i] = y[i];
+        sparse = j.w[i]->codes != NULL;
+    }
+    if (!sparse) return matmul_n(e, b, w, y, n, x, T, err);
+    TIMED(e, b, QI_OP_MATMUL, sp_run(e, &j));
+    if (e->o.profile)
+        for (int i = 0; i < n; i++)
+            e->prof.matmul_bytes += (double)j.w[i]->col_bytes * n_idx +
+                                    (double)qi_colw_bytes(j.w[i]) - (double)j.w[i]->col_bytes * (double)j.w[i]->n_in;
+    return QI_OK;
+}
+
+typedef struct {
+    const qi_weight *w;
+    qi_k_gemm_fn gemm;
+    const void *xq;
+    uint64_t qrow_bytes;
+    int T;
+    const int32_t *rows;
+    int n_rows;
+    float *y;
+} rows_job;
+
+/* Rows of up for cats: each listed row's dot with every token, in the
+ * dense matmul's order (the kernels' dots do not depend on how many rows a
+ * call takes), so a row computed here equals the dense matmul's bit for
+ * bit. */
+static void rows_work(void *arg, int ith, int nth) {
+    const rows_job *j = arg;
+    long lo, hi;
+    qi_split(j->n_rows, ith, nth, &lo, &hi);
+    const qi_weight *w = j->w;
+    for (long k = lo; k < hi; k++) {
+        const int32_t r = j->rows[k];
+        const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
+        if (!j->gemm) {
+            for (int t = 0; t < j->T; t++)
+                j->y[(long)t * w->n_rows + r] =
+                    qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + (uint64_t)t * j->qrow_bytes);
+            continue;
+        }
+        for (int t0 = 0; t0 < j->T; t0 += 32) {
+            const int nt = j->T - t0 < 32 ? j->T - t0 : 32;
+            j->gemm(w->n_cols, wr, w->row_bytes, 1, (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes,
+                    nt, j->y + (long)t0 * w->n_rows + r, (size_t)w->n_rows);
+        }
+    }
+}
+
+static qi_status rows_run(qi_engine *e, rows_job *j, const float *x) {
+    const uint32_t dt = qi_vec_dot_type(j->w->type);
+    for (int t = 0; t < j->T; t++)
+        qi_quantize_act_row(dt, x + (size_t)t * (size_t)j->w->n_cols, (char *)j->xq + (uint64_t)t * j->qrow_bytes,
+                            j->w->n_cols);
+    qi_backend_cpu_host_run(e->be, rows_work, j);
+    return QI_OK;
+}
+
+/* y [T][w->n_rows] = x . W^T at the rows listed (the others left as they
+ * are): cats's up. */
+static qi_status mm_rows(qi_engine *e, qi_backend *b, const qi_weight *w, const float *x, int T, const int32_t *rows,
+                         int n_rows, float *y, qi_err *err) {
+    const qi_kernels *k = qi_kernels_get();
+    rows_job j = {.w = w, .xq = e->sp_xq, .T = T, .rows = rows, .n_rows = n_rows, .y = y};
+    j.gemm = T >= QI_K_WIDE_MIN && k->gemm_wide[w->type] ? k->gemm_wide[w->type] : k->gemm[w->type];
+    qi_type_row_bytes(qi_vec_dot_type(w->type), (uint64_t)w->n_cols, &j.qrow_bytes);
+    TIMED(e, b, QI_OP_MATMUL, rows_run(e, &j, x));
+    if (e->o.profile) e->prof.matmul_bytes += (double)w->row_bytes * n_rows;
+    return QI_OK;
+}
+
+double qi_engine_sparsity_measured(const qi_engine *e) { return e->sp_seen > 0 ? e->sp_zeroed / e->sp_seen : -1.0; }
+
 void qi_engine_opts_default(qi_engine_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_threads = qi_n_physical_cores();
@@ -377,6 +533,7 @@ void qi_engine_opts_default(qi_engine_opts *o) {
     o->n_ctx = 2048;
     o->step_tokens = QI_ENGINE_CHUNK;
     o->kv_policy = "full";
+    o->sparse_max_density = 0.6;
 }
 
 /* Rows of statistics are padded to whole multiples of 16 floats (a 64-byte
@@ -420,6 +577,10 @@ void qi_engine_free(qi_engine *e) {
             for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++) qi_free(pb[i]);
         }
     qi_free(e->ps);
+    if (e->sp_w)
+        for (int i = 0; i < e->m->hp.n_layer * SP_W_COUNT; i++) qi_colw_free(&e->sp_w[i]);
+    void *sp[] = {e->sp_w, e->sp_idx, e->sp_act, e->sp_ones, e->sp_xq};
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) qi_free(sp[i]);
     qi_kv_policy_free(e->pol);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
@@ -667,6 +828,64 @@ static qi_status check_observe(const qi_engine *e, const qi_plan *p, qi_err *err
     return QI_OK;
 }
 
+/* opts.sparsity and opts.act_observe run on the host's arithmetic: every
+ * layer whole on the CPU, a gated MLP, no simulated machine, no repack. */
+static qi_status check_sparse(const qi_engine *e, const qi_plan *p, qi_err *err) {
+    if (!e->o.sparsity && !e->o.act_observe) return QI_OK;
+    const char *what = e->o.sparsity ? "activation sparsity" : "the activation observer";
+    if (e->o.sim)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s needs real activations; a simulated machine (%s) computes none",
+                      what, e->o.sim);
+    if (e->o.repack)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s reads the matrices' rows as the file has them: leave out --repack",
+                      what);
+    if (qi_ffn_gate_free(e->m->hp.ffn_act))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s needs a gated MLP (llama, gemma3)", what);
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (y->attn_dev != 0 || y->mlp_dev != 0 || y->split > 0.0f)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s runs on the CPU only, and the plan puts layer %d's %s on %s", what,
+                          l, y->mlp_dev != 0 ? "MLP" : "attention", p->devices[y->mlp_dev != 0 ? y->mlp_dev : y->split > 0.0f ? y->split_dev : y->attn_dev]);
+    }
+    return QI_OK;
+}
+
+/* The column forms opts.sparsity's mode reads (teal: every matrix of a
+ * layer; cats: down) and the scratch for R rows a step. */
+static qi_status sparse_setup(qi_engine *e, size_t R, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const qi_sparsity *sp = e->o.sparsity;
+    if (!sp && !e->o.act_observe) return QI_OK;
+    if (sp && (sp->n_layer != hp->n_layer || !sp->thr || (sp->mode != QI_SPARSITY_TEAL && sp->mode != QI_SPARSITY_CATS)))
+        return QI_ERR(err, QI_ERR_INVALID, "sparsity thresholds for %d layers, and the model has %d", sp->n_layer,
+                      hp->n_layer);
+    if (!(e->o.sparse_max_density >= 0.0 && e->o.sparse_max_density <= 1.0))
+        return QI_ERR(err, QI_ERR_INVALID, "sparse_max_density %g outside [0, 1]", e->o.sparse_max_density);
+    const size_t F = (size_t)hp->n_ff, W = (size_t)(hp->n_embd > hp->n_head * hp->head_dim ? hp->n_embd
+                                                                                            : hp->n_head * hp->head_dim);
+    e->sp_idx = qi_malloc(sizeof(int32_t) * (F > W ? F : W));
+    e->sp_act = qi_malloc(sizeof(float) * R * F);
+    e->sp_ones = qi_malloc(sizeof(float) * R * F);
+    e->sp_xq = qi_malloc(qi_backend_max_act_row_bytes(e->m) * R);
+    if (!e->sp_idx || !e->sp_act || !e->sp_ones || !e->sp_xq)
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity scratch");
+    for (size_t i = 0; i < R * F; i++) e->sp_ones[i] = 1.0f;
+    if (!sp || sp->target == 0.0) return QI_OK; /* nothing thresholded: the dense matmuls */
+    e->sp_w = qi_calloc((size_t)hp->n_layer * SP_W_COUNT, sizeof *e->sp_w);
+    if (!e->sp_w) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the column forms");
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qi_layer *ly = &e->m->layers[l];
+        const qi_weight *ws[SP_W_COUNT] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (int k = 0; k < SP_W_COUNT; k++) {
+            if (sp->mode == QI_SPARSITY_CATS && k != SP_W_DOWN) continue;
+            if (!qi_colw_supported(ws[k])) continue; /* read dense */
+            qi_status st = qi_colw_build(ws[k], &e->sp_w[(size_t)l * SP_W_COUNT + (size_t)k], err);
+            if (st) return st;
+        }
+    }
+    return QI_OK;
+}
+
 /* OPT and Falcon need ops only the simulated devices have (backend.h's
  * optional ones): refused on any device of the list without them, since a
  * placement policy may move any block to any device. */
@@ -814,7 +1033,8 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         if (strcmp(np->devices[d], e->plan.devices[d]) != 0)
             return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
                           "creation)", d, np->devices[d], e->plan.devices[d]);
-    if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err)) || (st = check_observe(e, np, err)))
+    if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err)) || (st = check_observe(e, np, err)) ||
+        (st = check_sparse(e, np, err)))
         return st;
     /* refused before any work when what arrives on a device does not fit
      * beside what is there (a block leaves only once its move is done) */
@@ -1077,7 +1297,9 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     /* rows of a step: the prompt room plus one decode row per sequence */
     const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
-    if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err))) goto fail;
+    if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err)) ||
+        (st = check_sparse(e, &e->plan, err)) || (st = sparse_setup(e, R, err)))
+        goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
@@ -1966,7 +2188,12 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     OP(norm_rows(b, hp, A->x, &ly->attn_norm, &ly->attn_norm_b, T, E, A->xn, err));
     const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const qkv_out[3] = {A->q, A->k, A->v};
-    OP(matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err));
+    if (e->sp_w || e->o.act_observe) {
+        static const int wi[3] = {SP_W_Q, SP_W_K, SP_W_V};
+        OP(mm_site(e, b, l, wi, qkv, qkv_out, 3, A->xn, T, sp_site(e, l, QI_SITE_ATTN_IN, A->xn, T, E), err));
+    } else {
+        OP(matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err));
+    }
     OP(add_bias(b, &ly->bq, A->q, T, err));
     OP(add_bias(b, &ly->bk, A->k, T, err));
     OP(add_bias(b, &ly->bv, A->v, T, err));
@@ -1977,7 +2204,14 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
                            hp->rope_mode, err));
     if (hp->q_scale > 0) OP(qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err));
     OP(attend_all(e, segs, n_seg, T, l, err));
-    OP(matmul(e, b, &ly->wo, A->att, T, A->xn, err));
+    if (e->sp_w || e->o.act_observe) {
+        static const int wi[1] = {SP_W_O};
+        const qi_weight *wo = &ly->wo;
+        float *const out = A->xn;
+        OP(mm_site(e, b, l, wi, &wo, &out, 1, A->att, T, sp_site(e, l, QI_SITE_ATTN_OUT, A->att, T, H * D), err));
+    } else {
+        OP(matmul(e, b, &ly->wo, A->att, T, A->xn, err));
+    }
     OP(add_bias(b, &ly->bo, A->xn, T, err));
     if (l == hp->n_layer - 1 && R < T) {
         /* carry on with the output rows only */
@@ -2036,6 +2270,68 @@ static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
     return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }
 
+/* The MLP block of a gated FFN under opts.sparsity or opts.act_observe,
+ * on the CPU, from its normed input in M->xn: teal thresholds gate and
+ * up's input and down's; cats computes the gate, keeps the neurons whose
+ * |act(gate)| is over the threshold (the union over the rows), computes
+ * up's rows of those alone and zeroes each row's other neurons before down.
+ * Without a threshold at a site the matmuls there are the dense ones. */
+static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev];
+    qi_backend *b = M->be;
+    const qi_layer *ly = &M->layers[l];
+    const int E = hp->n_embd, F = hp->n_ff;
+    const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
+    const float tg = sp_thr(e, l, QI_SITE_GATE);
+    const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
+    float *const gu_out[2] = {M->gate, M->up};
+    const int n_in = sp_site(e, l, QI_SITE_FFN_IN, M->xn, rows, E);
+    if (tg < 0.0f && !e->o.act_observe) {
+        static const int wi[2] = {SP_W_GATE, SP_W_UP};
+        OP(mm_site(e, b, l, wi, gu, gu_out, 2, M->xn, rows, n_in, err));
+    } else {
+        static const int wi[1] = {SP_W_GATE};
+        OP(mm_site(e, b, l, wi, gu, gu_out, 1, M->xn, rows, n_in, err));
+        /* act(gate), as the glu computes it (times 1) */
+        const size_t n = (size_t)rows * (size_t)F;
+        memcpy(e->sp_act, M->gate, sizeof(float) * n);
+        OP(qi_backend_glu(b, gelu, e->sp_act, e->sp_ones, rows, F, err));
+        if (e->o.act_observe) e->o.act_observe(e->o.act_observe_ctx, l, QI_SITE_GATE, e->sp_act, rows, F);
+        if (tg < 0.0f) {
+            static const int wi_up[1] = {SP_W_UP};
+            OP(mm_site(e, b, l, wi_up, &gu[1], &gu_out[1], 1, M->xn, rows, n_in, err));
+        } else {
+            long z = 0;
+            for (size_t i = 0; i < n; i++)
+                if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
+            e->sp_zeroed += (double)z;
+            e->sp_seen += (double)n;
+            const int n_act = qi_sparse_active(e->sp_act, (size_t)F, rows, F, e->sp_idx);
+            if ((double)n_act <= e->o.sparse_max_density * F) {
+                memset(M->up, 0, sizeof(float) * n);
+                OP(mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp_idx, n_act, M->up, err));
+            } else {
+                OP(matmul(e, b, &ly->w_up, M->xn, rows, M->up, err));
+            }
+        }
+    }
+    OP(qi_backend_glu(b, gelu, M->gate, M->up, rows, F, err));
+    if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
+    if (tg >= 0.0f) /* a neuron off for this row, on for another's: zero here */
+        for (size_t i = 0; i < (size_t)rows * (size_t)F; i++)
+            if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+    int n_act = sp_site(e, l, QI_SITE_FFN_ACT, M->gate, rows, F);
+    if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp_idx);
+    static const int wi_down[1] = {SP_W_DOWN};
+    const qi_weight *down = &ly->w_down;
+    float *const out = M->xn;
+    OP(mm_site(e, b, l, wi_down, &down, &out, 1, M->gate, rows, n_act, err));
+    if (ly->ffn_post_norm.data)
+        OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
+}
+
 /* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
 static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
@@ -2047,6 +2343,7 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
+    if (e->sp_w || e->o.act_observe) return mlp_sparse(e, l, rows, err);
     OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
     OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
     if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));

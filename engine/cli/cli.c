@@ -137,11 +137,40 @@ void qi_cli_print_quoted(const char *s, bool json) {
 void qi_cli_kv_init(qi_cli_kv *k) {
     memset(k, 0, sizeof *k);
     k->policy = "full";
+    k->sparsity_mode = "teal";
+    k->sparse_max_density = -1.0;
     qi_params_init(&k->params);
     qi_params_init(&k->sim_params);
 }
 
 bool qi_cli_kv_flag(qi_args *a, qi_cli_kv *k) {
+    if (qi_args_is(a, NULL, "--sparsity")) {
+        float v;
+        if (qi_args_float(a, 0.0, 0.99, &v)) k->sparsity = v, k->sparsity_given = true;
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--sparsity-mode")) {
+        const char *s = qi_args_str(a);
+        qi_sparsity_mode m;
+        qi_err e = {0};
+        if (s && qi_sparsity_mode_parse(s, &m, &e)) {
+            qi_cli_error(a->cmd, "option --sparsity-mode: %s", e.msg);
+            a->failed = true;
+        } else if (s) {
+            k->sparsity_mode = s;
+        }
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--sparsity-calib")) {
+        const char *s = qi_args_str(a);
+        if (s) k->sparsity_calib = s;
+        return true;
+    }
+    if (qi_args_is(a, NULL, "--sparse-max-density")) {
+        float v;
+        if (qi_args_float(a, 0.0, 1.0, &v)) k->sparse_max_density = v;
+        return true;
+    }
     if (qi_args_is(a, NULL, "--kv-policy")) {
         const char *s = qi_args_str(a);
         if (s && !qi_kv_policy_find(s)) {
@@ -369,6 +398,9 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->kv_params = &k->params;
     o->kv_budget_tokens = k->budget_tokens;
     o->kv_budget_frac = k->budget_frac;
+    /* the thresholds are loaded by qi_cli_kv_check, before any engine */
+    o->sparsity = k->sparsity_given && (k->sparsity > 0.0 || k->sparsity_calib) ? &k->sp : NULL;
+    if (k->sparse_max_density >= 0.0) o->sparse_max_density = k->sparse_max_density;
 }
 
 /* Every layer exempt: the policy never applies a budget (full; qinfer with
@@ -382,7 +414,37 @@ static bool ignores_budget(const char *name, const qi_params *params, int n_laye
     return all;
 }
 
-qi_status qi_cli_kv_check(const qi_cli_kv *k, int n_layer, qi_err *err) {
+static qi_status sparsity_check(qi_cli_kv *k, int n_layer, qi_err *err) {
+    if (k->sparsity_given && k->sparsity == 0.0 && !k->sparsity_calib)
+        k->sparsity_given = false; /* --sparsity 0 alone: dense, no calibration needed */
+    if (!k->sparsity_given) {
+        if (k->sparsity_calib || k->sparse_max_density >= 0.0)
+            return QI_ERR(err, QI_ERR_INVALID, "option %s without --sparsity S", k->sparsity_calib ? "--sparsity-calib"
+                                                                                                 : "--sparse-max-density");
+        return QI_OK;
+    }
+    if (!k->sparsity_calib)
+        return QI_ERR(err, QI_ERR_INVALID, "option --sparsity needs --sparsity-calib FILE, the thresholds' calibration "
+                      "(qinfer profile -m MODEL -f CORPUS --sparsity-out FILE)");
+    if (n_layer > QI_CLI_MAX_LAYERS)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "--sparsity: a model of %d layers (at most %d)", n_layer,
+                      QI_CLI_MAX_LAYERS);
+    qi_sparsity_mode mode;
+    qi_sparsity sp;
+    qi_status st;
+    if ((st = qi_sparsity_mode_parse(k->sparsity_mode, &mode, err)) ||
+        (st = qi_sparsity_load(k->sparsity_calib, mode, k->sparsity, n_layer, &sp, err)))
+        return st;
+    memcpy(k->sp_thr, sp.thr, sizeof(float) * (size_t)n_layer * QI_SITE_COUNT);
+    qi_sparsity_free(&sp);
+    sp.thr = k->sp_thr;
+    k->sp = sp;
+    return QI_OK;
+}
+
+qi_status qi_cli_kv_check(qi_cli_kv *k, int n_layer, qi_err *err) {
+    qi_status st = sparsity_check(k, n_layer, err);
+    if (st) return st;
     if (k->budget_tokens == 0 && k->budget_frac == 0.0) return QI_OK;
     if (!ignores_budget(k->policy, &k->params, n_layer)) return QI_OK;
     char names[256] = "", budget[32];
@@ -411,6 +473,8 @@ void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
     if (k->placement && strcmp(k->placement, "all-cpu") != 0)
         w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "; placement %s on %s", k->placement,
                       k->devices ? k->devices : "cpu");
+    if (k->sparsity_given)
+        w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "; sparsity %s %g", k->sparsity_mode, k->sparsity);
 }
 
 void qi_cli_kv_help(void) {
@@ -427,6 +491,13 @@ void qi_cli_kv_help(void) {
            "                          a scored policy also takes ada=F in [0, 1]: a layer's budget\n"
            "                          shared among its KV heads by their scores, each sure of\n"
            "                          (1-F) of it, same total (Ada-KV)\n");
+    printf("      --sparsity S        zero the share S (0..0.99) of the activations (CPU only;\n"
+           "                          0: dense, bit for bit); thresholds per layer from\n"
+           "      --sparsity-calib F  a calibration file (qinfer profile --sparsity-out F)\n"
+           "      --sparsity-mode M   teal (every matmul's input, default) or cats (the MLP's\n"
+           "                          neurons by |act(gate)|)\n"
+           "      --sparse-max-density D  sparse matmuls where at most D of a matrix's columns\n"
+           "                          are active over the step's rows (default 0.6), else dense\n");
 }
 
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err) {

@@ -9,8 +9,12 @@
 
 #include "qinfer/engine.h"
 #include "qinfer/params.h"
+#include "qinfer/sparsity.h"
 #include "qinfer/status.h"
 #include "cuda/cupti.h"
+
+/* Layers a command's --sparsity thresholds hold at most. */
+#define QI_CLI_MAX_LAYERS 512
 
 #define QI_EXIT_RUNTIME 1
 #define QI_EXIT_USAGE 2
@@ -78,6 +82,18 @@ typedef struct {
     qi_params sim_params;  /* --sim-param K=V[,...] */
     const char *sim_cal;   /* --sim-cal FILE (NULL: none) */
     bool sim_ok;           /* the command takes --sim (qi_cli_sim_allow) */
+    /* activation sparsity (qinfer/sparsity.h):
+     *   --sparsity S          the share of activations zeroed (0: dense)
+     *   --sparsity-mode M     teal (default) or cats
+     *   --sparsity-calib FILE the calibration (qinfer profile --sparsity-out)
+     *   --sparse-max-density D  sparse matmuls where at most D of a
+     *                         matrix's columns are active (default 0.6) */
+    double sparsity;
+    bool sparsity_given;
+    const char *sparsity_mode, *sparsity_calib;
+    double sparse_max_density;
+    qi_sparsity sp;        /* its thresholds, loaded by qi_cli_kv_check */
+    float sp_thr[QI_CLI_MAX_LAYERS * QI_SITE_COUNT];
 } qi_cli_kv;
 
 /* The placement flags, kept in the same struct and applied with it:
@@ -126,8 +142,9 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o);
  * model's n_layer layers (full) would be ignored while the run's header
  * says "budget 50%": QI_ERR_INVALID naming the policies that take one.
  * Anything else (no budget, a budgeted policy, parameters the policy
- * rejects, which the engine reports) is QI_OK. */
-qi_status qi_cli_kv_check(const qi_cli_kv *k, int n_layer, qi_err *err);
+ * rejects, which the engine reports) is QI_OK. With --sparsity it loads
+ * the thresholds (--sparsity-calib, required) for the model's layers. */
+qi_status qi_cli_kv_check(qi_cli_kv *k, int n_layer, qi_err *err);
 /* "h2o, budget 50%" / "full" for headers. */
 void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n);
 /* Help lines for the flags, and the list of policies with their parameters. */

@@ -167,6 +167,9 @@ int qi_cmd_ppl(int argc, char **argv) {
     printf("chunks %d  ctx %d  scored %ld tokens  decode mode  kv %s\n", r.n_chunks, n_ctx, r.count, desc);
     printf("kv: working tokens per layer and KV head %.1f, offloaded %.1f (mean over scored steps; positions "
            "%d..%d)\n", kv.work_tokens / streams, kv.off_tokens / streams, n_ctx / 2, n_ctx - 2);
+    if (qi_engine_sparsity_measured(eng) >= 0)
+        printf("sparsity: %s, target %g, measured %.4f of the thresholded activations zeroed\n", kvo.sparsity_mode,
+               kvo.sparsity, qi_engine_sparsity_measured(eng));
     printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
     goto done;
 fail:

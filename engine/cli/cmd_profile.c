@@ -37,13 +37,14 @@
 #include "qinfer/ffn_profile.h"
 #include "qinfer/model.h"
 #include "qinfer/model_files.h"
+#include "qinfer/sparsity.h"
 #include "qinfer/tokenizer.h"
 #include "threadpool.h"
 
 static void help(void) {
     printf(
         "usage: qinfer profile [-m MODEL] -f CORPUS [--tokens N] [--ctx N] [--threshold T]\n"
-        "                      [--top F] [--window N] [-o FILE] [-t N]\n"
+        "                      [--top F] [--window N] [-o FILE] [--sparsity-out FILE] [-t N]\n"
         "                      [--devices LIST --placement P]   (every MLP on the CPU)\n\n"
         "FFN neuron profile: runs the model over a text in chunks and records, per layer\n"
         "and neuron, how often and how strongly the FFN's activation act = act(gate) * up\n"
@@ -61,6 +62,15 @@ static void help(void) {
         "  -o, --output FILE   per-neuron figures: '#' header lines (model, corpus, tokens,\n"
         "                      ctx, threshold, top, k, window, each layer's figures), then\n"
         "                      one line per neuron: layer neuron active hot mass\n"
+        "      --sparsity-out FILE  the activation-sparsity calibration: per layer, the\n"
+        "                      |activation| quantiles at every site (the inputs of q/k/v,\n"
+        "                      o, gate/up and down, and act(gate)) over the profiled tokens,\n"
+        "                      which --sparsity S --sparsity-calib FILE thresholds at S;\n"
+        "                      run under --sparsity S --sparsity-calib F0 [--sparsity-mode M]\n"
+        "                      it observes the activations under that sparsity (each site's\n"
+        "                      input shrunk by the sites before it), a second pass whose\n"
+        "                      thresholds hit S more closely at every site\n"
+        "      --sparsity S, --sparsity-calib F, --sparsity-mode M  (see qinfer ppl --help)\n"
         "  -t, --threads N     worker threads (default: physical cores)\n");
     qi_cli_place_help();
     printf(
@@ -76,6 +86,10 @@ static void help(void) {
 typedef struct {
     qi_ffnprof *p;
 } observe_ctx;
+
+static void observe_act(void *ctx, int layer, int site, const float *x, int rows, int width) {
+    qi_sparsity_calib_add(ctx, layer, site, x, (long)rows * width);
+}
 
 static void observe(void *ctx, int layer, const float *act, int rows, int n_ff) {
     (void)n_ff;
@@ -110,7 +124,7 @@ static qi_status read_text(const char *path, char **out, size_t *n, qi_err *err)
 }
 
 int qi_cmd_profile(int argc, char **argv) {
-    const char *cmd = "profile", *model_arg = "smollm2-135m", *file_arg = NULL, *out_arg = NULL;
+    const char *cmd = "profile", *model_arg = "smollm2-135m", *file_arg = NULL, *out_arg = NULL, *sp_out = NULL;
     int n_tokens = 4096, n_ctx = 512, n_threads = qi_n_physical_cores(), window = 64;
     float threshold = 0.1f;
     double top = 0.2;
@@ -123,6 +137,7 @@ int qi_cmd_profile(int argc, char **argv) {
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-f", "--file")) file_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--sparsity-out")) sp_out = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--tokens")) qi_args_int(&a, 1, 1 << 30, &n_tokens);
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 2, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, NULL, "--window")) qi_args_int(&a, 1, 1 << 20, &window);
@@ -140,7 +155,7 @@ int qi_cmd_profile(int argc, char **argv) {
             } else {
                 top = v;
             }
-        } else if (qi_cli_place_flag(&a, &kvo)) continue;
+        } else if (qi_cli_place_flag(&a, &kvo) || qi_cli_kv_flag(&a, &kvo)) continue;
         else qi_args_unknown(&a);
         if (a.failed) break;
     }
@@ -149,8 +164,8 @@ int qi_cmd_profile(int argc, char **argv) {
         qi_cli_error(cmd, "no corpus given: use -f CORPUS (see qinfer profile --help)");
         return QI_EXIT_USAGE;
     }
-    if (out_arg && !*out_arg) {
-        qi_cli_error(cmd, "option -o: empty file name");
+    if ((out_arg && !*out_arg) || (sp_out && !*sp_out)) {
+        qi_cli_error(cmd, "option %s: empty file name", out_arg && !*out_arg ? "-o" : "--sparsity-out");
         return QI_EXIT_USAGE;
     }
     qi_err err = {0};
@@ -158,6 +173,7 @@ int qi_cmd_profile(int argc, char **argv) {
     qi_model *m = NULL;
     qi_engine *eng = NULL;
     qi_ffnprof *prof = NULL;
+    qi_sparsity_calib *cal = NULL;
     char *text = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0, len = 0;
@@ -170,7 +186,15 @@ int qi_cmd_profile(int argc, char **argv) {
         QI_ERR(&err, QI_ERR_IO, "%s: cannot write: %s", out_arg, strerror(errno));
         goto fail;
     }
-    if (qi_cli_load_model(mpath, false, &m, &err)) goto fail;
+    if (sp_out) {
+        FILE *f = fopen(sp_out, "a");
+        if (!f) {
+            QI_ERR(&err, QI_ERR_IO, "%s: cannot write: %s", sp_out, strerror(errno));
+            goto fail;
+        }
+        fclose(f);
+    }
+    if (qi_cli_load_model(mpath, false, &m, &err) || qi_cli_kv_check(&kvo, m->hp.n_layer, &err)) goto fail;
     if (n_ctx > m->hp.n_ctx_train) {
         QI_ERR(&err, QI_ERR_INVALID, "--ctx %d exceeds the model's training context %d", n_ctx, m->hp.n_ctx_train);
         goto fail;
@@ -192,6 +216,11 @@ int qi_cmd_profile(int argc, char **argv) {
     eo.n_ctx = n_ctx;
     eo.ffn_observe = observe;
     eo.ffn_observe_ctx = &oc;
+    if (sp_out) {
+        if (qi_sparsity_calib_new(m->hp.n_layer, &cal, &err)) goto fail;
+        eo.act_observe = observe_act;
+        eo.act_observe_ctx = cal;
+    }
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err)) goto fail;
     const int n_chunk = (total + n_ctx - 1) / n_ctx;
@@ -242,12 +271,17 @@ int qi_cmd_profile(int argc, char **argv) {
         }
         fprintf(stderr, "qinfer profile: wrote %s\n", out_arg);
     }
+    if (cal) {
+        if (qi_sparsity_calib_write(cal, sp_out, mpath, total, &err)) goto fail;
+        fprintf(stderr, "qinfer profile: wrote %s (sparsity calibration)\n", sp_out);
+    }
     goto done;
 fail:
     rc = qi_cli_fail(cmd, &err);
 done:
     if (out) fclose(out);
     qi_ffnprof_free(prof);
+    qi_sparsity_calib_free(cal);
     qi_free(ids);
     qi_free(text);
     qi_engine_free(eng);

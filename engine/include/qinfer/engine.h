@@ -83,6 +83,26 @@ typedef struct {
      * which computes nothing. NULL (default): no call, no cost. */
     void (*ffn_observe)(void *ctx, int layer, const float *act, int rows, int n_ff);
     void *ffn_observe_ctx;
+    /* Activation sparsity (qinfer/sparsity.h: teal or cats, per-layer
+     * thresholds; NULL, or a target of 0: dense, the engine's result bit
+     * for bit). Activations under a site's threshold are zeroed, every
+     * token of every step, and the matmuls that read them skip them where
+     * the batch leaves few enough active (at most sparse_max_density of
+     * the columns, the union over the step's rows; default 0.6): the
+     * column form of each matrix (engine/kernels/sparse.h), built at
+     * creation, in host memory beside the weights. Only on the CPU: every
+     * layer on the CPU device, no simulated machine, no repack, a gated
+     * MLP; qi_engine_create and qi_engine_replan refuse others. Borrowed:
+     * it must outlive the engine. */
+    const struct qi_sparsity_s *sparsity;
+    double sparse_max_density;
+    /* An observer of the activations at every sparsity site (qinfer/
+     * sparsity.h's qi_sparsity_site) before any threshold: `qinfer profile
+     * --sparsity-out` calibrates with it. Rows as ffn_observe's; the gate
+     * site (act(gate)) is computed for it when the mode does not need it.
+     * The same plans as ffn_observe's. NULL: no call, no cost. */
+    void (*act_observe)(void *ctx, int layer, int site, const float *x, int rows, int width);
+    void *act_observe_ctx;
 } qi_engine_opts;
 
 void qi_engine_opts_default(qi_engine_opts *o);
@@ -160,6 +180,9 @@ void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out);
 int qi_engine_kv_stream_tokens(const qi_engine *e, int id, int layer, int kv_head, int tier, const int32_t **pos,
                                const float **score);
 void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
+/* Under opts.sparsity: the share of the thresholded sites' activations
+ * zeroed so far, over every step (-1 before any, or without sparsity). */
+double qi_engine_sparsity_measured(const qi_engine *e);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
 /* The placement plan the engine runs (opts.devices and opts.placement, or
  * the last qi_engine_replan). */

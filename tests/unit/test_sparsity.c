@@ -1,0 +1,404 @@
+/* test_sparsity.c - activation sparsity: calibration, thresholds, and the
+ * engine under them (qinfer/sparsity.h, qi_engine_opts.sparsity).
+ *
+ *   - the calibration's quantiles against hand-computed ones (zeros apart,
+ *     a bin's top edge within 1/64 of an octave above the value, NaN not
+ *     counted), its file read back, thresholds interpolated between
+ *     percentiles, each mode's sites;
+ *   - malformed calibration files, each refused with FILE:LINE, and 2000
+ *     random garblings of a good one: an error or thresholds, never a
+ *     crash (under the sanitizers in CI);
+ *   - on the synthetic SmolLM2 shape (testutil.h): a target of 0 gives the
+ *     dense logits bit for bit, and so does observing every site; every
+ *     site is observed in every layer at its width; teal and cats zero
+ *     at least the target share; the sparse matmuls and the dense ones on
+ *     the same zeroed activations differ by well under the sparsity's own
+ *     effect; a batch under sparsity equals
+ *     its sequences run alone bit for bit (the union of active columns
+ *     changes no row's sums); plans off the CPU, --repack and thresholds
+ *     for another layer count are refused.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qinfer/engine.h"
+#include "qinfer/model.h"
+#include "qinfer/sparsity.h"
+#include "testutil.h"
+
+static qi_model *g_model;
+static char g_calib[96]; /* the synthetic model's calibration file */
+
+START_TEST(calib_quantiles) {
+    qi_sparsity_calib *c = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_sparsity_calib_new(2, &c, &e), QI_OK);
+    ck_assert_double_eq(qi_sparsity_calib_quantile(c, 0, QI_SITE_GATE, 0.5), -1.0);
+    float v[130];
+    for (int i = 0; i < 100; i++) v[i] = (float)(i + 1) * (i % 2 ? 1.0f : -1.0f); /* |v| = 1..100 */
+    for (int i = 100; i < 130; i++) v[i] = 0.0f;
+    qi_sparsity_calib_add(c, 1, QI_SITE_FFN_IN, v, 130);
+    const float nan = NAN;
+    qi_sparsity_calib_add(c, 1, QI_SITE_FFN_IN, &nan, 1);
+    ck_assert_uint_eq(qi_sparsity_calib_count(c, 1, QI_SITE_FFN_IN), 130);
+    /* 30 zeros of 130: up to 30/130 the threshold is 0 */
+    ck_assert_double_eq(qi_sparsity_calib_quantile(c, 1, QI_SITE_FFN_IN, 30.0 / 130), 0.0);
+    /* the k-th smallest magnitude (k past the zeros) is k - 30: the quantile
+     * is its bin's top, at most 1/64 of an octave above it */
+    for (int k = 31; k <= 130; k += 11) {
+        const double t = qi_sparsity_calib_quantile(c, 1, QI_SITE_FFN_IN, k / 130.0), want = k - 30;
+        ck_assert_msg(t > want && t <= want * (1.0 + 1.0 / 64) + 1e-12, "quantile %d/130: %.9g, value %g", k, t, want);
+    }
+    ck_assert_double_eq(qi_sparsity_calib_quantile(c, 0, QI_SITE_FFN_IN, 0.5), -1.0);
+    qi_sparsity_calib_free(c);
+}
+END_TEST
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A good file for 2 layers, every site, quantile k = base + k. */
+static void good_file(const char *path) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# qinfer sparsity calibration 1\n");
+    for (int l = 0; l < 2; l++)
+        for (int s = 0; s < QI_SITE_COUNT; s++) {
+            fprintf(f, "%d %s", l, qi_sparsity_site_name(s));
+            for (int k = 0; k < QI_SPARSITY_PCTS; k++) fprintf(f, " %g", 10.0 * s + k + 100.0 * l);
+            fputc('\n', f);
+        }
+    fclose(f);
+}
+
+START_TEST(thresholds_loaded) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/qi_test_spc_%d.txt", (int)getpid());
+    good_file(path);
+    qi_sparsity sp;
+    qi_err e = {0};
+    ck_assert_msg(qi_sparsity_load(path, QI_SPARSITY_TEAL, 0.505, 2, &sp, &e) == QI_OK, "%s", e.msg);
+    for (int l = 0; l < 2; l++)
+        for (int s = 0; s < QI_SITE_COUNT; s++) {
+            const float t = sp.thr[l * QI_SITE_COUNT + s];
+            if (s == QI_SITE_GATE) ck_assert_float_eq(t, -1.0f);
+            else ck_assert_float_eq_tol(t, 10.0 * s + 50.5 + 100.0 * l, 1e-4); /* halfway from 50 to 51 */
+        }
+    qi_sparsity_free(&sp);
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_CATS, 0.9, 2, &sp, &e), QI_OK);
+    for (int l = 0; l < 2; l++)
+        for (int s = 0; s < QI_SITE_COUNT; s++)
+            ck_assert_float_eq(sp.thr[l * QI_SITE_COUNT + s], s == QI_SITE_GATE ? 40.0f + 90.0f + 100.0f * l : -1.0f);
+    qi_sparsity_free(&sp);
+    /* 0: nothing thresholded (the dense result) */
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_TEAL, 0.0, 2, &sp, &e), QI_OK);
+    for (int i = 0; i < 2 * QI_SITE_COUNT; i++) ck_assert_float_eq(sp.thr[i], -1.0f);
+    qi_sparsity_free(&sp);
+    /* the wrong model: fewer layers than the file names */
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_TEAL, 0.5, 1, &sp, &e), QI_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "layer 1 outside"), "%s", e.msg);
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_TEAL, 1.0, 2, &sp, &e), QI_ERR_INVALID);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(bad_files) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/qi_test_spc_bad_%d.txt", (int)getpid());
+    char q[2048] = "", line[2200];
+    for (int k = 0; k < QI_SPARSITY_PCTS; k++) snprintf(q + strlen(q), sizeof q - strlen(q), " %d", k);
+    static const struct {
+        const char *head, *tail, *want;
+    } cases[] = {
+        {"0 gate", "", "no quantiles for layer 0 attn_in"}, /* teal's sites missing */
+        {"x gate", "", ":1: expected a layer number"},
+        {"0 nosuch", "", ":1: unknown site"},
+        {"7 ffn_in", "", ":1: layer 7 outside"},
+        {"0 ffn_in", " 5", ":1: more than 101"},
+        {"0 ffn_in 9", "", ":1: quantile 1"}, /* 9, then 0: decreasing */
+        {"0 ffn_in -1", "", ":1: quantile 0"},
+    };
+    qi_sparsity sp;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(line, sizeof line, "%s%s%s\n", cases[i].head, q, cases[i].tail);
+        write_file(path, line);
+        qi_err e = {0};
+        ck_assert_int_ne(qi_sparsity_load(path, QI_SPARSITY_TEAL, 0.5, 2, &sp, &e), QI_OK);
+        ck_assert_msg(strstr(e.msg, path) && strstr(e.msg, cases[i].want), "case %zu: %s", i, e.msg);
+    }
+    /* a site twice */
+    snprintf(line, sizeof line, "0 gate%s\n0 gate%s\n", q, q);
+    write_file(path, line);
+    qi_err e = {0};
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_CATS, 0.5, 1, &sp, &e), QI_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, ":2: layer 0 gate given twice"), "%s", e.msg);
+    /* too few quantiles */
+    qi_err_clear(&e);
+    write_file(path, "0 gate 1 2 3\n");
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_CATS, 0.5, 1, &sp, &e), QI_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, ":1: quantile 3"), "%s", e.msg);
+    unlink(path);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_CATS, 0.5, 1, &sp, &e), QI_ERR_IO);
+    /* garbled good files: an error or thresholds, never a crash */
+    char good[64];
+    snprintf(good, sizeof good, "/tmp/qi_test_spc_good_%d.txt", (int)getpid());
+    good_file(good);
+    size_t n = 0;
+    char *text = qi_test_read_file(good, &n);
+    ck_assert_ptr_nonnull(text);
+    uint64_t st = 99;
+    int ok = 0;
+    for (int it = 0; it < 2000; it++) {
+        char *g = malloc(n + 1);
+        memcpy(g, text, n + 1);
+        const int edits = 1 + (int)(qi_test_rand(&st) % 4);
+        for (int k = 0; k < edits; k++) {
+            const size_t at = qi_test_rand(&st) % n;
+            static const char pool[] = "0123456789 .-e\n#xgz\t+";
+            g[at] = pool[qi_test_rand(&st) % (sizeof pool - 1)];
+        }
+        size_t len = n;
+        if (qi_test_rand(&st) % 5 == 0) len = qi_test_rand(&st) % n; /* truncated */
+        g[len] = 0;
+        write_file(path, g);
+        qi_err ge = {0};
+        if (qi_sparsity_load(path, (it & 1) ? QI_SPARSITY_CATS : QI_SPARSITY_TEAL, 0.3, 2, &sp, &ge) == QI_OK) {
+            for (int i = 0; i < 2 * QI_SITE_COUNT; i++) ck_assert(isfinite(sp.thr[i]));
+            qi_sparsity_free(&sp);
+            ok++;
+        } else {
+            ck_assert_msg(strstr(ge.msg, path), "%s", ge.msg);
+        }
+        free(g);
+    }
+    printf("garbled calibration files: %d of 2000 still loaded, the rest refused\n", ok);
+    free(text);
+    unlink(path);
+    unlink(good);
+}
+END_TEST
+
+/* ---- the engine -------------------------------------------------------- */
+
+typedef struct {
+    long calls[64][QI_SITE_COUNT];
+    int width[QI_SITE_COUNT];
+    qi_sparsity_calib *cal;
+} obs;
+
+static void observe(void *ctx, int layer, int site, const float *x, int rows, int width) {
+    obs *o = ctx;
+    o->calls[layer][site]++;
+    o->width[site] = width;
+    if (o->cal) qi_sparsity_calib_add(o->cal, layer, site, x, (long)rows * width);
+}
+
+#define NSEQ 3
+#define STEPS 4
+
+/* NSEQ sequences (prompts of 20, 45, 70 tokens) then STEPS greedy decode
+ * steps fed the same tokens, batched together (batch) or one at a time;
+ * every row's logits into out [NSEQ][STEPS + 1][V]. */
+static qi_status run(const qi_engine_opts *base, bool batch, float *out, qi_err *e) {
+    const int V = g_model->hp.n_vocab;
+    qi_engine_opts o = *base;
+    o.n_threads = 2;
+    o.n_ctx = 128;
+    o.max_seqs = NSEQ;
+    for (int s0 = 0; s0 < NSEQ; s0 += batch ? NSEQ : 1) {
+        qi_engine *eng = NULL;
+        qi_status st = qi_engine_create(g_model, &o, &eng, e);
+        if (st) return st;
+        const int n = batch ? NSEQ : 1;
+        int ids[NSEQ];
+        for (int s = s0; s < s0 + n; s++) {
+            int32_t p[70];
+            uint64_t r = 40 + (uint64_t)s;
+            for (int i = 0; i < 20 + 25 * s; i++) p[i] = (int32_t)(qi_test_rand(&r) % 4000);
+            ck_assert_int_eq(qi_engine_seq_add(eng, &ids[s - s0], e), QI_OK);
+            ck_assert_int_eq(qi_engine_seq_feed(eng, ids[s - s0], p, 20 + 25 * s, false, e), QI_OK);
+        }
+        for (int k = 0; k <= STEPS; k++) {
+            while (true) {
+                bool pending = false;
+                for (int i = 0; i < n; i++) pending |= qi_engine_seq_pending(eng, ids[i]) > 0;
+                if (!pending) break;
+                ck_assert_msg(qi_engine_step(eng, NULL, e) == QI_OK, "%s", e->msg);
+            }
+            for (int i = 0; i < n; i++) {
+                const float *lg = qi_engine_seq_logits(eng, ids[i], -1);
+                memcpy(out + ((size_t)(s0 + i) * (STEPS + 1) + k) * V, lg, sizeof(float) * V);
+                const int32_t t = (int32_t)((s0 + i) * 131 + k * 17) % 4000;
+                if (k < STEPS) ck_assert_int_eq(qi_engine_seq_feed(eng, ids[i], &t, 1, false, e), QI_OK);
+            }
+        }
+        if (o.sparsity && o.sparsity->target > 0) {
+            /* thresholds from the dense model's activations zero more
+             * downstream, where the zeroed inputs shrink the activations
+             * (why the calibration can be run under sparsity) */
+            const double z = qi_engine_sparsity_measured(eng);
+            ck_assert_msg(z >= o.sparsity->target - 0.05 && z < 1.0, "measured sparsity %.3f for a target of %.2f",
+                          z, o.sparsity->target);
+        }
+        qi_engine_free(eng);
+    }
+    return QI_OK;
+}
+
+static size_t n_logits(void) { return (size_t)NSEQ * (STEPS + 1) * (size_t)g_model->hp.n_vocab; }
+
+START_TEST(engine_dense_and_observed) {
+    const size_t n = n_logits();
+    float *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    qi_err e = {0};
+    ck_assert_int_eq(run(&o, true, want, &e), QI_OK);
+    /* observing every site: the same logits; calibrates the model */
+    static obs ob;
+    memset(&ob, 0, sizeof ob);
+    ck_assert_int_eq(qi_sparsity_calib_new(g_model->hp.n_layer, &ob.cal, &e), QI_OK);
+    o.act_observe = observe;
+    o.act_observe_ctx = &ob;
+    ck_assert_int_eq(run(&o, true, got, &e), QI_OK);
+    ck_assert_msg(memcmp(want, got, sizeof(float) * n) == 0, "observing changed the logits");
+    const qi_hparams *hp = &g_model->hp;
+    const int widths[QI_SITE_COUNT] = {hp->n_embd, hp->n_head * hp->head_dim, hp->n_embd, hp->n_ff, hp->n_ff};
+    for (int s = 0; s < QI_SITE_COUNT; s++) {
+        ck_assert_int_eq(ob.width[s], widths[s]);
+        for (int l = 0; l < hp->n_layer; l++) ck_assert_int_gt(ob.calls[l][s], STEPS);
+    }
+    ck_assert_int_eq(qi_sparsity_calib_write(ob.cal, g_calib, "synthetic", 135, &e), QI_OK);
+    qi_sparsity_calib_free(ob.cal);
+    /* a target of 0 from that calibration: dense, bit for bit */
+    qi_sparsity sp;
+    ck_assert_int_eq(qi_sparsity_load(g_calib, QI_SPARSITY_TEAL, 0.0, hp->n_layer, &sp, &e), QI_OK);
+    qi_engine_opts_default(&o);
+    o.sparsity = &sp;
+    ck_assert_int_eq(run(&o, true, got, &e), QI_OK);
+    ck_assert_msg(memcmp(want, got, sizeof(float) * n) == 0, "sparsity 0 changed the logits");
+    qi_sparsity_free(&sp);
+    free(want);
+    free(got);
+}
+END_TEST
+
+static double mean_kl(const float *a, const float *b, size_t rows, int V) {
+    double sum = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *w = a + r * V, *g = b + r * V;
+        double mw = -INFINITY, mg = -INFINITY, sw = 0, sg = 0, kl = 0;
+        for (int v = 0; v < V; v++) mw = fmax(mw, w[v]), mg = fmax(mg, g[v]);
+        for (int v = 0; v < V; v++) sw += exp(w[v] - mw), sg += exp(g[v] - mg);
+        for (int v = 0; v < V; v++) {
+            const double lw = w[v] - mw - log(sw), lg = g[v] - mg - log(sg);
+            kl += exp(lw) * (lw - lg);
+        }
+        sum += kl;
+    }
+    return sum / (double)rows;
+}
+
+START_TEST(engine_sparse_modes) {
+    ck_assert_msg(access(g_calib, R_OK) == 0, "the dense case writes the calibration first");
+    const size_t n = n_logits();
+    float *dense = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    qi_err e = {0};
+    ck_assert_int_eq(run(&o, true, dense, &e), QI_OK);
+    for (int mode = QI_SPARSITY_TEAL; mode <= QI_SPARSITY_CATS; mode++) {
+        qi_sparsity sp;
+        ck_assert_int_eq(qi_sparsity_load(g_calib, (qi_sparsity_mode)mode, 0.5, g_model->hp.n_layer, &sp, &e), QI_OK);
+        qi_engine_opts_default(&o);
+        o.sparsity = &sp;
+        o.sparse_max_density = 1.0; /* every matmul sparse */
+        ck_assert_int_eq(run(&o, true, a, &e), QI_OK);
+        ck_assert_int_eq(run(&o, false, b, &e), QI_OK);
+        ck_assert_msg(memcmp(a, b, sizeof(float) * n) == 0, "%s: batched differs from alone",
+                      qi_sparsity_mode_name((qi_sparsity_mode)mode));
+        o.sparse_max_density = 0.0; /* the same zeroed activations, dense matmuls */
+        ck_assert_int_eq(run(&o, true, b, &e), QI_OK);
+        const double kl_paths = mean_kl(b, a, n / g_model->hp.n_vocab, g_model->hp.n_vocab);
+        const double kl_dense = mean_kl(dense, a, n / g_model->hp.n_vocab, g_model->hp.n_vocab);
+        printf("%s 0.5: sparse vs dense matmuls KL %.2e nats; vs no sparsity %.2e\n",
+               qi_sparsity_mode_name((qi_sparsity_mode)mode), kl_paths, kl_dense);
+        fflush(stdout);
+        /* the paths differ by the dense one's 8-bit activations, which the
+         * thresholds downstream amplify (a value near one flips): well
+         * under the sparsity's own effect, where a wrong sparse product is
+         * far over it */
+        ck_assert_msg(kl_paths < 0.5 * kl_dense, "sparse and dense matmuls of the same activations: KL %g, the "
+                      "sparsity itself %g", kl_paths, kl_dense);
+        ck_assert(memcmp(a, dense, sizeof(float) * n) != 0);
+        qi_sparsity_free(&sp);
+    }
+    free(dense), free(a), free(b);
+}
+END_TEST
+
+START_TEST(engine_refusals) {
+    qi_sparsity sp;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_sparsity_load(g_calib, QI_SPARSITY_TEAL, 0.3, g_model->hp.n_layer, &sp, &e), QI_OK);
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.sparsity = &sp;
+    o.n_ctx = 64;
+    o.max_seqs = 1;
+    qi_engine *eng = NULL;
+    o.devices = "cpu,testdev";
+    o.placement = "ngl=2";
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "CPU only") && strstr(e.msg, "testdev"), "%s", e.msg);
+    o.devices = NULL;
+    o.placement = NULL;
+    o.repack = true;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "--repack"), "%s", e.msg);
+    o.repack = false;
+    sp.n_layer--;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
+    sp.n_layer++;
+    /* a new plan off the CPU is refused too */
+    o.devices = "cpu,testdev";
+    qi_err_clear(&e);
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, "ngl=1", NULL, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "CPU only"), "%s", e.msg);
+    qi_engine_free(eng);
+    ck_assert_ptr_null(eng = NULL);
+    qi_sparsity_free(&sp);
+}
+END_TEST
+
+int main(void) {
+    g_model = qi_test_synth(QI_TEST_SYNTH_SMOL);
+    if (!g_model) return 1;
+    snprintf(g_calib, sizeof g_calib, "/tmp/qi_test_sparsity_calib_%d.txt", (int)getpid());
+    Suite *s = suite_create("sparsity");
+    TCase *tc = tcase_create("sparsity");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, calib_quantiles);
+    tcase_add_test(tc, thresholds_loaded);
+    tcase_add_test(tc, bad_files);
+    tcase_add_test(tc, engine_dense_and_observed);
+    tcase_add_test(tc, engine_sparse_modes);
+    tcase_add_test(tc, engine_refusals);
+    suite_add_tcase(s, tc);
+    const int rc = qi_test_run_suite(s);
+    unlink(g_calib);
+    qi_model_free(g_model);
+    return rc;
+}
