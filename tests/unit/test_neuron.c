@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "neuron/neuron_live.h"
 #include "neuron/neuron_policy.h"
 #include "qinfer/ffn_profile.h"
 #include "qinfer/model.h"
@@ -573,6 +574,219 @@ START_TEST(test_bytes_of_model) {
 }
 END_TEST
 
+
+/* ---- the swap worker's rule (without its thread; the threads are
+ * tests/unit/tsan_neuron_live.c's, under ThreadSanitizer) -------------------------------- */
+
+typedef struct {
+    int copies, swaps, fail_neuron;
+    int copy_log[8][3], swap_log[8][4];
+} live_log;
+
+static int log_copy(void *ctx, int layer, int neuron, int slot) {
+    live_log *g = ctx;
+    if (g->copies < 8) g->copy_log[g->copies][0] = layer, g->copy_log[g->copies][1] = neuron,
+                       g->copy_log[g->copies][2] = slot;
+    g->copies++;
+    return neuron == g->fail_neuron ? -1 : 0;
+}
+
+static void log_swap(void *ctx, int layer, int in, int out, int slot) {
+    live_log *g = ctx;
+    if (g->swaps < 8) g->swap_log[g->swaps][0] = layer, g->swap_log[g->swaps][1] = in, g->swap_log[g->swaps][2] = out,
+                      g->swap_log[g->swaps][3] = slot;
+    g->swaps++;
+}
+
+static void live_check(qi_neuron_live *lv, int layer) {
+    qi_neuron_live_view v;
+    qi_err e = {0};
+    qi_neuron_live_begin(lv, layer, &v);
+    ck_assert_msg(qi_neuron_live_view_check(&v, layer, &e) == QI_OK, "%s", e.msg);
+    qi_neuron_live_end(lv, layer);
+}
+
+static const uint8_t live_fast[8] = {1, 1, 0, 0, 0, 0, 0, 0};
+static const double live_start[8] = {1, 1, 0, 0, 0, 0, 0, 0};
+static const double live_window[8] = {0.1, 0.2, 0, 0, 0, 5, 3, 0};
+static const uint64_t live_bytes[1] = {1000};
+
+static qi_neuron_live_opts live_opts(void) {
+    qi_neuron_live_opts o;
+    qi_neuron_live_opts_default(&o);
+    o.ratio = 4;
+    o.slow_s = 1;
+    o.link_bw = 1000; /* a copy: 1 s */
+    o.decay = 1;      /* the new window replaces the average */
+    return o;
+}
+
+/* One layer of 8 neurons, neurons 0 and 1 in the two slots, ratio 4.
+ * At the start the fast side is the slower (t_fast 0.5, t_slow 0): no
+ * swap. Then neurons 5 and 6 turn hot (window 0.1 0.2 0 0 0 5 3 0):
+ * t_fast 0.075, t_slow 8. Swap 5 into slot 0 (neuron 0, the coldest):
+ * t_fast 1.3, t_slow 3.1, gain 4.9 s per token; 6 into slot 1: t_fast 2,
+ * t_slow 0.3, gain 1.1; both pay for a 1 s copy over 64 tokens. */
+START_TEST(test_live_rule) {
+    live_log g = {.fail_neuron = -1};
+    qi_neuron_live_opts o = live_opts();
+    qi_neuron_live *lv = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, log_copy, log_swap, &g, &lv, &e),
+                     QI_OK);
+    qi_neuron_live_view v;
+    qi_neuron_live_begin(lv, 0, &v);
+    ck_assert_int_eq(v.n_slots, 2);
+    ck_assert_int_eq(v.slot[0], 0);
+    ck_assert_int_eq(v.slot[1], 1);
+    const uint64_t gen0 = v.gen;
+    qi_neuron_live_end(lv, 0);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 0);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 1, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 2);
+    ck_assert_int_eq(g.copies, 2);
+    const int want_copy[2][3] = {{0, 5, 0}, {0, 6, 1}};
+    const int want_swap[2][4] = {{0, 5, 0, 0}, {0, 6, 1, 1}};
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 3; k++) ck_assert_int_eq(g.copy_log[i][k], want_copy[i][k]);
+        for (int k = 0; k < 4; k++) ck_assert_int_eq(g.swap_log[i][k], want_swap[i][k]);
+    }
+    qi_neuron_live_begin(lv, 0, &v);
+    ck_assert_int_eq(v.slot[0], 5);
+    ck_assert_int_eq(v.slot[1], 6);
+    ck_assert_int_eq(v.where[0], -1);
+    ck_assert_int_eq(v.where[5], 0);
+    ck_assert(v.gen != gen0);
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_OK);
+    qi_neuron_live_end(lv, 0);
+    qi_neuron_live_stats st;
+    qi_neuron_live_stats_get(lv, &st);
+    ck_assert_int_eq(st.swaps, 2);
+    ck_assert_double_eq(st.copied_bytes, 2000.0);
+    ck_assert_double_eq_tol(st.copy_s, 2.0, 1e-12);
+    ck_assert_double_eq_tol(st.t_fast, 2.0, 1e-12);
+    ck_assert_double_eq_tol(st.t_slow, 0.3, 1e-12);
+    /* now the fast side is the slower: nothing more */
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 1, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 0);
+    qi_neuron_live_free(lv);
+
+    /* the copy's cost counted: over 0.1 tokens the first swap gains 0.49 s
+     * for a 1 s copy, so none is made */
+    o.horizon = 0.1;
+    g = (live_log){.fail_neuron = -1};
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, log_copy, log_swap, &g, &lv, &e),
+                     QI_OK);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 1, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 0);
+    ck_assert_int_eq(g.copies, 0);
+    qi_neuron_live_free(lv);
+
+    /* balanced within tol: t_fast 2 / 4, t_slow 0.52 (4% apart) */
+    o = live_opts();
+    const double bal[8] = {1, 1, 0.52, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, bal, live_bytes, &o, log_copy, log_swap, &g, &lv, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 0);
+    qi_neuron_live_free(lv);
+
+    /* a failed copy leaves the slot empty, both neurons on the slow side,
+     * and the next round fills the empty slot first */
+    g = (live_log){.fail_neuron = 5};
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, log_copy, log_swap, &g, &lv, &e),
+                     QI_OK);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 1, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 0);
+    qi_neuron_live_begin(lv, 0, &v);
+    ck_assert_int_eq(v.slot[0], -1);
+    ck_assert_int_eq(v.where[0], -1);
+    ck_assert_int_eq(v.where[5], -1);
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_OK);
+    qi_neuron_live_end(lv, 0);
+    ck_assert_int_eq(g.swap_log[0][1], -1);
+    qi_neuron_live_stats_get(lv, &st);
+    ck_assert_int_eq(st.failed_copies, 1);
+    g.fail_neuron = -1;
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), 2);
+    qi_neuron_live_begin(lv, 0, &v);
+    ck_assert_int_eq(v.slot[0], 5); /* the empty slot, filled first */
+    ck_assert_int_eq(v.slot[1], 6);
+    qi_neuron_live_end(lv, 0);
+    live_check(lv, 0);
+    qi_neuron_live_free(lv);
+}
+END_TEST
+
+/* The checker catches a neuron in two places (planted views). */
+START_TEST(test_live_view_check) {
+    qi_err e = {0};
+    int32_t slot[2] = {1, 0}, where[3] = {1, 0, -1};
+    qi_neuron_live_view v = {.n_ff = 3, .n_slots = 2, .slot = slot, .where = where};
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_OK);
+    slot[1] = 1; /* neuron 1 in both slots, neuron 0 says slot 1 */
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "neuron 0 says slot 1, which holds 1") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
+    slot[1] = 0;
+    where[0] = -1; /* neuron 0 in slot 1 and on the slow device */
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "neuron 0 is in slot 1 and on the slow device") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
+    where[0] = 1;
+    slot[0] = 2; /* neuron 2 in a slot, but says it is slow */
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_ERR_BACKEND);
+    qi_err_clear(&e);
+    slot[0] = 7;
+    ck_assert_int_eq(qi_neuron_live_view_check(&v, 0, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "neuron 1 says slot 0, which holds 7") != NULL, "%s", e.msg);
+}
+END_TEST
+
+START_TEST(test_live_errors) {
+    qi_neuron_live_opts o = live_opts();
+    qi_neuron_live *lv = NULL;
+    qi_err e = {0};
+    o.decay = 0;
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, NULL, NULL, NULL, &lv, &e),
+                     QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "decay 0 (in (0, 1])") != NULL, "%s", e.msg);
+    ck_assert_ptr_null(lv);
+    o = live_opts();
+    o.ratio = NAN;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, NULL, NULL, NULL, &lv, &e),
+                     QI_ERR_INVALID);
+    o = live_opts();
+    const double neg[8] = {1, -1};
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, neg, live_bytes, &o, NULL, NULL, NULL, &lv, &e),
+                     QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "layer 0 neuron 1: activity -1") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, NULL, NULL, NULL, &lv, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 1, live_window, 1, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 0, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, neg, 1, &e), QI_ERR_INVALID);
+    qi_err_clear(&e);
+    /* the worker: a window fed, synced, swapped (no copy callback) */
+    ck_assert_int_eq(qi_neuron_live_start(lv, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_live_start(lv, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_neuron_live_rebalance(lv), -1);
+    ck_assert_int_eq(qi_neuron_live_feed(lv, 0, live_window, 1, &e), QI_OK);
+    qi_neuron_live_sync(lv);
+    qi_neuron_live_stats st;
+    qi_neuron_live_stats_get(lv, &st);
+    ck_assert_int_eq(st.swaps, 2);
+    live_check(lv, 0);
+    qi_neuron_live_stop(lv);
+    qi_neuron_live_stop(lv);
+    qi_neuron_live_sync(lv); /* stopped: returns */
+    qi_neuron_live_free(lv);
+    qi_neuron_live_free(NULL);
+}
+END_TEST
+
 /* ---- the profile file ----------------------------------------------------------------- */
 
 static const char good[] = "# qinfer ffn-profile 1\n"
@@ -780,6 +994,9 @@ static Suite *neuron_suite(void) {
     tcase_add_test(tc, test_calibrate);
     tcase_add_test(tc, test_recall);
     tcase_add_test(tc, test_bytes_of_model);
+    tcase_add_test(tc, test_live_rule);
+    tcase_add_test(tc, test_live_view_check);
+    tcase_add_test(tc, test_live_errors);
     tcase_add_test(tc, test_profile_good);
     tcase_add_test(tc, test_profile_bad);
     tcase_add_test(tc, test_profile_fuzz);
