@@ -157,6 +157,10 @@ int qi_cmd_neuron(int argc, char **argv) {
         qi_cli_error(cmd, "--ratio is the qinfer policy's; policy '%s' takes none", policy_arg);
         return QI_EXIT_USAGE;
     }
+    if (ratio_arg && strstr(policy_arg, "ratio=")) {
+        qi_cli_error(cmd, "--ratio and the policy's ratio= both give the ratio: give one");
+        return QI_EXIT_USAGE;
+    }
     if (ratio_arg)
         snprintf(spec, sizeof spec, "%s%sratio=%s", policy_arg, strchr(policy_arg, ':') ? "," : ":", ratio_arg);
     else

@@ -98,7 +98,8 @@ typedef struct {
 /* Form in's groups into *g (owned: qi_neuron_groups_fini). Errors:
  * QI_ERR_INVALID for a bad input (shape out of range, group < 0, a
  * negative budget, an activity negative or not finite, 0 bytes per neuron,
- * a group's bytes past 2^62), naming the first bad value; QI_ERR_NOMEM. */
+ * every neuron's bytes together past 2^62), naming the first bad value;
+ * QI_ERR_NOMEM. */
 qi_status qi_neuron_groups_init(qi_neuron_groups *g, const qi_neuron_input *in, qi_err *err);
 void qi_neuron_groups_fini(qi_neuron_groups *g);
 

@@ -140,12 +140,16 @@ qi_status qi_neuron_groups_init(qi_neuron_groups *g, const qi_neuron_input *in, 
         return QI_ERR(err, QI_ERR_INVALID, "neuron placement: no activity or bytes per neuron given");
     const int G = in->group ? in->group : QI_NEURON_GROUP_DEFAULT;
     const int NG = (F + G - 1) / G;
+    /* every neuron's bytes together below 2^62, so no sum of groups overflows */
+    uint64_t all = 0;
     for (int l = 0; l < L; l++) {
         const uint64_t b = in->neuron_bytes[l];
         if (b == 0) return QI_ERR(err, QI_ERR_INVALID, "neuron placement: layer %d: 0 bytes per neuron", l);
-        if (b > (UINT64_C(1) << 62) / (uint64_t)G)
-            return QI_ERR(err, QI_ERR_INVALID, "neuron placement: layer %d: %llu bytes per neuron is too large", l,
+        if (b > ((UINT64_C(1) << 62) - all) / (uint64_t)F)
+            return QI_ERR(err, QI_ERR_INVALID,
+                          "neuron placement: layer %d: %llu bytes per neuron takes the FFN past 2^62 bytes", l,
                           (unsigned long long)b);
+        all += b * (uint64_t)F;
         for (int j = 0; j < F; j++) {
             const double v = in->activity[(size_t)l * F + j];
             if (!isfinite(v) || v < 0.0)

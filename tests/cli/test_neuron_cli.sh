@@ -56,6 +56,7 @@ expect_fail 2 "--budget and --budget-frac both set the budget" "$Q" neuron-plan 
 expect_fail 2 "option --group: '0' is not an integer" "$Q" neuron-plan "${NB[@]}" --policy none --group 0
 expect_fail 2 "option --ratio needs a value" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio
 expect_fail 2 "--ratio is the qinfer policy's; policy 'none' takes none" "$Q" neuron-plan "${NB[@]}" --policy none --ratio 2
+expect_fail 2 "--ratio and the policy's ratio= both give the ratio" "$Q" neuron-plan "${NB[@]}" --policy qinfer:ratio=2 --ratio 3 --budget 1
 expect_fail 2 "qinfer: needs ratio=R" "$Q" neuron-plan "${NB[@]}" --policy qinfer --budget 1
 expect_fail 2 "qinfer: parameter 'ratio' must be a number" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 0 --budget 1
 expect_fail 2 "option --by: 'bogus' is not a column" "$Q" neuron-plan "${NB[@]}" --policy none --by bogus

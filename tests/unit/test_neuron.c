@@ -150,6 +150,10 @@ START_TEST(test_bad_input) {
     in = ok;
     in.activity = NULL;
     expect_bad_input(in, "no activity");
+    const uint64_t huge[1] = {UINT64_C(1) << 61};
+    in = ok;
+    in.neuron_bytes = huge;
+    expect_bad_input(in, "layer 0: 2305843009213693952 bytes per neuron takes the FFN past 2^62 bytes");
 
     /* the wrapper too, before any policy runs */
     qi_neuron_policy *p = NULL;
@@ -976,6 +980,59 @@ START_TEST(test_profile_fuzz) {
 }
 END_TEST
 
+/* Every allocation of the reader, the wrapper, each policy and the swap
+ * worker's state failed in turn: QI_ERR_NOMEM or a result, never a crash
+ * (and, in the ASan build, no leak). */
+START_TEST(test_alloc_faults) {
+    static const char *const specs[] = {"none", "qinfer:ratio=2",
+#ifdef QI_HAVE_GLPK
+                                        "static",
+#endif
+                                        NULL};
+    const double act[8] = {8, 4, 2, 2, 6, 1, 1, 0};
+    const uint64_t nb[2] = {10, 10};
+    const qi_neuron_input in = {.n_layer = 2, .n_ff = 4, .activity = act, .neuron_bytes = nb, .budget = 40, .group = 2};
+    int nomem = 0, done = 0;
+    for (long n = 1; n <= 40; n++) {
+        qi_err e = {0};
+        qi_neuron_profile prof;
+        qi_alloc_fail_after(n);
+        qi_status st = read_str(good, strlen(good), &prof, &e);
+        qi_alloc_fail_after(0);
+        ck_assert_msg(st == QI_OK || st == QI_ERR_NOMEM, "profile, allocation %ld: %s", n, e.msg);
+        nomem += st == QI_ERR_NOMEM;
+        done += st == QI_OK;
+        qi_neuron_profile_fini(&prof);
+        for (const char *const *sp = specs; *sp; sp++) {
+            qi_neuron_policy *p = NULL;
+            qi_neuron_plan plan;
+            qi_err_clear(&e);
+            qi_alloc_fail_after(n);
+            st = qi_neuron_policy_from_spec(*sp, &p, &e);
+            if (!st) st = qi_neuron_policy_place(p, &in, &plan, &e);
+            qi_alloc_fail_after(0);
+            ck_assert_msg(st == QI_OK || st == QI_ERR_NOMEM, "%s, allocation %ld: %s", *sp, n, e.msg);
+            nomem += st == QI_ERR_NOMEM;
+            done += st == QI_OK;
+            if (!st) qi_neuron_plan_fini(&plan);
+            qi_neuron_policy_free(p);
+        }
+        qi_neuron_live_opts o = live_opts();
+        qi_neuron_live *lv = NULL;
+        qi_err_clear(&e);
+        qi_alloc_fail_after(n);
+        st = qi_neuron_live_create(1, 8, live_fast, live_start, live_bytes, &o, NULL, NULL, NULL, &lv, &e);
+        qi_alloc_fail_after(0);
+        ck_assert_msg(st == QI_OK || st == QI_ERR_NOMEM, "live, allocation %ld: %s", n, e.msg);
+        ck_assert(st == QI_OK || lv == NULL);
+        nomem += st == QI_ERR_NOMEM;
+        qi_neuron_live_free(lv);
+    }
+    ck_assert_int_gt(nomem, 20);
+    ck_assert_int_gt(done, 20);
+}
+END_TEST
+
 static Suite *neuron_suite(void) {
     Suite *s = suite_create("neuron");
     TCase *tc = tcase_create("neuron");
@@ -1000,6 +1057,7 @@ static Suite *neuron_suite(void) {
     tcase_add_test(tc, test_profile_good);
     tcase_add_test(tc, test_profile_bad);
     tcase_add_test(tc, test_profile_fuzz);
+    tcase_add_test(tc, test_alloc_faults);
     suite_add_tcase(s, tc);
     return s;
 }
