@@ -260,7 +260,8 @@ int qi_cmd_neuron(int argc, char **argv) {
     if (sum.fast > 0) printf("%.3f", (double)sum.hit / (double)sum.fast);
     else printf("-");
     if (plan.optimal) printf(", optimal\n");
-    else if (!isnan(plan.bound)) printf(", not proven optimal (bound %.6g, kept %.6g)\n", plan.bound, plan.total_mass_fast);
+    else if (!isnan(plan.bound))
+        printf(", not proven optimal (bound %.6g, kept %.6g)\n", plan.bound, plan.total_mass_fast);
     else printf("\n");
     goto done;
 fail:

@@ -160,7 +160,8 @@ static qi_status check_opts(const qi_neuron_live_opts *o, qi_err *err) {
         if (!isfinite(c[i].v) || (c[i].lo_open ? c[i].v <= c[i].lo : c[i].v < c[i].lo) || c[i].v > c[i].hi)
             return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: %s %g (in %s%g, %g])", c[i].name, c[i].v,
                           c[i].lo_open ? "(" : "[", c[i].lo, c[i].hi);
-    if (o->max_swaps < 1) return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: max_swaps %d (1 or more)", o->max_swaps);
+    if (o->max_swaps < 1)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: max_swaps %d (1 or more)", o->max_swaps);
     return QI_OK;
 }
 
@@ -175,7 +176,8 @@ qi_status qi_neuron_live_create(int n_layer, int n_ff, const uint8_t *fast, cons
     qi_status st = check_opts(o, err);
     if (st) return st;
     for (int l = 0; l < n_layer; l++) {
-        if (neuron_bytes[l] == 0) return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: layer %d: 0 bytes per neuron", l);
+        if (neuron_bytes[l] == 0)
+            return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: layer %d: 0 bytes per neuron", l);
         for (int j = 0; j < n_ff; j++) {
             const double a = activity[(size_t)l * n_ff + j];
             if (!isfinite(a) || a < 0)

@@ -85,7 +85,10 @@ static qi_status read_settings(char *rest, const where *w, qi_neuron_profile *p)
     for (char *k = strtok_r(rest, " \t", &save); k; k = strtok_r(NULL, " \t", &save)) {
         char *v = strtok_r(NULL, " \t", &save);
         if (!v) return BAD(w, "settings line: '%s' has no value", k);
-        long long *dst = strcmp(k, "n_layer") == 0 ? &L : strcmp(k, "n_ff") == 0 ? &F : strcmp(k, "tokens") == 0 ? &T : NULL;
+        long long *dst = strcmp(k, "n_layer") == 0 ? &L
+                         : strcmp(k, "n_ff") == 0  ? &F
+                         : strcmp(k, "tokens") == 0 ? &T
+                                                    : NULL;
         if (!dst) continue;
         if (*dst >= 0) return BAD(w, "settings line: %s given twice", k);
         const long long hi = dst == &L ? QI_NEURON_MAX_LAYERS : dst == &F ? QI_NEURON_MAX_FF : (1LL << 40);

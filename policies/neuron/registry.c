@@ -260,8 +260,9 @@ qi_status qi_neuron_policy_place(qi_neuron_policy *p, const qi_neuron_input *in,
         uint64_t used = 0;
         for (size_t i = 0; i < n && !st; i++) {
             if (x[i] > 1)
-                st = QI_ERR(err, QI_ERR_BACKEND, "neuron policy '%s' broke its contract: group %zu of layer %zu set to %d",
-                            name, i % g.n_groups, i / g.n_groups, x[i]);
+                st = QI_ERR(err, QI_ERR_BACKEND,
+                            "neuron policy '%s' broke its contract: group %zu of layer %zu set to %d", name,
+                            i % (size_t)g.n_groups, i / (size_t)g.n_groups, x[i]);
             else if (x[i])
                 used += g.bytes[i];
         }

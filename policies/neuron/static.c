@@ -164,8 +164,8 @@ static qi_status solve_once(const qi_neuron_groups *g, int m, double time_limit_
     if (lp_ret != 0 || lp_status != GLP_OPT) {
         glp_delete_prob(lp);
         glp_term_out(was);
-        return QI_ERR(err, QI_ERR_BACKEND, "static: GLPK's simplex failed on the relaxation (glp_simplex %d, status %d)",
-                      lp_ret, lp_status);
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "static: GLPK's simplex failed on the relaxation (glp_simplex %d, status %d)", lp_ret, lp_status);
     }
     info->bound = glp_get_obj_val(lp) * top;
     glp_iocp parm;
@@ -236,7 +236,8 @@ const qi_neuron_policy_i qi_neuron_static_policy = {
     .version = QI_NEURON_POLICY_VERSION,
     .name = "static",
     .summary = "PowerInfer's placement: an integer program keeping the most profiled mass within the budget (GLPK)",
-    .params = "min_groups=0 (per layer: none or at least this many groups), time_limit=10 (s; then the best found), gap=0 (relative)",
+    .params = "min_groups=0 (per layer: none or at least this many groups), time_limit=10 (s; then the best "
+              "found), gap=0 (relative)",
     .create = static_create,
     .place = static_place,
     .free = static_free,
