@@ -82,6 +82,7 @@ static void write_end(layer_state *s) {
 }
 
 void qi_neuron_live_begin(qi_neuron_live *lv, int layer, qi_neuron_live_view *v) {
+    QI_ASSERT(layer >= 0 && layer < lv->n_layer);
     layer_state *s = &lv->L[layer];
     pthread_mutex_lock(&s->mu);
     while (s->writing || s->writers_waiting > 0) pthread_cond_wait(&s->cv, &s->mu);
@@ -92,6 +93,7 @@ void qi_neuron_live_begin(qi_neuron_live *lv, int layer, qi_neuron_live_view *v)
 }
 
 void qi_neuron_live_end(qi_neuron_live *lv, int layer) {
+    QI_ASSERT(layer >= 0 && layer < lv->n_layer);
     layer_state *s = &lv->L[layer];
     pthread_mutex_lock(&s->mu);
     if (--s->readers == 0) pthread_cond_broadcast(&s->cv);

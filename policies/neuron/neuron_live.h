@@ -121,7 +121,8 @@ typedef struct {
 
 /* Hold layer's state still and show it; end the hold with
  * qi_neuron_live_end (the view is valid until then). Holds of different
- * layers are independent; any number of readers may hold one layer. */
+ * layers are independent; any number of readers may hold one layer. A
+ * layer out of range is a programmer's error (QI_ASSERT). */
 void qi_neuron_live_begin(qi_neuron_live *lv, int layer, qi_neuron_live_view *v);
 void qi_neuron_live_end(qi_neuron_live *lv, int layer);
 /* Check a view: every neuron in exactly one place (where[] and slot[]

@@ -164,7 +164,8 @@ struct qi_neuron_policy {
 extern const qi_neuron_policy_i *const qi_neuron_policies[];
 const qi_neuron_policy_i *qi_neuron_policy_find(const char *name); /* NULL if unknown */
 /* Create by name; params may be NULL. Errors: an unknown name
- * (QI_ERR_INVALID listing the known ones), create's. *out NULL on failure. */
+ * (QI_ERR_INVALID listing the known ones; static in a build without GLPK:
+ * QI_ERR_UNSUPPORTED saying so), create's. *out NULL on failure. */
 qi_status qi_neuron_policy_create(const char *name, const qi_params *params, qi_neuron_policy **out, qi_err *err);
 /* From "NAME[:K=V,...]". */
 qi_status qi_neuron_policy_from_spec(const char *spec, qi_neuron_policy **out, qi_err *err);

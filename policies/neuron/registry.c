@@ -50,6 +50,10 @@ const qi_neuron_policy_i *qi_neuron_policy_find(const char *name) {
 qi_status qi_neuron_policy_create(const char *name, const qi_params *params, qi_neuron_policy **out, qi_err *err) {
     *out = NULL;
     const qi_neuron_policy_i *pi = qi_neuron_policy_find(name);
+#ifndef QI_HAVE_GLPK
+    if (!pi && name && strcmp(name, "static") == 0)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "neuron policy 'static' solves with GLPK, and this build has none");
+#endif
     if (!pi) {
         char list[256] = "";
         size_t len = 0;

@@ -71,9 +71,9 @@ expect_fail 1 "short.txt:8: the file ends with layer 0 neuron 3 missing" "$Q" ne
 printf '# qinfer ffn-profile 1\n# n_layer 1 n_ff 4 tokens 10\n0 0 1 1 1\n0 1 1 1 1\n0 2 1 1 1\n0 3 1 1 1\n' >"$tmp/other.txt"
 expect_fail 2 "other.txt is 1 layers x 4 neurons" "$Q" neuron-plan "${NB[@]}" --policy none --eval "$tmp/other.txt"
 
-# static, 30 bytes: the three largest masses (8 and 4 of layer 0, 6 of layer 1).
+# static (built with GLPK; without, it says so), 30 bytes: the three largest masses (8 and 4 of layer 0, 6 of layer 1).
 # Layer 0: fast {0, 1}: recall 15/18, precision 15/20; layer 1: {0}: 9/11, 9/10.
-if grep -q "static" < <("$Q" neuron-plan --help); then
+if "$Q" neuron-plan --help | grep -q "^  static "; then
   expect_fail 2 "static: unknown parameter 'bogus'" "$Q" neuron-plan "${NB[@]}" --policy static:bogus=1 --budget 30
   if expect_ok "$Q" neuron-plan "${NB[@]}" --policy static --budget 30; then
     grep -q "^policy static  profile .*p.txt (2 layers x 4 neurons, 10 tokens)  by mass$" "$tmp/out" || bad "static header: $(head -1 "$tmp/out")"
@@ -88,6 +88,8 @@ if grep -q "static" < <("$Q" neuron-plan --help); then
     grep -q "^total: 2/8 groups, 2 neurons, 20 bytes" "$tmp/out" || bad "static by active: $(tail -1 "$tmp/out")"
   fi
   expect_ok "$Q" neuron-plan "${NB[@]}" --policy static --budget 0 && { grep -q "^total: 0/8 groups, 0 neurons, 0 bytes" "$tmp/out" || bad "static budget 0: $(tail -1 "$tmp/out")"; }
+else
+  expect_fail 1 "neuron policy 'static' solves with GLPK, and this build has none" "$Q" neuron-plan "${NB[@]}" --policy static --budget 30
 fi
 
 # qinfer, ratio 1 (balance at half the activity): 8 brings layer 0 to 0.5,
@@ -127,7 +129,7 @@ if expect_ok "$Q" neuron-plan --profile "$big" --policy qinfer --ratio 4 --budge
     bad "model bytes line: $(sed -n 2p "$tmp/out")"
   [[ $(grep -Ec "^ +[0-9]+ +[0-6]/6 " "$tmp/out") -eq 30 ]] || bad "not 30 layer rows: $(cat "$tmp/out")"
 fi
-if grep -q "static" < <("$Q" neuron-plan --help); then
+if "$Q" neuron-plan --help | grep -q "^  static "; then
   expect_ok "$Q" neuron-plan --profile "$big" -m smollm2-135m --policy static --budget 10M &&
     { grep -q "^total: 37/180 groups, 9472 neurons, 10229760 bytes (97.6% of the budget)" "$tmp/out" || bad "static on SmolLM2: $(tail -1 "$tmp/out")"; }
 fi

@@ -33,6 +33,10 @@ START_TEST(test_registry) {
     ck_assert_ptr_nonnull(qi_neuron_policy_find("qinfer"));
 #ifdef QI_HAVE_GLPK
     ck_assert_ptr_nonnull(qi_neuron_policy_find("static"));
+#else
+    ck_assert_int_eq(qi_neuron_policy_create("static", NULL, &p, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "solves with GLPK, and this build has none") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
 #endif
     ck_assert_ptr_null(qi_neuron_policy_find("bogus"));
     ck_assert_int_eq(qi_neuron_policy_create("bogus", NULL, &p, &e), QI_ERR_INVALID);
