@@ -201,7 +201,9 @@ qi_status qi_neuron_mip_solve(const qi_neuron_groups *g, int min_groups, double 
  * activity. Every (layer, group) in falling order of mass (ties: lower
  * layer, lower group) is put on the fast device while its layer's fast
  * share is below that target and its bytes fit in what is left of the
- * budget; a group that does not fit is passed over. R > 0, finite. */
+ * budget; a group that does not fit is passed over, and a group of no
+ * activity is never placed. R > 0, finite. x[n_layer * n_groups] is
+ * overwritten. */
 void qi_neuron_greedy(const qi_neuron_groups *g, double ratio, uint8_t *x);
 /* A qinfer policy's ratio (NAN for another policy or NULL). */
 double qi_neuron_qinfer_ratio(const qi_neuron_policy *p);
