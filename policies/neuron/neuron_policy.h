@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "neuron/neuron_live.h"
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
@@ -207,6 +208,11 @@ qi_status qi_neuron_mip_solve(const qi_neuron_groups *g, int min_groups, double 
 void qi_neuron_greedy(const qi_neuron_groups *g, double ratio, uint8_t *x);
 /* A qinfer policy's ratio (NAN for another policy or NULL). */
 double qi_neuron_qinfer_ratio(const qi_neuron_policy *p);
+/* A qinfer policy's options for its swap worker (neuron_live.h: ratio and
+ * the parameters slow_s, link_bw, horizon, decay, tol, max_swaps, each
+ * with its default when not given). Errors: QI_ERR_INVALID for another
+ * policy. */
+qi_status qi_neuron_qinfer_live_opts(const qi_neuron_policy *p, qi_neuron_live_opts *o, qi_err *err);
 
 /* qinfer's start-up calibration (qinfer.c). The engine supplies the timer:
  * seconds one sparse up and down product of n_neurons active neurons

@@ -26,30 +26,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "neuron/neuron_live.h"
 #include "neuron/neuron_policy.h"
 
 typedef struct {
     qi_neuron_policy base;
     double ratio;
+    qi_neuron_live_opts live; /* the swap worker's options, ratio included */
 } qinfer_policy;
 
 extern const qi_neuron_policy_i qi_neuron_qinfer_policy;
 
 static qi_status qinfer_create(const qi_params *params, qi_neuron_policy **out, qi_err *err) {
-    static const char *const known[] = {"ratio", NULL};
+    static const char *const known[] = {"ratio", "slow_s", "link_bw", "horizon", "decay", "tol", "max_swaps", NULL};
+    const char *who = "qinfer";
     double ratio = 0.0;
-    qi_status st = qi_params_check_known(params, "qinfer", known, err);
+    qi_neuron_live_opts o;
+    qi_neuron_live_opts_default(&o);
+    long max_swaps = o.max_swaps;
+    qi_status st = qi_params_check_known(params, who, known, err);
     if (st) return st;
     if (!qi_params_get(params, "ratio"))
         return QI_ERR(err, QI_ERR_INVALID,
                       "qinfer: needs ratio=R, the fast:slow speed ratio of the sparse FFN products (calibrated at "
                       "start-up)");
-    st = qi_params_double(params, "qinfer", "ratio", 1.0, 1e-6, 1e6, &ratio, err);
+    st = qi_params_double(params, who, "ratio", 1.0, 1e-6, 1e6, &ratio, err);
+    if (!st) st = qi_params_double(params, who, "slow_s", o.slow_s, 1e-15, 1e6, &o.slow_s, err);
+    if (!st) st = qi_params_double(params, who, "link_bw", o.link_bw, 1.0, 1e15, &o.link_bw, err);
+    if (!st) st = qi_params_double(params, who, "horizon", o.horizon, 1e-6, 1e12, &o.horizon, err);
+    if (!st) st = qi_params_double(params, who, "decay", o.decay, 1e-6, 1.0, &o.decay, err);
+    if (!st) st = qi_params_double(params, who, "tol", o.tol, 0.0, 0.99, &o.tol, err);
+    if (!st) st = qi_params_int(params, who, "max_swaps", o.max_swaps, 1, 1 << 22, &max_swaps, err);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
     p->base.iface = &qi_neuron_qinfer_policy;
     p->ratio = ratio;
+    o.ratio = ratio;
+    o.max_swaps = (int)max_swaps;
+    p->live = o;
     *out = &p->base;
     return QI_OK;
 }
@@ -127,6 +142,14 @@ double qi_neuron_qinfer_ratio(const qi_neuron_policy *p) {
     return p && p->iface == &qi_neuron_qinfer_policy ? ((const qinfer_policy *)p)->ratio : NAN;
 }
 
+qi_status qi_neuron_qinfer_live_opts(const qi_neuron_policy *p, qi_neuron_live_opts *o, qi_err *err) {
+    if (!p || p->iface != &qi_neuron_qinfer_policy)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron policy '%s' has no swap worker (qinfer has)",
+                      qi_neuron_policy_name(p));
+    *o = ((const qinfer_policy *)p)->live;
+    return QI_OK;
+}
+
 /* ---- calibration ------------------------------------------------------------------------ */
 
 static int cmp_double(const void *a, const void *b) {
@@ -181,7 +204,8 @@ const qi_neuron_policy_i qi_neuron_qinfer_policy = {
     .version = QI_NEURON_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer's placement: hottest groups first while each layer's fast share of activity is below R/(1+R)",
-    .params = "ratio=R (required: the fast:slow speed ratio of the sparse FFN products)",
+    .params = "ratio=R (required: the fast:slow speed ratio of the sparse FFN products); the swap worker's "
+              "slow_s=1e-7, link_bw=16e9, horizon=64, decay=0.25, tol=0.05, max_swaps=64 (neuron_live.h)",
     .create = qinfer_create,
     .place = qinfer_place,
     .free = qinfer_free,

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "neuron/neuron_live.h"
 #include "neuron/neuron_policy.h"
 #include "qinfer/ffn_profile.h"
 #include "qinfer/model.h"
@@ -60,6 +59,28 @@ START_TEST(test_registry) {
     ck_assert_int_eq(qi_neuron_policy_from_spec("qinfer:ratio=4", &p, &e), QI_OK);
     ck_assert_str_eq(qi_neuron_policy_name(p), "qinfer");
     ck_assert_double_eq(qi_neuron_qinfer_ratio(p), 4.0);
+    qi_neuron_live_opts lo, def;
+    qi_neuron_live_opts_default(&def);
+    ck_assert_int_eq(qi_neuron_qinfer_live_opts(p, &lo, &e), QI_OK);
+    ck_assert_double_eq(lo.ratio, 4.0);
+    ck_assert_double_eq(lo.link_bw, def.link_bw);
+    ck_assert_int_eq(lo.max_swaps, def.max_swaps);
+    qi_neuron_policy_free(p);
+    ck_assert_int_eq(qi_neuron_policy_from_spec("qinfer:ratio=2,horizon=8,decay=0.5,max_swaps=3,tol=0", &p, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_qinfer_live_opts(p, &lo, &e), QI_OK);
+    ck_assert_double_eq(lo.ratio, 2.0);
+    ck_assert_double_eq(lo.horizon, 8.0);
+    ck_assert_double_eq(lo.decay, 0.5);
+    ck_assert_double_eq(lo.tol, 0.0);
+    ck_assert_int_eq(lo.max_swaps, 3);
+    qi_neuron_policy_free(p);
+    ck_assert_int_eq(qi_neuron_policy_from_spec("qinfer:ratio=2,decay=0", &p, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "decay") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_neuron_policy_from_spec("none", &p, &e), QI_OK);
+    ck_assert_int_eq(qi_neuron_qinfer_live_opts(p, &lo, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "neuron policy 'none' has no swap worker") != NULL, "%s", e.msg);
+    qi_err_clear(&e);
     qi_neuron_policy_free(p);
 #ifdef QI_HAVE_GLPK
     ck_assert_int_eq(qi_neuron_policy_from_spec("static:min_groups=-1", &p, &e), QI_ERR_INVALID);
