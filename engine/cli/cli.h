@@ -199,5 +199,6 @@ int qi_cmd_serve(int argc, char **argv);
 int qi_cmd_load(int argc, char **argv);
 int qi_cmd_calibrate(int argc, char **argv);
 int qi_cmd_profile(int argc, char **argv);
+int qi_cmd_neuron(int argc, char **argv);
 
 #endif

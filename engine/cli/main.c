@@ -18,6 +18,7 @@ static const struct {
     {"sysinfo", qi_cmd_sysinfo, "print the CPU, memory and GPU figures are labelled with"},
     {"calibrate", qi_cmd_calibrate, "fit the simulator's parameters to step times measured here"},
     {"profile", qi_cmd_profile, "FFN neuron profile: activation counts, mass and hot-set locality per layer"},
+    {"neuron-plan", qi_cmd_neuron, "a neuron policy's split of the FFN neurons between the fast and slow device"},
     {"agree", qi_cmd_agree, "how closely a KV policy follows the full cache (top-1, KL)"},
     {"needle", qi_cmd_needle, "passkey retrieval at several lengths and depths under a KV policy"},
     {"run", qi_cmd_run, "run an experiment script's sweep into the results database"},
@@ -35,7 +36,7 @@ static void usage(FILE *f) {
             "qinfer %s - a research harness for GPU-CPU collaborative LLM inference.\n\ncommands:\n",
             QI_VERSION);
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
-        fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].summary);
+        fprintf(f, "  %-11s %s\n", k_cmds[i].name, k_cmds[i].summary);
     fprintf(f,
             "\nModels: -m takes a GGUF path or the short name of a fetched model\n"
             "(models/fetch.sh --list); the cache is $QINFER_CACHE or ~/.cache/qinfer.\n");

@@ -1,0 +1,278 @@
+/* cmd_neuron.c - `qinfer neuron-plan`: a neuron policy's placement of a
+ * profiled model's FFN neurons, per layer.
+ *
+ * Reads a profile (`qinfer profile -o`), takes each neuron's activity from
+ * one of its columns (mass by default), the bytes per neuron from the
+ * model (-m, or the model the profile names) or from --neuron-bytes, and
+ * the fast device's budget in bytes or as a share of every neuron's
+ * bytes; runs the policy through the slot's wrapper (policies/neuron/) and
+ * prints, per layer, the groups and neurons on the fast device, their
+ * bytes, the share of the layer's activity they hold, and the recall and
+ * precision of that set against the neurons the profile (or --eval, a
+ * profile of other text) saw active. Nothing runs on a device: this is the
+ * plan the engine would be given, to be read before any run.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "neuron/neuron_policy.h"
+#include "qinfer/model.h"
+#include "qinfer/model_files.h"
+
+static void help(void) {
+    printf("usage: qinfer neuron-plan --profile FILE --policy NAME[:K=V,...]\n"
+           "                          (--budget BYTES | --budget-frac F) [--group N] [--ratio R]\n"
+           "                          [-m MODEL | --neuron-bytes N] [--by mass|active|hot] [--eval FILE]\n\n"
+           "Places each layer's FFN neurons (a gate row, an up row and a down column each)\n"
+           "on the fast device or the slow one with a neuron policy, from a profile written\n"
+           "by qinfer profile -o, and prints per layer the groups and neurons kept on the\n"
+           "fast device, their bytes, the share of the layer's activity they hold, and the\n"
+           "recall and precision of that set against the neurons seen active.\n\n"
+           "  -p, --profile FILE    the profile (qinfer profile -o)\n"
+           "      --policy P        none, static or qinfer, with parameters after a colon\n"
+           "                        (static:min_groups=2,time_limit=5; see below)\n"
+           "      --budget BYTES    the fast device's bytes for FFN neurons (K, M or G: 1024s)\n"
+           "      --budget-frac F   the budget as a share of every neuron's bytes, in [0, 1]\n"
+           "      --group N         neurons per group, ranked by activity (default %d)\n"
+           "      --ratio R         qinfer: the fast:slow speed ratio (its ratio= parameter)\n"
+           "  -m, --model MODEL     bytes per neuron from this model's FFN weights (default: the\n"
+           "                        model the profile names)\n"
+           "      --neuron-bytes N  bytes per neuron, the same in every layer (instead of -m)\n"
+           "      --by COLUMN       the activity a policy places by: mass (default), active or hot\n"
+           "      --eval FILE       recall and precision against this profile's active counts\n"
+           "                        (default: the profile placed from)\n"
+           "  -h, --help            this help\n\n"
+           "Policies (policies/neuron/README.md):\n",
+           QI_NEURON_GROUP_DEFAULT);
+    for (const qi_neuron_policy_i *const *it = qi_neuron_policies; *it; it++)
+        printf("  %-8s %s\n           parameters: %s\n", (*it)->name, (*it)->summary,
+               (*it)->params[0] ? (*it)->params : "none");
+    printf("\nColumns: groups and neurons on the fast device; their bytes; kept = their share\n"
+           "of the layer's activity; recall = the share of (token, active neuron) pairs the\n"
+           "fast set holds; precision = the mean share of the fast set active on a token.\n");
+}
+
+/* BYTES, or a number with K, M or G (powers of 1024); whole bytes, < 2^62. */
+static bool parse_size(const char *s, int64_t *out) {
+    if (!s || !*s || !(s[0] >= '0' && s[0] <= '9')) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s) return false;
+    double mul = 1.0;
+    if (*end == 'K') mul = 1024.0, end++;
+    else if (*end == 'M') mul = 1024.0 * 1024.0, end++;
+    else if (*end == 'G') mul = 1024.0 * 1024.0 * 1024.0, end++;
+    if (*end) return false;
+    v *= mul;
+    if (!isfinite(v) || v < 0 || v >= 4.6e18 || v != floor(v)) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+static bool parse_frac(const char *s, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0.0 && v <= 1.0)) return false;
+    *out = v;
+    return true;
+}
+
+static void print_rp(double v) {
+    if (isnan(v)) printf(" %9s", "-");
+    else printf(" %9.3f", v);
+}
+
+int qi_cmd_neuron(int argc, char **argv) {
+    const char *cmd = "neuron-plan", *profile_arg = NULL, *policy_arg = NULL, *budget_arg = NULL, *frac_arg = NULL,
+               *ratio_arg = NULL, *model_arg = NULL, *nb_arg = NULL, *by = "mass", *eval_arg = NULL;
+    int group = QI_NEURON_GROUP_DEFAULT;
+    qi_args a;
+    qi_args_init(&a, cmd, argc, argv);
+    while (qi_args_next(&a)) {
+        if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
+        else if (qi_args_is(&a, "-p", "--profile")) profile_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--policy")) policy_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--budget")) budget_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--budget-frac")) frac_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--group")) qi_args_int(&a, 1, QI_NEURON_MAX_FF, &group);
+        else if (qi_args_is(&a, NULL, "--ratio")) ratio_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--neuron-bytes")) nb_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--by")) by = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--eval")) eval_arg = qi_args_str(&a);
+        else qi_args_unknown(&a);
+        if (a.failed) break;
+    }
+    if (a.failed) return QI_EXIT_USAGE;
+    if (!profile_arg || !*profile_arg) {
+        qi_cli_error(cmd, "no profile given: use --profile FILE (written by qinfer profile -o)");
+        return QI_EXIT_USAGE;
+    }
+    if (!policy_arg || !*policy_arg) {
+        qi_cli_error(cmd, "no policy given: use --policy none, static or qinfer");
+        return QI_EXIT_USAGE;
+    }
+    if (!by || (strcmp(by, "mass") && strcmp(by, "active") && strcmp(by, "hot"))) {
+        qi_cli_error(cmd, "option --by: '%s' is not a column (mass, active or hot)", by ? by : "");
+        return QI_EXIT_USAGE;
+    }
+    int64_t budget = 0, nb_uniform = 0;
+    double frac = -1.0;
+    if (budget_arg && frac_arg) {
+        qi_cli_error(cmd, "--budget and --budget-frac both set the budget: give one");
+        return QI_EXIT_USAGE;
+    }
+    if (budget_arg && !parse_size(budget_arg, &budget)) {
+        qi_cli_error(cmd, "option --budget: '%s' is not a size (BYTES, or with K, M or G)", budget_arg);
+        return QI_EXIT_USAGE;
+    }
+    if (frac_arg && !parse_frac(frac_arg, &frac)) {
+        qi_cli_error(cmd, "option --budget-frac: '%s' is not a share in [0, 1]", frac_arg);
+        return QI_EXIT_USAGE;
+    }
+    if (nb_arg && (!parse_size(nb_arg, &nb_uniform) || nb_uniform < 1)) {
+        qi_cli_error(cmd, "option --neuron-bytes: '%s' is not a size of at least 1 byte", nb_arg);
+        return QI_EXIT_USAGE;
+    }
+    if (nb_arg && model_arg) {
+        qi_cli_error(cmd, "-m and --neuron-bytes both give the bytes per neuron: give one");
+        return QI_EXIT_USAGE;
+    }
+    const bool is_none = strncmp(policy_arg, "none", 4) == 0 && (!policy_arg[4] || policy_arg[4] == ':');
+    if (!budget_arg && !frac_arg && !is_none) {
+        qi_cli_error(cmd, "no budget given: use --budget BYTES or --budget-frac F");
+        return QI_EXIT_USAGE;
+    }
+    /* --ratio R is qinfer's ratio= */
+    char spec[512];
+    const bool is_qinfer = strncmp(policy_arg, "qinfer", 6) == 0 && (!policy_arg[6] || policy_arg[6] == ':');
+    if (ratio_arg && !is_qinfer) {
+        qi_cli_error(cmd, "--ratio is the qinfer policy's; policy '%s' takes none", policy_arg);
+        return QI_EXIT_USAGE;
+    }
+    if (ratio_arg && strstr(policy_arg, "ratio=")) {
+        qi_cli_error(cmd, "--ratio and the policy's ratio= both give the ratio: give one");
+        return QI_EXIT_USAGE;
+    }
+    if (ratio_arg)
+        snprintf(spec, sizeof spec, "%s%sratio=%s", policy_arg, strchr(policy_arg, ':') ? "," : ":", ratio_arg);
+    else
+        snprintf(spec, sizeof spec, "%s", policy_arg);
+
+    qi_err err = {0};
+    qi_neuron_profile prof = {0}, evalp = {0};
+    qi_neuron_policy *pol = NULL;
+    qi_model *m = NULL;
+    qi_neuron_plan plan = {0};
+    double *act = NULL;
+    uint64_t *nb = NULL;
+    int rc = 0;
+    if (qi_neuron_policy_from_spec(spec, &pol, &err)) goto fail;
+    if (qi_neuron_profile_read(profile_arg, &prof, &err)) goto fail;
+    if (eval_arg && qi_neuron_profile_read(eval_arg, &evalp, &err)) goto fail;
+    const qi_neuron_profile *ev = eval_arg ? &evalp : &prof;
+    if (ev->n_layer != prof.n_layer || ev->n_ff != prof.n_ff) {
+        QI_ERR(&err, QI_ERR_INVALID, "%s is %d layers x %d neurons, %s %d x %d: not the same model", eval_arg,
+               ev->n_layer, ev->n_ff, profile_arg, prof.n_layer, prof.n_ff);
+        goto fail;
+    }
+    const int L = prof.n_layer, F = prof.n_ff;
+    const size_t n = (size_t)L * F;
+    act = qi_malloc(sizeof *act * n);
+    nb = qi_malloc(sizeof *nb * (size_t)L);
+    if (!act || !nb) {
+        QI_ERR(&err, QI_ERR_NOMEM, "out of memory for %d x %d neurons", L, F);
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        act[i] = by[0] == 'm' ? prof.mass[i] : by[0] == 'a' ? (double)prof.active[i] : (double)prof.hot[i];
+    const char *bytes_from;
+    char mpath[1024];
+    if (nb_arg) {
+        for (int l = 0; l < L; l++) nb[l] = (uint64_t)nb_uniform;
+        bytes_from = "--neuron-bytes";
+    } else {
+        const char *marg = model_arg ? model_arg : prof.model[0] && strcmp(prof.model, "-") ? prof.model : NULL;
+        if (!marg) {
+            QI_ERR(&err, QI_ERR_INVALID, "%s names no model: give -m MODEL or --neuron-bytes N", profile_arg);
+            goto fail;
+        }
+        if (qi_cache_resolve(marg, "model", mpath, sizeof mpath, &err)) {
+            if (!model_arg) qi_err_prefix(&err, "the profile's model");
+            goto fail;
+        }
+        if (qi_cli_load_model(mpath, false, &m, &err)) goto fail;
+        if (m->hp.n_layer != L || m->hp.n_ff != F) {
+            QI_ERR(&err, QI_ERR_INVALID, "%s has %d layers x %d neurons, the profile %d x %d: not the same model",
+                   mpath, m->hp.n_layer, m->hp.n_ff, L, F);
+            goto fail;
+        }
+        if (qi_neuron_bytes_of_model(m, nb, &err)) goto fail;
+        bytes_from = mpath;
+    }
+    uint64_t all_bytes = 0;
+    for (int l = 0; l < L; l++) all_bytes += nb[l] * (uint64_t)F;
+    if (frac >= 0.0) budget = (int64_t)floor(frac * (double)all_bytes);
+    qi_neuron_input in = {.n_layer = L, .n_ff = F, .activity = act, .neuron_bytes = nb, .budget = budget,
+                          .group = group};
+    if (qi_neuron_policy_place(pol, &in, &plan, &err)) goto fail;
+
+    printf("policy %s  profile %s (%d layers x %d neurons, %ld tokens)  by %s\n", spec, profile_arg, L, F,
+           prof.tokens, by);
+    printf("bytes per neuron from %s (layer 0: %llu)  budget %lld bytes (%.1f%% of all %llu)  groups of %d, %d a "
+           "layer\n",
+           bytes_from, (unsigned long long)nb[0], (long long)budget,
+           all_bytes ? 100.0 * (double)budget / (double)all_bytes : 0.0, (unsigned long long)all_bytes, plan.group,
+           plan.n_groups);
+    if (eval_arg) printf("recall and precision against %s (%ld tokens)\n", eval_arg, ev->tokens);
+    printf("%5s %8s %8s %12s %9s %9s %9s\n", "layer", "groups", "neurons", "bytes", "kept", "recall", "precision");
+    qi_neuron_rp sum = {0};
+    for (int l = 0; l < L; l++) {
+        qi_neuron_rp rp;
+        qi_neuron_recall(plan.fast + (size_t)l * F, ev->active + (size_t)l * F, F, ev->layer_tokens[l], &rp);
+        sum.hit += rp.hit;
+        sum.active += rp.active;
+        sum.fast += (int64_t)ev->layer_tokens[l] * rp.fast; /* token-neuron pairs on the fast device */
+        char g[24];
+        snprintf(g, sizeof g, "%d/%d", plan.groups_fast[l], plan.n_groups);
+        printf("%5d %8s %8d %12llu", l, g, plan.n_fast[l], (unsigned long long)plan.bytes[l]);
+        print_rp(plan.mass[l] > 0 ? plan.mass_fast[l] / plan.mass[l] : NAN);
+        print_rp(rp.recall);
+        print_rp(rp.precision);
+        printf("\n");
+    }
+    int gsum = 0, nsum = 0;
+    for (int l = 0; l < L; l++) gsum += plan.groups_fast[l], nsum += plan.n_fast[l];
+    printf("total: %d/%d groups, %d neurons, %llu bytes (%.1f%% of the budget), kept %.3f of the activity, recall ",
+           gsum, L * plan.n_groups, nsum, (unsigned long long)plan.total_bytes,
+           budget > 0 ? 100.0 * (double)plan.total_bytes / (double)budget : 0.0,
+           plan.total_mass > 0 ? plan.total_mass_fast / plan.total_mass : 0.0);
+    if (sum.active > 0) printf("%.3f", (double)sum.hit / (double)sum.active);
+    else printf("-");
+    printf(", precision ");
+    if (sum.fast > 0) printf("%.3f", (double)sum.hit / (double)sum.fast);
+    else printf("-");
+    if (plan.optimal) printf(", optimal\n");
+    else if (!isnan(plan.bound))
+        printf(", not proven optimal (bound %.6g, kept %.6g)\n", plan.bound, plan.total_mass_fast);
+    else printf("\n");
+    goto done;
+fail:
+    rc = qi_cli_fail(cmd, &err);
+done:
+    qi_neuron_plan_fini(&plan);
+    qi_free(act);
+    qi_free(nb);
+    qi_model_free(m);
+    qi_neuron_policy_free(pol);
+    qi_neuron_profile_fini(&prof);
+    qi_neuron_profile_fini(&evalp);
+    return rc;
+}

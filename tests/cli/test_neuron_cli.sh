@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# End-to-end checks of `qinfer neuron-plan`, the neuron policies' view:
+# --help, one-line usage errors for bad flags (exit 2), runtime errors for
+# missing or malformed profiles (exit 1, naming the file and line), then on
+# a hand-made profile of 2 layers x 4 neurons the placements of static,
+# qinfer and none against figures worked out by hand (groups, bytes, the
+# share kept, recall and precision), and --eval against a second profile.
+# With the cached SmolLM2-135M, a profile of its shape that names it: the
+# bytes per neuron come from the model (gate + up + down share, 1080 at
+# Q4_1) and static fills the budget.
+# Exits 77 (skip) after the model-free checks when the model is not cached.
+# Usage: test_neuron_cli.sh PATH/TO/qinfer
+set -uo pipefail
+Q=${1:?usage: test_neuron_cli.sh PATH/TO/qinfer}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+if expect_ok "$Q" neuron-plan --help; then
+  grep -q "usage: qinfer neuron-plan" "$tmp/out" || bad "neuron-plan --help prints no usage"
+  for f in --profile --policy --budget --budget-frac --group --ratio --model --neuron-bytes --by --eval none qinfer; do
+    grep -q -- "$f" "$tmp/out" || bad "neuron-plan --help does not mention $f"
+  done
+fi
+"$Q" --help | grep "^  neuron-plan " >/dev/null && ok || bad "qinfer --help does not list neuron-plan"
+
+# Layer 0: mass 8 4 2 2, active 10 5 2 1; layer 1: mass 6 1 1 0, active 9 1 1 0; 10 tokens.
+p=$tmp/p.txt
+cat >"$p" <<'P'
+# qinfer ffn-profile 1
+# model -
+# n_layer 2 n_ff 4 tokens 10 ctx 64 threshold 0.1 top 0.25 k 1 window 4
+# columns: layer neuron active hot mass
+0 0 10 9 8
+0 1 5 1 4
+0 2 2 0 2
+0 3 1 0 2
+1 0 9 8 6
+1 1 1 1 1
+1 2 1 1 1
+1 3 0 0 0
+P
+NB=(--profile "$p" --neuron-bytes 10 --group 1)
+
+expect_fail 2 "no profile given" "$Q" neuron-plan --policy none
+expect_fail 2 "no policy given" "$Q" neuron-plan --profile "$p"
+expect_fail 2 "unknown option '--bogus'" "$Q" neuron-plan "${NB[@]}" --policy none --bogus
+expect_fail 2 "unexpected argument 'extra'" "$Q" neuron-plan "${NB[@]}" --policy none extra
+expect_fail 2 "unknown neuron policy 'bogus' (known: none, " "$Q" neuron-plan "${NB[@]}" --policy bogus --budget 1
+expect_fail 2 "no budget given" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2
+expect_fail 2 "option --budget: '-1' is not a size" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2 --budget -1
+expect_fail 2 "option --budget: '1.5' is not a size" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2 --budget 1.5
+expect_fail 2 "option --budget: '10X' is not a size" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2 --budget 10X
+expect_fail 2 "option --budget-frac: '1.5' is not a share in \[0, 1\]" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2 --budget-frac 1.5
+expect_fail 2 "option --budget-frac: 'nan' is not a share" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 2 --budget-frac nan
+expect_fail 2 "--budget and --budget-frac both set the budget" "$Q" neuron-plan "${NB[@]}" --policy none --budget 1 --budget-frac 0.5
+expect_fail 2 "option --group: '0' is not an integer" "$Q" neuron-plan "${NB[@]}" --policy none --group 0
+expect_fail 2 "option --ratio needs a value" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio
+expect_fail 2 "--ratio is the qinfer policy's; policy 'none' takes none" "$Q" neuron-plan "${NB[@]}" --policy none --ratio 2
+expect_fail 2 "--ratio and the policy's ratio= both give the ratio" "$Q" neuron-plan "${NB[@]}" --policy qinfer:ratio=2 --ratio 3 --budget 1
+expect_fail 2 "qinfer: needs ratio=R" "$Q" neuron-plan "${NB[@]}" --policy qinfer --budget 1
+expect_fail 2 "qinfer: parameter 'ratio' must be a number" "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 0 --budget 1
+expect_fail 2 "option --by: 'bogus' is not a column" "$Q" neuron-plan "${NB[@]}" --policy none --by bogus
+expect_fail 2 "option --neuron-bytes: '0' is not a size of at least 1 byte" "$Q" neuron-plan --profile "$p" --neuron-bytes 0 --policy none
+expect_fail 2 "-m and --neuron-bytes both give" "$Q" neuron-plan "${NB[@]}" -m x.gguf --policy none
+expect_fail 2 "names no model: give -m MODEL or --neuron-bytes N" "$Q" neuron-plan --profile "$p" --policy none
+expect_fail 1 "nonexistent.txt: cannot open" "$Q" neuron-plan --profile "$tmp/nonexistent.txt" --neuron-bytes 1 --policy none
+sed 's/^0 2 2 0 2$/0 2 2 0 -2/' "$p" >"$tmp/bad.txt"
+expect_fail 1 "bad.txt:7: mass '-2' is not a finite number >= 0" "$Q" neuron-plan --profile "$tmp/bad.txt" --neuron-bytes 1 --policy none
+head -7 "$p" >"$tmp/short.txt"
+expect_fail 1 "short.txt:8: the file ends with layer 0 neuron 3 missing" "$Q" neuron-plan --profile "$tmp/short.txt" --neuron-bytes 1 --policy none
+printf '# qinfer ffn-profile 1\n# n_layer 1 n_ff 4 tokens 10\n0 0 1 1 1\n0 1 1 1 1\n0 2 1 1 1\n0 3 1 1 1\n' >"$tmp/other.txt"
+expect_fail 2 "other.txt is 1 layers x 4 neurons" "$Q" neuron-plan "${NB[@]}" --policy none --eval "$tmp/other.txt"
+
+# static (built with GLPK; without, it says so), 30 bytes: the three largest masses (8 and 4 of layer 0, 6 of layer 1).
+# Layer 0: fast {0, 1}: recall 15/18, precision 15/20; layer 1: {0}: 9/11, 9/10.
+if "$Q" neuron-plan --help | grep -q "^  static "; then
+  expect_fail 2 "static: unknown parameter 'bogus'" "$Q" neuron-plan "${NB[@]}" --policy static:bogus=1 --budget 30
+  if expect_ok "$Q" neuron-plan "${NB[@]}" --policy static --budget 30; then
+    grep -q "^policy static  profile .*p.txt (2 layers x 4 neurons, 10 tokens)  by mass$" "$tmp/out" || bad "static header: $(head -1 "$tmp/out")"
+    grep -q "budget 30 bytes (37.5% of all 80)  groups of 1, 4 a layer$" "$tmp/out" || bad "static budget line: $(sed -n 2p "$tmp/out")"
+    grep -Eq "^ +0 +2/4 +2 +20 +0\.750 +0\.833 +0\.750$" "$tmp/out" || bad "static layer 0: $(cat "$tmp/out")"
+    grep -Eq "^ +1 +1/4 +1 +10 +0\.750 +0\.818 +0\.900$" "$tmp/out" || bad "static layer 1: $(cat "$tmp/out")"
+    grep -q "^total: 3/8 groups, 3 neurons, 30 bytes (100.0% of the budget), kept 0.750 of the activity, recall 0.828, precision 0.800, optimal$" "$tmp/out" ||
+      bad "static total: $(tail -1 "$tmp/out")"
+  fi
+  # by active counts: 10, 9, 5 are the same neurons; by budget fraction 0.25 (20 bytes): 8 and 6
+  if expect_ok "$Q" neuron-plan "${NB[@]}" --policy static --budget-frac 0.25 --by active; then
+    grep -q "^total: 2/8 groups, 2 neurons, 20 bytes" "$tmp/out" || bad "static by active: $(tail -1 "$tmp/out")"
+  fi
+  expect_ok "$Q" neuron-plan "${NB[@]}" --policy static --budget 0 && { grep -q "^total: 0/8 groups, 0 neurons, 0 bytes" "$tmp/out" || bad "static budget 0: $(tail -1 "$tmp/out")"; }
+else
+  expect_fail 1 "neuron policy 'static' solves with GLPK, and this build has none" "$Q" neuron-plan "${NB[@]}" --policy static --budget 30
+fi
+
+# qinfer, ratio 1 (balance at half the activity): 8 brings layer 0 to 0.5,
+# 6 brings layer 1 to 0.75; nothing more, whatever the budget.
+if expect_ok "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 1 --budget 1K; then
+  grep -Eq "^ +0 +1/4 +1 +10 +0\.500 +0\.556 +1\.000$" "$tmp/out" || bad "qinfer layer 0: $(cat "$tmp/out")"
+  grep -Eq "^ +1 +1/4 +1 +10 +0\.750 +0\.818 +0\.900$" "$tmp/out" || bad "qinfer layer 1: $(cat "$tmp/out")"
+  grep -q "^policy qinfer:ratio=1 " "$tmp/out" || bad "qinfer header: $(head -1 "$tmp/out")"
+fi
+expect_ok "$Q" neuron-plan "${NB[@]}" --policy qinfer:ratio=3 --budget 1K && { grep -q "^total: 3/8 groups" "$tmp/out" || bad "qinfer ratio 3: $(tail -1 "$tmp/out")"; }
+
+# none: nothing on the fast device; precision undefined ("-")
+if expect_ok "$Q" neuron-plan "${NB[@]}" --policy none; then
+  grep -Eq "^ +0 +0/4 +0 +0 +0\.000 +0\.000 +-$" "$tmp/out" || bad "none layer 0: $(cat "$tmp/out")"
+fi
+
+# --eval: the same placement judged on another profile's active counts
+sed -e 's/^0 0 10 9 8$/0 0 0 0 8/' -e 's/^0 3 1 0 2$/0 3 10 0 2/' "$p" >"$tmp/eval.txt"
+if expect_ok "$Q" neuron-plan "${NB[@]}" --policy qinfer --ratio 1 --budget 1K --eval "$tmp/eval.txt"; then
+  grep -q "^recall and precision against .*eval.txt (10 tokens)$" "$tmp/out" || bad "eval line: $(sed -n 3p "$tmp/out")"
+  grep -Eq "^ +0 +1/4 +1 +10 +0\.500 +0\.000 +0\.000$" "$tmp/out" || bad "eval layer 0: $(cat "$tmp/out")"
+fi
+
+cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
+if [[ ! -f $cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+  echo "$passes passed, $fails failed (model checks skipped: smollm2-135m not cached; run models/fetch.sh smollm2-135m)"
+  [[ $fails -eq 0 ]] && exit 77 || exit 1
+fi
+
+# A profile of SmolLM2's shape (30 x 1536) naming the model by its short name.
+big=$tmp/big.txt
+{ printf '# qinfer ffn-profile 1\n# model smollm2-135m\n# n_layer 30 n_ff 1536 tokens 100\n'
+  awk 'BEGIN { for (l = 0; l < 30; l++) for (j = 0; j < 1536; j++) printf "%d %d %d 0 %d\n", l, j, (j * 7 + l) % 101, (j * 13 + l * 5) % 97 }'
+} >"$big"
+if expect_ok "$Q" neuron-plan --profile "$big" --policy qinfer --ratio 4 --budget 10M; then
+  grep -q "^bytes per neuron from .*SmolLM2-135M-Instruct.Q4_1.gguf (layer 0: 1080)  budget 10485760 bytes (21.1% of all 49766400)  groups of 256, 6 a layer$" "$tmp/out" ||
+    bad "model bytes line: $(sed -n 2p "$tmp/out")"
+  [[ $(grep -Ec "^ +[0-9]+ +[0-6]/6 " "$tmp/out") -eq 30 ]] || bad "not 30 layer rows: $(cat "$tmp/out")"
+fi
+if "$Q" neuron-plan --help | grep -q "^  static "; then
+  expect_ok "$Q" neuron-plan --profile "$big" -m smollm2-135m --policy static --budget 10M &&
+    { grep -q "^total: 37/180 groups, 9472 neurons, 10229760 bytes (97.6% of the budget)" "$tmp/out" || bad "static on SmolLM2: $(tail -1 "$tmp/out")"; }
+fi
+expect_fail 2 "has 30 layers x 1536 neurons, the profile 2 x 4: not the same model" "$Q" neuron-plan --profile "$p" -m smollm2-135m --policy none
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
