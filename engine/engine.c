@@ -176,6 +176,7 @@ struct qi_engine {
      * quantised for the rows of up that cats computes; zeroed / seen
      * activations over the thresholded sites */
     qi_colw *sp_w;
+    qi_sparsity sp;         /* opts.sparsity's copy (e->o.sparsity points here), its thr owned */
     int32_t *sp_idx;
     float *sp_act, *sp_ones;
     void *sp_xq;
@@ -579,7 +580,7 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ps);
     if (e->sp_w)
         for (int i = 0; i < e->m->hp.n_layer * SP_W_COUNT; i++) qi_colw_free(&e->sp_w[i]);
-    void *sp[] = {e->sp_w, e->sp_idx, e->sp_act, e->sp_ones, e->sp_xq};
+    void *sp[] = {e->sp_w, e->sp_idx, e->sp_act, e->sp_ones, e->sp_xq, e->sp.thr};
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) qi_free(sp[i]);
     qi_kv_policy_free(e->pol);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
@@ -861,6 +862,14 @@ static qi_status sparse_setup(qi_engine *e, size_t R, qi_err *err) {
                       hp->n_layer);
     if (!(e->o.sparse_max_density >= 0.0 && e->o.sparse_max_density <= 1.0))
         return QI_ERR(err, QI_ERR_INVALID, "sparse_max_density %g outside [0, 1]", e->o.sparse_max_density);
+    if (sp) { /* the engine's own copy: the caller's may go */
+        const size_t n = (size_t)hp->n_layer * QI_SITE_COUNT;
+        e->sp = *sp;
+        e->sp.thr = qi_malloc(sizeof(float) * n);
+        if (!e->sp.thr) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity thresholds");
+        memcpy(e->sp.thr, sp->thr, sizeof(float) * n);
+        e->o.sparsity = sp = &e->sp;
+    }
     const size_t F = (size_t)hp->n_ff, W = (size_t)(hp->n_embd > hp->n_head * hp->head_dim ? hp->n_embd
                                                                                             : hp->n_head * hp->head_dim);
     e->sp_idx = qi_malloc(sizeof(int32_t) * (F > W ? F : W));

@@ -299,6 +299,46 @@ static void read_sim_params(lua_State *L, int idx, int arg, lq_eopts *eo) {
     lua_pop(L, 1);
 }
 
+/* sparsity=S in [0, 1) with sparsity_calib=FILE (qinfer profile
+ * --sparsity-out) and sparsity_mode='teal'|'cats' (default teal);
+ * sparse_max_density=D in [0, 1]. S = 0 without a file: dense. */
+static void read_sparsity(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
+    const char *calib = lq_opt_str(L, idx, arg, "sparsity_calib", NULL);
+    const char *mode_s = lq_opt_str(L, idx, arg, "sparsity_mode", "teal");
+    lua_getfield(L, idx, "sparsity");
+    const bool given = !lua_isnil(L, -1);
+    if (given && lua_type(L, -1) != LUA_TNUMBER) lq_opt_wrong(L, arg, "sparsity", "number");
+    const double s = given ? lua_tonumber(L, -1) : 0.0;
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "sparse_max_density");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER) lq_opt_wrong(L, arg, "sparse_max_density", "number");
+        const double d = lua_tonumber(L, -1);
+        if (!(d >= 0.0 && d <= 1.0)) luaL_argerror(L, arg, "option 'sparse_max_density': not in [0, 1]");
+        eo->o.sparse_max_density = d;
+    }
+    lua_pop(L, 1);
+    qi_sparsity_mode mode;
+    qi_err e = {0};
+    if (qi_sparsity_mode_parse(mode_s, &mode, &e))
+        luaL_argerror(L, arg, lua_pushfstring(L, "option 'sparsity_mode': %s", e.msg));
+    if (!given && !calib) return;
+    if (!(s >= 0.0 && s < 1.0)) luaL_argerror(L, arg, "option 'sparsity': not in [0, 1)");
+    if (s == 0.0 && !calib) return; /* dense */
+    if (!calib) luaL_argerror(L, arg, "option 'sparsity' needs 'sparsity_calib' (qinfer profile --sparsity-out FILE)");
+    const int n_layer = mb->m->hp.n_layer;
+    if (n_layer > LQ_MAX_LAYERS) luaL_argerror(L, arg, "option 'sparsity': the model has too many layers");
+    qi_sparsity sp;
+    if (qi_sparsity_load(calib, mode, s, n_layer, &sp, &e))
+        luaL_argerror(L, arg, lua_pushfstring(L, "option 'sparsity_calib': %s", e.msg));
+    memcpy(eo->sp_thr, sp.thr, sizeof(float) * (size_t)n_layer * QI_SITE_COUNT);
+    qi_sparsity_free(&sp);
+    sp.thr = eo->sp_thr;
+    eo->sp = sp;
+    eo->o.sparsity = &eo->sp;
+    eo->kv_given = true; /* perplexity decodes token by token, as with a KV policy */
+}
+
 void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
     memset(eo, 0, sizeof *eo);
     qi_engine_opts_default(&eo->o);
@@ -321,6 +361,7 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_
     read_budget(L, idx, arg, eo);
     read_kv_params(L, idx, arg, eo);
     read_sim_params(L, idx, arg, eo);
+    read_sparsity(L, idx, arg, eo, mb);
 }
 
 void lq_note_plan(lua_State *L, const qi_engine *e) {

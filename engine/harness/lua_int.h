@@ -14,8 +14,12 @@
 #include "qinfer/model.h"
 #include "qinfer/params.h"
 #include "qinfer/sampler.h"
+#include "qinfer/sparsity.h"
 #include "qinfer/status.h"
 #include "lua_harness.h"
+
+/* Layers a model's sparsity thresholds may have (sparsity=). */
+#define LQ_MAX_LAYERS 512
 
 #define LQ_MODEL "qinfer.model"
 #define LQ_ENGINE "qinfer.engine"
@@ -51,11 +55,15 @@ typedef struct {
     qi_params params;
     qi_params sim_params; /* o.sim_params points here */
     bool kv_given; /* a policy other than full, or a budget: decode-mode perplexity */
+    /* sparsity= (with sparsity_calib=, sparsity_mode=): o.sparsity points
+     * at sp, whose thresholds are in sp_thr (the engine copies them) */
+    qi_sparsity sp;
+    float sp_thr[LQ_MAX_LAYERS * QI_SITE_COUNT];
 } lq_eopts;
 
 #define LQ_ENGINE_KEYS \
     "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
-        "placement", "sim", "sim_params", "sim_cal"
+        "placement", "sim", "sim_params", "sim_cal", "sparsity", "sparsity_mode", "sparsity_calib", "sparse_max_density"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */

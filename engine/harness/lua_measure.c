@@ -212,7 +212,8 @@ const char *lq_model_corpus(lua_State *L, lq_model *mb, const char *corpus, lq_s
 }
 
 /* qinfer.perplexity(model, corpus, {ctx=512, chunks, decode, batch=4, kv_...})
- * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, seconds}; as
+ * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, seconds, sparsity
+ * (the share of thresholded activations zeroed; -1 without sparsity)}; as
  * `qinfer ppl` computes it (decode mode implied by a KV policy or budget).
  * work/off_tokens: per (layer, KV head) stream, averaged over scored steps. */
 static int l_perplexity(lua_State *L) {
@@ -258,6 +259,7 @@ static int l_perplexity(lua_State *L) {
     lq_set_num(L, "work_tokens", decode ? kv.work_tokens / streams : 0.0);
     lq_set_num(L, "off_tokens", decode ? kv.off_tokens / streams : 0.0);
     lq_set_num(L, "seconds", lq_now() - t0);
+    lq_set_num(L, "sparsity", qi_engine_sparsity_measured(s->engine));
     lua_pushboolean(L, decode);
     lua_setfield(L, -2, "decode");
     return 1;

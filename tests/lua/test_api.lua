@@ -172,6 +172,43 @@ local rw = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, kv_policy = "wi
 T.ok(rw.decode, "a KV policy implies decode mode")
 T.ok(rw.work_tokens <= 8, "window: working tokens per stream within the budget")
 
+-- activation sparsity: a hand-made calibration (every site's quantile k is
+-- k / 2000, so 0.3 thresholds at 0.015); 0 is the dense engine exactly
+local calib = os.tmpname()
+do
+  local f = assert(io.open(calib, "w"))
+  local sites = { "attn_in", "attn_out", "ffn_in", "ffn_act", "gate" }
+  for l = 0, m:info().n_layer - 1 do
+    for _, s in ipairs(sites) do
+      local q = {}
+      for k = 0, 100 do q[#q + 1] = string.format("%g", k / 2000) end
+      f:write(l, " ", s, " ", table.concat(q, " "), "\n")
+    end
+  end
+  f:close()
+end
+local r0 = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0, sparsity_calib = calib })
+T.eq(r0.ppl, rd.ppl, "sparsity 0: the dense decode-mode perplexity exactly")
+T.eq(r0.sparsity, -1, "sparsity 0 thresholds nothing")
+for _, mode in ipairs({ "teal", "cats" }) do
+  local rs = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0.3, sparsity_mode = mode,
+    sparsity_calib = calib })
+  T.ok(rs.decode and rs.sparsity > 0 and rs.sparsity < 1 and rs.ppl > 0, mode .. ": zeroed " .. rs.sparsity)
+end
+T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 0.3 }) end, "sparsity_calib")
+T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 1.5, sparsity_calib = calib }) end,
+  "option 'sparsity'")
+T.raises(function() m:engine { sparsity = 0.3, sparsity_calib = calib, sparsity_mode = "relu" } end, "sparsity_mode")
+T.raises(function() m:engine { sparsity = "half", sparsity_calib = calib } end, "option 'sparsity'")
+T.raises(function() m:engine { sparsity = 0.3, sparsity_calib = "/nonexistent/calib" } end, "cannot open")
+local es = m:engine { max_seqs = 1, n_ctx = 32, sparsity = 0.3, sparsity_calib = calib }
+os.remove(calib) -- the engine holds its own copy of the thresholds
+local id = es:add()
+es:feed(id, m:tokenize("The river"))
+while es:pending(id) > 0 do es:step() end
+T.ok(es:argmax(id) >= 0, "an engine under sparsity steps after its calibration file is gone")
+es:close()
+
 -- throughput
 local tp = qinfer.throughput(m, { batch = 2, n_gen = 4, prompt = 8 })
 T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")

@@ -92,8 +92,8 @@ typedef struct {
      * column form of each matrix (engine/kernels/sparse.h), built at
      * creation, in host memory beside the weights. Only on the CPU: every
      * layer on the CPU device, no simulated machine, no repack, a gated
-     * MLP; qi_engine_create and qi_engine_replan refuse others. Borrowed:
-     * it must outlive the engine. */
+     * MLP; qi_engine_create and qi_engine_replan refuse others. Copied
+     * at creation. */
     const struct qi_sparsity_s *sparsity;
     double sparse_max_density;
     /* An observer of the activations at every sparsity site (qinfer/

@@ -1,0 +1,76 @@
+-- sparsity_sweep.lua - what training-free activation sparsity costs in
+-- accuracy and buys in decode speed on the CPU: perplexity of the devil
+-- corpus and batch-1 decode tokens/s against the target sparsity, for both
+-- modes (teal: every matmul's input thresholded; cats: the MLP's neurons by
+-- |act(gate)|), on SmolLM2-135M and Gemma 3 270M. Sparsity 0 is the dense
+-- engine (bit for bit), the control.
+--
+-- Thresholds come from a calibration per model, made first with
+--   qinfer profile -m MODEL -f devil --tokens 2048 --sparsity-out results/calib/MODEL.spc
+-- (the directory is the parameter calib_dir). The calibration reads the
+-- corpus's first 2048 tokens and the perplexity its first ctx * chunks, so
+-- they overlap: thresholds are magnitude quantiles, not fitted weights.
+--
+-- Metrics per configuration (measured on this machine, never simulated):
+--   ppl.value          perplexity, decode mode (one token a step, the
+--                      chunks batched), as qinfer ppl --sparsity   (1)
+--   ppl.err            its standard error                          (1)
+--   sparsity.measured  share of the thresholded activations zeroed (1)
+--   decode.tokens_per_s  batch-1 decode rate, qinfer.throughput
+--                      (n_gen tokens after a 32-token prompt)     (tok/s)
+--   ppl.seconds        time of the perplexity run                  (s)
+--
+-- Decode speed is timed `repetitions` times per configuration, and the
+-- sparsities of a model and mode run one after another: for ratios against
+-- the dense row, compare rows of one run (the machine's load moves).
+--
+--   qinfer run experiments/sparsity_sweep.lua -t 2            -> results/sparsity_sweep.db
+--   qinfer run experiments/sparsity_sweep.lua --set model=smollm2-135m --set mode=teal
+--   qinfer results sparsity_sweep --by model,mode,sparsity --metric ppl.value
+--   bash plots/make_all.sh                                    -> plots/out/sparsity_sweep.png
+--
+-- Needs models/fetch.sh smollm2-135m gemma3-270m devil.
+local qinfer = require "qinfer"
+
+return {
+  name = "sparsity_sweep",
+  params = {
+    model = { "smollm2-135m", "gemma3-270m" },
+    mode = { "teal", "cats" },
+    sparsity = { 0, 0.1, 0.2, 0.3, 0.4, 0.5 },
+    ctx = { 512 },
+    chunks = { 4 },
+    n_gen = { 64 },
+    calib_dir = { "results/calib" },
+  },
+  order = { "model", "mode", "sparsity", "ctx", "chunks", "n_gen", "calib_dir" },
+  cost = function(cfg) return cfg.ctx * cfg.chunks + 8 * cfg.n_gen end,
+  repetitions = 3,
+  warmup = 1,
+  run = function(cfg, ctx)
+    local m = qinfer.load(cfg.model)
+    local calib = string.format("%s/%s.spc", cfg.calib_dir, cfg.model)
+    local f = io.open(calib, "r")
+    if not f then
+      error(string.format("no calibration %s: make it with qinfer profile -m %s -f devil --tokens 2048 "
+        .. "--sparsity-out %s", calib, cfg.model, calib), 0)
+    end
+    f:close()
+    local sp = { sparsity = cfg.sparsity, sparsity_mode = cfg.mode, sparsity_calib = calib }
+    -- perplexity is deterministic: once per configuration, cached across repetitions
+    local key = string.format("%s/%s/%g/%d/%d", cfg.model, cfg.mode, cfg.sparsity, cfg.ctx, cfg.chunks)
+    local r = ctx.cache[key]
+    if not r then
+      r = qinfer.perplexity(m, "devil", { ctx = cfg.ctx, chunks = cfg.chunks, batch = cfg.chunks, decode = true,
+        sparsity = sp.sparsity, sparsity_mode = sp.sparsity_mode, sparsity_calib = sp.sparsity_calib })
+      ctx.cache[key] = r
+    end
+    ctx.metric("ppl.value", r.ppl, "1")
+    ctx.metric("ppl.err", r.err, "1")
+    ctx.metric("sparsity.measured", r.sparsity < 0 and 0 or r.sparsity, "1")
+    ctx.metric("ppl.seconds", r.seconds, "s")
+    local t = qinfer.throughput(m, { batch = 1, n_gen = cfg.n_gen, prompt = 32, sparsity = sp.sparsity,
+      sparsity_mode = sp.sparsity_mode, sparsity_calib = sp.sparsity_calib })
+    ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")
+  end,
+}
