@@ -134,7 +134,8 @@ static void help(void) {
         QI_CLI_CUPTI_HELP
         "                        (each row's timed repetitions, not its warm-up)\n"
         "  -h, --help            this help\n\n"
-        "The KV cache of the batched rows (the pp/tg rows keep every token):\n",
+        "The KV cache and activation sparsity of the batched rows (the pp/tg rows keep\n"
+        "every token and run dense; -b 1,2 gives a batch-1 row, tg@b1, that takes them):\n",
         MAX_BATCH, BATCH_PROMPT,
 #ifdef QI_HAVE_SQLITE
         ""
