@@ -1,4 +1,6 @@
-/* test_sched.c - the scheduler under load on the real default model: no
+/* test_sched.c - the scheduler under load, on the synthetic SmolLM2 shape
+ * (testutil.h: every check here is exact or of accounting, true for any
+ * weights): no
  * request is lost (each finishes with every token it asked for, or is
  * rejected with a reason); batching and preemption by recompute or by swap
  * leave each request's greedy output what it is alone, and swap runs no
@@ -9,7 +11,7 @@
  * the queue limit, the context and a request too big for the budget reject
  * with their reasons; online arrivals are waited for; no KV block is left
  * behind; the online calls (submit, step, push, end) as a server uses
- * them, cancellation included. Skips (77) without the model. */
+ * them, cancellation included. */
 #include <check.h>
 #include <math.h>
 #include <string.h>
@@ -20,8 +22,6 @@
 #include "qinfer/sched.h"
 #include "qinfer/workload.h"
 #include "testutil.h"
-
-#define SMOL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static qi_model *g_model;
 
@@ -251,7 +251,9 @@ static void decode(qi_engine *e, int id, int32_t *out, int n) {
  * when the working ones join them. A pool cap too small for the offload copy
  * refuses the swap and leaves the sequence as it was. */
 START_TEST(swap_keeps_logits) {
-    static const char *const devs[][3] = {{NULL, NULL, NULL}, {"cpu,testdev", "ngl=30", NULL}, {NULL, NULL, "qinfer"}};
+    char every[16]; /* every layer on testdev */
+    snprintf(every, sizeof every, "ngl=%d", g_model->hp.n_layer);
+    const char *const devs[][3] = {{NULL, NULL, NULL}, {"cpu,testdev", every, NULL}, {NULL, NULL, "qinfer"}};
     const int V = g_model->hp.n_vocab;
     int32_t prompt[70];
     for (int k = 0; k < 70; k++) prompt[k] = 1 + (k * 53) % 900;
@@ -551,8 +553,8 @@ START_TEST(online_submit_push_cancel) {
 END_TEST
 
 int main(void) {
-    g_model = qi_test_load_cached(SMOL_FILE);
-    if (!g_model) return qi_test_skip("test_sched", SMOL_FILE " not cached (models/fetch.sh smollm2-135m)");
+    g_model = qi_test_synth(QI_TEST_SYNTH_SMOL);
+    if (!g_model) return 1;
     Suite *su = suite_create("sched");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
