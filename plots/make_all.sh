@@ -275,6 +275,28 @@ fig_ppl_budget() {
     "subline=$(gp_title "$(models "$db" "$exp"), devil corpus, decode mode, ${chunks:-?} chunk$([[ $chunks == 1 ]] || echo s) of ${ctx:-?} tokens; $(hardware "$db" "$exp")")"
 }
 
+# ---- sparsity_sweep: perplexity and decode rate against the target sparsity --------------------
+fig_sparsity() {
+  local db=$db_dir/sparsity_sweep.db exp=sparsity_sweep metric fig ylab fity
+  for metric in ppl.value decode.tokens_per_s; do
+    if [[ $metric == ppl.value ]]; then
+      fig=ppl_vs_sparsity ylab="perplexity (lower is better)" fity=1
+    else
+      fig=decode_vs_sparsity ylab="batch-1 decode rate (tokens/s)" fity=0
+    fi
+    check "$fig" "$db" "$exp" sparsity_sweep.lua "$metric" || continue
+    series_data "$db" "$exp" "$metric" "$(cfg model) || ' ' || $(cfg mode)" "round($(cfg sparsity) * 100, 3)" ||
+      { fail "$fig" "$db: $(head -1 "$work/sql.err")"; continue; }
+    local sim mark=""
+    sim=$(simulated "$db" "$exp" "$metric")
+    [[ $sim == 1 ]] && mark=" (simulated)"
+    render "$fig" sparsity_sweep.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
+      "titles=$(gp_str "$(cat "$work/series.titles")")" "ylab=$(gp_str "$ylab")" "fity=$fity" \
+      "heading=$(gp_title "$([[ $metric == ppl.value ]] && echo Perplexity || echo "Decode rate") against activation sparsity (teal, cats)$mark")" \
+      "subline=$(gp_title "$(models "$db" "$exp"), devil corpus, decode mode; $(hardware "$db" "$exp"); mean and sample sd over repetitions")"
+  done
+}
+
 # ---- needle: retrieval accuracy over (length, depth) -------------------------------------------
 fig_needle() {
   local db=$db_dir/needle.db exp=needle
@@ -412,6 +434,7 @@ fig_load_frontier
 fig_throughput
 fig_tpot
 fig_ppl_budget
+fig_sparsity
 fig_needle
 echo "make_all.sh: $made figure(s) made in $out, $skipped skipped, $failed failed" >&2
 ((failed == 0))
