@@ -206,6 +206,9 @@ qi_status qi_neuron_mip_solve(const qi_neuron_groups *g, int min_groups, double 
  * activity is never placed. R > 0, finite. x[n_layer * n_groups] is
  * overwritten. */
 void qi_neuron_greedy(const qi_neuron_groups *g, double ratio, uint8_t *x);
+/* a[0..n) (indices into v) sorted by falling v, ties to the lower index: a
+ * merge sort (stable, the same order on every libc); tmp is n scratch. */
+void qi_neuron_sort_desc(int32_t *a, int32_t *tmp, int n, const double *v);
 /* A qinfer policy's ratio (NAN for another policy or NULL). */
 double qi_neuron_qinfer_ratio(const qi_neuron_policy *p);
 /* A qinfer policy's options for its swap worker (neuron_live.h: ratio and

@@ -69,23 +69,9 @@ static qi_status qinfer_create(const qi_params *params, qi_neuron_policy **out, 
     return QI_OK;
 }
 
-/* (layer, group) indices by falling mass, ties to the lower index (a
- * stable merge sort: the order is the same on every libc). */
-static void order_sort(int *a, int *tmp, int n, const double *v) {
-    for (int w = 1; w < n; w *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * w) {
-            const int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            int i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) tmp[k++] = v[a[j]] > v[a[i]] ? a[j++] : a[i++];
-            while (i < mid) tmp[k++] = a[i++];
-            while (j < hi) tmp[k++] = a[j++];
-        }
-        memcpy(a, tmp, sizeof *a * (size_t)n);
-    }
-}
 
 /* The greedy over a given order (idx[n] of (layer, group) indices). */
-static void greedy_in_order(const qi_neuron_groups *g, double ratio, const int *idx, int n, double *fast_mass,
+static void greedy_in_order(const qi_neuron_groups *g, double ratio, const int32_t *idx, int n, double *fast_mass,
                             uint8_t *x) {
     const double target = ratio / (1.0 + ratio);
     uint64_t left = (uint64_t)g->budget;
@@ -103,11 +89,11 @@ static void greedy_in_order(const qi_neuron_groups *g, double ratio, const int *
 void qi_neuron_greedy(const qi_neuron_groups *g, double ratio, uint8_t *x) {
     const int n = g->n_layer * g->n_groups;
     memset(x, 0, (size_t)n);
-    int *idx = qi_malloc(sizeof *idx * (size_t)n), *tmp = qi_malloc(sizeof *tmp * (size_t)n);
+    int32_t *idx = qi_malloc(sizeof *idx * (size_t)n), *tmp = qi_malloc(sizeof *tmp * (size_t)n);
     double *fm = qi_calloc((size_t)g->n_layer, sizeof *fm);
     if (idx && tmp && fm) {
         for (int i = 0; i < n; i++) idx[i] = i;
-        order_sort(idx, tmp, n, g->mass);
+        qi_neuron_sort_desc(idx, tmp, n, g->mass);
         greedy_in_order(g, ratio, idx, n, fm, x);
     } else {
         /* without room to sort: layer by layer, group order (each layer's

@@ -112,10 +112,9 @@ void qi_neuron_groups_fini(qi_neuron_groups *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* Sort neuron ids by falling activity, ties to the lower id: a merge sort
- * (stable, no recursion on the caller's stack beyond log n levels) so
- * that the ranks are the same on every libc. */
-static void rank_sort(int32_t *a, int32_t *tmp, int n, const double *v) {
+/* neuron_policy.h; a neuron's rank within its layer, a group's in the
+ * greedy's order */
+void qi_neuron_sort_desc(int32_t *a, int32_t *tmp, int n, const double *v) {
     for (int w = 1; w < n; w *= 2) {
         for (int lo = 0; lo < n; lo += 2 * w) {
             const int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
@@ -180,7 +179,7 @@ qi_status qi_neuron_groups_init(qi_neuron_groups *g, const qi_neuron_input *in, 
         const double *v = in->activity + (size_t)l * F;
         int32_t *r = g->rank + (size_t)l * F;
         for (int j = 0; j < F; j++) r[j] = j;
-        rank_sort(r, tmp, F, v);
+        qi_neuron_sort_desc(r, tmp, F, v);
         for (int k = 0; k < F; k++) {
             g->mass[(size_t)l * NG + k / G] += v[r[k]];
             g->layer_mass[l] += v[r[k]];
