@@ -5,7 +5,8 @@
 # device the host cannot read is refused), and a tiny run (2 chunks of 64
 # tokens) prints a row per layer and a summary, and writes a profile file
 # whose header and neuron lines agree with the model (30 layers x 1536
-# neurons) and the run.
+# neurons) and the run; --sparsity-out writes an activation-sparsity
+# calibration that ppl --sparsity reads (0: the dense perplexity exactly).
 # Exits 77 (skip) after the flag checks when the model is not cached.
 # Usage: test_profile.sh PATH/TO/qinfer
 set -uo pipefail
@@ -35,6 +36,10 @@ expect_fail 2 "option --threshold: '-1' is not a number" "$Q" profile -f devil -
 expect_fail 2 "option --threshold: 'nan' is not a number" "$Q" profile -f devil --threshold nan
 expect_fail 2 "option --top needs a value" "$Q" profile -f devil --top
 expect_fail 2 "option -o: empty file name" "$Q" profile -f devil -o ""
+expect_fail 2 "option --sparsity-out: empty file name" "$Q" profile -f devil --sparsity-out ""
+expect_fail 2 "option --sparsity-mode: sparsity mode 'relu': expected teal or cats" "$Q" profile -f devil --sparsity-mode relu
+expect_fail 2 "option --sparsity" "$Q" ppl -f devil --sparsity 1.5
+expect_fail 2 "option --sparsity" "$Q" ppl -f devil --sparsity abc
 # a file that is not there and no cached name: a usage error, as in qinfer ppl
 expect_fail 2 "nonexistent.gguf: no such file, and not a known model name" "$Q" profile -m "$tmp/nonexistent.gguf" -f devil
 expect_fail 2 "nonexistent.txt: no such file, and not a known corpus name" "$Q" profile -f "$tmp/nonexistent.txt"
@@ -72,6 +77,33 @@ if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --window 16 -
   awk '!/^#/ { if ($3 < 0 || $3 > 128 || $4 < 0 || $4 > 128 || $5 < 0) bad = 1; hot[$1] += $4 }
        END { for (l = 0; l < 30; l++) if (hot[l] != 128 * 307) bad = 1; exit bad }' "$f" ||
     bad "profile file counts are inconsistent"
+fi
+
+# Activation sparsity: the calibration file (30 layers x 5 sites, 101
+# non-decreasing quantiles each), and ppl under it: 0 is the dense decode
+# exactly; teal 0.3 zeroes about 0.3 of the activations; errors.
+if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --sparsity-out "$tmp/s.spc"; then
+  f=$tmp/s.spc
+  [[ $(sed -n 1p "$f") == "# qinfer sparsity calibration 1" ]] || bad "calibration magic: $(head -1 "$f")"
+  [[ $(grep -vc "^#" "$f") -eq 150 ]] || bad "calibration has $(grep -vc "^#" "$f") lines, want 150"
+  awk '!/^#/ { if (NF != 103) bad = 1; for (i = 4; i <= NF; i++) if ($i < $(i - 1)) bad = 1 } END { exit bad }' "$f" ||
+    bad "calibration lines are not 101 non-decreasing quantiles"
+  P=(ppl "${M[@]}" -f devil --ctx 64 --chunks 2)
+  expect_ok "$Q" "${P[@]}" --decode && grep "^Final" "$tmp/out" >"$tmp/dense"
+  expect_ok "$Q" "${P[@]}" --sparsity 0 --sparsity-calib "$f" && grep "^Final" "$tmp/out" >"$tmp/zero"
+  cmp -s "$tmp/dense" "$tmp/zero" && ok || bad "--sparsity 0: $(cat "$tmp/zero"), dense $(cat "$tmp/dense")"
+  for mode in teal cats; do
+    if expect_ok "$Q" "${P[@]}" --sparsity 0.3 --sparsity-mode $mode --sparsity-calib "$f"; then
+      awk -v m=$mode '/^sparsity: / && $2 == m"," { z = $6 } END { exit !(z > 0.2 && z < 0.45) }' "$tmp/out" && ok ||
+        bad "$mode 0.3: $(grep sparsity "$tmp/out")"
+    fi
+  done
+  expect_fail 2 "option --sparsity needs --sparsity-calib FILE" "$Q" "${P[@]}" --sparsity 0.3
+  expect_fail 2 "option --sparsity-calib without --sparsity" "$Q" "${P[@]}" --sparsity-calib "$f"
+  expect_fail 1 "activation sparsity runs on the CPU only" "$Q" "${P[@]}" --sparsity 0.3 --sparsity-calib "$f" \
+    --devices cpu,testdev --placement ngl=2
+  head -3 "$f" >"$tmp/bad.spc"
+  expect_fail 1 "bad.spc: no quantiles for layer 0 attn_in" "$Q" "${P[@]}" --sparsity 0.3 --sparsity-calib "$tmp/bad.spc"
 fi
 
 echo "$passes passed, $fails failed"
