@@ -19,8 +19,9 @@
  * after it, and the prompt judged at its end) are bit for bit or of
  * accounting, true for any weights, and run on the synthetic SmolLM2 shape
  * of testutil.h, which needs no fetched model.
- * On the cached Gemma 3 270M: the ring of the sliding-window layers wraps
- * (prompt past 1024 positions) and the logits still equal qi_ctx's.
+ * On the synthetic Gemma 3 shape (testutil.h): the ring of the
+ * sliding-window layers wraps (prompt past 1024 positions) and the logits
+ * still equal qi_ctx's; on the cached Gemma 3 270M, its packed weights.
  */
 #include <check.h>
 #include <math.h>
@@ -846,7 +847,7 @@ END_TEST
 
 /* Gemma 3: a prompt past 1024 positions wraps the local layers' ring. */
 START_TEST(gemma_ring_equals_ctx) {
-    qi_model *m = load(GEMMA_FILE);
+    qi_model *m = qi_test_synth(QI_TEST_SYNTH_GEMMA); /* the ring's logic, any weights: bit for bit */
     ck_assert_ptr_nonnull(m);
     same_as_ctx(m, 1100, 8, 1200);
     qi_model_free(m);
