@@ -53,6 +53,14 @@
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
  * the policy: the window is their budget.
  *
+ * A policy that picks blocks (Quest, kv_policy.h's pick()) evicts nothing
+ * and is not called after attention: instead, once a layer's K/V rows are
+ * written, the host brings the streams' key bounds up to date (kv.c) and,
+ * on decode segments, asks the policy which blocks each stream reads; the
+ * segment's attention call then points at those blocks (pick_blocks).
+ * The host reads the rows and the queries for that, so such a policy runs
+ * where attention runs on the CPU, and other plans are refused.
+ *
  * The last layer carries on only with the rows whose logits are wanted
  * (all of a segment fed with logits_all, its last row, or none for an inner
  * chunk of a prompt), as llama.cpp selects its output rows there: the

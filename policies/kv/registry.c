@@ -13,6 +13,10 @@
  * more KEEP than the budget unless the layer is exempt (or a prompt is still
  * being read by a policy that judges prompts at their end). A broken policy is
  * then a QI_ERR_BACKEND naming the policy, not a silently wrong cache.
+ * The same holds for pick() (a policy that chooses the blocks attention
+ * reads, quest): qi_kv_policy_pick checks the blocks against the view and
+ * the budget, which for such a policy counts attended tokens, not kept
+ * ones (select_within does not hold it to a budget of kept tokens).
  *
  * The wrappers also apply the options every policy takes: pyramid=, the
  * layer budgets of PyramidKV (Cai et al., "PyramidKV: Dynamic KV Cache
