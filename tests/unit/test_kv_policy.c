@@ -2036,7 +2036,7 @@ START_TEST(bad_names_and_parameters) {
                                          "scissorhands", "keyformer", "snapkv", "quest", NULL});
     expect_create_fails("quest", "first=2", N_LAYER, (const char *[]){"quest", "'first'", NULL});
     expect_create_fails("quest", "full_layers=9", N_LAYER, (const char *[]){"quest", "'full_layers'", "[0, 8]", NULL});
-    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", NULL});
+    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, full_layers", NULL});
     expect_create_fails("quest", "ada=0.5", N_LAYER, (const char *[]){"quest", "'ada'", "scored policy", NULL});
     expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
     expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
