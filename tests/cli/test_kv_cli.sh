@@ -57,9 +57,10 @@ done
 expect_fail 2 "quest: parameter 'first'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param first=2
 expect_fail 2 "quest: parameter 'full_layers'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
   --kv-param full_layers=31
-expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, full_layers)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
+expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
 expect_fail 2 "quest: parameter 'ada' shares a layer's budget" "$Q" agree "${M[@]}" -p x --kv-policy quest \
   --kv-budget 50% --kv-param ada=0.5
+expect_fail 2 "quest: parameter 'recent'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param recent=-1
 expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
 expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30
@@ -107,7 +108,7 @@ if expect_ok "$Q" ppl "${M[@]}" -f devil --ctx 256 --chunks 1 --decode --kv-poli
 fi
 # 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
 # the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
-# block 0 (64): 75 x 90 = 6750 attended
+# block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
 if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
   grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
   grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||

@@ -1711,9 +1711,10 @@ static int qb_cmp(const void *x, const void *y) { /* best first: higher score, t
 }
 
 /* The oracle: the newest block; the first block if asked and a whole block
- * fits beside it; then the best of the others by a full sort while whole
- * blocks fit. want[b] marks the choice; returns its count. */
-static int quest_oracle(const tpick *t, bool first, bool *want) {
+ * fits beside it; the `recent` blocks before the newest while whole blocks
+ * fit; then the best of the others by a full sort while whole blocks fit.
+ * want[b] marks the choice; returns its count. */
+static int quest_oracle(const tpick *t, bool first, int recent, bool *want) {
     const qi_kv_pick_view *v = &t->v;
     memset(want, 0, sizeof(bool) * (size_t)v->n_blocks);
     want[v->newest] = true;
@@ -1721,6 +1722,11 @@ static int quest_oracle(const tpick *t, bool first, bool *want) {
     long room = v->budget - (v->n - (long)v->newest * v->block);
     if (first && v->newest > 0 && room >= v->block) {
         want[0] = true;
+        n++;
+        room -= v->block;
+    }
+    for (int b = v->newest - 1; b >= v->newest - recent && b >= 0 && !want[b] && room >= v->block; b--) {
+        want[b] = true;
         n++;
         room -= v->block;
     }
@@ -1745,7 +1751,14 @@ static int quest_oracle(const tpick *t, bool first, bool *want) {
 START_TEST(quest_pick_matches_full_sort) {
     uint64_t rng = 5;
     static tpick t;
-    qi_kv_policy *pol[2] = {make("quest", "first=false"), make("quest", "")};
+    enum { NP = 4 };
+    static const struct {
+        const char *spec;
+        bool first;
+        int recent;
+    } cfg[NP] = {{"first=false,recent=0", false, 0}, {"recent=0", true, 0}, {"", true, 1}, {"first=false,recent=3", false, 3}};
+    qi_kv_policy *pol[NP];
+    for (int f = 0; f < NP; f++) pol[f] = make("quest", cfg[f].spec);
     int trials = 0, partial = 0, ties = 0;
     for (int trial = 0; trial < 3000; trial++) {
         const int block = trial % 2 ? 64 : 4, nb = 1 + (int)(qi_test_rand(&rng) % QB_MAXB);
@@ -1758,18 +1771,18 @@ START_TEST(quest_pick_matches_full_sort) {
                 memcpy(t.bounds + (size_t)b * 2 * D, t.bounds, sizeof(float) * 2 * (size_t)D);
                 ties++;
             }
-        for (int f = 0; f < 2; f++) {
+        for (int f = 0; f < NP; f++) {
             bool want[QB_MAXB];
-            const int nw = quest_oracle(&t, f == 1, want);
+            const int nw = quest_oracle(&t, cfg[f].first, cfg[f].recent, want);
             int got = 0;
             qi_err e = {0};
             ck_assert_msg(qi_kv_policy_pick(pol[f], &t.v, t.blocks, &got, &e) == QI_OK, "%s", e.msg);
-            ck_assert_msg(got == nw, "trial %d first=%d: %d blocks picked, the oracle %d (budget %d, n %d)", trial,
-                          f, got, nw, budget, n);
+            ck_assert_msg(got == nw, "trial %d %s: %d blocks picked, the oracle %d (budget %d, n %d)", trial,
+                          cfg[f].spec, got, nw, budget, n);
             long tokens = 0;
             for (int j = 0; j < got; j++) {
-                ck_assert_msg(want[t.blocks[j]], "trial %d first=%d: block %d picked, not the oracle's", trial, f,
-                              t.blocks[j]);
+                ck_assert_msg(want[t.blocks[j]], "trial %d %s: block %d picked, not the oracle's", trial,
+                              cfg[f].spec, t.blocks[j]);
                 ck_assert(j == 0 || t.blocks[j] > t.blocks[j - 1]);
                 tokens += t.blocks[j] == nb - 1 ? last_n : block;
             }
@@ -1778,17 +1791,17 @@ START_TEST(quest_pick_matches_full_sort) {
         }
         trials++;
     }
-    qi_kv_policy_free(pol[0]);
-    qi_kv_policy_free(pol[1]);
-    printf("quest: %d random views x 2 (first=false/true) picked as a full sort picks (%d with a partial last "
-           "block, %d tied blocks)\n", trials, partial, ties);
+    for (int f = 0; f < NP; f++) qi_kv_policy_free(pol[f]);
+    printf("quest: %d random views x %d configurations (first, recent) picked as a full sort picks (%d with a "
+           "partial last block, %d tied blocks)\n", trials, NP, partial, ties);
 }
 END_TEST
 
 /* Hand-made: the block holding a key aligned with the query is read, the
  * newest always; equal bounds go to the newer block; first=true keeps
- * block 0 when a block fits beside the newest; quest never evicts, and
- * its layers below full_layers are exempt. */
+ * block 0 when a block fits beside the newest, before recent=1's block
+ * before the newest; quest never evicts, and its layers below full_layers
+ * are exempt. */
 START_TEST(quest_reads_the_matching_block) {
     static tpick t;
     uint64_t rng = 3;
@@ -1801,7 +1814,7 @@ START_TEST(quest_reads_the_matching_block) {
     t.bounds[2 * 4 + 2] = 5.0f; /* ... but block 2 holds a key with k_0 = 5 */
     t.q[0] = 1.0f;
     t.q[1] = 0.5f;
-    qi_kv_policy *p = make("quest", "first=false");
+    qi_kv_policy *p = make("quest", "first=false,recent=0");
     int n = 0;
     ck_assert_int_eq(qi_kv_policy_pick(p, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 2);
@@ -1817,6 +1830,16 @@ START_TEST(quest_reads_the_matching_block) {
     ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(t.blocks[0], 0);
+    /* recent=1 (the default) reads the block before the newest with the next place, whatever its bound */
+    t.bounds[2 * 4 + 2] = 5.0f;
+    t.v.budget = 2 + 4 + 4;
+    ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert(t.blocks[0] == 0 && t.blocks[1] == 4 && t.blocks[2] == 5);
+    t.v.budget = 2 + 4 + 4 + 4; /* and block 2, by its bound, with one more */
+    ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 4);
+    ck_assert(t.blocks[0] == 0 && t.blocks[1] == 2 && t.blocks[2] == 4 && t.blocks[3] == 5);
     /* a budget below the newest block's tokens still reads it */
     t.v.budget = 1;
     ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
@@ -2036,7 +2059,8 @@ START_TEST(bad_names_and_parameters) {
                                          "scissorhands", "keyformer", "snapkv", "quest", NULL});
     expect_create_fails("quest", "first=2", N_LAYER, (const char *[]){"quest", "'first'", NULL});
     expect_create_fails("quest", "full_layers=9", N_LAYER, (const char *[]){"quest", "'full_layers'", "[0, 8]", NULL});
-    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, full_layers", NULL});
+    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, recent, full_layers", NULL});
+    expect_create_fails("quest", "recent=-1", N_LAYER, (const char *[]){"quest", "'recent'", NULL});
     expect_create_fails("quest", "ada=0.5", N_LAYER, (const char *[]){"quest", "'ada'", "scored policy", NULL});
     expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
     expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
