@@ -1895,6 +1895,40 @@ static const qi_kv_policy_i PICK_NONE = {.version = QI_KV_POLICY_VERSION, .name 
  * what it broke; a bad view is QI_ERR_INVALID; a policy without pick()
  * cannot be asked. Reading every block is fine when the budget covers
  * them. */
+/* A view with more candidate blocks than the ranking scratch holds grows
+ * it; if that fails, quest still picks within the budget (the newest, the
+ * first and recent blocks, then the newest that fit, a choice that needs
+ * no memory) and ranks by the bounds again once memory is back. */
+START_TEST(quest_pick_survives_scratch_failure) {
+    enum { NB = QI_KV_SCRATCH_INIT + 500, BLK = 4 };
+    float *bounds = malloc(sizeof(float) * 2 * NB), q[1] = {1.0f};
+    int *blocks = malloc(sizeof(int) * NB);
+    ck_assert(bounds && blocks);
+    for (int b = 0; b < NB; b++) { /* the older a block, the higher its bound */
+        bounds[2 * b] = 0.0f;
+        bounds[2 * b + 1] = (float)(NB - b);
+    }
+    const qi_kv_pick_view v = {.layer = 3, .n_layer = N_LAYER, .group = 1, .D = 1, .q = q, .n = NB * BLK,
+                               .block = BLK, .n_blocks = NB, .bounds = bounds, .newest = NB - 1,
+                               .budget = 10 * BLK};
+    qi_kv_policy *p = make("quest", "");
+    int n = 0;
+    qi_alloc_fail_after(1);
+    ck_assert_int_eq(qi_kv_policy_pick(p, &v, blocks, &n, NULL), QI_OK);
+    qi_alloc_fail_after(0);
+    ck_assert_int_eq(n, 10); /* 0, then the 9 newest: NB-9 .. NB-1 */
+    ck_assert_int_eq(blocks[0], 0);
+    for (int j = 1; j < 10; j++) ck_assert_int_eq(blocks[j], NB - 10 + j);
+    ck_assert_int_eq(qi_kv_policy_pick(p, &v, blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 10); /* 0, 1..7 by their bounds, NB-2 (recent), NB-1 */
+    for (int j = 0; j < 8; j++) ck_assert_int_eq(blocks[j], j);
+    ck_assert(blocks[8] == NB - 2 && blocks[9] == NB - 1);
+    qi_kv_policy_free(p);
+    free(bounds);
+    free(blocks);
+}
+END_TEST
+
 START_TEST(wrapper_catches_planted_pick_faults) {
     static tpick t;
     uint64_t rng = 11;
@@ -2201,6 +2235,7 @@ int main(void) {
     tcase_add_test(tc, quest_pick_matches_full_sort);
     tcase_add_test(tc, quest_reads_the_matching_block);
     tcase_add_test(tc, wrapper_catches_planted_pick_faults);
+    tcase_add_test(tc, quest_pick_survives_scratch_failure);
     tcase_add_test(tc, quest_bounds_follow_the_rows);
     tcase_add_test(tc, registry_is_consistent);
     tcase_add_test(tc, bad_names_and_parameters);
