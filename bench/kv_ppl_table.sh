@@ -8,8 +8,10 @@
 # Runs `qinfer ppl --decode` once with the full cache, then once per
 # (policy, budget), the chunks of each run decoded together as a batch, and
 # prints a markdown table: perplexity +/- its error, the change against the
-# full cache, and the mean working KV tokens per layer and KV head. Each run's
-# output is kept in the folder given by --out (default a temporary one).
+# full cache, and the mean working KV tokens per layer and KV head (for quest,
+# whose budget counts what attention reads, the attended tokens, marked so).
+# Each run's output is kept in the folder given by --out (default a temporary
+# one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Q=${QINFER:-./build/qinfer}
@@ -25,7 +27,7 @@ while [[ $# -gt 0 ]]; do
     --policies) policies=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "kv_ppl_table.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,7 +42,8 @@ run() { # NAME ARGS...: one ppl run, its output in $out/NAME.txt
   echo "$name: $(grep 'Final estimate' "$out/$name.txt") ($((SECONDS - t0)) s)" >&2
 }
 field() { # NAME -> "ppl err work"
-  awk '/Final estimate/ {p=$5; e=$7} /^kv: working/ {w=$9; sub(",", "", w)} END {print p, e, w}' "$out/$1.txt"
+  awk '/Final estimate/ {p=$5; e=$7} /^kv: working/ {w=$9; sub(",", "", w)}
+       /^kv: attended/ {w=$9; sub(",", "", w); w = w "_attended"} END {print p, e, w}' "$out/$1.txt"
 }
 echo "kv_ppl_table.sh: $model, $corpus, ctx $ctx, $chunks chunks, budgets $budgets, outputs in $out" >&2
 run full
@@ -56,6 +59,6 @@ for b in "${B[@]}"; do
     run "$name" --kv-policy "$p" --kv-budget "$b"
     read -r pp pe pw < <(field "$name")
     printf '| %s | %s | %s +/- %s | %+.2f%% | %s |\n' "$p" "$b" "$pp" "$pe" \
-      "$(awk -v a="$pp" -v b="$fp" 'BEGIN { print (a / b - 1) * 100 }')" "$pw"
+      "$(awk -v a="$pp" -v b="$fp" 'BEGIN { print (a / b - 1) * 100 }')" "${pw/_/ }"
   done
 done

@@ -53,6 +53,14 @@
  * sliding-window layers of Gemma 3 keep their ring and are not subject to
  * the policy: the window is their budget.
  *
+ * A policy that picks blocks (Quest, kv_policy.h's pick()) evicts nothing
+ * and is not called after attention: instead, once a layer's K/V rows are
+ * written, the host brings the streams' key bounds up to date (kv.c) and,
+ * on decode segments, asks the policy which blocks each stream reads; the
+ * segment's attention call then points at those blocks (pick_blocks).
+ * The host reads the rows and the queries for that, so such a policy runs
+ * where attention runs on the CPU, and other plans are refused.
+ *
  * The last layer carries on only with the rows whose logits are wanted
  * (all of a segment fed with logits_all, its last row, or none for an inner
  * chunk of a prompt), as llama.cpp selects its output rows there: the
@@ -217,6 +225,15 @@ struct qi_engine {
     int *a_nslots;
     const int32_t **a_pos;
     const uint16_t *const **a_kb, *const **a_vb;
+    /* a policy that picks blocks (Quest): the chosen blocks' tables and
+     * positions of each call's streams, [max_seqs * Hkv] regions of
+     * pick_max_blocks pointers and of n_ctx positions, and one stream's
+     * choice */
+    bool picks;
+    int pick_max_blocks;
+    const uint16_t **pick_kb, **pick_vb;
+    int32_t *pick_pos;
+    int *pick_idx;
     /* a device layer's keys staged for the policy's probe
      * (stage_for_probes): rows, block tables, each stream's first entry */
     uint16_t *kstage;
@@ -603,7 +620,8 @@ void qi_engine_free(qi_engine *e) {
     void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
                     (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->cev_dev, e->kstage,
-                    (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s};
+                    (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s, (void *)e->pick_kb,
+                    (void *)e->pick_vb, e->pick_pos, e->pick_idx};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -797,10 +815,19 @@ static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     return QI_OK;
 }
 
-/* A layer the KV policy decides (evicts on) may not be split. */
-static bool policy_layer(const qi_engine *e, int l) {
+/* A layer the KV policy budgets: not a sliding-window layer of Gemma 3
+ * (its ring is its budget), not one the policy exempts. */
+static bool budgeted_layer(const qi_engine *e, int l) {
     return !(e->m->hp.n_swa > 0 && e->m->layers[l].swa) && !qi_kv_policy_exempt(e->pol, l);
 }
+
+/* A layer the KV policy decides (evicts on) after attention; it may not be
+ * split. */
+static bool policy_layer(const qi_engine *e, int l) { return budgeted_layer(e, l) && !e->picks; }
+
+/* A layer whose decode attention reads the blocks the policy picks
+ * (Quest), from key bounds the host computes over the working rows. */
+static bool pick_layer(const qi_engine *e, int l) { return budgeted_layer(e, l) && e->picks; }
 
 static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err) {
     for (int l = 0; l < p->n_layer; l++)
@@ -809,6 +836,34 @@ static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err)
                           "plan layer %d: KV policy '%s' evicts on this layer, whose attention is split (a split "
                           "layer keeps every token for now)",
                           l, e->o.kv_policy);
+    return QI_OK;
+}
+
+/* A picking policy's layers (Quest) attend on a host-visible device that
+ * computes, the CPU, and are not split: the host keeps the key bounds from
+ * the working rows and reads the queries. Other devices (testdev, cuda,
+ * simulated ones) would need the bounds kept on the device, which none
+ * does yet: refused at creation (and at a new plan) rather than run wrong.
+ * p's devices are open. */
+static qi_status check_picks(const qi_engine *e, const qi_plan *p, qi_err *err) {
+    for (int l = 0; l < p->n_layer; l++) {
+        if (!pick_layer(e, l)) continue;
+        if (e->o.sim)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "KV policy '%s' picks blocks by their keys, and a simulated machine (%s) computes none",
+                          e->o.kv_policy, e->o.sim);
+        if (p->layers[l].split > 0.0f)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: KV policy '%s' picks the blocks attention reads, and this layer's "
+                          "attention is split across two devices (not supported)",
+                          l, e->o.kv_policy);
+        if (!qi_dev_info_get(e->dev[p->layers[l].attn_dev].be)->host_visible)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: KV policy '%s' keeps its key bounds on the host and picks blocks there; "
+                          "this layer's attention runs on %s, which the host cannot read (implemented for the "
+                          "CPU only): place the attention of every layer on the CPU",
+                          l, e->o.kv_policy, p->devices[p->layers[l].attn_dev]);
+    }
     return QI_OK;
 }
 
@@ -1043,7 +1098,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
             return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
                           "creation)", d, np->devices[d], e->plan.devices[d]);
     if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err)) || (st = check_observe(e, np, err)) ||
-        (st = check_sparse(e, np, err)))
+        (st = check_sparse(e, np, err)) || (st = check_picks(e, np, err)))
         return st;
     /* refused before any work when what arrives on a device does not fit
      * beside what is there (a block leaves only once its move is done) */
@@ -1275,6 +1330,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = qi_kv_policy_create(e->o.kv_policy, o->kv_params ? o->kv_params : &none, hp->n_layer, &e->pol, err)))
         goto fail;
     e->o.kv_policy = qi_kv_policy_name(e->pol);
+    e->picks = qi_kv_policy_picks(e->pol);
     bool any_budgeted = false;
     for (int l = 0; l < hp->n_layer; l++) any_budgeted |= !qi_kv_policy_exempt(e->pol, l);
     if (any_budgeted && o->kv_budget_tokens == 0 && o->kv_budget_frac == 0.0) {
@@ -1307,7 +1363,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
     if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err)) ||
-        (st = check_sparse(e, &e->plan, err)) || (st = sparse_setup(e, R, err)))
+        (st = check_sparse(e, &e->plan, err)) || (st = sparse_setup(e, R, err)) ||
+        (st = check_picks(e, &e->plan, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
@@ -1368,6 +1425,18 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
+    if (e->picks) {
+        const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
+        e->pick_max_blocks = (o->n_ctx + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+        e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
+        e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
+        e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
+        e->pick_idx = qi_malloc(sizeof *e->pick_idx * (size_t)e->pick_max_blocks);
+        if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx) {
+            st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the block tables of KV policy '%s'", e->o.kv_policy);
+            goto fail;
+        }
+    }
     if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->blk_attn_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
         !e->fate_off || !e->kst_at) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
@@ -1386,6 +1455,7 @@ fail:
 }
 
 const char *qi_engine_kv_policy_name(const qi_engine *e) { return e->o.kv_policy; }
+bool qi_engine_kv_budget_attended(const qi_engine *e) { return e->picks; }
 
 static qi_status check_id(const qi_engine *e, int id, qi_err *err) {
     if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used)
@@ -1411,9 +1481,12 @@ qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err) {
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory adding a sequence");
         }
         for (int l = 0; l < hp->n_layer; l++)
-            for (int h = 0; h < hp->n_head_kv; h++)
-                qi_kv_stream_init(stream_of(e, s, l, h), hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0,
-                                  work_pool(e, l), split_pool(e, l), e->pool);
+            for (int h = 0; h < hp->n_head_kv; h++) {
+                qi_kv_stream *sm = stream_of(e, s, l, h);
+                qi_kv_stream_init(sm, hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0, work_pool(e, l),
+                                  split_pool(e, l), e->pool);
+                if (pick_layer(e, l)) qi_kv_stream_keep_bounds(sm);
+            }
         s->used = true;
         *id = i;
         return QI_OK;
@@ -1516,6 +1589,7 @@ void qi_engine_kv_seq_stats(const qi_engine *e, int id, qi_engine_kv_seq *out) {
             const qi_kv_stream *st = stream_of(e, &e->seqs[id], l, h);
             out->work_tokens += st->work.n;
             out->off_tokens += st->off.n;
+            out->attn_tokens += st->attended;
             out->work_bytes += bb * (size_t)st->work.n_blocks;
             out->off_bytes += bb * (size_t)st->off.n_blocks;
         }
@@ -1899,6 +1973,10 @@ static qi_status attend_prepare(qi_engine *e, const segment *g, int i, int l, in
                 e->kv_dst[(*n_kv)++] = vr;
             }
         }
+    for (int hk = 0; hk < Hkv; hk++) {
+        qi_kv_stream *sm = stream_of(e, s, l, hk);
+        sm->attended = sm->work.n; /* both parts of a split; a picking policy's choice may cut it (pick_blocks) */
+    }
     const qi_attn_paged_args base = {.T = g->n, .H = H, .Hkv = Hkv, .D = D, .q_pos = e->q_pos + g->off,
                                      .n_swa = swa ? hp->n_swa : 0,
                                      .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)D),
@@ -2120,6 +2198,58 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
     return QI_OK;
 }
 
+/* A picking policy's layer l (Quest), after the step's K/V rows are
+ * written: every stream's key bounds brought up to date with its new rows,
+ * then on each decode segment (one token) every stream's blocks picked
+ * from the bounds and the segment's queries, and its attention call
+ * pointed at them: the chosen blocks' own K and V pointers in ascending
+ * order (the newest, the only one not full, last) and their positions
+ * gathered, so the call reads no other slot and nothing is copied. All
+ * blocks in order is the call attend_prepare made, so a budget that
+ * covers the whole cache gives the full cache's arithmetic. Prompt
+ * segments read the whole cache. check_picks has placed the layer's
+ * attention on the CPU, so rows and queries are host memory. */
+static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
+    qi_status st;
+    for (int i = 0; i < n_seg; i++) {
+        const segment *g = &segs[i];
+        seq_state *s = &e->seqs[g->id];
+        for (int hk = 0; hk < Hkv; hk++) {
+            qi_kv_stream *sm = stream_of(e, s, l, hk);
+            qi_kv_stream_bounds_from(sm, sm->work.n - g->n);
+            if (g->n != 1) continue;
+            const qi_kv_tier *w = &sm->work;
+            const int nb = (w->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+            const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
+                                       .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D, .n = w->n,
+                                       .block = QI_KV_BLOCK, .n_blocks = nb, .bounds = w->bound, .newest = nb - 1,
+                                       .budget = resolve_budget(e, g->pos0)};
+            int n = 0;
+            if ((st = qi_kv_policy_pick(e->pol, &v, e->pick_idx, &n, err))) return st;
+            const size_t r = (size_t)i * Hkv + hk;
+            const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
+            int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
+            int n_slots = 0;
+            for (int j = 0; j < n; j++) {
+                const int blk = e->pick_idx[j], b0 = blk << QI_KV_BLOCK_SHIFT;
+                const int nr = w->n - b0 < QI_KV_BLOCK ? w->n - b0 : QI_KV_BLOCK;
+                kb[j] = w->k_blk[blk];
+                vb[j] = w->v_blk[blk];
+                memcpy(pos + n_slots, w->pos + b0, sizeof *pos * (size_t)nr);
+                n_slots += nr;
+            }
+            e->a_nslots[r] = n_slots;
+            e->a_pos[r] = pos;
+            e->a_kb[r] = (const uint16_t *const *)kb;
+            e->a_vb[r] = (const uint16_t *const *)vb;
+            sm->attended = n_slots;
+        }
+    }
+    return QI_OK;
+}
+
 /* The attention of a step's segments at layer l: every segment's K/V
  * written, then one backend call for all of them. On a layer the policy
  * decides, each call gathers its statistics into its own region, and the
@@ -2134,6 +2264,12 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T,
         if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, NULL, err))) return st;
     TIMED(e, b, QI_OP_KV, qi_backend_kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim, err));
     dev_state *X = &e->dev[e->plan.layers[l].attn_dev];
+    if (pick_layer(e, l)) {
+        HOST_PROF_BEGIN(e);
+        st = pick_blocks(e, X, segs, n_seg, l, err);
+        HOST_PROF_END(e, QI_OP_POLICY);
+        if (st) return st;
+    }
     const bool on_dev = policy && !qi_dev_info_get(b)->host_visible;
     if (policy && (st = place_stats(e, n_seg, err))) return st;
     if (on_dev && (st = stats_move(e, X, n_seg, true, err))) return st;

@@ -110,6 +110,7 @@ static void tier_release(const qi_kv_stream *s, int tier, qi_kv_tier *t) {
     qi_free(t->blk);
     qi_free(t->pos);
     qi_free(t->score);
+    qi_free(t->bound);
     memset(t, 0, sizeof *t);
 }
 
@@ -143,7 +144,11 @@ static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_er
         if (vb) t->v_blk = vb;
         qi_buf **bb = vb ? qi_realloc(t->blk, sizeof *bb * (size_t)cap) : NULL;
         if (bb) t->blk = bb;
-        if (!kb || !vb || !bb) return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
+        const bool bounds = tier == 0 && s->bounds;
+        float *bd = bb && bounds ? qi_realloc(t->bound, sizeof *bd * 2 * (size_t)cap * (size_t)s->wp->D) : NULL;
+        if (bd) t->bound = bd;
+        if (!kb || !vb || !bb || (bounds && !bd))
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
         t->cap_blocks = cap;
     }
     while (t->n_blocks < need) {
@@ -188,6 +193,30 @@ qi_status qi_kv_stream_slot(qi_kv_stream *s, int32_t pos, int *slot, uint16_t **
     t->pos[i] = pos;
     t->score[i] = 0.0f;
     return QI_OK;
+}
+
+void qi_kv_stream_keep_bounds(qi_kv_stream *s) {
+    QI_ASSERT(s->work.n == 0 && s->work.cap_blocks == 0 && !s->sp && qi_dev_info_get(s->wp->dev)->host_visible);
+    s->bounds = true;
+}
+
+void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0) {
+    if (!s->bounds) return;
+    const qi_kv_tier *t = &s->work;
+    const int D = s->wp->D;
+    for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
+        float *mn = t->bound + (size_t)(i >> QI_KV_BLOCK_SHIFT) * 2 * D, *mx = mn + D;
+        const uint16_t *k = qi_kv_k_row(t, i, D);
+        if ((i & (QI_KV_BLOCK - 1)) == 0) {
+            for (int d = 0; d < D; d++) mn[d] = mx[d] = qi_fp16_to_f32(k[d]);
+            continue;
+        }
+        for (int d = 0; d < D; d++) {
+            const float x = qi_fp16_to_f32(k[d]);
+            if (x < mn[d]) mn[d] = x;
+            if (x > mx[d]) mx[d] = x;
+        }
+    }
 }
 
 qi_backend *qi_kv_split_stream(const qi_kv_stream *s) {
@@ -415,6 +444,7 @@ qi_status qi_kv_stream_apply(qi_kv_stream *s, const uint8_t *fate, qi_err *err) 
     if ((st = out.st ? out.st : back.st ? back.st : work.st ? work.st : off.st)) return st;
     tier_trim(s, 0, &s->work);
     tier_trim(s, 1, &s->off);
+    qi_kv_stream_bounds_from(s, 0); /* rows moved into holes and recalled ones appended */
     return QI_OK;
 }
 
@@ -485,6 +515,7 @@ qi_status qi_kv_stream_swap_in(qi_kv_stream *s, qi_err *err) {
     s->work.n = n;
     s->off.n = no;
     tier_trim(s, 1, &s->off);
+    qi_kv_stream_bounds_from(s, 0);
     s->n_swapped = 0;
     s->swapped = false;
     return QI_OK;

@@ -14,6 +14,12 @@
  * llama.cpp's ring: position p goes to slot p % ring once the ring is full,
  * so the slots' order, and with it the summation order, is that of the
  * single-sequence engine.
+ *
+ * A stream may also keep key bounds (qi_kv_stream_keep_bounds): per working
+ * block the element-wise minimum and maximum of its keys, for a policy that
+ * picks the blocks attention reads (Quest, kv_policy.h). They are computed
+ * on the host from the fp16 rows, so only a stream whose working tier is
+ * host memory keeps them.
  */
 #ifndef QI_KV_H
 #define QI_KV_H
@@ -38,6 +44,9 @@ typedef struct {
     int32_t *pos;         /* [cap] */
     float *score;         /* [cap] */
     int cap;
+    /* [cap_blocks][2][D] with bounds kept (working tier only): block b's
+     * element-wise key minimum at bound + 2bD, maximum at bound + (2b+1)D */
+    float *bound;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;
@@ -54,6 +63,8 @@ typedef struct {
     int lo_blocks;        /* with sp: working blocks held by wp */
     int n_swapped;        /* swapped out: the last n_swapped tokens of the offload tier are the working tier's */
     bool swapped;
+    bool bounds;          /* keeps work.bound (qi_kv_stream_keep_bounds) */
+    int attended;         /* tokens its last attention read (set by the engine) */
 } qi_kv_stream;
 
 typedef struct {
@@ -78,6 +89,16 @@ qi_backend *qi_kv_pool_device(const qi_kv_pool *p);
  * returns every block to the pool it came from. */
 void qi_kv_stream_init(qi_kv_stream *s, int ring, qi_kv_pool *wp, qi_kv_pool *sp, qi_kv_pool *op);
 void qi_kv_stream_release(qi_kv_stream *s);
+/* Keep key bounds for s from now on: called on an empty stream, whose
+ * working tier is host memory and not split. */
+void qi_kv_stream_keep_bounds(qi_kv_stream *s);
+/* The bounds of the blocks holding working slots i0..n-1, from the rows
+ * as they now are: slots past i0 in i0's block are merged into its bounds
+ * (i0 not a block's first slot) and every later block's are recomputed. A
+ * no-op on a stream without bounds. Call it after the rows of new tokens
+ * are written (the engine, after kv_write); the moves of kv.c (apply,
+ * swap_in) rebuild the bounds themselves. */
+void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0);
 
 /* A slot in the working tier for one token at pos: appended, or slot pos %
  * ring of a full ring; *slot receives its index and *k_row and *v_row its

@@ -74,7 +74,7 @@ qi_status qi_perplexity_engine(const qi_model *m, qi_engine *e, const int32_t *i
         int id, chunk, fed, j; /* tokens fed; logits consumed (= next position scored) */
     } act[256];
     int n_act = 0, next_chunk = 0, chunks_done = 0;
-    double nll = 0, nll2 = 0, kv_w = 0, kv_o = 0;
+    double nll = 0, nll2 = 0, kv_w = 0, kv_o = 0, kv_a = 0;
     long count = 0, kv_n = 0;
     int32_t *buf = qi_malloc(sizeof *buf * (size_t)n_ctx);
     if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
@@ -113,6 +113,7 @@ qi_status qi_perplexity_engine(const qi_model *m, qi_engine *e, const int32_t *i
                     qi_engine_kv_seq_stats(e, act[a].id, &ks);
                     kv_w += (double)ks.work_tokens;
                     kv_o += (double)ks.off_tokens;
+                    kv_a += (double)ks.attn_tokens;
                     kv_n++;
                 }
             }
@@ -141,6 +142,7 @@ out:
     if (kv) {
         kv->work_tokens = kv_n ? kv_w / kv_n : 0;
         kv->off_tokens = kv_n ? kv_o / kv_n : 0;
+        kv->attn_tokens = kv_n ? kv_a / kv_n : 0;
     }
     return QI_OK;
 }

@@ -465,8 +465,13 @@ qi_status qi_cli_kv_check(qi_cli_kv *k, int n_layer, qi_err *err) {
 
 void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
     int w = snprintf(buf, n, "%s", k->policy);
-    if (k->budget_tokens > 0) w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %d tokens", k->budget_tokens);
-    else if (k->budget_frac > 0) w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %g%%", k->budget_frac * 100);
+    /* a policy that picks blocks (quest) budgets the tokens attention reads */
+    const qi_kv_policy_i *pi = qi_kv_policy_find(k->policy);
+    const char *attended = pi && pi->pick ? " attended" : "";
+    if (k->budget_tokens > 0)
+        w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %d tokens%s", k->budget_tokens, attended);
+    else if (k->budget_frac > 0)
+        w += snprintf(buf + w, n > (size_t)w ? n - w : 0, ", budget %g%%%s", k->budget_frac * 100, attended);
     for (int i = 0; i < k->params.n; i++)
         w += snprintf(buf + w, n > (size_t)w ? n - w : 0, "%s%s=%s", i ? "," : ", ", k->params.items[i].key,
                       k->params.items[i].value);
@@ -484,7 +489,8 @@ void qi_cli_kv_help(void) {
                qi_kv_policies[i]->params[0] ? " [" : "", qi_kv_policies[i]->params,
                qi_kv_policies[i]->params[0] ? "]" : "");
     printf("      --kv-budget B       working KV tokens per layer and KV head: a count (512),\n"
-           "                          a percentage (50%%) or a fraction (0.5) of the sequence\n"
+           "                          a percentage (50%%) or a fraction (0.5) of the sequence;\n"
+           "                          for quest, the tokens attention reads per decode step\n"
            "      --kv-param K=V,...  policy parameters (repeatable); any policy also takes\n"
            "                          pyramid=B in [0, 1): budgets falling linearly from the\n"
            "                          lowest budgeted layer to the highest, same total (PyramidKV);\n"

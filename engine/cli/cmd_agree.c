@@ -154,6 +154,7 @@ typedef struct {
     int n_prompt, n_steps, n_agree, n_ctx, n_threads;
     double mean_kl, max_kl;
     long work_tokens, off_tokens, full_tokens;
+    long attn_tokens; /* read by the last step's attention; -1 unless the budget counts them (quest) */
     double seconds;
 } agree_result;
 
@@ -164,18 +165,19 @@ static void print_result(out_format fmt, const agree_result *r) {
                "(of %ld for full)",
                100.0 * rate, r->n_agree, r->n_steps, r->mean_kl, r->max_kl, r->work_tokens, r->full_tokens);
         if (r->off_tokens > 0) printf(", offloaded %ld", r->off_tokens);
+        if (r->attn_tokens >= 0) printf(", attended at the last step %ld", r->attn_tokens);
         printf("\n");
         return;
     }
     if (fmt == OUT_CSV) {
         printf("model,policy,prompt_tokens,steps,top1_agree,top1_rate,mean_kl,max_kl,work_tokens,off_tokens,"
-               "full_tokens,n_ctx,threads,seconds\n");
+               "full_tokens,n_ctx,threads,seconds,attn_tokens\n");
         qi_cli_print_quoted(r->model, false);
         putchar(',');
         qi_cli_print_quoted(r->policy_desc, false);
-        printf(",%d,%d,%d,%.6f,%.6e,%.6e,%ld,%ld,%ld,%d,%d,%.3f\n", r->n_prompt, r->n_steps, r->n_agree, rate,
-               r->mean_kl, r->max_kl, r->work_tokens, r->off_tokens, r->full_tokens, r->n_ctx, r->n_threads,
-               r->seconds);
+        printf(",%d,%d,%d,%.6f,%.6e,%.6e,%ld,%ld,%ld,%d,%d,%.3f,%ld\n", r->n_prompt, r->n_steps, r->n_agree,
+               rate, r->mean_kl, r->max_kl, r->work_tokens, r->off_tokens, r->full_tokens, r->n_ctx, r->n_threads,
+               r->seconds, r->attn_tokens);
         return;
     }
     printf("{\n  \"model\": ");
@@ -184,9 +186,10 @@ static void print_result(out_format fmt, const agree_result *r) {
     qi_cli_print_quoted(r->policy_desc, true);
     printf(",\n  \"prompt_tokens\": %d,\n  \"steps\": %d,\n  \"top1_agree\": %d,\n  \"top1_rate\": %.6f,\n"
            "  \"mean_kl\": %.6e,\n  \"max_kl\": %.6e,\n  \"work_tokens\": %ld,\n  \"off_tokens\": %ld,\n"
-           "  \"full_tokens\": %ld,\n  \"n_ctx\": %d,\n  \"threads\": %d,\n  \"seconds\": %.3f\n}\n",
+           "  \"full_tokens\": %ld,\n  \"n_ctx\": %d,\n  \"threads\": %d,\n  \"seconds\": %.3f,\n"
+           "  \"attn_tokens\": %ld\n}\n",
            r->n_prompt, r->n_steps, r->n_agree, rate, r->mean_kl, r->max_kl, r->work_tokens, r->off_tokens,
-           r->full_tokens, r->n_ctx, r->n_threads, r->seconds);
+           r->full_tokens, r->n_ctx, r->n_threads, r->seconds, r->attn_tokens);
 }
 
 int qi_cmd_agree(int argc, char **argv) {
@@ -329,7 +332,8 @@ int qi_cmd_agree(int argc, char **argv) {
     agree_result r = {.model = model_arg, .policy_desc = desc, .n_prompt = (int)n_ids, .n_steps = n_steps,
                       .n_agree = n_agree, .n_ctx = n_ctx, .n_threads = n_threads, .mean_kl = kl_sum / n_steps,
                       .max_kl = kl_max, .work_tokens = ksp.work_tokens, .off_tokens = ksp.off_tokens,
-                      .full_tokens = ksf.work_tokens, .seconds = t2 - t0};
+                      .full_tokens = ksf.work_tokens,
+                      .attn_tokens = qi_engine_kv_budget_attended(ep) ? ksp.attn_tokens : -1, .seconds = t2 - t0};
     print_result(fmt, &r);
     fprintf(stderr, "qinfer agree: prefill %.2f s, %d steps in %.2f s (both engines)\n", t1 - t0, n_steps, t2 - t1);
     goto done;

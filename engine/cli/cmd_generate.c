@@ -229,9 +229,13 @@ int qi_cmd_generate(int argc, char **argv) {
         char desc[512];
         qi_cli_kv_describe(&kvo, desc, sizeof desc);
         const double streams = (double)m->hp.n_layer * m->hp.n_head_kv;
-        fprintf(stderr, "qinfer generate: kv %s: %d positions; per layer and KV head %.1f working, %.1f offloaded "
-                        "tokens; %.1f KiB working, %.1f KiB offloaded\n", desc, qi_engine_seq_n_past(eng, sid),
-                ks.work_tokens / streams, ks.off_tokens / streams, ks.work_bytes / 1024.0, ks.off_bytes / 1024.0);
+        char attended[64] = "";
+        if (qi_engine_kv_budget_attended(eng)) /* the budget counts what the last step's attention read */
+            snprintf(attended, sizeof attended, "%.1f attended (last step), ", ks.attn_tokens / streams);
+        fprintf(stderr, "qinfer generate: kv %s: %d positions; per layer and KV head %s%.1f working, %.1f "
+                        "offloaded tokens; %.1f KiB working, %.1f KiB offloaded\n", desc,
+                qi_engine_seq_n_past(eng, sid), attended, ks.work_tokens / streams, ks.off_tokens / streams,
+                ks.work_bytes / 1024.0, ks.off_bytes / 1024.0);
     }
     goto done;
 fail:

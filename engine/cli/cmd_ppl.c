@@ -165,8 +165,13 @@ int qi_cmd_ppl(int argc, char **argv) {
     }
     const long streams = (long)m->hp.n_layer * m->hp.n_head_kv;
     printf("chunks %d  ctx %d  scored %ld tokens  decode mode  kv %s\n", r.n_chunks, n_ctx, r.count, desc);
-    printf("kv: working tokens per layer and KV head %.1f, offloaded %.1f (mean over scored steps; positions "
-           "%d..%d)\n", kv.work_tokens / streams, kv.off_tokens / streams, n_ctx / 2, n_ctx - 2);
+    if (qi_engine_kv_budget_attended(eng)) /* the budget counts what attention reads */
+        printf("kv: attended tokens per layer and KV head %.1f, of %.1f working, offloaded %.1f (mean over scored "
+               "steps; positions %d..%d)\n", kv.attn_tokens / streams, kv.work_tokens / streams,
+               kv.off_tokens / streams, n_ctx / 2, n_ctx - 2);
+    else
+        printf("kv: working tokens per layer and KV head %.1f, offloaded %.1f (mean over scored steps; positions "
+               "%d..%d)\n", kv.work_tokens / streams, kv.off_tokens / streams, n_ctx / 2, n_ctx - 2);
     if (qi_engine_sparsity_measured(eng) >= 0)
         printf("sparsity: %s, target %g, measured %.4f of the thresholded activations zeroed\n", kvo.sparsity_mode,
                kvo.sparsity, qi_engine_sparsity_measured(eng));

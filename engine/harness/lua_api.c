@@ -615,8 +615,10 @@ static int engine_kv_stats(lua_State *L) {
     qi_engine_kv_seq_stats(u->e, id, &ks);
     const qi_hparams *hp = &u->mb->m->hp;
     const double streams = (double)hp->n_layer * hp->n_head_kv;
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 10);
     lq_set_int(L, "work_tokens", ks.work_tokens);
+    lq_set_int(L, "attn_tokens", ks.attn_tokens);
+    lq_set_num(L, "attn_tokens_per_stream", ks.attn_tokens / streams);
     lq_set_int(L, "off_tokens", ks.off_tokens);
     lq_set_int(L, "work_bytes", (lua_Integer)ks.work_bytes);
     lq_set_int(L, "off_bytes", (lua_Integer)ks.off_bytes);

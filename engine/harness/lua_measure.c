@@ -212,10 +212,11 @@ const char *lq_model_corpus(lua_State *L, lq_model *mb, const char *corpus, lq_s
 }
 
 /* qinfer.perplexity(model, corpus, {ctx=512, chunks, decode, batch=4, kv_...})
- * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, seconds, sparsity
- * (the share of thresholded activations zeroed; -1 without sparsity)}; as
+ * -> {ppl, err, nll, count, chunks, work_tokens, off_tokens, attn_tokens, seconds,
+ * sparsity (the share of thresholded activations zeroed; -1 without sparsity)}; as
  * `qinfer ppl` computes it (decode mode implied by a KV policy or budget).
- * work/off_tokens: per (layer, KV head) stream, averaged over scored steps. */
+ * work/off/attn_tokens: per (layer, KV head) stream, averaged over scored
+ * steps (attn: the tokens attention read). */
 static int l_perplexity(lua_State *L) {
     lq_model *mb = lq_check_model(L, 1);
     const char *corpus = luaL_checkstring(L, 2);
@@ -250,7 +251,7 @@ static int l_perplexity(lua_State *L) {
                              NULL, NULL, &r, &kv, &err))
         return lq_fail(L, &err);
     const double streams = (double)mb->m->hp.n_layer * mb->m->hp.n_head_kv;
-    lua_createtable(L, 0, 9);
+    lua_createtable(L, 0, 10);
     lq_set_num(L, "ppl", r.ppl);
     lq_set_num(L, "err", r.ppl_err);
     lq_set_num(L, "nll", r.nll);
@@ -258,6 +259,7 @@ static int l_perplexity(lua_State *L) {
     lq_set_int(L, "chunks", r.n_chunks);
     lq_set_num(L, "work_tokens", decode ? kv.work_tokens / streams : 0.0);
     lq_set_num(L, "off_tokens", decode ? kv.off_tokens / streams : 0.0);
+    lq_set_num(L, "attn_tokens", decode ? kv.attn_tokens / streams : 0.0);
     lq_set_num(L, "seconds", lq_now() - t0);
     lq_set_num(L, "sparsity", qi_engine_sparsity_measured(s->engine));
     lua_pushboolean(L, decode);

@@ -28,6 +28,13 @@
  * a share of a step's streams, so calls on one object come one at a time
  * (its scratch is its own) while different objects run at once. A new
  * policy is one file plus one line in registry.c.
+ *
+ * A policy may instead choose what attention reads without evicting
+ * anything (Quest): its pick() is called on decode steps before attention
+ * with the step's queries and per-block key bounds (qi_kv_pick_view), and
+ * returns the blocks of the working tier to read. Its budget counts the
+ * tokens attention reads, not the tokens held; the cache never evicts for
+ * it, and select() is not asked on the layers it picks for.
  */
 #ifndef QI_KV_POLICY_H
 #define QI_KV_POLICY_H
@@ -38,7 +45,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 4u
+#define QI_KV_POLICY_VERSION 5u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -74,6 +81,25 @@ typedef struct {
      * through qi_kv_view_layer_budget (rank_int.h). */
     int layer_budget;
 } qi_kv_view;
+
+/* One (sequence, layer, KV head) stream as shown to pick(), on a decode
+ * step before its attention. The working tier is in position order (a
+ * policy with pick() never evicts), cut into blocks of `block` slots; every
+ * block is full but the last, which holds the newest token. */
+typedef struct {
+    int layer, n_layer, kv_head;
+    int group, D;         /* query heads sharing the KV head; values per head */
+    const float *q;       /* [group][D] this step's queries, after RoPE (and any query scale) */
+    int n;                /* working tokens */
+    int block;            /* tokens per block */
+    int n_blocks;         /* ceil(n / block) */
+    /* [n_blocks][2][D]: block b's element-wise minimum of its keys at
+     * bounds + 2bD, its maximum at bounds + (2b + 1)D (the fp16 keys as
+     * attention reads them, widened exactly) */
+    const float *bounds;
+    int newest;           /* the block holding the newest token: n_blocks - 1 */
+    int budget;           /* most tokens attention may read (>= 1) */
+} qi_kv_pick_view;
 
 typedef struct qi_kv_policy qi_kv_policy;
 
@@ -118,6 +144,15 @@ typedef struct {
      * (Ada-KV keeps each head's observation window). Optional: NULL means
      * none (tova: every place goes by score). */
     void (*by_position)(const qi_kv_policy *p, int budget, int *oldest, int *newest);
+    /* Query-aware selection: on a decode step, before attention, the blocks
+     * attention reads, written to blocks[] (room for v->n_blocks), their
+     * count returned. They must be distinct and in range, include
+     * v->newest, and hold at most v->budget tokens unless v->newest alone
+     * holds more. A policy with pick() never evicts (its select() keeps
+     * every token and is not called on the layers it picks for), and its
+     * budget counts the tokens read. Prompts (several tokens a step) read
+     * the whole cache. Optional: NULL means the policy evicts instead. */
+    int (*pick)(qi_kv_policy *p, const qi_kv_pick_view *v, int *blocks);
 } qi_kv_policy_i;
 
 /* Every policy object starts with its interface. The fields after it
@@ -187,6 +222,17 @@ bool qi_kv_policy_heads_together(const qi_kv_policy *p);
 qi_status qi_kv_policy_decide(qi_kv_policy *p, qi_kv_view *v, int n, const float *const *attn, uint8_t *const *fate,
                               qi_err *err);
 int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
+/* Whether the policy picks blocks (has pick()): its budget counts attended
+ * tokens, and it never evicts. */
+bool qi_kv_policy_picks(const qi_kv_policy *p);
+/* pick() shown v with its layer's budget (pyramid= applied) and checked:
+ * the blocks distinct, in range, v->newest among them, their tokens within
+ * that budget unless v->newest alone is more. blocks[] (room for
+ * v->n_blocks) receives them in ascending order, *n_out their count.
+ * QI_ERR_BACKEND naming the policy if it broke that contract,
+ * QI_ERR_INVALID for a bad view (no blocks, a budget below 1, newest not
+ * the last block), QI_ERR_UNSUPPORTED for a policy without pick(). */
+qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *blocks, int *n_out, qi_err *err);
 const char *qi_kv_policy_name(const qi_kv_policy *p);
 void qi_kv_policy_free(qi_kv_policy *p); /* NULL is a no-op */
 

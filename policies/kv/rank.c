@@ -294,3 +294,18 @@ void qi_kv_rank_pool_max(const qi_kv_view *v, const float *obs, int kernel, qi_k
         out[items[j].slot] = mx;
     }
 }
+
+float qi_kv_bound_score(const float *q, int group, int D, const float *bound) {
+    const float *mn = bound, *mx = bound + D;
+    float total = 0.0f;
+    for (int h = 0; h < group; h++) {
+        const float *qh = q + (size_t)h * D;
+        float u = 0.0f;
+        for (int d = 0; d < D; d++) {
+            const float a = qh[d] * mn[d], b = qh[d] * mx[d];
+            u += a > b ? a : b;
+        }
+        total += u;
+    }
+    return total;
+}

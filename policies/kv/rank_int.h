@@ -118,6 +118,17 @@ qi_status qi_kv_params_pool(const qi_params *params, const char *who, long *pool
  * items needs room for v->n; kernel 1 copies obs. */
 void qi_kv_rank_pool_max(const qi_kv_view *v, const float *obs, int kernel, qi_kv_item *items, float *out);
 
+/* Quest's bound on what a block of keys can score against a group of
+ * queries: for each query head h, u_h = sum_d max(q[h][d] min_d,
+ * q[h][d] max_d), with min and max the block's element-wise key bounds
+ * (bound[0..D) and bound[D..2D)); the result is the sum of u_h over the
+ * group's heads. Each u_h is at least q[h] . k for every key k the bounds
+ * hold, also in float: each term is at least q[h][d] k[d] (rounding is
+ * monotone), and both are summed in the same order, d ascending, from 0.
+ * The heads' bounds are summed because one attention call reads one
+ * block list for a KV head's whole group (grouped-query attention). */
+float qi_kv_bound_score(const float *q, int group, int D, const float *bound);
+
 /* floor(budget * frac), the heavy-hitter share of a budget. The 1e-9
  * allowance absorbs binary rounding, so that 100 * 0.29 gives 29 and not
  * 28 (0.29 is stored as 0.28999...). */

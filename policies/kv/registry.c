@@ -13,6 +13,10 @@
  * more KEEP than the budget unless the layer is exempt (or a prompt is still
  * being read by a policy that judges prompts at their end). A broken policy is
  * then a QI_ERR_BACKEND naming the policy, not a silently wrong cache.
+ * The same holds for pick() (a policy that chooses the blocks attention
+ * reads, quest): qi_kv_policy_pick checks the blocks against the view and
+ * the budget, which for such a policy counts attended tokens, not kept
+ * ones (select_within does not hold it to a budget of kept tokens).
  *
  * The wrappers also apply the options every policy takes: pyramid=, the
  * layer budgets of PyramidKV (Cai et al., "PyramidKV: Dynamic KV Cache
@@ -51,7 +55,8 @@
     X(tova)                                                                                                    \
     X(scissorhands)                                                                                            \
     X(keyformer)                                                                                               \
-    X(snapkv)
+    X(snapkv)                                                                                                  \
+    X(quest)
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,
@@ -152,6 +157,58 @@ int qi_kv_policy_obs_window(const qi_kv_policy *p) {
     return w > 0 ? w : 0;
 }
 
+bool qi_kv_policy_picks(const qi_kv_policy *p) { return p->iface->pick != NULL; }
+
+/* The tokens of block b of a pick view: every block is full but the last. */
+static int pick_block_tokens(const qi_kv_pick_view *v, int b) {
+    return b < v->n_blocks - 1 ? v->block : v->n - b * v->block;
+}
+
+qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *blocks, int *n_out, qi_err *err) {
+    const char *name = p->iface->name;
+    *n_out = 0;
+    if (!p->iface->pick) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' picks no blocks", name);
+    if (v->n < 1 || v->block < 1 || v->n_blocks != (v->n + v->block - 1) / v->block || v->budget < 1 ||
+        v->newest != v->n_blocks - 1 || v->group < 1 || v->D < 1 || !v->q || !v->bounds || !blocks)
+        return QI_ERR(err, QI_ERR_INVALID,
+                      "KV policy '%s': bad pick view (n %d, block %d, n_blocks %d, newest %d, budget %d)", name,
+                      v->n, v->block, v->n_blocks, v->newest, v->budget);
+    qi_kv_pick_view lv = *v;
+    lv.budget = qi_kv_policy_layer_budget(p, v->layer, v->budget);
+    const int n = p->iface->pick(p, &lv, blocks);
+    if (n < 1 || n > v->n_blocks)
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "KV policy '%s' broke its contract: picked %d blocks of %d (layer %d, KV head %d)", name, n,
+                      v->n_blocks, v->layer, v->kv_head);
+    /* insertion sort: a handful of blocks, and the order is checked on the way */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && blocks[j - 1] > blocks[j]; j--) {
+            const int t = blocks[j];
+            blocks[j] = blocks[j - 1];
+            blocks[j - 1] = t;
+        }
+    long tokens = 0;
+    for (int i = 0; i < n; i++) {
+        if (blocks[i] < 0 || blocks[i] >= v->n_blocks || (i > 0 && blocks[i] == blocks[i - 1]))
+            return QI_ERR(err, QI_ERR_BACKEND,
+                          "KV policy '%s' broke its contract: picked block %d %s (%d blocks; layer %d, KV head %d)",
+                          name, blocks[i], blocks[i] < 0 || blocks[i] >= v->n_blocks ? "out of range" : "twice",
+                          v->n_blocks, v->layer, v->kv_head);
+        tokens += pick_block_tokens(v, blocks[i]);
+    }
+    if (blocks[n - 1] != v->newest)
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "KV policy '%s' broke its contract: the newest block (%d) was not picked (layer %d, KV head %d)",
+                      name, v->newest, v->layer, v->kv_head);
+    if (tokens > lv.budget && n > 1)
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "KV policy '%s' broke its contract: picked %ld tokens, over the budget of %d (layer %d, KV "
+                      "head %d)",
+                      name, tokens, lv.budget, v->layer, v->kv_head);
+    *n_out = n;
+    return QI_OK;
+}
+
 const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
 
 void qi_kv_policy_free(qi_kv_policy *p) {
@@ -190,7 +247,9 @@ static qi_status select_within(qi_kv_policy *p, const qi_kv_view *v, int budget,
                           name, i, (int)v->pos[i], (unsigned)fate[i], v->layer, v->kv_head);
         keep += fate[i] == QI_KV_KEEP;
     }
-    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer) && !(v->prompt_more && qi_kv_policy_obs_window(p) > 0))
+    /* a policy that picks blocks holds everything: its budget binds what attention reads (qi_kv_policy_pick) */
+    if (keep > v->budget && !qi_kv_policy_exempt(p, v->layer) && !qi_kv_policy_picks(p) &&
+        !(v->prompt_more && qi_kv_policy_obs_window(p) > 0))
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: kept %d tokens, over the budget of %d (layer %d, KV "
                       "head %d)",

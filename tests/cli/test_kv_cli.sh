@@ -3,7 +3,8 @@
 # needle`: --help mentions the KV flags, bad values are one-line usage errors,
 # then short runs on the cached default model (agree with the full policy must
 # match the full cache exactly; a windowed run and a small needle table must
-# complete). Exits 77 (skip) after the flag checks when the model is not
+# complete; quest, whose budget counts attended tokens, says so in every
+# command). Exits 77 (skip) after the flag checks when the model is not
 # cached. Usage: test_kv_cli.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_kv_cli.sh PATH/TO/qinfer}
@@ -13,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for c in agree needle; do
   if expect_ok "$Q" $c --help; then
     grep -q "usage: qinfer $c" "$tmp/out" || bad "$c --help prints no usage"
-    for f in --kv-policy --kv-budget --kv-param pyramid=B ada=F; do
+    for f in --kv-policy --kv-budget --kv-param pyramid=B ada=F "quest " "for quest, the tokens attention reads"; do
       grep -q -- "$f" "$tmp/out" || bad "$c --help does not mention $f"
     done
   fi
@@ -52,6 +53,17 @@ for c in "agree -p x" "needle" "ppl -f devil"; do
   expect_fail 2 "policy 'full' keeps every token on every layer and would ignore it; name a policy that takes a budget with --kv-policy (window, streaming, h2o, qinfer" \
     "$Q" $c "${M[@]}" --kv-budget 50%
 done
+# quest's parameters, its budget, and the devices it runs on
+expect_fail 2 "quest: parameter 'first'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param first=2
+expect_fail 2 "quest: parameter 'full_layers'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
+  --kv-param full_layers=31
+expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
+expect_fail 2 "quest: parameter 'ada' shares a layer's budget" "$Q" agree "${M[@]}" -p x --kv-policy quest \
+  --kv-budget 50% --kv-param ada=0.5
+expect_fail 2 "quest: parameter 'recent'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param recent=-1
+expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
+expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
+  "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30
 expect_fail 2 "kv-budget 512: KV policy 'qinfer'" "$Q" ppl "${M[@]}" -f devil --kv-policy qinfer --kv-budget 512 \
   --kv-param full_layers=30
 expect_fail 2 "more than the context of 16" "$Q" agree "${M[@]}" -p "one two three" --n 32 --ctx 16
@@ -79,6 +91,33 @@ fi
 # still 1440 working tokens.
 if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy h2o --kv-budget 16 --kv-param ada=0.8; then
   grep -Eq "working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" || bad "agree h2o ada=0.8: $(cat "$tmp/out")"
+fi
+
+# quest at 50% in every command: the budget is labelled attended, and the kv lines count what attention read.
+if expect_ok "$Q" generate "${M[@]}" -p "The old lighthouse keeper climbed the stairs" -n 4 --kv-policy quest \
+  --kv-budget 50% --kv-stats; then
+  grep -Eq "^qinfer generate: kv quest, budget 50% attended: [0-9]+ positions; per layer and KV head [0-9.]+ attended \(last step\), [0-9.]+ working" "$tmp/err" ||
+    bad "generate quest kv line: $(cat "$tmp/err")"
+fi
+if expect_ok "$Q" ppl "${M[@]}" -f devil --ctx 256 --chunks 1 --decode --kv-policy quest --kv-budget 50%; then
+  grep -q "decode mode  kv quest, budget 50% attended$" "$tmp/out" || bad "ppl quest header: $(cat "$tmp/out")"
+  grep -Eq "^kv: attended tokens per layer and KV head [0-9.]+, of 192.0 working, offloaded 0.0 " "$tmp/out" ||
+    bad "ppl quest kv line: $(cat "$tmp/out")"
+  att=$(sed -nE 's/^kv: attended tokens per layer and KV head ([0-9.]+),.*/\1/p' "$tmp/out")
+  awk -v a="$att" 'BEGIN { exit !(a > 0 && a < 192) }' || bad "ppl quest attended $att of 192"
+fi
+# 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
+# the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
+# block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
+if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
+  grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
+  grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+    bad "agree quest result: $(cat "$tmp/out")"
+fi
+if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
+  grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||
+    bad "needle quest header: $(cat "$tmp/out")"
+  grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle quest overall: $(cat "$tmp/out")"
 fi
 
 # A small needle run: a table with one row and the overall line (accuracy not asserted).

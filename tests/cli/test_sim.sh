@@ -20,6 +20,10 @@ if expect_ok "$Q" synth --preset llama-2-70b --type q4_0 --shapes-only -o "$M"; 
 fi
 expect_ok "$Q" synth --help && { grep -q -- "--shapes-only" "$tmp/out" || bad "synth --help lacks --shapes-only"; }
 
+# quest picks blocks by their keys, which a simulated machine does not compute: refused at creation
+expect_fail 1 "KV policy 'quest' picks blocks by their keys, and a simulated machine .* computes none" \
+  "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p x -n 2 --kv-policy quest --kv-budget 50%
+
 # bench: simulated rows, deterministic, labelled, in seconds
 bench=("$Q" bench -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p 64 -n 8 -b 1,4 -r 2 -o csv)
 start=$(date +%s)

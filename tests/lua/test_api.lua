@@ -119,6 +119,7 @@ local s = f:add()
 f:feed(s, ids, true)
 f:step()
 T.eq(f:kv_stats(s).work_tokens_per_stream, #ids + 0.0, "full keeps every token")
+T.eq(f:kv_stats(s).attn_tokens_per_stream, #ids + 0.0, "full: attention read every token")
 T.ok(f:logprob(s, ids[2], 1) < 0, "logits_all: a row per token")
 
 -- argument errors name the key, with this file's line

@@ -13,8 +13,13 @@
  *   - under h2o and qinfer, evicting from the first chunk on, a batch of
  *     sequences (some joining while others decode) gives the logits, kept
  *     tokens and policy scores of the runs alone, bit for bit;
+ *   - quest (attention reads the blocks it picks, nothing evicted) with a
+ *     budget that covers the whole cache gives the full policy's logits
+ *     bit for bit, and with a smaller one reads exactly the blocks its
+ *     rule allows; 16 sequences under quest equal 16 separate runs;
  *   - a KV memory cap fails the step with a clear error and marks the
- *     sequences failed, and bad options, ids and feeds are errors.
+ *     sequences failed, and bad options, ids and feeds are errors (quest on
+ *     a device other than the CPU is refused at creation).
  * The KV policies' checks (the "policies" case: the budget, the three
  * after it, and the prompt judged at its end) are bit for bit or of
  * accounting, true for any weights, and run on the synthetic SmolLM2 shape
@@ -135,20 +140,24 @@ START_TEST(full_policy_equals_ctx) {
 END_TEST
 
 /* 16 sequences with different prompts decoded together (four of them join
- * after a few steps) against each run alone. */
-static void batched_vs_separate(const qi_model *m, const char *what) {
+ * after a few steps) against each run alone, under the full policy, or
+ * under `policy` with a budget of `budget` tokens and prompts `plen0`
+ * tokens longer. */
+static void batched_vs_separate_under(const qi_model *m, const char *what, const char *policy, int budget,
+                                      int plen0) {
     const int S = qi_test_quick() ? 4 : 16, G = qi_test_quick() ? 4 : 16, V = m->hp.n_vocab;
-    int32_t prompts[16][40];
+    static int32_t prompts[16][40 + 160];
     int plen[16];
     int32_t alone[16][16];
     float *alone_logits = malloc(sizeof(float) * (size_t)S * G * V);
     qi_err e = {0};
+    ck_assert_int_le(plen0, 160);
     for (int s = 0; s < S; s++) {
-        plen[s] = 5 + 2 * s;
+        plen[s] = plen0 + 5 + 2 * s;
         make_ids(prompts[s], plen[s], 100 + (uint64_t)s, V);
     }
     /* alone */
-    qi_engine *one = make_engine(m, "full", NULL, 0, 0.0, 256, 1);
+    qi_engine *one = make_engine(m, policy, NULL, budget, 0.0, 256, 1);
     for (int s = 0; s < S; s++) {
         int id;
         ck_assert_int_eq(qi_engine_seq_add(one, &id, &e), QI_OK);
@@ -164,7 +173,7 @@ static void batched_vs_separate(const qi_model *m, const char *what) {
     }
     qi_engine_free(one);
     /* together */
-    qi_engine *eng = make_engine(m, "full", NULL, 0, 0.0, 256, 16);
+    qi_engine *eng = make_engine(m, policy, NULL, budget, 0.0, 256, 16);
     int ids[16], got[16] = {0};
     const int late = S / 4; /* the last `late` sequences join after 3 steps */
     for (int s = 0; s < S - late; s++) {
@@ -201,10 +210,23 @@ static void batched_vs_separate(const qi_model *m, const char *what) {
     for (int s = 0; s < S; s++) ck_assert_int_eq(got[s], G);
     ck_assert_int_eq(agree, S * G);
     ck_assert_int_eq(max_batch, S);
+    long attn = 0, work = 0;
+    for (int s = 0; s < S; s++) {
+        qi_engine_kv_seq st;
+        qi_engine_kv_seq_stats(eng, ids[s], &st);
+        attn += st.attn_tokens;
+        work += st.work_tokens;
+    }
     printf("batched%s: %d sequences x %d greedy tokens, %d/%d tokens and all logits identical to separate runs "
-           "(largest batch %d)\n", what, S, G, agree, S * G, max_batch);
+           "(largest batch %d; the last steps read %ld of %ld working KV tokens)\n",
+           what, S, G, agree, S * G, max_batch, attn, work);
+    if (strcmp(policy, "full") != 0) ck_assert_msg(attn < work, "%s: every working token was read", what);
     qi_engine_free(eng);
     free(alone_logits);
+}
+
+static void batched_vs_separate(const qi_model *m, const char *what) {
+    batched_vs_separate_under(m, what, "full", 0, 0);
 }
 
 START_TEST(batched_equals_separate) {
@@ -289,6 +311,82 @@ END_TEST
 /* Each policy on a 200-token prompt fed token by token: working tokens of
  * every budgeted stream stay within the budget; offloading policies use the
  * offload tier; the pool accounting matches the streams'. */
+/* quest's decode steps read the blocks it picks through the same
+ * attention call: a batch of 16 (prompts of 125 to 155 tokens, so two or
+ * three blocks, a budget of 100 tokens, so the newest block and at most
+ * one other) gives each sequence's logits alone, bit for bit. */
+START_TEST(quest_batched_equals_separate) {
+    if (!g_model) return;
+    batched_vs_separate_under(g_model, " (quest, budget 100)", "quest", 100, 120);
+}
+END_TEST
+
+/* quest holds every token and reads, on decode steps, the newest block
+ * plus whole blocks while they fit the budget: with a budget that covers
+ * the cache (100%, or more tokens than the context) that is every block in
+ * order, the call the full policy makes, so its logits are the full
+ * policy's bit for bit; at 25% each stream reads exactly its newest block
+ * plus floor((budget - newest's tokens) / 64) others, and the logits
+ * differ. Prompt of 300 tokens (two chunks), 20 decode steps. */
+START_TEST(quest_whole_budget_equals_full) {
+    if (!g_model) return;
+    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    const int NP = qi_test_quick() ? 150 : 300, G = qi_test_quick() ? 6 : 20;
+    int32_t ids[300];
+    make_ids(ids, NP, 23, V);
+    qi_engine *eng[4] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
+                         make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
+                         make_engine(g_model, "quest", NULL, 4096, 0.0, 512, 1),
+                         make_engine(g_model, "quest", NULL, 0, 0.25, 512, 1)};
+    ck_assert(!qi_engine_kv_budget_attended(eng[0]) && qi_engine_kv_budget_attended(eng[1]));
+    int id[4];
+    qi_err e = {0};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
+    }
+    int differ = 0;
+    for (int g = 0; g < G; g++) {
+        int32_t tok = 0;
+        for (int k = 0; k < 4; k++) {
+            while (qi_engine_seq_pending(eng[k], id[k]) > 0)
+                ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
+            const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
+            if (k == 0) tok = argmax(lg, V);
+            else if (k < 3)
+                ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
+                              "quest, budget %s: step %d: logits differ from the full policy's",
+                              k == 1 ? "100%" : "4096", g);
+            else
+                differ += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
+        }
+        const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
+        for (int k = 0; k < 4; k++) {
+            qi_engine_kv_seq st;
+            qi_engine_kv_seq_stats(eng[k], id[k], &st);
+            ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
+            ck_assert_int_eq(st.off_tokens, 0);
+            long want = (long)n_past * L * Hkv; /* the prompt's step reads everything */
+            if (g > 0 && k == 3) {            /* a decode step at 25% */
+                const int newest = (n_past - 1) / 64, last_n = n_past - newest * 64;
+                const int budget = (int)ceil(0.25 * n_past);
+                int more = budget > last_n ? (budget - last_n) / 64 : 0;
+                if (more > newest) more = newest;
+                want = (long)(last_n + 64 * more) * L * Hkv;
+            }
+            ck_assert_msg(st.attn_tokens == want, "engine %d step %d: %ld tokens attended, want %ld", k, g,
+                          st.attn_tokens, want);
+        }
+        if (g < G - 1)
+            for (int k = 0; k < 4; k++) ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
+    }
+    ck_assert_msg(differ > 0, "quest at 25%% gave the full policy's logits at every step");
+    printf("quest: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt and %d "
+           "steps; at 25%% the logits differ at %d steps, each stream reading its rule's blocks\n", NP, G, differ);
+    for (int k = 0; k < 4; k++) qi_engine_free(eng[k]);
+}
+END_TEST
+
 START_TEST(policies_respect_budget) {
     if (!g_model) return;
     const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
@@ -702,6 +800,16 @@ START_TEST(errors) {
     ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(e.msg, "heavy"));
     qi_err_clear(&e);
+    /* quest keeps its key bounds on the host: attention on another device is refused at creation */
+    o.kv_policy = "quest";
+    o.kv_params = NULL;
+    o.devices = "cpu,testdev";
+    o.placement = "ngl=30";
+    ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(eng);
+    ck_assert_msg(strstr(e.msg, "quest") && strstr(e.msg, "testdev") && strstr(e.msg, "CPU only"), "%s", e.msg);
+    qi_err_clear(&e);
+    o.devices = o.placement = NULL;
 
     /* ids, feeds, context */
     eng = make_engine(g_model, "full", NULL, 0, 0.0, 32, 2);
@@ -885,6 +993,8 @@ int main(void) {
     tcase_add_test(tc, budgeted_policy_ignores_neighbours);
     tcase_add_test(tc, policy_batched_equals_separate);
     tcase_add_test(tc, prompt_judged_at_its_end);
+    tcase_add_test(tc, quest_whole_budget_equals_full);
+    tcase_add_test(tc, quest_batched_equals_separate);
     suite_add_tcase(s, tc);
     /* Gemma 3: a CTest entry of its own (test_engine_gemma), skipped without the model and in quick mode */
     tc = tcase_create("gemma");

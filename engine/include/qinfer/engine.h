@@ -162,6 +162,11 @@ const float *qi_engine_seq_logits(const qi_engine *e, int id, int i);
 
 typedef struct {
     long work_tokens, off_tokens;  /* summed over the sequence's streams */
+    /* the tokens the sequence's last attention read, summed over its
+     * streams (each stream's at the last step it ran): its working tokens,
+     * or under a policy whose budget counts attended tokens (Quest) the
+     * tokens of the blocks it picked */
+    long attn_tokens;
     size_t work_bytes, off_bytes;  /* blocks held, K and V */
 } qi_engine_kv_seq;
 
@@ -184,6 +189,9 @@ void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
  * zeroed so far, over every step (-1 before any, or without sparsity). */
 double qi_engine_sparsity_measured(const qi_engine *e);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
+/* Whether the policy's budget counts the tokens attention reads on decode
+ * steps (a policy that picks blocks, Quest) rather than the tokens held. */
+bool qi_engine_kv_budget_attended(const qi_engine *e);
 /* The placement plan the engine runs (opts.devices and opts.placement, or
  * the last qi_engine_replan). */
 const qi_plan *qi_engine_plan(const qi_engine *e);

@@ -42,6 +42,7 @@ qi_status qi_perplexity(const qi_model *m, qi_ctx *c, const int32_t *ids, size_t
  * positions. */
 typedef struct {
     double work_tokens, off_tokens;
+    double attn_tokens; /* read by attention (qi_engine_kv_seq's attn_tokens) */
 } qi_ppl_kv;
 qi_status qi_perplexity_engine(const qi_model *m, qi_engine *e, const int32_t *ids, size_t n_ids, int n_ctx,
                                int max_chunks, int batch, bool decode, qi_ppl_progress cb, void *ud,
