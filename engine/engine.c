@@ -86,6 +86,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "ffn_split.h"
 #include "kernels.h"
 #include "kv.h"
 #include "kv/kv_policy.h"
@@ -151,6 +152,7 @@ typedef struct {
      * result (out [R][H*D], max and sum [R][H]), and, where the merge runs,
      * the other device's copied over */
     float *so, *sm, *sl, *ro, *rm, *rl;
+    float *nr;              /* [R][n_embd]: a neuron split's fast partial product, received */
     char *act_base;         /* the address of act's first byte, for views of the arrays */
     qi_buf **wblk;          /* [2 n_layer + 2] its form of the weight blocks it runs (NULL: none
                              * needed, the CPU on the model's rows; see wblock_count) */
@@ -262,6 +264,14 @@ struct qi_engine {
     double copy_dev_s[QI_PLAN_MAX_DEVICES];
     long blk_steps;
     qi_engine_prof prof;
+    /* opts.neuron_fast (its copy): each layer's FFN gathered into its two
+     * sides (ns[l].n[1] == 0: not split), and the sides' matrices as the
+     * devices run them (ns_w[l][0]: gate, up, down on the CPU; ns_w[l][1]
+     * on neuron_dev), in buffers of theirs where a device holds a copy */
+    uint8_t *ns_mask;
+    qi_ffn_split *ns;
+    qi_weight (*ns_w)[2][3];
+    qi_buf *(*ns_buf)[2];
 };
 
 static const char *const k_op_names[QI_OP_COUNT] = {"matmul", "attention", "kv-write", "kv-policy", "other"};
@@ -600,6 +610,14 @@ void qi_engine_free(qi_engine *e) {
     void *sp[] = {e->sp_w, e->sp_idx, e->sp_act, e->sp_ones, e->sp_xq, e->sp.thr};
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) qi_free(sp[i]);
     qi_kv_policy_free(e->pol);
+    if (e->ns)
+        for (int l = 0; l < e->m->hp.n_layer; l++) qi_ffn_split_free(&e->ns[l]);
+    if (e->ns_buf)
+        for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
+    qi_free(e->ns);
+    qi_free(e->ns_w);
+    qi_free(e->ns_buf);
+    qi_free(e->ns_mask);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
         if (D->pool != e->pool) qi_kv_pool_free(D->pool);
@@ -796,12 +814,12 @@ static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     dev_state *D = &e->dev[d];
     const size_t E = (size_t)hp->n_embd, qw = (size_t)hp->n_head * hp->head_dim,
                  kvw = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, H = (size_t)hp->n_head;
-    const size_t widths[14] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F, qw, H, H, qw, H, H};
-    float **arr[14] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up,
-                       &D->so, &D->sm, &D->sl, &D->ro, &D->rm, &D->rl};
+    const size_t widths[15] = {E, E > qw ? E : qw, qw, kvw, kvw, qw, F, F, qw, H, H, qw, H, H, E};
+    float **arr[15] = {&D->x, &D->xn, &D->q, &D->k, &D->v, &D->att, &D->gate, &D->up,
+                       &D->so, &D->sm, &D->sl, &D->ro, &D->rm, &D->rl, &D->nr};
     /* with more than one device, any may take part in a split (a new plan
      * may split a layer) */
-    const int n_arr = e->plan.n_devices > 1 ? 14 : 8;
+    const int n_arr = e->plan.n_devices > 1 ? 15 : 8;
     size_t total = 0;
     for (int i = 0; i < n_arr; i++) total += walign(sizeof(float) * R * widths[i]);
     qi_status st = qi_buf_alloc(D->be, total, "activations", &D->act, err);
@@ -948,6 +966,86 @@ static qi_status sparse_setup(qi_engine *e, size_t R, qi_err *err) {
         }
     }
     return QI_OK;
+}
+
+int qi_engine_neuron_unit(const qi_model *m) {
+    if (m->hp.n_layer < 1 || qi_ffn_gate_free(m->hp.ffn_act)) return 0;
+    return qi_ffn_split_unit(&m->layers[0]);
+}
+
+/* One side of a split layer's FFN, gate, up and down in w, prepared on
+ * device d: a buffer of its own where d holds a copy (*buf, NULL when d
+ * computes on the host's gathered rows). */
+static qi_status neuron_prepare(qi_engine *e, int d, int l, const qi_weight *w, qi_weight *out, qi_buf **buf,
+                                qi_err *err) {
+    qi_backend *b = e->dev[d].be;
+    size_t total = 0, sz[3];
+    for (int i = 0; i < 3; i++) total += walign(sz[i] = qi_dev_weight_size(b, &w[i], true));
+    *buf = NULL;
+    char what[48];
+    snprintf(what, sizeof what, "layer %d's hot neurons", l);
+    qi_status st = total ? qi_buf_alloc(b, total, what, buf, err) : QI_OK;
+    size_t off = 0;
+    for (int i = 0; i < 3 && !st; i++) {
+        st = qi_dev_weight_prepare(b, &w[i], true, qi_view_of(*buf, off), &out[i], err);
+        off += walign(sz[i]);
+    }
+    return st;
+}
+
+/* opts.neuron_fast: checked against the model, the plan and the other
+ * options, each split layer's FFN gathered into its two sides and the fast
+ * side prepared on neuron_dev; the plan's ffn_dev and ffn_rows say so. */
+static qi_status neuron_setup(qi_engine *e, qi_err *err) {
+    const qi_model *m = e->m;
+    const qi_hparams *hp = &m->hp;
+    const int L = hp->n_layer, fd = e->o.neuron_dev;
+    if (!e->o.neuron_fast) return QI_OK;
+    qi_plan *p = &e->plan;
+    if (qi_ffn_gate_free(hp->ffn_act) || hp->parallel)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split needs a gated MLP (llama, gemma3); %s has none",
+                      hp->arch_name);
+    if (fd < 1 || fd >= p->n_devices)
+        return QI_ERR(err, QI_ERR_INVALID, "the neuron split's fast device %d is not one of the devices after the "
+                      "cpu (%d named)", fd, p->n_devices);
+    const char *other = e->o.sparsity ? "activation sparsity" : e->o.ffn_observe || e->o.act_observe ? "an activation observer"
+                        : e->o.repack ? "--repack" : NULL;
+    if (other) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split and %s cannot be combined", other);
+    const int unit = qi_engine_neuron_unit(m), nu = unit > 0 ? hp->n_ff / unit : 0;
+    for (int l = 0; l < L; l++)
+        if (qi_ffn_split_unit(&m->layers[l]) != unit)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split moves down's blocks whole, and layer %d's are of %d "
+                          "neurons where layer 0's are of %d", l, qi_ffn_split_unit(&m->layers[l]), unit);
+    const size_t n = (size_t)L * (size_t)nu;
+    e->ns_mask = qi_malloc(n);
+    e->ns = qi_calloc((size_t)L, sizeof *e->ns);
+    e->ns_w = qi_calloc((size_t)L, sizeof *e->ns_w);
+    e->ns_buf = qi_calloc((size_t)L, sizeof *e->ns_buf);
+    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf)
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a neuron split of %d layers", L);
+    memcpy(e->ns_mask, e->o.neuron_fast, n);
+    e->o.neuron_fast = e->ns_mask;
+    const bool copy = !qi_gguf_shapes_only(m->gguf);
+    qi_status st;
+    for (int l = 0; l < L; l++) {
+        const uint8_t *mask = e->ns_mask + (size_t)l * (size_t)nu;
+        int any = 0;
+        for (int i = 0; i < nu; i++) any += mask[i] != 0;
+        if (!any) continue;
+        if (p->layers[l].mlp_dev != 0)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "the neuron split runs layer %d's cold neurons on the cpu, and the "
+                          "plan puts its MLP on %s: leave the MLPs of split layers on the cpu", l,
+                          p->devices[p->layers[l].mlp_dev]);
+        if ((st = qi_ffn_split_build(&m->layers[l], mask, copy, &e->ns[l], err))) return st;
+        for (int s = 0; s < 2; s++) {
+            const qi_weight w[3] = {e->ns[l].gate[s], e->ns[l].up[s], e->ns[l].down[s]};
+            if (e->ns[l].n[s] && (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns_w[l][s], &e->ns_buf[l][s], err)))
+                return st;
+        }
+        p->layers[l].ffn_dev = fd;
+        p->layers[l].ffn_rows = e->ns[l].n[1];
+    }
+    return qi_dev_synchronize(e->dev[fd].be, err);
 }
 
 /* OPT and Falcon need ops only the simulated devices have (backend.h's
@@ -1097,6 +1195,9 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         if (strcmp(np->devices[d], e->plan.devices[d]) != 0)
             return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
                           "creation)", d, np->devices[d], e->plan.devices[d]);
+    if (e->ns)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "the engine runs a neuron split, which is fixed at creation: no new "
+                      "plan");
     if ((st = qi_plan_validate(np, err)) || (st = check_splits(e, np, err)) || (st = check_observe(e, np, err)) ||
         (st = check_sparse(e, np, err)) || (st = check_picks(e, np, err)))
         return st;
@@ -1364,7 +1465,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     const size_t N = (size_t)o->n_ctx;
     if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err)) ||
         (st = check_sparse(e, &e->plan, err)) || (st = sparse_setup(e, R, err)) ||
-        (st = check_picks(e, &e->plan, err)))
+        (st = check_picks(e, &e->plan, err)) || (st = neuron_setup(e, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
@@ -2477,6 +2578,51 @@ static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
     return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }
 
+/* One side of a split FFN on device D, from its normed input in D->xn:
+ * D->xn = down_s . glu(gate_s xn, up_s xn) over its n neurons. */
+static qi_status ffn_side(qi_engine *e, const dev_state *D, const qi_weight *w, int n, int rows, bool gelu,
+                          qi_err *err) {
+    const qi_weight *gu[2] = {&w[0], &w[1]};
+    float *const gu_out[2] = {D->gate, D->up};
+    OP(matmul_n(e, D->be, gu, gu_out, 2, D->xn, rows, err));
+    OP(qi_backend_glu(D->be, gelu, D->gate, D->up, rows, n, err));
+    return matmul(e, D->be, &w[2], D->gate, rows, D->xn, err);
+}
+
+/* The MLP block of a layer whose neurons are split (opts.neuron_fast):
+ * the norm on the CPU (M), its result copied to the fast device (F), each
+ * side's neurons computed at once (F's queued first, so that the host's
+ * part overlaps it), F's partial product copied back and added to M's,
+ * then the residual as in mlp_block. */
+static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev], *F = &e->dev[e->o.neuron_dev];
+    const qi_ffn_split *sp = &e->ns[l];
+    const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
+    const size_t nb = sizeof(float) * (size_t)rows * (size_t)hp->n_embd;
+    qi_status st;
+    xfer x;
+    OP(qi_backend_rmsnorm(M->be, M->x, M->layers[l].ffn_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
+    /* the host overwrites M->xn below: it waits for the copy */
+    if ((st = xfer_begin(e, &x, F->be, M->be, err)) ||
+        (st = xfer_copy(e, &x, act_view(F, F->xn), act_view(M, M->xn), nb, err)) || (st = xfer_end(e, &x, true, err)))
+        return st;
+    e->cur_slot = 1;
+    st = ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
+    e->cur_slot = 0;
+    if (st) return st;
+    if (sp->n[0] && (st = ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err))) return st;
+    float *to = sp->n[0] ? M->nr : M->xn;
+    if ((st = xfer_begin(e, &x, M->be, F->be, err)) ||
+        (st = xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = xfer_end(e, &x, false, err)))
+        return st;
+    if (sp->n[0]) OP(qi_backend_add(M->be, M->xn, M->nr, (long)rows * hp->n_embd, err));
+    const qi_layer *ly = &M->layers[l];
+    if (ly->ffn_post_norm.data)
+        OP(qi_backend_rmsnorm(M->be, M->xn, ly->ffn_post_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
+    return qi_backend_add(M->be, M->x, M->xn, (long)rows * hp->n_embd, err);
+}
+
 /* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
 static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
@@ -2485,6 +2631,7 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_layer *ly = &M->layers[l];
     const int E = hp->n_embd;
     if (qi_ffn_gate_free(hp->ffn_act)) return mlp_gate_free(e, l, rows, err);
+    if (e->ns && e->ns[l].n[1]) return mlp_split(e, l, rows, err);
     OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};

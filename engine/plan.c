@@ -100,8 +100,10 @@ qi_status qi_plan_validate(const qi_plan *p, qi_err *err) {
                           y->split_dev);
         if (y->split == 0.0f && y->split_dev != -1)
             return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: a split device without a split ratio", l);
-        if (y->ffn_dev != -1 || y->ffn_rows != 0)
-            return QI_ERR(err, QI_ERR_UNSUPPORTED, "plan layer %d: FFN neuron splits are not executed yet", l);
+        if (y->ffn_dev == -1 ? y->ffn_rows != 0
+                             : y->ffn_dev < 1 || y->ffn_dev >= nd || y->ffn_dev == y->mlp_dev || y->ffn_rows < 1)
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: a neuron split of %d neurons on device %d (it needs a "
+                          "device after the cpu other than the MLP's, and neurons)", l, y->ffn_rows, y->ffn_dev);
     }
     return QI_OK;
 }
@@ -255,6 +257,8 @@ static int as_ngl(const qi_plan *p) {
         else if (n > 0) return -1; /* device 1 must hold a suffix */
     }
     if (p->embd_dev != 0) return -1;
+    for (int l = 0; l < p->n_layer; l++)
+        if (p->layers[l].ffn_dev != -1) return -1;
     if (p->head_dev == 1) return n == p->n_layer ? n + 1 : -1;
     return p->head_dev == 0 ? n : -1;
 }
@@ -268,15 +272,18 @@ int qi_plan_summary(const qi_plan *p, char *buf, size_t len) {
     else if (n > 0)
         put(&o, "ngl=%d (%s)", n, p->devices[1]);
     else {
-        int attn[QI_PLAN_MAX_DEVICES] = {0}, mlp[QI_PLAN_MAX_DEVICES] = {0}, split = 0;
+        int attn[QI_PLAN_MAX_DEVICES] = {0}, mlp[QI_PLAN_MAX_DEVICES] = {0}, split = 0, ffn = 0, fdev = 0;
+        long rows = 0;
         for (int l = 0; l < p->n_layer; l++) {
             attn[p->layers[l].attn_dev]++;
             mlp[p->layers[l].mlp_dev]++;
             split += p->layers[l].split > 0.0f;
+            if (p->layers[l].ffn_dev > 0) ffn++, rows += p->layers[l].ffn_rows, fdev = p->layers[l].ffn_dev;
         }
         put(&o, "plan:");
         for (int d = 0; d < p->n_devices; d++) put(&o, " %s attn %d mlp %d;", p->devices[d], attn[d], mlp[d]);
         put(&o, " split layers %d; head %s", split, p->devices[p->head_dev]);
+        if (ffn) put(&o, "; neuron split layers %d, %ld neurons on %s", ffn, rows, p->devices[fdev]);
     }
     return (int)o.at;
 }
@@ -291,7 +298,10 @@ int qi_plan_format(const qi_plan *p, char *buf, size_t len) {
         const qi_plan_layer *y = &p->layers[l];
         put(&o, "%s %s", p->devices[y->attn_dev], p->devices[y->mlp_dev]);
         if (y->split > 0.0f) put(&o, " %.9g %s", y->split, p->devices[y->split_dev]);
-        put(&o, "   # layer %d\n", l);
+        put(&o, "   # layer %d", l);
+        if (y->ffn_dev > 0) put(&o, ", %d FFN neurons on %s (a neuron split: not in the file format)", y->ffn_rows,
+                                p->devices[y->ffn_dev]);
+        put(&o, "\n");
     }
     put(&o, "head %s\n", p->devices[p->head_dev]);
     return (int)o.at;
@@ -309,7 +319,15 @@ int qi_plan_json(const qi_plan *p, char *buf, size_t len) {
         if (y->split > 0.0f) put(&o, ",%.9g,%d", y->split, y->split_dev);
         put(&o, "]");
     }
-    put(&o, "]}");
+    put(&o, "]");
+    bool ffn = false;
+    for (int l = 0; l < p->n_layer; l++) {
+        const qi_plan_layer *y = &p->layers[l];
+        if (y->ffn_dev < 1) continue;
+        put(&o, "%s[%d,%d,%d]", ffn ? "," : ",\"ffn\":[", l, y->ffn_dev, y->ffn_rows);
+        ffn = true;
+    }
+    put(&o, ffn ? "]}" : "}");
     return (int)o.at;
 }
 

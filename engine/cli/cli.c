@@ -287,6 +287,21 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         if (s) k->placement = s;
         return true;
     }
+    const char **nf = qi_args_is(a, NULL, "--neuron-policy")    ? &k->neuron_policy
+                      : qi_args_is(a, NULL, "--neuron-profile") ? &k->neuron_profile
+                      : qi_args_is(a, NULL, "--neuron-budget")  ? &k->neuron_budget
+                                                                : NULL;
+    if (nf) {
+        const char *s = qi_args_str(a);
+        if (s && !k->neuron_ok) {
+            qi_cli_error(a->cmd, "option %s: qinfer %s takes no neuron split (generate, ppl and bench do)", a->flag,
+                         a->cmd);
+            a->failed = true;
+        } else if (s) {
+            *nf = s;
+        }
+        return true;
+    }
     const bool sim = qi_args_is(a, NULL, "--sim"), sim_param = !sim && qi_args_is(a, NULL, "--sim-param"),
                sim_cal = !sim && !sim_param && qi_args_is(a, NULL, "--sim-cal");
     if (!sim && !sim_param && !sim_cal) return false;
@@ -311,6 +326,11 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
 }
 
 void qi_cli_sim_allow(qi_cli_kv *k) { k->sim_ok = true; }
+void qi_cli_neuron_allow(qi_cli_kv *k) { k->neuron_ok = true; }
+void qi_cli_kv_fini(qi_cli_kv *k) {
+    free(k->neuron_fast);
+    k->neuron_fast = NULL;
+}
 
 void qi_cli_place_help(void) {
     printf("      --devices LIST      devices to place blocks on: cpu (default), cpu,cuda[:BYTES] (the\n"
@@ -387,6 +407,8 @@ void qi_cli_sim_help(void) {
 }
 
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
+    o->neuron_fast = k->neuron_fast;
+    o->neuron_dev = 1;
     o->devices = k->devices;
     o->sim = k->sim;
     o->sim_cal = k->sim_cal;

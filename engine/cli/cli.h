@@ -94,6 +94,16 @@ typedef struct {
     double sparse_max_density;
     qi_sparsity sp;        /* its thresholds, loaded by qi_cli_kv_check */
     float sp_thr[QI_CLI_MAX_LAYERS * QI_SITE_COUNT];
+    /* the FFN neuron split (policies/neuron/, the engine's neuron_fast):
+     *   --neuron-policy P     none, static or qinfer[:K=V,...]
+     *   --neuron-profile F    a profile (qinfer profile -o), or "uniform"
+     *   --neuron-budget B     the fast device's bytes for hot neurons:
+     *                         BYTES (K, M, G) or P% of the FFN's bytes
+     * the fast device is the second of --devices; qi_cli_neuron_prepare
+     * runs the policy and keeps its mask here (qi_cli_kv_fini frees it) */
+    const char *neuron_policy, *neuron_profile, *neuron_budget;
+    bool neuron_ok;        /* the command takes them (qi_cli_neuron_allow) */
+    uint8_t *neuron_fast;
 } qi_cli_kv;
 
 /* The placement flags, kept in the same struct and applied with it:
@@ -129,6 +139,19 @@ qi_status qi_cli_place_policy(const qi_cli_kv *k, struct qi_engine *e, const str
 void qi_cli_place_policy_allow(qi_cli_kv *k);
 /* The commands that take --sim say so before parsing their flags. */
 void qi_cli_sim_allow(qi_cli_kv *k);
+/* The commands that take the neuron split's flags say so before parsing,
+ * and call qi_cli_neuron_prepare once the model is loaded (before
+ * qi_cli_kv_apply): it checks the flags (a policy without a profile or a
+ * budget, a profile of another shape), runs the policy over the model's
+ * FFN in units of down's block (qi_engine_neuron_unit; the profile's
+ * activity summed per unit, the budget in bytes), prints the split on
+ * stderr and keeps its mask for the engine. Without --neuron-policy it
+ * does nothing. qi_cli_neuron_help prints the flags. */
+void qi_cli_neuron_allow(qi_cli_kv *k);
+struct qi_model;
+qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const struct qi_model *m, qi_err *err);
+void qi_cli_neuron_help(void);
+void qi_cli_kv_fini(qi_cli_kv *k);
 /* With --profile: the plan in force and each device's memory, on stderr. */
 void qi_cli_print_plan(const char *cmd, const struct qi_engine *e);
 

@@ -134,8 +134,9 @@ static void help(void) {
         QI_CLI_CUPTI_HELP
         "                        (each row's timed repetitions, not its warm-up)\n"
         "  -h, --help            this help\n\n"
-        "The KV cache and activation sparsity of the batched rows (the pp/tg rows keep\n"
-        "every token and run dense; -b 1,2 gives a batch-1 row, tg@b1, that takes them):\n",
+        "The KV cache, activation sparsity and neuron split of the batched rows (the pp/tg\n"
+        "rows keep every token and run dense and unsplit; -b 1,2 gives a batch-1 row, tg@b1,\n"
+        "that takes them):\n",
         MAX_BATCH, BATCH_PROMPT,
 #ifdef QI_HAVE_SQLITE
         ""
@@ -145,6 +146,7 @@ static void help(void) {
     );
     qi_cli_kv_help();
     qi_cli_place_help();
+    qi_cli_neuron_help();
     qi_cli_sim_help();
     printf("\nt/s is the mean +- sample standard deviation over the repetitions; for a batched\n"
            "row it is the aggregate, B x N tokens / seconds of the N steps, and the\n"
@@ -533,13 +535,14 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
     char size[32], params[32];
     fmt_size(bi->model_size, size, sizeof size);
     fmt_params(bi->n_params, params, sizeof params);
-    if (bi->sim[0])
+    if (bi->sim[0]) {
         printf("SIMULATED machine %s: host %s, %d cores; GPU %s. No arithmetic ran: every figure below is the "
                "simulator's (engine/backend/sim/README.md), not a measurement",
                bi->sim, bi->hw.cpu_model, bi->hw.n_cores, bi->gpu);
-    if (bi->sim[0] && bi->sim_cal) printf(" (its parameters from %s)", bi->sim_cal);
-    else
+        if (bi->sim_cal) printf(" (its parameters from %s)", bi->sim_cal);
+    } else {
         printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
+    }
     if (bi->llc_bytes && !bi->sim[0]) printf(", last-level cache %.0f MiB", bi->llc_bytes / 1048576.0);
     if (!bi->sim[0]) printf("; GPU %s", bi->gpu);
     if (strcmp(bi->kv_desc, "full")) printf("\nKV policy of the batched rows: %s", bi->kv_desc);
@@ -911,6 +914,7 @@ int qi_cmd_bench(int argc, char **argv) {
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
     qi_cli_sim_allow(&kv);
+    qi_cli_neuron_allow(&kv);
     qi_cli_place_policy_allow(&kv);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
@@ -1008,8 +1012,9 @@ int qi_cmd_bench(int argc, char **argv) {
     if (attn_blas && qi_blas_load(&err)) goto fail;
 
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
-        qi_cli_kv_check(&kv, m->hp.n_layer, &err))
+        qi_cli_kv_check(&kv, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kv, m, &err))
         goto fail;
+    eo.neuron_fast = kv.neuron_fast;
     /* The tg test's warm-up token takes a position too. */
     long need = (long)n_prompt + n_gen + (n_gen > 0);
     if (need > m->hp.n_ctx_train) {
@@ -1198,5 +1203,6 @@ done:
     qi_engine_free(run.eng);
     qi_ctx_free(run.ctx);
     qi_model_free(m);
+    qi_cli_kv_fini(&kv);
     return rc;
 }

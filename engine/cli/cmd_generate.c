@@ -47,6 +47,7 @@ static void help(void) {
         "                        not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
     qi_cli_place_help();
+    qi_cli_neuron_help();
     qi_cli_sim_help();
     printf("  -h, --help            this help\n");
 }
@@ -59,6 +60,7 @@ int qi_cmd_generate(int argc, char **argv) {
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_cli_sim_allow(&kvo);
+    qi_cli_neuron_allow(&kvo);
     qi_sampler_params sp = qi_sampler_defaults();
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
@@ -115,7 +117,7 @@ int qi_cmd_generate(int argc, char **argv) {
     bool recording = false; /* --cupti, between start and stop */
     qi_cupti_totals cupti_tot = {0};
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
-        qi_cli_kv_check(&kvo, m->hp.n_layer, &err))
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, &err))
         goto fail;
     if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
     if (chat) {
@@ -251,5 +253,6 @@ done:
     qi_sampler_free(smp);
     qi_engine_free(eng);
     qi_model_free(m);
+    qi_cli_kv_fini(&kvo);
     return rc;
 }

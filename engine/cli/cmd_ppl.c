@@ -43,6 +43,7 @@ static void help(void) {
         "                      but not bit-exact with llama.cpp (needs libopenblas0)\n");
     qi_cli_kv_help();
     qi_cli_place_help();
+    qi_cli_neuron_help();
     printf("  -h, --help          this help\n");
 }
 
@@ -63,6 +64,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     bool decode = false, repack = false, attn_blas = false;
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
+    qi_cli_neuron_allow(&kvo);
     qi_args a;
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
@@ -96,7 +98,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
         qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err) || qi_cli_load_model(mpath, repack, &m, &err) ||
-        qi_cli_kv_check(&kvo, m->hp.n_layer, &err))
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, &err))
         goto fail;
     if (n_ctx > m->hp.n_ctx_train) {
         QI_ERR(&err, QI_ERR_INVALID, "--ctx %d exceeds the model's training context %d", n_ctx, m->hp.n_ctx_train);
@@ -184,5 +186,6 @@ done:
     qi_free(text);
     qi_engine_free(eng);
     qi_model_free(m);
+    qi_cli_kv_fini(&kvo);
     return rc;
 }

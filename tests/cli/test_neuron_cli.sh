@@ -7,7 +7,8 @@
 # share kept, recall and precision), and --eval against a second profile.
 # With the cached SmolLM2-135M, a profile of its shape that names it: the
 # bytes per neuron come from the model (gate + up + down share, 1080 at
-# Q4_1) and static fills the budget.
+# Q4_1) and static fills the budget; the engine runs its split (ppl on
+# cpu,testdev), and the split's flags are refused where they do not fit.
 # Exits 77 (skip) after the model-free checks when the model is not cached.
 # Usage: test_neuron_cli.sh PATH/TO/qinfer
 set -uo pipefail
@@ -134,6 +135,29 @@ if "$Q" neuron-plan --help | grep -q "^  static "; then
     { grep -q "^total: 37/180 groups, 9472 neurons, 10229760 bytes (97.6% of the budget)" "$tmp/out" || bad "static on SmolLM2: $(tail -1 "$tmp/out")"; }
 fi
 expect_fail 2 "has 30 layers x 1536 neurons, the profile 2 x 4: not the same model" "$Q" neuron-plan --profile "$p" -m smollm2-135m --policy none
+
+# The engine's neuron split (ppl, generate and bench take it): the hot
+# units on testdev, the rest on the cpu. Every unit there, or none, is the
+# unsplit run bit for bit; a partial split prints its units and runs.
+PPL=(ppl -m smollm2-135m -f devil --ctx 128 --chunks 1 -t 2)
+if ls "$cache"/corpora/* >/dev/null 2>&1; then
+  expect_ok "$Q" "${PPL[@]}" && grep "^Final" "$tmp/out" >"$tmp/dense"
+  for b in 0% 100%; do
+    expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$big" --neuron-budget $b &&
+      { grep "^Final" "$tmp/out" | cmp -s - "$tmp/dense" && ok || bad "neuron split at $b is not the unsplit run: $(grep Final "$tmp/out")"; }
+  done
+  if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile "$big" --neuron-budget 30%; then
+    grep -Eq "neuron split qinfer: [0-9]+ of 1440 units of 32 neurons \([0-9.]+ MiB, (29|30)\.[0-9]% of the FFN\)" "$tmp/err" ||
+      bad "no split line: $(cat "$tmp/err")"
+    grep -q "^Final estimate: PPL = " "$tmp/out" || bad "split ppl printed nothing"
+  fi
+fi
+expect_fail 2 "needs --neuron-profile FILE (or uniform) and --neuron-budget" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static
+expect_fail 2 "option --neuron-budget without --neuron-policy" "$Q" "${PPL[@]}" --neuron-budget 10%
+expect_fail 2 "option --neuron-budget: '120%' is not a share" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 120%
+expect_fail 2 "the model 30 x 1536: not its profile" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$p" --neuron-budget 10%
+expect_fail 2 "puts the hot neurons on the second device of --devices, and there is none" "$Q" "${PPL[@]}" --neuron-policy static --neuron-profile uniform --neuron-budget 10%
+expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-policy static
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

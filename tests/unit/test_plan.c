@@ -199,9 +199,30 @@ START_TEST(test_validate) {
     ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
     p.layers[0].split_dev = 1;
     ck_assert_int_eq(qi_plan_validate(&p, &e), QI_OK);
+    /* a neuron split: a device after the cpu other than the MLP's, with neurons */
     p.layers[0].ffn_dev = 1;
     p.layers[0].ffn_rows = 100;
-    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_OK);
+    p.layers[0].ffn_rows = 0;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "neuron split"));
+    p.layers[0].ffn_rows = 100;
+    p.layers[0].mlp_dev = 1; /* the MLP's own device */
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
+    p.layers[0].mlp_dev = 0;
+    p.layers[0].ffn_dev = 0; /* the cpu */
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
+    p.layers[0].ffn_dev = -1; /* rows without a device */
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
+    p.layers[0].ffn_dev = 1;
+    char buf[1024];
+    ck_assert_int_lt(qi_plan_json(&p, buf, sizeof buf), (int)sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "\"ffn\":[[0,1,100]]"));
+    qi_plan_summary(&p, buf, sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "neuron split layers 1, 100 neurons on"));
+    qi_plan_format(&p, buf, sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "100 FFN neurons on"));
     qi_plan_free(&p);
     qi_plan_free(&p); /* twice is harmless */
 }

@@ -103,7 +103,31 @@ typedef struct {
      * The same plans as ffn_observe's. NULL: no call, no cost. */
     void (*act_observe)(void *ctx, int layer, int site, const float *x, int rows, int width);
     void *act_observe_ctx;
+    /* An FFN neuron split (hot neurons, policies/neuron/): neuron_fast
+     * [n_layer * units] marks, per layer, the units of its neurons whose
+     * gate and up rows and down columns live and run on device neuron_dev
+     * (the fast one, an index into the device list, >= 1); the layer's
+     * other neurons run on its MLP device, which must be the CPU (device
+     * 0). A unit is qi_engine_neuron_unit(m) consecutive neurons (down's
+     * quantisation block, which the split moves whole: engine/ffn_split.h),
+     * units = n_ff / unit. Both sides compute their neurons of the same
+     * rows at once and the fast side's partial down product is added to
+     * the slow side's before the residual. A layer with no unit marked is
+     * not split; with every unit marked, its MLP's arithmetic is the
+     * unsplit one on neuron_dev. A gated MLP only; not with sparsity, the
+     * observers or --repack; fixed at creation (qi_engine_replan refuses a
+     * plan while a split is in force). The plan (qi_engine_plan) shows it:
+     * ffn_dev and ffn_rows of each split layer. Copied at creation. NULL:
+     * no split. */
+    const uint8_t *neuron_fast;
+    int neuron_dev;
 } qi_engine_opts;
+
+/* The neurons of a unit of m's FFN split (opts.neuron_fast): its first
+ * layer's down block (the layers of the models here share one type of
+ * down per width; qi_engine_create refuses a split of a model whose layers
+ * differ). 0 for a model with no gated FFN. */
+int qi_engine_neuron_unit(const qi_model *m);
 
 void qi_engine_opts_default(qi_engine_opts *o);
 

@@ -15,10 +15,12 @@
  * the attention block leaves the hidden state as it found it and keeps its
  * output; the MLP block reads the same input and adds both outputs to it,
  * the attention's copied to the MLP's device first when the two blocks are
- * on different devices. The FFN neuron split (rows of gate/up and the matching
- * columns of down on a second device) is reserved here for the
- * hot-neuron placement that fills it; a plan that sets it is refused
- * until then.
+ * on different devices. A layer's FFN may be split by neurons (rows of
+ * gate/up and the matching columns of down on ffn_dev, the rest on the
+ * MLP's device): the engine sets ffn_dev and ffn_rows from its neuron
+ * split (qinfer/engine.h, opts.neuron_fast), so a plan shows it and stores
+ * it in JSON; plan files have no syntax for it (qi_plan_format writes it
+ * as a comment).
  */
 #ifndef QINFER_PLAN_H
 #define QINFER_PLAN_H
@@ -36,8 +38,8 @@ typedef struct {
     int mlp_dev;    /* device of the MLP block */
     float split;    /* r in [0, 1]: the share of the working KV attended on split_dev */
     int split_dev;  /* the second attention device; -1 when split is 0 */
-    int ffn_dev;    /* reserved: the second device of an FFN neuron split (-1: none) */
-    int ffn_rows;   /* reserved: gate/up rows kept on mlp_dev (0 with ffn_dev -1) */
+    int ffn_dev;    /* the fast device of an FFN neuron split (-1: none) */
+    int ffn_rows;   /* the neurons (gate/up rows, down columns) on ffn_dev (0 with ffn_dev -1) */
 } qi_plan_layer;
 
 typedef struct {
@@ -72,7 +74,7 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
 qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err);
 /* Every block on device 0 of the devices in p. */
 qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err);
-/* Checks indices, ratios and the reserved fields. */
+/* Checks indices, ratios and the neuron split's fields. */
 qi_status qi_plan_validate(const qi_plan *p, qi_err *err);
 void qi_plan_free(qi_plan *p);
 /* A deep copy (dst's old layers are not freed). */

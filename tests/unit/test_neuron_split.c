@@ -1,0 +1,384 @@
+/* test_neuron_split.c - the FFN neuron split (engine/ffn_split.h, the
+ * engine's opts.neuron_fast).
+ *
+ *   - gather: each side's gate and up rows and down blocks are the layer's
+ *     own bytes, in unit order, for random masks (none, all, one unit,
+ *     random) on q4_1 (SmolLM2's shape) and q8_0 (Gemma 3's);
+ *   - exact: on the CPU with testdev as the fast device (testdev does the
+ *     CPU's arithmetic), every unit fast gives the unsplit logits bit for
+ *     bit, and a mask of none is no split;
+ *   - partial: a random mask on every layer gives logits within a bound of
+ *     the unsplit ones (the two partial down products are summed apart, so
+ *     only the rounding differs), never equal to them, the same greedy
+ *     tokens, and a batch of 4 equal to its sequences run alone bit for
+ *     bit; the plan shows each split layer's neurons;
+ *   - refusals: a fast device out of range, a split layer's MLP off the
+ *     CPU, sparsity and repack beside a split, a fast device too small for
+ *     the hot neurons (naming them and the device), a new plan;
+ *   - sim: on a LLaMA-2-70B of shapes only on the simulated A100 server,
+ *     a decode step's simulated time falls as the fast device takes more
+ *     of the FFN (none, half, all), and the GPU's memory grows by the hot
+ *     neurons' bytes.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "ffn_split.h"
+#include "qinfer/engine.h"
+#include "qinfer/model.h"
+#include "qinfer/plan.h"
+#include "qinfer/sparsity.h"
+#include "qinfer/types.h"
+#include "testutil.h"
+
+#define A100 QI_SOURCE_DIR "/engine/backend/sim/profiles/a100-pcie-2xeon.profile"
+#define S 4 /* sequences */
+#define G 4 /* decode steps */
+
+/* down's product over the two sides, summed, against the whole one on the
+ * CPU backend: the same blocks' dots, summed in another order, so within
+ * float rounding of the sum of |terms| (a block dropped or misplaced is
+ * off by a whole block's contribution). */
+static void check_sum(const qi_layer *ly, const qi_ffn_split *sp, const uint8_t *mask, int unit, int nu) {
+    const int64_t F = ly->w_down.n_cols, E = ly->w_down.n_rows;
+    qi_backend *cpu = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_backend_cpu_create(1, 0, &cpu, &e), QI_OK);
+    ck_assert_int_eq(cpu->iface->reserve(cpu, 4 * (size_t)F, 2, 1, 1, 64, &e), QI_OK);
+    float *a = malloc(sizeof(float) * F), *as[2], *y = malloc(sizeof(float) * E), *ys[2];
+    uint64_t seed = 9;
+    for (int64_t j = 0; j < F; j++) a[j] = (float)((double)(qi_test_rand(&seed) % 2001) / 1000.0 - 1.0);
+    for (int s = 0; s < 2; s++) {
+        as[s] = malloc(sizeof(float) * (F + 1));
+        ys[s] = calloc((size_t)E, sizeof(float));
+        int n = 0;
+        for (int i = 0; i < nu; i++)
+            if (mask[i] == s) memcpy(as[s] + (size_t)n * unit, a + (size_t)i * unit, sizeof(float) * unit), n++;
+    }
+    const qi_weight *w = &ly->w_down;
+    float *yp = y;
+    ck_assert_int_eq(qi_backend_matmul_n(cpu, &w, &yp, 1, a, 1, &e), QI_OK);
+    double maxd = 0.0, maxy = 0.0;
+    for (int s = 0; s < 2; s++) {
+        if (!sp->n[s]) continue;
+        const qi_weight *ws = &sp->down[s];
+        ck_assert_int_eq(qi_backend_matmul_n(cpu, &ws, &ys[s], 1, as[s], 1, &e), QI_OK);
+    }
+    for (int64_t r = 0; r < E; r++) {
+        maxd = fmax(maxd, fabs((double)ys[0][r] + ys[1][r] - y[r]));
+        maxy = fmax(maxy, fabs((double)y[r]));
+    }
+    ck_assert_msg(maxd <= 1e-5 * maxy, "split down product off by %g (largest %g)", maxd, maxy);
+    for (int s = 0; s < 2; s++) free(as[s]), free(ys[s]);
+    free(a);
+    free(y);
+    qi_backend_free(cpu);
+}
+
+static void check_gather(const qi_model *m, uint64_t seed) {
+    const qi_layer *ly = &m->layers[0];
+    const int unit = qi_ffn_split_unit(ly), nu = m->hp.n_ff / unit;
+    ck_assert_int_gt(unit, 1);
+    ck_assert_int_eq(qi_engine_neuron_unit(m), unit);
+    uint8_t *mask = malloc((size_t)nu);
+    const size_t blk = qi_type_get(ly->w_down.type)->size;
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < nu; i++)
+            mask[i] = k == 0 ? 0 : k == 1 ? 1 : k == 2 ? i == nu / 2 : (uint8_t)(qi_test_rand(&seed) % 2);
+        qi_ffn_split sp;
+        qi_err e = {0};
+        ck_assert_msg(qi_ffn_split_build(ly, mask, true, &sp, &e) == QI_OK, "%s", e.msg);
+        ck_assert_int_eq(sp.n[0] + sp.n[1], m->hp.n_ff);
+        int at[2] = {0, 0}; /* units placed so far on each side */
+        for (int i = 0; i < nu; i++) {
+            const int s = mask[i];
+            const size_t gb = (size_t)unit * ly->w_gate.row_bytes;
+            ck_assert(memcmp((const char *)sp.gate[s].data + (size_t)at[s] * gb, (const char *)ly->w_gate.data + i * gb,
+                             gb) == 0);
+            ck_assert(memcmp((const char *)sp.up[s].data + (size_t)at[s] * gb, (const char *)ly->w_up.data + i * gb,
+                             gb) == 0);
+            for (int64_t r = 0; r < ly->w_down.n_rows; r += 37)
+                ck_assert(memcmp((const char *)sp.down[s].data + r * sp.down[s].row_bytes + (size_t)at[s] * blk,
+                                 (const char *)ly->w_down.data + r * ly->w_down.row_bytes + (size_t)i * blk, blk) == 0);
+            at[s]++;
+        }
+        ck_assert_int_eq(at[1] * unit, sp.n[1]);
+        if (k >= 2) check_sum(ly, &sp, mask, unit, nu);
+        if (k == 1) /* all on one side: the layer's own matrices */
+            ck_assert(memcmp(sp.down[1].data, ly->w_down.data, ly->w_down.row_bytes * ly->w_down.n_rows) == 0);
+        qi_ffn_split_free(&sp);
+        qi_ffn_split_free(&sp); /* twice is harmless */
+    }
+    free(mask);
+}
+
+START_TEST(gather) {
+    qi_model *m = qi_test_synth(QI_TEST_SYNTH_SMOL);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(m->layers[0].w_down.type, QI_TYPE_Q4_1);
+    check_gather(m, 1);
+    qi_model_free(m);
+    m = qi_test_synth(QI_TEST_SYNTH_GEMMA);
+    ck_assert_ptr_nonnull(m);
+    check_gather(m, 2);
+    qi_model_free(m);
+}
+END_TEST
+
+static qi_model *g_smol;
+
+static void opts(qi_engine_opts *o, const char *devices, const uint8_t *mask, int max_seqs) {
+    qi_engine_opts_default(o);
+    o->n_threads = 2;
+    o->n_ctx = 128;
+    o->max_seqs = max_seqs;
+    o->devices = devices;
+    o->neuron_fast = mask;
+    o->neuron_dev = 1;
+}
+
+/* Sequences first..first+n-1 of the workload (prompts of 5 + 7 s tokens,
+ * then G steps fed with the tokens in tok, or, where tok is -1, the
+ * argmax, written back), run together: out[s][G + 1][V]. */
+static void run(const qi_engine_opts *o, int first, int n, int32_t tok[S][G], float *out) {
+    const int V = g_smol->hp.n_vocab;
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(g_smol, o, &eng, &e) == QI_OK, "%s", e.msg);
+    int ids[S];
+    for (int k = 0; k < n; k++) {
+        const int s = first + k;
+        int32_t p[40];
+        uint64_t seed = 77 + (uint64_t)s;
+        for (int i = 0; i < 5 + 7 * s; i++) p[i] = (int32_t)(qi_test_rand(&seed) % 4000);
+        ck_assert_int_eq(qi_engine_seq_add(eng, &ids[k], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, ids[k], p, 5 + 7 * s, false, &e), QI_OK);
+    }
+    for (int g = 0; g <= G; g++) {
+        int nt = 0;
+        ck_assert_msg(qi_engine_step(eng, &nt, &e) == QI_OK, "%s", e.msg);
+        for (int k = 0; k < n; k++) {
+            const int s = first + k;
+            const float *lg = qi_engine_seq_logits(eng, ids[k], -1);
+            memcpy(out + ((size_t)s * (G + 1) + g) * V, lg, sizeof(float) * V);
+            if (g == G) continue;
+            if (tok[s][g] < 0) {
+                int b = 0;
+                for (int v = 1; v < V; v++) b = lg[v] > lg[b] ? v : b;
+                tok[s][g] = b;
+            }
+            ck_assert_int_eq(qi_engine_seq_feed(eng, ids[k], &tok[s][g], 1, false, &e), QI_OK);
+        }
+    }
+    qi_engine_free(eng);
+}
+
+static size_t n_logits(void) { return (size_t)S * (G + 1) * (size_t)g_smol->hp.n_vocab; }
+
+START_TEST(exact) {
+    const int L = g_smol->hp.n_layer, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    int32_t tok[S][G];
+    memset(tok, 0xff, sizeof tok);
+    float *want = malloc(sizeof(float) * n_logits()), *got = malloc(sizeof(float) * n_logits());
+    qi_engine_opts o;
+    opts(&o, NULL, NULL, S);
+    run(&o, 0, S, tok, want);
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    opts(&o, "cpu,testdev", mask, S); /* none marked: no split */
+    run(&o, 0, S, tok, got);
+    ck_assert(memcmp(want, got, sizeof(float) * n_logits()) == 0);
+    memset(mask, 1, (size_t)L * nu); /* all: the unsplit arithmetic on testdev */
+    run(&o, 0, S, tok, got);
+    ck_assert(memcmp(want, got, sizeof(float) * n_logits()) == 0);
+    free(mask);
+    free(want);
+    free(got);
+}
+END_TEST
+
+START_TEST(partial) {
+    const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    int32_t tok[S][G];
+    memset(tok, 0xff, sizeof tok);
+    float *want = malloc(sizeof(float) * n_logits()), *got = malloc(sizeof(float) * n_logits()),
+          *alone = malloc(sizeof(float) * n_logits());
+    qi_engine_opts o;
+    opts(&o, NULL, NULL, S);
+    run(&o, 0, S, tok, want);
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    uint64_t seed = 5;
+    int fast[64] = {0};
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < nu; i++) fast[l] += mask[l * nu + i] = qi_test_rand(&seed) % 10 < 4;
+    opts(&o, "cpu,testdev", mask, S);
+    int32_t tok2[S][G];
+    memcpy(tok2, tok, sizeof tok);
+    run(&o, 0, S, tok2, got);
+    double maxd = 0.0, maxw = 0.0;
+    for (size_t i = 0; i < n_logits(); i++) {
+        maxd = fmax(maxd, fabs((double)got[i] - want[i]));
+        maxw = fmax(maxw, fabs((double)want[i]));
+    }
+    /* the sides' down products are summed apart, a rounding apart from
+     * the whole one; the matmuls after it quantise their input to 8 bits,
+     * so a last-bit change moves a logit by up to a quantisation step of
+     * that input (measured: 2.3e-3 of the largest logit; a side left out
+     * moves them by the FFN's whole output: 3.4e-2 here) */
+    ck_assert_msg(maxd > 0.0, "a partial split summed exactly as the unsplit matmul");
+    ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
+    for (int s = 0; s < S; s++)
+        for (int g = 0; g <= G; g++) {
+            const float *a = want + ((size_t)s * (G + 1) + g) * V, *b = got + ((size_t)s * (G + 1) + g) * V;
+            int ia = 0, ib = 0;
+            for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, ib = b[v] > b[ib] ? v : ib;
+            ck_assert_int_eq(ia, ib);
+        }
+    /* a batch equals its sequences alone */
+    opts(&o, "cpu,testdev", mask, 1);
+    for (int s = 0; s < S; s++) run(&o, s, 1, tok2, alone);
+    ck_assert(memcmp(alone, got, sizeof(float) * n_logits()) == 0);
+    /* the plan shows the split */
+    opts(&o, "cpu,testdev", mask, 1);
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(g_smol, &o, &eng, &e), QI_OK);
+    const qi_plan *p = qi_engine_plan(eng);
+    for (int l = 0; l < L; l++) {
+        ck_assert_int_eq(p->layers[l].ffn_dev, fast[l] ? 1 : -1);
+        ck_assert_int_eq(p->layers[l].ffn_rows, fast[l] * qi_engine_neuron_unit(g_smol));
+    }
+    ck_assert_int_eq(qi_plan_validate(p, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, "all-cpu", NULL, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "neuron split"));
+    qi_engine_free(eng);
+    free(mask);
+    free(want);
+    free(got);
+    free(alone);
+}
+END_TEST
+
+static void refused(const qi_engine_opts *o, qi_status want, const char *what) {
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(g_smol, o, &eng, &e), want);
+    ck_assert_ptr_null(eng);
+    ck_assert_msg(strstr(e.msg, what) != NULL, "'%s' not in: %s", what, e.msg);
+}
+
+START_TEST(refusals) {
+    const int L = g_smol->hp.n_layer, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    mask[(L - 1) * nu] = 1; /* one unit of the last layer */
+    qi_engine_opts o;
+    opts(&o, "cpu,testdev", mask, 1);
+    o.neuron_dev = 2;
+    refused(&o, QI_ERR_INVALID, "fast device 2");
+    o.neuron_dev = 0;
+    refused(&o, QI_ERR_INVALID, "fast device 0");
+    o.neuron_dev = 1;
+    o.placement = "ngl=1";
+    refused(&o, QI_ERR_UNSUPPORTED, "leave the MLPs of split layers on the cpu");
+    o.placement = NULL;
+    o.repack = true;
+    refused(&o, QI_ERR_UNSUPPORTED, "--repack");
+    o.repack = false;
+    float thr[64 * QI_SITE_COUNT];
+    for (size_t i = 0; i < sizeof thr / sizeof thr[0]; i++) thr[i] = -1.0f;
+    qi_sparsity sp = {.mode = QI_SPARSITY_CATS, .target = 0.3, .n_layer = L, .thr = thr};
+    o.sparsity = &sp;
+    refused(&o, QI_ERR_UNSUPPORTED, "activation sparsity");
+    o.sparsity = NULL;
+    o.devices = "cpu,testdev:16M"; /* room for the activations, not the hot neurons */
+    memset(mask, 1, (size_t)L * nu);
+    refused(&o, QI_ERR_NOMEM, "hot neurons");
+    /* a gated FFN is needed: every engine-made refusal leaves nothing behind */
+    free(mask);
+}
+END_TEST
+
+/* A decode step of a 70B on the simulated A100 server: simulated seconds
+ * and the GPU's bytes in use, with a share of the FFN's units fast. */
+static double sim_step(const qi_model *m, double share, size_t *gpu_bytes) {
+    const int L = m->hp.n_layer, nu = m->hp.n_ff / qi_engine_neuron_unit(m);
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < (int)(share * nu + 0.5); i++) mask[l * nu + i] = 1;
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    o.max_seqs = 1;
+    o.sim = A100;
+    o.devices = "cpu,gpu";
+    o.neuron_fast = share > 0 ? mask : NULL;
+    o.neuron_dev = 1;
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(m, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    int id;
+    const int32_t p[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, p, 8, false, &e), QI_OK);
+    int nt;
+    ck_assert_int_eq(qi_engine_step(eng, &nt, &e), QI_OK);
+    const int32_t t = 9;
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, &t, 1, false, &e), QI_OK);
+    const double t0 = qi_engine_now(eng);
+    ck_assert_int_eq(qi_engine_step(eng, &nt, &e), QI_OK);
+    const double dt = qi_engine_now(eng) - t0;
+    qi_engine_dev d;
+    ck_assert(qi_engine_device(eng, 1, &d));
+    *gpu_bytes = d.in_use;
+    qi_engine_free(eng);
+    free(mask);
+    return dt;
+}
+
+START_TEST(sim) {
+    char path[96];
+    qi_model *m = qi_test_shapes_70b(path, sizeof path);
+    ck_assert_ptr_nonnull(m);
+    size_t b0, b5, b10;
+    const double t0 = sim_step(m, 0.0, &b0), t5 = sim_step(m, 0.5, &b5), t10 = sim_step(m, 1.0, &b10);
+    printf("sim: 70B decode step %.4f s with no hot neurons, %.4f s with half, %.4f s with all; GPU %.2f, %.2f, "
+           "%.2f GiB\n", t0, t5, t10, b0 / 1073741824.0, b5 / 1073741824.0, b10 / 1073741824.0);
+    ck_assert(t5 < 0.75 * t0);
+    ck_assert(t10 < 0.75 * t5);
+    /* the FFN of 80 layers: 3 x 28672 x 8192 q4_0 weights (18 bytes a 32) */
+    const double ffn = 80.0 * 3 * 28672 * 8192 / 32 * 18;
+    ck_assert_double_eq_tol((double)(b10 - b0), ffn, ffn * 0.01);
+    ck_assert_double_eq_tol((double)(b5 - b0), ffn / 2, ffn * 0.01);
+    qi_model_free(m);
+    unlink(path);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("neuron_split");
+    TCase *tc = tcase_create("neuron_split");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, gather);
+    tcase_add_test(tc, exact);
+    tcase_add_test(tc, partial);
+    tcase_add_test(tc, refusals);
+    tcase_add_test(tc, sim);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    g_smol = qi_test_synth(QI_TEST_SYNTH_SMOL);
+    if (!g_smol) return 1;
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    qi_model_free(g_smol);
+    return failed ? 1 : 0;
+}
