@@ -270,6 +270,7 @@ struct qi_engine {
      * on neuron_dev), in buffers of theirs where a device holds a copy */
     uint8_t *ns_mask;
     qi_ffn_split *ns;
+    qi_colw *ns_cw;         /* [n_layer] with cats: the CPU side's down in column form */
     qi_weight (*ns_w)[2][3];
     qi_buf *(*ns_buf)[2];
 };
@@ -614,6 +615,9 @@ void qi_engine_free(qi_engine *e) {
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_ffn_split_free(&e->ns[l]);
     if (e->ns_buf)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
+    if (e->ns_cw)
+        for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
+    qi_free(e->ns_cw);
     qi_free(e->ns);
     qi_free(e->ns_w);
     qi_free(e->ns_buf);
@@ -1008,8 +1012,11 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
     if (fd < 1 || fd >= p->n_devices)
         return QI_ERR(err, QI_ERR_INVALID, "the neuron split's fast device %d is not one of the devices after the "
                       "cpu (%d named)", fd, p->n_devices);
-    const char *other = e->o.sparsity ? "activation sparsity" : e->o.ffn_observe || e->o.act_observe ? "an activation observer"
-                        : e->o.repack ? "--repack" : NULL;
+    const char *other = e->o.sparsity && e->o.sparsity->mode != QI_SPARSITY_CATS
+                            ? "teal sparsity (a split's hot side runs dense; cats thresholds its cold side)"
+                        : e->o.ffn_observe || e->o.act_observe ? "an activation observer"
+                        : e->o.repack                          ? "--repack"
+                                                               : NULL;
     if (other) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split and %s cannot be combined", other);
     const int unit = qi_engine_neuron_unit(m), nu = unit > 0 ? hp->n_ff / unit : 0;
     for (int l = 0; l < L; l++)
@@ -1021,7 +1028,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
     e->ns = qi_calloc((size_t)L, sizeof *e->ns);
     e->ns_w = qi_calloc((size_t)L, sizeof *e->ns_w);
     e->ns_buf = qi_calloc((size_t)L, sizeof *e->ns_buf);
-    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf)
+    e->ns_cw = qi_calloc((size_t)L, sizeof *e->ns_cw);
+    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf || !e->ns_cw)
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a neuron split of %d layers", L);
     memcpy(e->ns_mask, e->o.neuron_fast, n);
     e->o.neuron_fast = e->ns_mask;
@@ -1042,6 +1050,10 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
             if (e->ns[l].n[s] && (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns_w[l][s], &e->ns_buf[l][s], err)))
                 return st;
         }
+        /* cats on the cold side: its down read by the active columns */
+        if (e->sp_w && e->ns[l].n[0] && qi_colw_supported(&e->ns[l].down[0]) &&
+            (st = qi_colw_build(&e->ns[l].down[0], &e->ns_cw[l], err)))
+            return st;
         p->layers[l].ffn_dev = fd;
         p->layers[l].ffn_rows = e->ns[l].n[1];
     }
@@ -2589,6 +2601,47 @@ static qi_status ffn_side(qi_engine *e, const dev_state *D, const qi_weight *w, 
     return matmul(e, D->be, &w[2], D->gate, rows, D->xn, err);
 }
 
+/* The cold side of a split FFN on the CPU under cats (opts.sparsity):
+ * gate whole, its neurons with |act(gate)| over the layer's threshold
+ * kept (the union over the rows), up's rows of those alone, the others
+ * zeroed row by row, and down read by the kept columns (its column form)
+ * where few enough are kept; the dense matmuls otherwise. As mlp_sparse's
+ * cats, on the side's own matrices. */
+static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows, bool gelu, qi_err *err) {
+    const qi_weight *w = e->ns_w[l][0];
+    const int n = e->ns[l].n[0];
+    const size_t nn = (size_t)rows * (size_t)n;
+    const float tg = sp_thr(e, l, QI_SITE_GATE);
+    OP(matmul(e, M->be, &w[0], M->xn, rows, M->gate, err));
+    memcpy(e->sp_act, M->gate, sizeof(float) * nn);
+    OP(qi_backend_glu(M->be, gelu, e->sp_act, e->sp_ones, rows, n, err));
+    long z = 0;
+    for (size_t i = 0; i < nn; i++)
+        if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
+    e->sp_zeroed += (double)z;
+    e->sp_seen += (double)nn;
+    const int n_act = qi_sparse_active(e->sp_act, (size_t)n, rows, n, e->sp_idx);
+    const bool sparse = (double)n_act <= e->o.sparse_max_density * n;
+    if (sparse) {
+        memset(M->up, 0, sizeof(float) * nn);
+        OP(mm_rows(e, M->be, &w[1], M->xn, rows, e->sp_idx, n_act, M->up, err));
+    } else {
+        OP(matmul(e, M->be, &w[1], M->xn, rows, M->up, err));
+    }
+    OP(qi_backend_glu(M->be, gelu, M->gate, M->up, rows, n, err));
+    for (size_t i = 0; i < nn; i++)
+        if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+    const qi_colw *cw = &e->ns_cw[l];
+    if (!sparse || !cw->codes) return matmul(e, M->be, &w[2], M->gate, rows, M->xn, err);
+    sp_job j = {.w = {cw}, .y = {M->xn}, .n_w = 1, .x = M->gate, .T = rows, .idx = e->sp_idx, .n_idx = n_act,
+                .fn = qi_sparse_matmul()};
+    TIMED(e, M->be, QI_OP_MATMUL, sp_run(e, &j));
+    if (e->o.profile)
+        e->prof.matmul_bytes += (double)cw->col_bytes * n_act + (double)qi_colw_bytes(cw) -
+                                (double)cw->col_bytes * (double)cw->n_in;
+    return QI_OK;
+}
+
 /* The MLP block of a layer whose neurons are split (opts.neuron_fast):
  * the norm on the CPU (M), its result copied to the fast device (F), each
  * side's neurons computed at once (F's queued first, so that the host's
@@ -2611,7 +2664,9 @@ static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
     st = ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
     e->cur_slot = 0;
     if (st) return st;
-    if (sp->n[0] && (st = ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err))) return st;
+    if (sp->n[0] && (st = e->sp_w ? ffn_side_cats(e, M, l, rows, gelu, err)
+                                   : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
+        return st;
     float *to = sp->n[0] ? M->nr : M->xn;
     if ((st = xfer_begin(e, &x, M->be, F->be, err)) ||
         (st = xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = xfer_end(e, &x, false, err)))

@@ -12,8 +12,13 @@
  *     only the rounding differs), never equal to them, the same greedy
  *     tokens, and a batch of 4 equal to its sequences run alone bit for
  *     bit; the plan shows each split layer's neurons;
+ *   - cold cats: cats thresholds the cold side only (the hot one runs
+ *     dense): no unit hot is cats without a split bit for bit, every unit
+ *     hot the dense run bit for bit; a partial split's sparse reading of
+ *     the cold side within rounding of its dense reading of the same
+ *     zeroed activations, a batch equal to its sequences alone;
  *   - refusals: a fast device out of range, a split layer's MLP off the
- *     CPU, sparsity and repack beside a split, a fast device too small for
+ *     CPU, teal and repack beside a split, a fast device too small for
  *     the hot neurons (naming them and the device), a new plan;
  *   - sim: on a LLaMA-2-70B of shapes only on the simulated A100 server,
  *     a decode step's simulated time falls as the fast device takes more
@@ -263,6 +268,93 @@ START_TEST(partial) {
 }
 END_TEST
 
+/* cats on the cold side: thresholds on act(gate) for every layer. */
+static float g_thr[64 * QI_SITE_COUNT];
+static qi_sparsity cats_at(float t) {
+    for (size_t i = 0; i < sizeof g_thr / sizeof g_thr[0]; i++) g_thr[i] = i % QI_SITE_COUNT == QI_SITE_GATE ? t : -1.0f;
+    return (qi_sparsity){.mode = QI_SPARSITY_CATS, .target = 0.3, .n_layer = g_smol->hp.n_layer, .thr = g_thr};
+}
+
+static double measured_sparsity(const qi_engine_opts *o) {
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(g_smol, o, &eng, &e), QI_OK);
+    int id, nt;
+    int32_t p[16];
+    for (int i = 0; i < 16; i++) p[i] = 100 + 37 * i;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, p, 16, false, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, &nt, &e), QI_OK);
+    const double v = qi_engine_sparsity_measured(eng);
+    qi_engine_free(eng);
+    return v;
+}
+
+START_TEST(cold_cats) {
+    const int L = g_smol->hp.n_layer, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    const size_t n = n_logits();
+    int32_t tok[S][G];
+    memset(tok, 0xff, sizeof tok);
+    float *cats = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n), *dense = malloc(sizeof(float) * n),
+          *alone = malloc(sizeof(float) * n);
+    qi_sparsity sp = cats_at(2.0f); /* 91% zeroed: a decode step of 4 rows reads few columns */
+    qi_engine_opts o;
+    opts(&o, NULL, NULL, S);
+    o.sparsity = &sp;
+    run(&o, 0, S, tok, cats);
+    const double s_all = measured_sparsity(&o);
+    /* no unit hot: cats as without a split, bit for bit */
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    opts(&o, "cpu,testdev", mask, S);
+    o.sparsity = &sp;
+    run(&o, 0, S, tok, got);
+    ck_assert(memcmp(cats, got, sizeof(float) * n) == 0);
+    /* every unit hot: nothing left to threshold, the dense run bit for bit */
+    memset(mask, 1, (size_t)L * nu);
+    run(&o, 0, S, tok, got);
+    opts(&o, NULL, NULL, S);
+    run(&o, 0, S, tok, dense);
+    ck_assert(memcmp(dense, got, sizeof(float) * n) == 0);
+    /* a third of the units hot: the cold side thresholded, read sparse;
+     * against its own dense reading of the same zeroed activations
+     * (sparse_max_density 0), and a batch against its sequences alone */
+    uint64_t seed = 11;
+    for (size_t i = 0; i < (size_t)L * nu; i++) mask[i] = qi_test_rand(&seed) % 3 == 0;
+    opts(&o, "cpu,testdev", mask, S);
+    o.sparsity = &sp;
+    run(&o, 0, S, tok, got);
+    const double s_cold = measured_sparsity(&o);
+    fprintf(stderr, "cold cats: %.3f of every activation zeroed without a split, %.3f of the cold side's with one\n", s_all,
+           s_cold);
+    ck_assert(s_all > 0.1 && s_all < 0.99);
+    ck_assert(s_cold > 0.1 && s_cold < 0.99);
+    qi_engine_opts od = o;
+    od.sparse_max_density = 0.0;
+    int32_t tok2[S][G];
+    memcpy(tok2, tok, sizeof tok);
+    run(&od, 0, S, tok2, dense);
+    double maxd = 0.0, maxw = 0.0, maxc = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        maxd = fmax(maxd, fabs((double)got[i] - dense[i]));
+        maxc = fmax(maxc, fabs((double)got[i] - cats[i]));
+        maxw = fmax(maxw, fabs((double)dense[i]));
+    }
+    fprintf(stderr, "cold cats: sparse against dense reading %g, against cats unsplit %g (largest logit %g)\n", maxd, maxc,
+           maxw);
+    ck_assert_msg(maxd > 0.0 && maxd < 1e-2 * maxw, "cold side's sparse reading off by %g (largest %g)", maxd, maxw);
+    ck_assert_msg(maxc > maxd, "hot neurons unthresholded changed nothing (%g)", maxc);
+    opts(&o, "cpu,testdev", mask, 1);
+    o.sparsity = &sp;
+    for (int s = 0; s < S; s++) run(&o, s, 1, tok, alone);
+    ck_assert(memcmp(alone, got, sizeof(float) * n) == 0);
+    free(mask);
+    free(cats);
+    free(got);
+    free(dense);
+    free(alone);
+}
+END_TEST
+
 static void refused(const qi_engine_opts *o, qi_status want, const char *what) {
     qi_engine *eng = NULL;
     qi_err e = {0};
@@ -290,9 +382,9 @@ START_TEST(refusals) {
     o.repack = false;
     float thr[64 * QI_SITE_COUNT];
     for (size_t i = 0; i < sizeof thr / sizeof thr[0]; i++) thr[i] = -1.0f;
-    qi_sparsity sp = {.mode = QI_SPARSITY_CATS, .target = 0.3, .n_layer = L, .thr = thr};
+    qi_sparsity sp = {.mode = QI_SPARSITY_TEAL, .target = 0.3, .n_layer = L, .thr = thr};
     o.sparsity = &sp;
-    refused(&o, QI_ERR_UNSUPPORTED, "activation sparsity");
+    refused(&o, QI_ERR_UNSUPPORTED, "teal sparsity");
     o.sparsity = NULL;
     o.devices = "cpu,testdev:16M"; /* room for the activations, not the hot neurons */
     memset(mask, 1, (size_t)L * nu);
@@ -367,6 +459,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, exact);
     tcase_add_test(tc, partial);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, cold_cats);
     tcase_add_test(tc, sim);
     suite_add_tcase(s, tc);
     return s;
