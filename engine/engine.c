@@ -271,6 +271,8 @@ struct qi_engine {
     uint8_t *ns_mask;
     qi_ffn_split *ns;
     qi_colw *ns_cw;         /* [n_layer] with cats: the CPU side's down in column form */
+    qi_engine_neuron_rp *ns_rp; /* [n_layer] with opts.neuron_active */
+    float *ns_obs;          /* [R][n_ff] the fast side's activations, copied back */
     qi_weight (*ns_w)[2][3];
     qi_buf *(*ns_buf)[2];
 };
@@ -618,6 +620,8 @@ void qi_engine_free(qi_engine *e) {
     if (e->ns_cw)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
     qi_free(e->ns_cw);
+    qi_free(e->ns_rp);
+    qi_free(e->ns_obs);
     qi_free(e->ns);
     qi_free(e->ns_w);
     qi_free(e->ns_buf);
@@ -1024,6 +1028,13 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
             return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split moves down's blocks whole, and layer %d's are of %d "
                           "neurons where layer 0's are of %d", l, qi_ffn_split_unit(&m->layers[l]), unit);
     const size_t n = (size_t)L * (size_t)nu;
+    if (!(e->o.neuron_active >= 0.0f))
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_active %g is negative", e->o.neuron_active);
+    if (e->o.neuron_active > 0.0f) {
+        e->ns_rp = qi_calloc((size_t)L, sizeof *e->ns_rp);
+        e->ns_obs = qi_malloc(sizeof(float) * ((size_t)e->o.step_tokens + (size_t)e->o.max_seqs) * (size_t)hp->n_ff);
+        if (!e->ns_rp || !e->ns_obs) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron counts");
+    }
     e->ns_mask = qi_malloc(n);
     e->ns = qi_calloc((size_t)L, sizeof *e->ns);
     e->ns_w = qi_calloc((size_t)L, sizeof *e->ns_w);
@@ -2528,6 +2539,23 @@ static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
     return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }
 
+/* opts.neuron_active: the active (row, neuron) pairs of layer l's
+ * activations a [rows][n], on the fast side or not. */
+static void count_active(qi_engine *e, int l, const float *a, int rows, int n, bool fast) {
+    const float t = e->o.neuron_active;
+    long long k = 0;
+    for (size_t i = 0; i < (size_t)rows * (size_t)n; i++) k += fabsf(a[i]) > t;
+    e->ns_rp[l].active += k;
+    if (fast) e->ns_rp[l].hit += k;
+}
+
+bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out) {
+    if (!e->ns_rp || l < 0 || l >= e->m->hp.n_layer) return false;
+    *out = e->ns_rp[l];
+    out->n_fast = e->ns[l].n[1];
+    return true;
+}
+
 /* The MLP block of a gated FFN under opts.sparsity or opts.act_observe,
  * on the CPU, from its normed input in M->xn: teal thresholds gate and
  * up's input and down's; cats computes the gate, keeps the neurons whose
@@ -2579,6 +2607,10 @@ static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
     if (tg >= 0.0f) /* a neuron off for this row, on for another's: zero here */
         for (size_t i = 0; i < (size_t)rows * (size_t)F; i++)
             if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+    if (e->ns_rp) { /* a layer not split, under cats */
+        e->ns_rp[l].tokens += rows;
+        count_active(e, l, M->gate, rows, F, false);
+    }
     int n_act = sp_site(e, l, QI_SITE_FFN_ACT, M->gate, rows, F);
     if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp_idx);
     static const int wi_down[1] = {SP_W_DOWN};
@@ -2667,6 +2699,15 @@ static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
     if (sp->n[0] && (st = e->sp_w ? ffn_side_cats(e, M, l, rows, gelu, err)
                                    : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
         return st;
+    if (e->ns_rp) { /* both sides' activations, the fast one's copied back */
+        e->ns_rp[l].tokens += rows;
+        if (sp->n[0]) count_active(e, l, M->gate, rows, sp->n[0], false);
+        const size_t fb = sizeof(float) * (size_t)rows * (size_t)sp->n[1];
+        if ((st = qi_dev_download(F->be, e->ns_obs, act_view(F, F->gate), fb, err)) ||
+            (st = qi_dev_synchronize(F->be, err)))
+            return st;
+        count_active(e, l, e->ns_obs, rows, sp->n[1], true);
+    }
     float *to = sp->n[0] ? M->nr : M->xn;
     if ((st = xfer_begin(e, &x, M->be, F->be, err)) ||
         (st = xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = xfer_end(e, &x, false, err)))
@@ -2694,6 +2735,10 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
     OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
     if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
+    if (e->ns_rp && M == &e->dev[0]) { /* a layer not split: nothing on the fast side */
+        e->ns_rp[l].tokens += rows;
+        count_active(e, l, M->gate, rows, hp->n_ff, false);
+    }
     OP(matmul(e, b, &ly->w_down, M->gate, rows, M->xn, err));
     if (ly->ffn_post_norm.data)
         OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));

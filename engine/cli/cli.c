@@ -291,6 +291,16 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
                       : qi_args_is(a, NULL, "--neuron-profile") ? &k->neuron_profile
                       : qi_args_is(a, NULL, "--neuron-budget")  ? &k->neuron_budget
                                                                 : NULL;
+    if (qi_args_is(a, NULL, "--neuron-active")) {
+        float v;
+        if (!k->neuron_ok || strcmp(a->cmd, "ppl") != 0) {
+            qi_cli_error(a->cmd, "option --neuron-active: qinfer %s does not count active neurons (ppl does)", a->cmd);
+            a->failed = true;
+        } else if (qi_args_float(a, 1e-9, 1e9, &v)) {
+            k->neuron_active = v;
+        }
+        return true;
+    }
     if (nf) {
         const char *s = qi_args_str(a);
         if (s && !k->neuron_ok) {
@@ -409,6 +419,7 @@ void qi_cli_sim_help(void) {
 void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_fast = k->neuron_fast;
     o->neuron_dev = 1;
+    o->neuron_active = k->neuron_fast ? k->neuron_active : 0.0f;
     o->devices = k->devices;
     o->sim = k->sim;
     o->sim_cal = k->sim_cal;

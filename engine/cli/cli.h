@@ -102,6 +102,7 @@ typedef struct {
      * the fast device is the second of --devices; qi_cli_neuron_prepare
      * runs the policy and keeps its mask here (qi_cli_kv_fini frees it) */
     const char *neuron_policy, *neuron_profile, *neuron_budget;
+    float neuron_active;   /* --neuron-active T (ppl): count active neurons per side (0: no) */
     bool neuron_ok;        /* the command takes them (qi_cli_neuron_allow) */
     uint8_t *neuron_fast;
 } qi_cli_kv;
@@ -151,6 +152,10 @@ void qi_cli_neuron_allow(qi_cli_kv *k);
 struct qi_model;
 qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const struct qi_model *m, qi_err *err);
 void qi_cli_neuron_help(void);
+/* With --neuron-active (ppl): the hot set's recall and precision per layer
+ * against the neurons active in the run, on stdout. */
+struct qi_engine;
+void qi_cli_neuron_print_rp(const qi_cli_kv *k, const struct qi_engine *e, int n_layer);
 void qi_cli_kv_fini(qi_cli_kv *k);
 /* With --profile: the plan in force and each device's memory, on stderr. */
 void qi_cli_print_plan(const char *cmd, const struct qi_engine *e);

@@ -287,14 +287,37 @@ void qi_cli_neuron_help(void) {
            "      --neuron-profile F  the profile the policy places by (qinfer profile -o F), or\n"
            "                          uniform (every neuron alike: where nothing is computed, --sim)\n"
            "      --neuron-budget B   the second device's bytes for hot neurons: BYTES (K, M or G)\n"
-           "                          or P%% of the FFN's bytes\n");
+           "                          or P%% of the FFN's bytes\n"
+           "      --neuron-active T   (ppl) print each layer's hot-set recall and precision against\n"
+           "                          the neurons active in the run, |act| > T (the profile's 0.1);\n"
+           "                          copies the hot side's activations back every layer: slower\n");
+}
+
+void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer) {
+    if (!k->neuron_fast || k->neuron_active <= 0.0f) return;
+    printf("hot neurons against those active in this run (|act| > %g), per layer:\n"
+           "layer  hot neurons   tokens    recall precision\n", k->neuron_active);
+    long long hit = 0, active = 0, slots = 0;
+    for (int l = 0; l < n_layer; l++) {
+        qi_engine_neuron_rp rp;
+        if (!qi_engine_neuron_stats(e, l, &rp)) continue;
+        printf("%5d %12d %8ld", l, rp.n_fast, rp.tokens);
+        print_rp(rp.active ? (double)rp.hit / (double)rp.active : NAN);
+        print_rp(rp.n_fast && rp.tokens ? (double)rp.hit / ((double)rp.tokens * rp.n_fast) : NAN);
+        printf("\n");
+        hit += rp.hit;
+        active += rp.active;
+        slots += (long long)rp.tokens * rp.n_fast;
+    }
+    printf("total: recall %.3f, precision %.3f\n", active ? (double)hit / (double)active : NAN,
+           slots ? (double)hit / (double)slots : NAN);
 }
 
 qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m, qi_err *err) {
     if (!k->neuron_policy) {
-        if (k->neuron_profile || k->neuron_budget)
+        if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",
-                          k->neuron_profile ? "--neuron-profile" : "--neuron-budget");
+                          k->neuron_profile ? "--neuron-profile" : k->neuron_budget ? "--neuron-budget" : "--neuron-active");
         return QI_OK;
     }
     if (!k->neuron_profile || !k->neuron_budget)

@@ -163,6 +163,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     if (!decode) {
         printf("chunks %d  ctx %d  scored %ld tokens\n", r.n_chunks, n_ctx, r.count);
         printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+        qi_cli_neuron_print_rp(&kvo, eng, m->hp.n_layer);
         goto done;
     }
     const long streams = (long)m->hp.n_layer * m->hp.n_head_kv;
@@ -178,6 +179,7 @@ int qi_cmd_ppl(int argc, char **argv) {
         printf("sparsity: %s, target %g, measured %.4f of the thresholded activations zeroed\n", kvo.sparsity_mode,
                kvo.sparsity, qi_engine_sparsity_measured(eng));
     printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+    qi_cli_neuron_print_rp(&kvo, eng, m->hp.n_layer);
     goto done;
 fail:
     rc = qi_cli_fail(cmd, &err);

@@ -151,6 +151,16 @@ if ls "$cache"/corpora/* >/dev/null 2>&1; then
       bad "no split line: $(cat "$tmp/err")"
     grep -q "^Final estimate: PPL = " "$tmp/out" || bad "split ppl printed nothing"
   fi
+  # the hot set against the neurons active in the run: every unit hot is
+  # recall 1; a 10% split, a row per layer
+  if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$big" --neuron-budget 100% --neuron-active 0.1; then
+    [[ $(grep -Ec "^ +[0-9]+ +1536 +128 +1\.000 +0\.[0-9]{3}$" "$tmp/out") -eq 30 ]] || bad "recall table: $(cat "$tmp/out")"
+    grep -Eq "^total: recall 1\.000, precision 0\.[0-9]{3}$" "$tmp/out" || bad "recall total: $(tail -1 "$tmp/out")"
+  fi
+  if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$big" --neuron-budget 10% --neuron-active 0.1; then
+    [[ $(grep -Ec "^ +[0-9]+ +[0-9]+ +128 +[01]\.[0-9]{3} +(0\.[0-9]{3}|-)$" "$tmp/out") -eq 30 ]] || bad "recall table at 10%: $(cat "$tmp/out")"
+    grep -Eq "^total: recall 0\.[0-9]{3}, precision 0\.[0-9]{3}$" "$tmp/out" || bad "recall total at 10%: $(tail -1 "$tmp/out")"
+  fi
 fi
 expect_fail 2 "needs --neuron-profile FILE (or uniform) and --neuron-budget" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static
 expect_fail 2 "option --neuron-budget without --neuron-policy" "$Q" "${PPL[@]}" --neuron-budget 10%
@@ -158,6 +168,8 @@ expect_fail 2 "option --neuron-budget: '120%' is not a share" "$Q" "${PPL[@]}" -
 expect_fail 2 "the model 30 x 1536: not its profile" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$p" --neuron-budget 10%
 expect_fail 2 "puts the hot neurons on the second device of --devices, and there is none" "$Q" "${PPL[@]}" --neuron-policy static --neuron-profile uniform --neuron-budget 10%
 expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-policy static
+expect_fail 2 "option --neuron-active without --neuron-policy" "$Q" "${PPL[@]}" --neuron-active 0.1
+expect_fail 2 "option --neuron-active: qinfer generate does not count active neurons" "$Q" generate -p hi --neuron-active 0.1
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

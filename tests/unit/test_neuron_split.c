@@ -6,7 +6,8 @@
  *     random) on q4_1 (SmolLM2's shape) and q8_0 (Gemma 3's);
  *   - exact: on the CPU with testdev as the fast device (testdev does the
  *     CPU's arithmetic), every unit fast gives the unsplit logits bit for
- *     bit, and a mask of none is no split;
+ *     bit, counting the active neurons too (each layer's recall then 1),
+ *     and a mask of none is no split;
  *   - partial: a random mask on every layer gives logits within a bound of
  *     the unsplit ones (the two partial down products are summed apart, so
  *     only the rounding differs), never equal to them, the same greedy
@@ -200,6 +201,29 @@ START_TEST(exact) {
     memset(mask, 1, (size_t)L * nu); /* all: the unsplit arithmetic on testdev */
     run(&o, 0, S, tok, got);
     ck_assert(memcmp(want, got, sizeof(float) * n_logits()) == 0);
+    /* counting the active neurons changes nothing, and every active one
+     * is hot: recall 1 on every layer */
+    o.neuron_active = 0.1f;
+    run(&o, 0, S, tok, got);
+    ck_assert(memcmp(want, got, sizeof(float) * n_logits()) == 0);
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(g_smol, &o, &eng, &e), QI_OK);
+    int id, nt;
+    const int32_t p[6] = {5, 6, 7, 8, 9, 10};
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, p, 6, true, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_step(eng, &nt, &e), QI_OK);
+    for (int l = 0; l < L; l++) {
+        qi_engine_neuron_rp rp;
+        ck_assert(qi_engine_neuron_stats(eng, l, &rp));
+        ck_assert_int_eq(rp.tokens, 6);
+        ck_assert_int_eq(rp.n_fast, g_smol->hp.n_ff);
+        ck_assert(rp.active > 0 && rp.hit == rp.active && rp.active <= 6LL * rp.n_fast);
+    }
+    qi_engine_neuron_rp rp;
+    ck_assert(!qi_engine_neuron_stats(eng, L, &rp));
+    qi_engine_free(eng);
     free(mask);
     free(want);
     free(got);

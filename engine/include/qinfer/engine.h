@@ -121,6 +121,11 @@ typedef struct {
      * no split. */
     const uint8_t *neuron_fast;
     int neuron_dev;
+    /* With a split: > 0 counts, per layer, the FFN neurons active in each
+     * row (|act(gate) * up| > neuron_active, the activation the profiler
+     * thresholds) on each side, for qi_engine_neuron_stats (the fast
+     * side's activations are copied back every layer: slower). 0: none. */
+    float neuron_active;
 } qi_engine_opts;
 
 /* The neurons of a unit of m's FFN split (opts.neuron_fast): its first
@@ -212,6 +217,20 @@ void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 /* Under opts.sparsity: the share of the thresholded sites' activations
  * zeroed so far, over every step (-1 before any, or without sparsity). */
 double qi_engine_sparsity_measured(const qi_engine *e);
+/* With opts.neuron_active: layer l's FFN over every step so far, the rows
+ * it ran (tokens), its neurons on the fast device (n_fast; 0 where the
+ * layer is not split or runs off the CPU) and the (row, neuron) pairs
+ * active on the fast side (hit) and on both (active): recall = hit /
+ * active, the share of the active pairs the fast device held; precision
+ * = hit / (tokens * n_fast), the share of the fast set active on a row
+ * (qi_neuron_recall's definitions). False for l out of range or without
+ * opts.neuron_active. Layers whose MLP runs off the CPU are not counted. */
+typedef struct {
+    long tokens;
+    int n_fast;
+    long long hit, active;
+} qi_engine_neuron_rp;
+bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
 /* Whether the policy's budget counts the tokens attention reads on decode
  * steps (a policy that picks blocks, Quest) rather than the tokens held. */
