@@ -90,6 +90,7 @@
 #include "kernels.h"
 #include "kv.h"
 #include "kv/kv_policy.h"
+#include "neuron/neuron_live.h"
 #include "qinfer/gguf.h"
 #include "qinfer/measure.h"
 #include "qinfer/quant.h"
@@ -273,6 +274,16 @@ struct qi_engine {
     qi_colw *ns_cw;         /* [n_layer] with cats: the CPU side's down in column form */
     qi_engine_neuron_rp *ns_rp; /* [n_layer] with opts.neuron_active */
     float *ns_obs;          /* [R][n_ff] the fast side's activations, copied back */
+    /* opts.neuron_swap_every: the live state (units as its neurons), the
+     * generation each layer's cold side was gathered at, a layer's
+     * activity per unit, the steps and what was copied; a copy's failure */
+    qi_neuron_live *live;
+    uint64_t *ns_gen;
+    double *ns_feed;
+    long live_steps;
+    qi_engine_neuron_swaps swaps;
+    qi_status live_st;
+    qi_err live_err;
     qi_weight (*ns_w)[2][3];
     qi_buf *(*ns_buf)[2];
 };
@@ -617,6 +628,9 @@ void qi_engine_free(qi_engine *e) {
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_ffn_split_free(&e->ns[l]);
     if (e->ns_buf)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
+    qi_neuron_live_free(e->live);
+    qi_free(e->ns_gen);
+    qi_free(e->ns_feed);
     if (e->ns_cw)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
     qi_free(e->ns_cw);
@@ -1001,6 +1015,182 @@ static qi_status neuron_prepare(qi_engine *e, int d, int l, const qi_weight *w, 
     return st;
 }
 
+/* The swap worker's copy (qi_neuron_copy_fn), in the engine's thread
+ * between steps: unit u of layer l into fast slot s, its gate and up rows
+ * (unit rows each, one copy) and its block of every row of down (one
+ * copy a row: the slot's blocks are strided in the matrix), queued on the
+ * fast device's stream. */
+static int live_copy(void *ctx, int l, int u, int s) {
+    qi_engine *e = ctx;
+    const qi_layer *ly = &e->m->layers[l];
+    const qi_ffn_split *sp = &e->ns[l];
+    qi_backend *b = e->dev[e->o.neuron_dev].be;
+    qi_buf *buf = e->ns_buf[l][1];
+    const size_t unit = (size_t)sp->unit, gb = unit * ly->w_gate.row_bytes, ub = unit * ly->w_up.row_bytes,
+                 blk = qi_type_get(ly->w_down.type)->size, n = (size_t)sp->n[1];
+    /* the layout neuron_prepare made: gate, up, down, each aligned */
+    const size_t up_off = walign(n * ly->w_gate.row_bytes), down_off = up_off + walign(n * ly->w_up.row_bytes);
+    const uint64_t drow = sp->down[1].row_bytes;
+    qi_status st = qi_dev_upload(b, qi_view_of(buf, (size_t)s * gb), (const char *)ly->w_gate.data + (size_t)u * gb, gb,
+                                 &e->live_err);
+    if (!st) st = qi_dev_upload(b, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)u * ub,
+                                ub, &e->live_err);
+    for (int64_t r = 0; r < ly->w_down.n_rows && !st; r++)
+        st = qi_dev_upload(b, qi_view_of(buf, down_off + (size_t)r * drow + (size_t)s * blk),
+                           (const char *)ly->w_down.data + (size_t)r * ly->w_down.row_bytes + (size_t)u * blk, blk,
+                           &e->live_err);
+    if (st) {
+        if (!e->live_st) e->live_st = st;
+        return -1;
+    }
+    e->swaps.swaps++;
+    e->swaps.bytes += (double)(gb + ub + blk * (size_t)ly->w_down.n_rows);
+    return 0;
+}
+
+static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
+    const int L = e->m->hp.n_layer;
+    uint64_t *nb = qi_malloc(sizeof *nb * (size_t)L);
+    e->ns_gen = qi_calloc((size_t)L, sizeof *e->ns_gen);
+    e->ns_feed = qi_malloc(sizeof(double) * (size_t)nu);
+    if (!nb || !e->ns_gen || !e->ns_feed) {
+        qi_free(nb);
+        return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the swap worker");
+    }
+    for (int l = 0; l < L; l++) {
+        const qi_layer *ly = &e->m->layers[l];
+        nb[l] = (uint64_t)unit * (ly->w_gate.row_bytes + ly->w_up.row_bytes) +
+                (uint64_t)qi_type_get(ly->w_down.type)->size * (uint64_t)ly->w_down.n_rows;
+    }
+    qi_status st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy,
+                                         NULL, e, &e->live, err);
+    qi_free(nb);
+    if (st) return st;
+    for (int l = 0; l < L; l++) {
+        qi_neuron_live_view v;
+        qi_neuron_live_begin(e->live, l, &v);
+        e->ns_gen[l] = v.gen;
+        qi_neuron_live_end(e->live, l);
+    }
+    return QI_OK;
+}
+
+/* After a round of swaps: each layer whose state changed gathers its cold
+ * side again (the units in no slot), and its column form under cats. */
+static qi_status live_regather(qi_engine *e, qi_err *err) {
+    const int L = e->m->hp.n_layer;
+    const bool copy = !qi_gguf_shapes_only(e->m->gguf);
+    qi_status st = QI_OK;
+    uint8_t *mask = NULL;
+    for (int l = 0; l < L && !st; l++) {
+        qi_neuron_live_view v;
+        qi_neuron_live_begin(e->live, l, &v);
+        if (v.gen != e->ns_gen[l] && e->ns[l].n[1]) {
+            if (!mask && !(mask = qi_malloc((size_t)v.n_ff))) st = QI_ERR(err, QI_ERR_NOMEM, "out of memory regathering");
+            for (int u = 0; u < v.n_ff && !st; u++) mask[u] = v.where[u] >= 0;
+            qi_ffn_split ns;
+            if (!st && !(st = qi_ffn_split_build(&e->m->layers[l], mask, copy, &ns, err))) {
+                QI_ASSERT(ns.n[1] == e->ns[l].n[1]); /* a swap keeps the slots */
+                qi_ffn_split_free(&e->ns[l]);
+                e->ns[l] = ns;
+                qi_buf_free(e->ns_buf[l][0]);
+                const qi_weight w[3] = {ns.gate[0], ns.up[0], ns.down[0]};
+                st = ns.n[0] ? neuron_prepare(e, 0, l, w, e->ns_w[l][0], &e->ns_buf[l][0], err) : QI_OK;
+                if (!st && e->ns_cw[l].codes) {
+                    qi_colw_free(&e->ns_cw[l]);
+                    st = qi_colw_build(&ns.down[0], &e->ns_cw[l], err);
+                }
+            }
+            e->ns_gen[l] = v.gen;
+        }
+        qi_neuron_live_end(e->live, l);
+    }
+    qi_free(mask);
+    return st;
+}
+
+/* Between steps: a round of swaps every neuron_swap_every steps, its
+ * copies waited for. */
+static qi_status live_round(qi_engine *e, qi_err *err) {
+    if (!e->live || ++e->live_steps % e->o.neuron_swap_every) return QI_OK;
+    e->live_st = QI_OK;
+    qi_err_clear(&e->live_err);
+    qi_neuron_live_rebalance(e->live);
+    e->swaps.rounds++;
+    qi_status st = qi_dev_synchronize(e->dev[e->o.neuron_dev].be, err);
+    if (!st && e->live_st) st = QI_ERR(err, e->live_st, "a neuron swap's copy: %s", e->live_err.msg);
+    return st ? st : live_regather(e, err);
+}
+
+void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out) { *out = e->swaps; }
+
+/* One layer's check (qi_engine_neuron_check): slot s of the fast side
+ * (its bytes in fast, copied back) and the cold side's k-th unit against
+ * the model's unit u. */
+static bool unit_bytes_eq(const qi_layer *ly, const qi_ffn_split *sp, const char *gate, const char *up,
+                          const char *down, uint64_t drow, int k, int u) {
+    const size_t unit = (size_t)sp->unit, gb = unit * ly->w_gate.row_bytes, ub = unit * ly->w_up.row_bytes,
+                 blk = qi_type_get(ly->w_down.type)->size;
+    if (memcmp(gate + (size_t)k * gb, (const char *)ly->w_gate.data + (size_t)u * gb, gb) ||
+        memcmp(up + (size_t)k * ub, (const char *)ly->w_up.data + (size_t)u * ub, ub))
+        return false;
+    for (int64_t r = 0; r < ly->w_down.n_rows; r++)
+        if (memcmp(down + (size_t)r * drow + (size_t)k * blk,
+                   (const char *)ly->w_down.data + (size_t)r * ly->w_down.row_bytes + (size_t)u * blk, blk))
+            return false;
+    return true;
+}
+
+qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
+    if (!e->ns || qi_gguf_shapes_only(e->m->gguf)) return QI_OK;
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    qi_status st = QI_OK;
+    for (int l = 0; l < e->m->hp.n_layer && !st; l++) {
+        const qi_ffn_split *sp = &e->ns[l];
+        if (!sp->n[1]) continue;
+        const qi_layer *ly = &e->m->layers[l];
+        const int nu = sp->n_units, n1 = sp->n[1] / sp->unit;
+        int32_t *slot = qi_malloc(sizeof(int32_t) * (size_t)nu);
+        char *host = NULL;
+        const size_t total = qi_buf_size(e->ns_buf[l][1]);
+        if (!slot || !(host = qi_malloc(total))) {
+            qi_free(slot);
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
+        }
+        /* the units in the slots: the live state's, or the mask's in order */
+        if (e->live) {
+            qi_neuron_live_view v;
+            qi_neuron_live_begin(e->live, l, &v);
+            st = qi_neuron_live_view_check(&v, l, err);
+            for (int s = 0; s < n1; s++) slot[s] = v.slot[s];
+            qi_neuron_live_end(e->live, l);
+        } else {
+            for (int u = 0, s = 0; u < nu; u++)
+                if (e->ns_mask[(size_t)l * nu + u]) slot[s++] = u;
+        }
+        if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)))
+            st = qi_dev_synchronize(fb, err);
+        const size_t up_off = walign((size_t)sp->n[1] * ly->w_gate.row_bytes),
+                     down_off = up_off + walign((size_t)sp->n[1] * ly->w_up.row_bytes);
+        for (int s = 0; s < n1 && !st; s++)
+            if (slot[s] < 0 || !unit_bytes_eq(ly, sp, host, host + up_off, host + down_off, sp->down[1].row_bytes, s, slot[s]))
+                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's slot %d does not hold unit %d", l, s,
+                            slot[s]);
+        /* the cold side: the units in no slot, in order */
+        for (int u = 0, k = 0; u < nu && !st; u++) {
+            bool in = false;
+            for (int s = 0; s < n1 && !in; s++) in = slot[s] == u;
+            if (in) continue;
+            if (!unit_bytes_eq(ly, sp, sp->gate[0].data, sp->up[0].data, sp->down[0].data, sp->down[0].row_bytes, k, u))
+                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's unit %d is not the model's unit %d", l, k, u);
+            k++;
+        }
+        qi_free(host);
+        qi_free(slot);
+    }
+    return st;
+}
+
 /* opts.neuron_fast: checked against the model, the plan and the other
  * options, each split layer's FFN gathered into its two sides and the fast
  * side prepared on neuron_dev; the plan's ffn_dev and ffn_rows say so. */
@@ -1030,10 +1220,18 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
     const size_t n = (size_t)L * (size_t)nu;
     if (!(e->o.neuron_active >= 0.0f))
         return QI_ERR(err, QI_ERR_INVALID, "neuron_active %g is negative", e->o.neuron_active);
-    if (e->o.neuron_active > 0.0f) {
-        e->ns_rp = qi_calloc((size_t)L, sizeof *e->ns_rp);
+    if (e->o.neuron_swap_every < 0)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_every %d is negative", e->o.neuron_swap_every);
+    if (e->o.neuron_swap_every > 0 && (!e->o.neuron_live || !e->o.neuron_activity))
+        return QI_ERR(err, QI_ERR_INVALID, "swapping neurons needs the rule's options and each unit's activity");
+    if (e->o.neuron_swap_every > 0 && e->o.sim)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons follows the activations, and a simulated machine "
+                      "(%s) computes none", e->o.sim);
+    if (e->o.neuron_active > 0.0f) e->ns_rp = qi_calloc((size_t)L, sizeof *e->ns_rp);
+    if (e->o.neuron_active > 0.0f || e->o.neuron_swap_every > 0) {
         e->ns_obs = qi_malloc(sizeof(float) * ((size_t)e->o.step_tokens + (size_t)e->o.max_seqs) * (size_t)hp->n_ff);
-        if (!e->ns_rp || !e->ns_obs) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron counts");
+        if ((e->o.neuron_active > 0.0f && !e->ns_rp) || !e->ns_obs)
+            return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron counts");
     }
     e->ns_mask = qi_malloc(n);
     e->ns = qi_calloc((size_t)L, sizeof *e->ns);
@@ -1068,7 +1266,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
         p->layers[l].ffn_dev = fd;
         p->layers[l].ffn_rows = e->ns[l].n[1];
     }
-    return qi_dev_synchronize(e->dev[fd].be, err);
+    if ((st = qi_dev_synchronize(e->dev[fd].be, err))) return st;
+    return e->o.neuron_swap_every > 0 ? live_setup(e, unit, nu, err) : QI_OK;
 }
 
 /* OPT and Falcon need ops only the simulated devices have (backend.h's
@@ -2674,6 +2873,30 @@ static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows
     return QI_OK;
 }
 
+/* The swap worker's window of layer l: each unit's |act| summed over the
+ * rows, the cold side's from M's activations (its units in order) and
+ * the hot side's from the copy in ns_obs (slot order). */
+static qi_status live_feed(qi_engine *e, int l, const float *cold, int rows, qi_err *err) {
+    const qi_ffn_split *sp = &e->ns[l];
+    const int unit = sp->unit, n0 = sp->n[0], n1 = sp->n[1];
+    qi_neuron_live_view v;
+    qi_neuron_live_begin(e->live, l, &v);
+    memset(e->ns_feed, 0, sizeof(double) * (size_t)sp->n_units);
+    for (int k = 0, u = 0; u < sp->n_units; u++) {
+        if (v.where[u] >= 0) continue;
+        for (int t = 0; t < rows; t++)
+            for (int j = 0; j < unit; j++) e->ns_feed[u] += fabsf(cold[(size_t)t * n0 + (size_t)k * unit + j]);
+        k++;
+    }
+    for (int s = 0; s < v.n_slots; s++) {
+        if (v.slot[s] < 0) continue;
+        for (int t = 0; t < rows; t++)
+            for (int j = 0; j < unit; j++) e->ns_feed[v.slot[s]] += fabsf(e->ns_obs[(size_t)t * n1 + (size_t)s * unit + j]);
+    }
+    qi_neuron_live_end(e->live, l);
+    return qi_neuron_live_feed(e->live, l, e->ns_feed, rows, err);
+}
+
 /* The MLP block of a layer whose neurons are split (opts.neuron_fast):
  * the norm on the CPU (M), its result copied to the fast device (F), each
  * side's neurons computed at once (F's queued first, so that the host's
@@ -2699,15 +2922,18 @@ static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
     if (sp->n[0] && (st = e->sp_w ? ffn_side_cats(e, M, l, rows, gelu, err)
                                    : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
         return st;
-    if (e->ns_rp) { /* both sides' activations, the fast one's copied back */
-        e->ns_rp[l].tokens += rows;
-        if (sp->n[0]) count_active(e, l, M->gate, rows, sp->n[0], false);
+    if (e->ns_rp || e->live) { /* both sides' activations, the fast one's copied back */
         const size_t fb = sizeof(float) * (size_t)rows * (size_t)sp->n[1];
         if ((st = qi_dev_download(F->be, e->ns_obs, act_view(F, F->gate), fb, err)) ||
             (st = qi_dev_synchronize(F->be, err)))
             return st;
+    }
+    if (e->ns_rp) {
+        e->ns_rp[l].tokens += rows;
+        if (sp->n[0]) count_active(e, l, M->gate, rows, sp->n[0], false);
         count_active(e, l, e->ns_obs, rows, sp->n[1], true);
     }
+    if (e->live && (st = live_feed(e, l, M->gate, rows, err))) return st;
     float *to = sp->n[0] ? M->nr : M->xn;
     if ((st = xfer_begin(e, &x, M->be, F->be, err)) ||
         (st = xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = xfer_end(e, &x, false, err)))
@@ -2879,6 +3105,7 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     qi_err fe = {0};
     const qi_status fin = finish_step(e, st ? &fe : err); /* the first failure is the one reported */
     if (!st) st = fin;
+    if (!st) st = live_round(e, err);
     if (e->o.profile) { /* the ops' device times are in (finish_step); the rest of the step is "other" */
         double after = 0.0;
         for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];

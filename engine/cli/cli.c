@@ -291,6 +291,17 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
                       : qi_args_is(a, NULL, "--neuron-profile") ? &k->neuron_profile
                       : qi_args_is(a, NULL, "--neuron-budget")  ? &k->neuron_budget
                                                                 : NULL;
+    if (qi_args_is(a, NULL, "--neuron-swap-every")) {
+        int v;
+        if (!k->neuron_ok) {
+            qi_cli_error(a->cmd, "option --neuron-swap-every: qinfer %s takes no neuron split (generate, ppl and bench "
+                         "do)", a->cmd);
+            a->failed = true;
+        } else if (qi_args_int(a, 1, 1 << 20, &v)) {
+            k->neuron_swap_every = v;
+        }
+        return true;
+    }
     if (qi_args_is(a, NULL, "--neuron-active")) {
         float v;
         if (!k->neuron_ok || strcmp(a->cmd, "ppl") != 0) {
@@ -339,7 +350,9 @@ void qi_cli_sim_allow(qi_cli_kv *k) { k->sim_ok = true; }
 void qi_cli_neuron_allow(qi_cli_kv *k) { k->neuron_ok = true; }
 void qi_cli_kv_fini(qi_cli_kv *k) {
     free(k->neuron_fast);
+    free(k->neuron_act);
     k->neuron_fast = NULL;
+    k->neuron_act = NULL;
 }
 
 void qi_cli_place_help(void) {
@@ -420,6 +433,9 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_fast = k->neuron_fast;
     o->neuron_dev = 1;
     o->neuron_active = k->neuron_fast ? k->neuron_active : 0.0f;
+    o->neuron_swap_every = k->neuron_fast ? k->neuron_swap_every : 0;
+    o->neuron_live = &k->neuron_live;
+    o->neuron_activity = k->neuron_act;
     o->devices = k->devices;
     o->sim = k->sim;
     o->sim_cal = k->sim_cal;

@@ -12,6 +12,7 @@
 #include "qinfer/sparsity.h"
 #include "qinfer/status.h"
 #include "cuda/cupti.h"
+#include "neuron/neuron_live.h"
 
 /* Layers a command's --sparsity thresholds hold at most. */
 #define QI_CLI_MAX_LAYERS 512
@@ -103,6 +104,9 @@ typedef struct {
      * runs the policy and keeps its mask here (qi_cli_kv_fini frees it) */
     const char *neuron_policy, *neuron_profile, *neuron_budget;
     float neuron_active;   /* --neuron-active T (ppl): count active neurons per side (0: no) */
+    int neuron_swap_every; /* --neuron-swap-every N: the qinfer policy's swaps (0: none) */
+    qi_neuron_live_opts neuron_live; /* its rule's options, from the policy */
+    double *neuron_act;    /* [n_layer * units] each unit's activity per token (for the swaps) */
     bool neuron_ok;        /* the command takes them (qi_cli_neuron_allow) */
     uint8_t *neuron_fast;
 } qi_cli_kv;
@@ -152,8 +156,9 @@ void qi_cli_neuron_allow(qi_cli_kv *k);
 struct qi_model;
 qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const struct qi_model *m, qi_err *err);
 void qi_cli_neuron_help(void);
-/* With --neuron-active (ppl): the hot set's recall and precision per layer
- * against the neurons active in the run, on stdout. */
+/* With --neuron-swap-every: the swaps made; with --neuron-active (ppl):
+ * the hot set's recall and precision per layer against the neurons active
+ * in the run; on stdout. */
 struct qi_engine;
 void qi_cli_neuron_print_rp(const qi_cli_kv *k, const struct qi_engine *e, int n_layer);
 void qi_cli_kv_fini(qi_cli_kv *k);

@@ -1014,7 +1014,7 @@ int qi_cmd_bench(int argc, char **argv) {
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
         qi_cli_kv_check(&kv, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kv, m, &err))
         goto fail;
-    eo.neuron_fast = kv.neuron_fast;
+    qi_cli_kv_apply(&kv, &eo); /* again: the neuron split is made once the model is loaded */
     /* The tg test's warm-up token takes a position too. */
     long need = (long)n_prompt + n_gen + (n_gen > 0);
     if (need > m->hp.n_ctx_train) {

@@ -288,12 +288,21 @@ void qi_cli_neuron_help(void) {
            "                          uniform (every neuron alike: where nothing is computed, --sim)\n"
            "      --neuron-budget B   the second device's bytes for hot neurons: BYTES (K, M or G)\n"
            "                          or P%% of the FFN's bytes\n"
+           "      --neuron-swap-every N  (qinfer policy) every N steps, feed each layer's activity to\n"
+           "                          the policy's swap rule and move the hottest cold units into\n"
+           "                          the slots of the coldest hot ones (copied between steps)\n"
            "      --neuron-active T   (ppl) print each layer's hot-set recall and precision against\n"
            "                          the neurons active in the run, |act| > T (the profile's 0.1);\n"
            "                          copies the hot side's activations back every layer: slower\n");
 }
 
 void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer) {
+    if (k->neuron_fast && k->neuron_swap_every) {
+        qi_engine_neuron_swaps sw;
+        qi_engine_neuron_swaps_get(e, &sw);
+        printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied)\n", sw.rounds,
+               sw.swaps, sw.bytes / 1048576.0);
+    }
     if (!k->neuron_fast || k->neuron_active <= 0.0f) return;
     printf("hot neurons against those active in this run (|act| > %g), per layer:\n"
            "layer  hot neurons   tokens    recall precision\n", k->neuron_active);
@@ -315,9 +324,10 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
 
 qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m, qi_err *err) {
     if (!k->neuron_policy) {
-        if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f)
+        if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",
-                          k->neuron_profile ? "--neuron-profile" : k->neuron_budget ? "--neuron-budget" : "--neuron-active");
+                          k->neuron_profile ? "--neuron-profile" : k->neuron_budget ? "--neuron-budget"
+                          : k->neuron_active > 0.0f ? "--neuron-active" : "--neuron-swap-every");
         return QI_OK;
     }
     if (!k->neuron_profile || !k->neuron_budget)
@@ -351,6 +361,9 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
     qi_status st = act && nb ? QI_OK : QI_ERR(err, QI_ERR_NOMEM, "out of memory for %d x %d units", L, U);
     const bool uniform = strcmp(k->neuron_profile, "uniform") == 0;
     if (!st) st = qi_neuron_policy_from_spec(k->neuron_policy, &pol, err);
+    if (!st && k->neuron_swap_every && qi_neuron_qinfer_live_opts(pol, &k->neuron_live, NULL))
+        st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-every: swapping is the qinfer policy's, and the policy "
+                    "is %s", qi_neuron_policy_name(pol));
     if (!st && !uniform) st = qi_neuron_profile_read(k->neuron_profile, &prof, err);
     if (!st && !uniform && (prof.n_layer != L || prof.n_ff != F))
         st = QI_ERR(err, QI_ERR_INVALID, "%s is of %d layers x %d neurons, the model %d x %d: not its profile",
@@ -377,9 +390,19 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
                     plan.total_mass > 0 ? 100.0 * plan.total_mass_fast / plan.total_mass : 0.0,
                     uniform ? "(uniform)" : "profiled");
             free(k->neuron_fast);
+            free(k->neuron_act);
             k->neuron_fast = malloc((size_t)L * U);
-            if (!k->neuron_fast) st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron split");
-            else memcpy(k->neuron_fast, plan.fast, (size_t)L * U);
+            k->neuron_act = malloc(sizeof(double) * (size_t)L * U);
+            if (!k->neuron_fast || !k->neuron_act) {
+                st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron split");
+            } else {
+                memcpy(k->neuron_fast, plan.fast, (size_t)L * U);
+                /* the swaps' starting activity: per token */
+                for (int l = 0; l < L; l++) {
+                    const double tok = uniform ? 1.0 : (double)(prof.layer_tokens ? prof.layer_tokens[l] : prof.tokens);
+                    for (int u = 0; u < U; u++) k->neuron_act[(size_t)l * U + u] = act[(size_t)l * U + u] / (tok > 0 ? tok : 1.0);
+                }
+            }
         }
     }
     qi_neuron_plan_fini(&plan);

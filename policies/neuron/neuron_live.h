@@ -54,7 +54,7 @@
 
 #include "qinfer/status.h"
 
-typedef struct {
+typedef struct qi_neuron_live_opts {
     double ratio;   /* R = fast speed / slow speed of the sparse FFN products (> 0) */
     double slow_s;  /* slow device seconds per unit of activity per token (> 0) */
     double link_bw; /* bytes per second of a copy into the fast device (> 0) */

@@ -168,6 +168,15 @@ expect_fail 2 "option --neuron-budget: '120%' is not a share" "$Q" "${PPL[@]}" -
 expect_fail 2 "the model 30 x 1536: not its profile" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$p" --neuron-budget 10%
 expect_fail 2 "puts the hot neurons on the second device of --devices, and there is none" "$Q" "${PPL[@]}" --neuron-policy static --neuron-profile uniform --neuron-budget 10%
 expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-policy static
+if ls "$cache"/corpora/* >/dev/null 2>&1; then
+  # the qinfer policy's swaps between steps (decode mode: a step a token)
+  if expect_ok "$Q" "${PPL[@]}" --decode --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 1; then
+    grep -Eq "^neuron swaps: [0-9]+ rounds, [0-9]+ units moved to the second device \([0-9.]+ MiB copied\)$" "$tmp/out" ||
+      bad "no swaps line: $(cat "$tmp/out")"
+  fi
+fi
+expect_fail 2 "swapping is the qinfer policy's, and the policy is static" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 4
+expect_fail 2 "option --neuron-swap-every without --neuron-policy" "$Q" "${PPL[@]}" --neuron-swap-every 4
 expect_fail 2 "option --neuron-active without --neuron-policy" "$Q" "${PPL[@]}" --neuron-active 0.1
 expect_fail 2 "option --neuron-active: qinfer generate does not count active neurons" "$Q" generate -p hi --neuron-active 0.1
 

@@ -18,6 +18,10 @@
  *     hot the dense run bit for bit; a partial split's sparse reading of
  *     the cold side within rounding of its dense reading of the same
  *     zeroed activations, a batch equal to its sequences alone;
+ *   - swaps: the qinfer policy's swaps between steps, started from an
+ *     activity that inverts the heat: after every step each unit is on
+ *     one side with its own bytes (qi_engine_neuron_check), the logits
+ *     within the split's rounding of the unsplit ones;
  *   - refusals: a fast device out of range, a split layer's MLP off the
  *     CPU, teal and repack beside a split, a fast device too small for
  *     the hot neurons (naming them and the device), a new plan;
@@ -35,6 +39,7 @@
 
 #include "backend.h"
 #include "ffn_split.h"
+#include "neuron/neuron_live.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/plan.h"
@@ -379,6 +384,76 @@ START_TEST(cold_cats) {
 }
 END_TEST
 
+/* The qinfer policy's swaps, run by the engine between steps: a starting
+ * activity that calls the hot units cold and the cold ones hot, so the
+ * first rounds swap; after every step each unit is on one side with its
+ * own bytes (qi_engine_neuron_check), and the logits stay within the
+ * split's rounding of the unsplit ones. */
+START_TEST(swaps) {
+    const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    uint8_t *mask = calloc((size_t)L * nu, 1);
+    double *act = malloc(sizeof(double) * (size_t)L * nu);
+    for (int l = 0; l < L; l++)
+        for (int u = 0; u < nu; u++) {
+            mask[l * nu + u] = u < nu / 4;
+            act[l * nu + u] = mask[l * nu + u] ? 0.0 : 1.0 + u;
+        }
+    qi_neuron_live_opts lo;
+    qi_neuron_live_opts_default(&lo);
+    lo.ratio = 3.0;
+    lo.decay = 0.5;
+    qi_engine_opts o;
+    opts(&o, NULL, NULL, 1);
+    qi_engine *dense = NULL, *eng = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_engine_create(g_smol, &o, &dense, &e), QI_OK);
+    opts(&o, "cpu,testdev", mask, 1);
+    o.neuron_swap_every = 1;
+    o.neuron_live = &lo;
+    o.neuron_activity = act;
+    ck_assert_msg(qi_engine_create(g_smol, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(qi_engine_neuron_check(eng, &e), QI_OK);
+    int id[2], nt;
+    int32_t p[12];
+    for (int i = 0; i < 12; i++) p[i] = 300 + 11 * i;
+    qi_engine *both[2] = {dense, eng};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(qi_engine_seq_add(both[k], &id[k], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(both[k], id[k], p, 12, false, &e), QI_OK);
+    }
+    double maxd = 0.0, maxw = 0.0;
+    for (int g = 0; g < 8; g++) {
+        for (int k = 0; k < 2; k++) ck_assert_msg(qi_engine_step(both[k], &nt, &e) == QI_OK, "%s", e.msg);
+        ck_assert_msg(qi_engine_neuron_check(eng, &e) == QI_OK, "step %d: %s", g, e.msg);
+        const float *a = qi_engine_seq_logits(dense, id[0], -1), *b = qi_engine_seq_logits(eng, id[1], -1);
+        int best = 0;
+        for (int v = 0; v < V; v++) {
+            maxd = fmax(maxd, fabs((double)a[v] - b[v]));
+            maxw = fmax(maxw, fabs((double)a[v]));
+            best = a[v] > a[best] ? v : best;
+        }
+        const int32_t t = best;
+        for (int k = 0; k < 2; k++) ck_assert_int_eq(qi_engine_seq_feed(both[k], id[k], &t, 1, false, &e), QI_OK);
+    }
+    qi_engine_neuron_swaps sw;
+    qi_engine_neuron_swaps_get(eng, &sw);
+    fprintf(stderr, "swaps: %ld rounds, %ld units moved, %.0f bytes; logits within %g of %g\n", sw.rounds, sw.swaps,
+            sw.bytes, maxd, maxw);
+    ck_assert_int_eq(sw.rounds, 8);
+    ck_assert_int_gt(sw.swaps, L);
+    ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
+    qi_engine_free(dense);
+    qi_engine_free(eng);
+    /* refusals: no rule, a simulated machine */
+    o.neuron_live = NULL;
+    qi_engine *x = NULL;
+    ck_assert_int_eq(qi_engine_create(g_smol, &o, &x, &e), QI_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(e.msg, "the rule's options"));
+    free(mask);
+    free(act);
+}
+END_TEST
+
 static void refused(const qi_engine_opts *o, qi_status want, const char *what) {
     qi_engine *eng = NULL;
     qi_err e = {0};
@@ -484,6 +559,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, partial);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, cold_cats);
+    tcase_add_test(tc, swaps);
     tcase_add_test(tc, sim);
     suite_add_tcase(s, tc);
     return s;

@@ -126,6 +126,20 @@ typedef struct {
      * thresholds) on each side, for qi_engine_neuron_stats (the fast
      * side's activations are copied back every layer: slower). 0: none. */
     float neuron_active;
+    /* With a split: the qinfer neuron policy's run time (policies/neuron/
+     * neuron_live.h): every neuron_swap_every steps the engine feeds each
+     * layer's activity per unit (|act| summed over the step's rows, both
+     * sides, the hot side's copied back) to the live state and makes one
+     * round of swaps in its own thread, between steps: a hot unit's slot
+     * refilled with a cold unit's rows and blocks copied to the fast
+     * device, the cold side gathered again. neuron_live: the rule's
+     * options (ratio, slow_s, link_bw, ...); neuron_activity [n_layer *
+     * units]: each unit's starting activity per token (the profile's).
+     * Not on a simulated machine (it computes no activations). 0: the
+     * split stays as placed. */
+    int neuron_swap_every;
+    const struct qi_neuron_live_opts *neuron_live;
+    const double *neuron_activity;
 } qi_engine_opts;
 
 /* The neurons of a unit of m's FFN split (opts.neuron_fast): its first
@@ -231,6 +245,20 @@ typedef struct {
     long long hit, active;
 } qi_engine_neuron_rp;
 bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out);
+/* With opts.neuron_swap_every: rounds of swaps made, units swapped, and
+ * the bytes copied to the fast device for them, so far (zeros without). */
+typedef struct {
+    long rounds, swaps;
+    double bytes;
+} qi_engine_neuron_swaps;
+void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out);
+/* Tests: every split layer's two sides against the model, between steps:
+ * each unit on exactly one side (the swaps' live state consistent), the
+ * fast device's slot s holding its unit's gate and up rows and down
+ * blocks byte for byte (copied back), the cold side's gathered matrices
+ * the other units' in order. QI_ERR_BACKEND naming the first layer and
+ * unit at fault; QI_OK without a split or for a model of shapes only. */
+qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
 /* Whether the policy's budget counts the tokens attention reads on decode
  * steps (a policy that picks blocks, Quest) rather than the tokens held. */
