@@ -1267,7 +1267,10 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
         p->layers[l].ffn_rows = e->ns[l].n[1];
     }
     if ((st = qi_dev_synchronize(e->dev[fd].be, err))) return st;
-    return e->o.neuron_swap_every > 0 ? live_setup(e, unit, nu, err) : QI_OK;
+    st = e->o.neuron_swap_every > 0 ? live_setup(e, unit, nu, err) : QI_OK;
+    e->o.neuron_live = NULL; /* the caller's, read here only */
+    e->o.neuron_activity = NULL;
+    return st;
 }
 
 /* OPT and Falcon need ops only the simulated devices have (backend.h's

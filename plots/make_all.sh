@@ -427,8 +427,27 @@ fig_placement() {
     "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; KV ${kv:-?}; ${ngen:-?} steps per sequence")"
 }
 
+# ---- neuron_split: hot neurons against whole layers on a simulated GPU ------------------
+fig_neuron_split() {
+  local fig=neuron_split db=$db_dir/neuron_split.db exp=neuron_split
+  check "$fig" "$db" "$exp" neuron_split.lua decode.tokens_per_s || return
+  local series="CASE $(cfg mode) WHEN 'split' THEN 'hot FFN neurons' ELSE 'whole layers (ngl)' END || ', batch ' || $(cfg batch)"
+  local x="(SELECT round(g.value / 1073741824.0, 2) FROM metrics g WHERE g.run_id = r.id AND g.name = 'gpu.peak_bytes')"
+  series_data "$db" "$exp" decode.tokens_per_s "$series" "$x" ||
+    { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+  local sim mark="" word="measured on" machine
+  sim=$(simulated "$db" "$exp" decode.tokens_per_s)
+  [[ $sim == 1 ]] && mark=" (simulated)" && word="SIMULATED machine"
+  machine=$(q "$db" "SELECT group_concat(DISTINCT $(cfg profile)) FROM runs r WHERE $(done_runs "$db" "$exp")")
+  render "$fig" neuron_split.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
+    "titles=$(gp_str "$(cat "$work/series.titles")")" \
+    "heading=$(gp_title "Hot FFN neurons or whole layers on the GPU: decode throughput against GPU memory$mark")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; the CPU side dense (no activations to threshold)")"
+}
+
 fig_quickstart
 fig_placement
+fig_neuron_split
 fig_frontier
 fig_load_frontier
 fig_throughput

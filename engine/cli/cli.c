@@ -349,8 +349,8 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
 void qi_cli_sim_allow(qi_cli_kv *k) { k->sim_ok = true; }
 void qi_cli_neuron_allow(qi_cli_kv *k) { k->neuron_ok = true; }
 void qi_cli_kv_fini(qi_cli_kv *k) {
-    free(k->neuron_fast);
-    free(k->neuron_act);
+    qi_free(k->neuron_fast);
+    qi_free(k->neuron_act);
     k->neuron_fast = NULL;
     k->neuron_act = NULL;
 }

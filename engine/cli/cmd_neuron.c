@@ -336,79 +336,26 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
     if (!k->devices || !strchr(k->devices, ','))
         return QI_ERR(err, QI_ERR_INVALID, "--neuron-policy puts the hot neurons on the second device of --devices, "
                       "and there is none (cpu,cuda; cpu,testdev; with --sim, cpu,gpu)");
-    const int L = m->hp.n_layer, F = m->hp.n_ff, unit = qi_engine_neuron_unit(m);
-    if (unit < 1) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split needs a gated FFN; %s has none", m->hp.arch_name);
-    const int U = F / unit;
-    /* the budget: bytes, or a share of the FFN's */
-    const char *b = k->neuron_budget;
-    const size_t bl = strlen(b);
-    double share = -1.0;
-    int64_t budget = 0;
-    if (bl > 1 && b[bl - 1] == '%') {
-        char *end;
-        errno = 0;
-        share = strtod(b, &end) / 100.0;
-        if (errno || end != b + bl - 1 || !(share >= 0.0 && share <= 1.0))
-            return QI_ERR(err, QI_ERR_INVALID, "option --neuron-budget: '%s' is not a share from 0%% to 100%%", b);
-    } else if (!parse_size(b, &budget)) {
-        return QI_ERR(err, QI_ERR_INVALID, "option --neuron-budget: '%s' is not a size (BYTES, K, M or G) or P%%", b);
-    }
-    qi_neuron_profile prof = {0};
-    qi_neuron_policy *pol = NULL;
-    qi_neuron_plan plan = {0};
-    double *act = qi_calloc((size_t)L * U, sizeof *act);
-    uint64_t *nb = qi_malloc(sizeof *nb * (size_t)L);
-    qi_status st = act && nb ? QI_OK : QI_ERR(err, QI_ERR_NOMEM, "out of memory for %d x %d units", L, U);
-    const bool uniform = strcmp(k->neuron_profile, "uniform") == 0;
-    if (!st) st = qi_neuron_policy_from_spec(k->neuron_policy, &pol, err);
-    if (!st && k->neuron_swap_every && qi_neuron_qinfer_live_opts(pol, &k->neuron_live, NULL))
+    qi_neuron_split sp;
+    qi_status st = qi_neuron_split_make(m, k->neuron_policy, k->neuron_profile, k->neuron_budget, &sp, err);
+    if (st) return st;
+    if (k->neuron_swap_every && !sp.has_live) {
         st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-every: swapping is the qinfer policy's, and the policy "
-                    "is %s", qi_neuron_policy_name(pol));
-    if (!st && !uniform) st = qi_neuron_profile_read(k->neuron_profile, &prof, err);
-    if (!st && !uniform && (prof.n_layer != L || prof.n_ff != F))
-        st = QI_ERR(err, QI_ERR_INVALID, "%s is of %d layers x %d neurons, the model %d x %d: not its profile",
-                    k->neuron_profile, prof.n_layer, prof.n_ff, L, F);
-    if (!st) st = qi_neuron_bytes_of_model(m, nb, err);
-    if (!st) {
-        uint64_t all = 0;
-        for (int l = 0; l < L; l++) {
-            all += nb[l] * (uint64_t)F;
-            nb[l] *= (uint64_t)unit; /* a unit's */
-            for (int j = 0; j < F; j++) act[(size_t)l * U + j / unit] += uniform ? 1.0 : prof.mass[(size_t)l * F + j];
-        }
-        if (share >= 0.0) budget = (int64_t)floor(share * (double)all);
-        const int group = QI_NEURON_GROUP_DEFAULT / unit > 1 ? QI_NEURON_GROUP_DEFAULT / unit : 1;
-        const qi_neuron_input in = {.n_layer = L, .n_ff = U, .activity = act, .neuron_bytes = nb, .budget = budget,
-                                    .group = group};
-        st = qi_neuron_policy_place(pol, &in, &plan, err);
-        if (!st) {
-            int n_fast = 0;
-            for (int l = 0; l < L; l++) n_fast += plan.n_fast[l];
-            fprintf(stderr, "qinfer %s: neuron split %s: %d of %d units of %d neurons (%.1f MiB, %.1f%% of the FFN) "
-                    "on the second device, holding %.1f%% of the %s activity\n", cmd, qi_neuron_policy_name(pol), n_fast,
-                    L * U, unit, plan.total_bytes / 1048576.0, all ? 100.0 * (double)plan.total_bytes / (double)all : 0.0,
-                    plan.total_mass > 0 ? 100.0 * plan.total_mass_fast / plan.total_mass : 0.0,
-                    uniform ? "(uniform)" : "profiled");
-            free(k->neuron_fast);
-            free(k->neuron_act);
-            k->neuron_fast = malloc((size_t)L * U);
-            k->neuron_act = malloc(sizeof(double) * (size_t)L * U);
-            if (!k->neuron_fast || !k->neuron_act) {
-                st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron split");
-            } else {
-                memcpy(k->neuron_fast, plan.fast, (size_t)L * U);
-                /* the swaps' starting activity: per token */
-                for (int l = 0; l < L; l++) {
-                    const double tok = uniform ? 1.0 : (double)(prof.layer_tokens ? prof.layer_tokens[l] : prof.tokens);
-                    for (int u = 0; u < U; u++) k->neuron_act[(size_t)l * U + u] = act[(size_t)l * U + u] / (tok > 0 ? tok : 1.0);
-                }
-            }
-        }
+                    "is %s", sp.policy);
+    } else {
+        fprintf(stderr, "qinfer %s: neuron split %s: %d of %d units of %d neurons (%.1f MiB, %.1f%% of the FFN) on the "
+                "second device, holding %.1f%% of the %s activity\n", cmd, sp.policy, sp.n_fast, sp.n_layer * sp.n_units,
+                sp.unit, sp.bytes / 1048576.0, sp.ffn_bytes ? 100.0 * (double)sp.bytes / (double)sp.ffn_bytes : 0.0,
+                sp.mass > 0 ? 100.0 * sp.mass_fast / sp.mass : 0.0,
+                strcmp(k->neuron_profile, "uniform") ? "profiled" : "(uniform)");
+        qi_free(k->neuron_fast);
+        qi_free(k->neuron_act);
+        k->neuron_fast = sp.fast; /* handed over */
+        k->neuron_act = sp.activity;
+        k->neuron_live = sp.live;
+        sp.fast = NULL;
+        sp.activity = NULL;
     }
-    qi_neuron_plan_fini(&plan);
-    qi_neuron_policy_free(pol);
-    qi_neuron_profile_fini(&prof);
-    qi_free(act);
-    qi_free(nb);
+    qi_neuron_split_fini(&sp);
     return st;
 }

@@ -8,7 +8,9 @@
  *   model:info()                            -> {arch, n_params, n_layer, ..., sha256}
  *   model:engine{max_seqs, n_ctx, step_tokens, threads, kv_policy,
  *                kv_params={...}, kv_budget=N|F|'P%', kv_max_bytes, profile,
- *                attn_blas, repack, devices, placement}
+ *                attn_blas, repack, devices, placement, sim, sim_params, sim_cal,
+ *                sparsity, sparsity_mode, sparsity_calib, sparse_max_density,
+ *                neuron_policy, neuron_profile, neuron_budget, neuron_swap_every}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -39,6 +41,7 @@
 #include <time.h>
 
 #include "lua_int.h"
+#include "neuron/neuron_policy.h"
 #include "placement/placement_policy.h"
 #include "qinfer/measure.h"
 #include "qinfer/model_files.h"
@@ -339,6 +342,58 @@ static void read_sparsity(lua_State *L, int idx, int arg, lq_eopts *eo, const lq
     eo->kv_given = true; /* perplexity decodes token by token, as with a KV policy */
 }
 
+/* The registry's current split (read_neuron), freed when collected. */
+#define LQ_NSPLIT_KEY "qinfer.nsplit"
+static int nsplit_gc(lua_State *L) {
+    qi_neuron_split_fini(luaL_checkudata(L, 1, LQ_NSPLIT_KEY));
+    return 0;
+}
+
+/* neuron_policy='static'|'qinfer:ratio=3' with neuron_profile=FILE or
+ * 'uniform' and neuron_budget='30%' or bytes (a string with K, M or G, or
+ * an integer); neuron_swap_every=N (the qinfer policy's swaps): the hot
+ * neurons on the second device of `devices` (qi_neuron_split_make). */
+static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
+    const char *pol = lq_opt_str(L, idx, arg, "neuron_policy", NULL);
+    const char *prof = lq_opt_str(L, idx, arg, "neuron_profile", NULL);
+    const int every = (int)lq_opt_int(L, idx, arg, "neuron_swap_every", 0, 0, 1 << 20);
+    char budget[64] = "";
+    lua_getfield(L, idx, "neuron_budget");
+    if (lua_isinteger(L, -1)) snprintf(budget, sizeof budget, "%lld", (long long)lua_tointeger(L, -1));
+    else if (lua_type(L, -1) == LUA_TSTRING) snprintf(budget, sizeof budget, "%s", lua_tostring(L, -1));
+    else if (!lua_isnil(L, -1)) lq_opt_wrong(L, arg, "neuron_budget", "string or integer");
+    lua_pop(L, 1);
+    if (!pol) {
+        if (prof || budget[0] || every)
+            luaL_argerror(L, arg, lua_pushfstring(L, "option '%s' without 'neuron_policy'",
+                                                  prof ? "neuron_profile" : budget[0] ? "neuron_budget" : "neuron_swap_every"));
+        return;
+    }
+    if (!prof || !budget[0])
+        luaL_argerror(L, arg, "option 'neuron_policy' needs 'neuron_profile' (a file or 'uniform') and "
+                              "'neuron_budget' ('30%' or bytes)");
+    qi_neuron_split *sp = lua_newuserdatauv(L, sizeof *sp, 0);
+    memset(sp, 0, sizeof *sp);
+    if (luaL_newmetatable(L, LQ_NSPLIT_KEY)) {
+        lua_pushcfunction(L, nsplit_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, LQ_NSPLIT_KEY ".current"); /* held there; the last one collected */
+    qi_err e = {0};
+    if (qi_neuron_split_make(mb->m, pol, prof, budget, sp, &e))
+        luaL_argerror(L, arg, lua_pushfstring(L, "option 'neuron_policy': %s", e.msg));
+    if (every && !sp->has_live)
+        luaL_argerror(L, arg, lua_pushfstring(L, "option 'neuron_swap_every': swapping is the qinfer policy's, and the "
+                                                 "policy is %s", sp->policy));
+    eo->live = sp->live;
+    eo->o.neuron_fast = sp->fast;
+    eo->o.neuron_activity = sp->activity;
+    eo->o.neuron_dev = 1;
+    eo->o.neuron_swap_every = every;
+    eo->o.neuron_live = &eo->live;
+}
+
 void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
     memset(eo, 0, sizeof *eo);
     qi_engine_opts_default(&eo->o);
@@ -362,6 +417,7 @@ void lq_read_engine_opts(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_
     read_kv_params(L, idx, arg, eo);
     read_sim_params(L, idx, arg, eo);
     read_sparsity(L, idx, arg, eo, mb);
+    read_neuron(L, idx, arg, eo, mb);
 }
 
 void lq_note_plan(lua_State *L, const qi_engine *e) {

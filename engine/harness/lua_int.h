@@ -3,6 +3,7 @@
 #ifndef QI_LUA_INT_H
 #define QI_LUA_INT_H
 
+#include "neuron/neuron_live.h"
 #include <lauxlib.h>
 #include <lua.h>
 #include <signal.h>
@@ -59,11 +60,17 @@ typedef struct {
      * at sp, whose thresholds are in sp_thr (the engine copies them) */
     qi_sparsity sp;
     float sp_thr[LQ_MAX_LAYERS * QI_SITE_COUNT];
+    /* neuron_policy= (with neuron_profile=, neuron_budget=,
+     * neuron_swap_every=): o.neuron_fast and o.neuron_activity point into
+     * a split held in the registry until the next options replace it (the
+     * engine copies them); o.neuron_live at live */
+    qi_neuron_live_opts live;
 } lq_eopts;
 
 #define LQ_ENGINE_KEYS \
     "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
-        "placement", "sim", "sim_params", "sim_cal", "sparsity", "sparsity_mode", "sparsity_calib", "sparse_max_density"
+        "placement", "sim", "sim_params", "sim_cal", "sparsity", "sparsity_mode", "sparsity_calib", "sparse_max_density", \
+        "neuron_policy", "neuron_profile", "neuron_budget", "neuron_swap_every"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */

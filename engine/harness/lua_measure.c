@@ -285,7 +285,8 @@ static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int
 }
 
 /* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, kv_...})
- * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt}
+ * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt,
+ *     device1_peak_bytes (with two devices or more: the second's peak memory)}
  * qi_measure_decode, as bench's batched rows: batch sequences get the
  * prompt (a text, or that many pseudo-random ids after BOS, distinct per
  * sequence); ttft_s is the prefill of all of them until each one's first
@@ -369,6 +370,8 @@ static int l_throughput(lua_State *L) {
         lq_set_num(L, "predicted_step_s", pr.ctl.predicted_s);
         lq_set_num(L, "measured_step_s", pr.ctl.measured_s);
     }
+    qi_engine_dev d1;
+    if (qi_engine_device(s->engine, 1, &d1)) lq_set_num(L, "device1_peak_bytes", (double)d1.peak);
     lq_set_num(L, "ttft_s", r.prefill_s);
     lq_set_num(L, "tpot_s", r.tpot_s);
     lq_set_num(L, "tokens_per_s", r.tokens_per_s);

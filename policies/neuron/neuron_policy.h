@@ -258,4 +258,31 @@ typedef struct {
 } qi_neuron_rp;
 void qi_neuron_recall(const uint8_t *fast, const int64_t *count, int n, long tokens, qi_neuron_rp *out);
 
+/* ---- a split for the engine (split.c) ------------------------------------------------ */
+
+/* A policy's placement of model m's FFN as the engine runs it
+ * (qinfer/engine.h, opts.neuron_fast): neurons in units of down's
+ * quantisation block (qi_engine_neuron_unit), each unit's activity the
+ * sum of its neurons' in the profile (its mass column; "uniform": every
+ * neuron 1), its bytes theirs, groups of QI_NEURON_GROUP_DEFAULT / unit
+ * units; the budget "P%" of the FFN's bytes or BYTES (K, M, G). */
+typedef struct {
+    int n_layer, n_units, unit;
+    uint8_t *fast;        /* [n_layer * n_units] 1: on the fast device (opts.neuron_fast) */
+    double *activity;     /* [n_layer * n_units] per token (opts.neuron_activity) */
+    int n_fast;           /* units on the fast device */
+    uint64_t bytes, ffn_bytes; /* theirs, and the whole FFN's */
+    double mass_fast, mass;    /* the activity they hold, and all of it */
+    bool has_live;             /* the qinfer policy: its swap rule's options in live */
+    qi_neuron_live_opts live;
+    char policy[32];
+} qi_neuron_split;
+/* Errors: a bad budget or profile (QI_ERR_INVALID, QI_ERR_FORMAT naming
+ * the file and line), a profile of another shape ("not its profile"), a
+ * model without a gated FFN (QI_ERR_UNSUPPORTED), the policy's. *out
+ * zeroed on failure (qi_neuron_split_fini). */
+qi_status qi_neuron_split_make(const struct qi_model *m, const char *policy, const char *profile, const char *budget,
+                               qi_neuron_split *out, qi_err *err);
+void qi_neuron_split_fini(qi_neuron_split *s); /* zeroed; a zeroed one is a no-op */
+
 #endif

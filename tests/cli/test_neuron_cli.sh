@@ -164,7 +164,7 @@ if ls "$cache"/corpora/* >/dev/null 2>&1; then
 fi
 expect_fail 2 "needs --neuron-profile FILE (or uniform) and --neuron-budget" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static
 expect_fail 2 "option --neuron-budget without --neuron-policy" "$Q" "${PPL[@]}" --neuron-budget 10%
-expect_fail 2 "option --neuron-budget: '120%' is not a share" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 120%
+expect_fail 2 "neuron budget '120%' is not a share" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 120%
 expect_fail 2 "the model 30 x 1536: not its profile" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$p" --neuron-budget 10%
 expect_fail 2 "puts the hot neurons on the second device of --devices, and there is none" "$Q" "${PPL[@]}" --neuron-policy static --neuron-profile uniform --neuron-budget 10%
 expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-policy static

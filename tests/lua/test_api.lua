@@ -210,6 +210,24 @@ while es:pending(id) > 0 do es:step() end
 T.ok(es:argmax(id) >= 0, "an engine under sparsity steps after its calibration file is gone")
 es:close()
 
+-- the FFN neuron split: every neuron hot on testdev is the unsplit run exactly
+local rn = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
+  neuron_policy = "static", neuron_profile = "uniform", neuron_budget = "100%" })
+T.eq(rn.ppl, rd.ppl, "every neuron hot: the unsplit perplexity exactly")
+local rh = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
+  neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform", neuron_budget = "30%", neuron_swap_every = 2 })
+T.ok(math.abs(rh.ppl - rd.ppl) / rd.ppl < 0.02, "a 30% split with swaps within 2% of unsplit: " .. rh.ppl)
+T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform" } end, "neuron_budget")
+T.raises(function() m:engine { neuron_budget = "30%" } end, "without 'neuron_policy'")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static", neuron_profile = "uniform",
+  neuron_budget = "30%", neuron_swap_every = 2 } end, "swapping is the qinfer policy's")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static", neuron_profile = "/nonexistent/p",
+  neuron_budget = "30%" } end, "cannot open")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static", neuron_profile = "uniform",
+  neuron_budget = "lots" } end, "neuron budget 'lots'")
+T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform", neuron_budget = "30%" } end,
+  "fast device 1")
+
 -- throughput
 local tp = qinfer.throughput(m, { batch = 2, n_gen = 4, prompt = 8 })
 T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")

@@ -1,0 +1,74 @@
+-- neuron_split.lua - the FFN's hot neurons on the GPU against whole layers
+-- there, at the paper's scale: LLaMA-2-70B (Q4_0) on the simulated
+-- A100-80GB PCIe server with two Xeon sockets
+-- (engine/backend/sim/profiles/a100-pcie-2xeon.profile).
+--
+-- Every figure here is SIMULATED (engine/backend/sim/README.md): no
+-- arithmetic runs and the results database marks every value simulated.
+-- The simulator computes no activations, so the CPU's side of a split runs
+-- dense here (cats on the cold side, the sparsity that makes a hot-neuron
+-- split pay, needs real activations: policies/neuron/README.md), and the
+-- profile is "uniform": which units are hot changes no time.
+--
+-- Each configuration is one qinfer.throughput call (a 32-token prompt per
+-- sequence, then n_gen decode steps) with either
+--   mode=split  share s of the FFN's bytes as hot neurons on the GPU
+--               (--neuron-policy static --neuron-budget s), every
+--               attention and the cold neurons on the CPU, or
+--   mode=ngl    the last round(s * 80) layers whole on the GPU (-ngl),
+-- so the figure sets the two against the GPU memory each takes.
+--
+-- Metrics (one value: the simulation has no noise):
+--   decode.tokens_per_s  aggregate decode rate                   (tok/s)
+--   decode.tpot_s        time per output token                   (s)
+--   gpu.peak_bytes       the GPU's peak memory (weights, activations, KV) (B)
+--
+--   qinfer synth --preset llama-2-70b --type q4_0 --shapes-only -o ~/.cache/qinfer/shapes/llama-2-70b-q4_0.gguf
+--   qinfer run experiments/neuron_split.lua          -> results/neuron_split.db
+--   qinfer results neuron_split --by mode,share,batch --metric decode.tokens_per_s,gpu.peak_bytes
+--   bash plots/make_all.sh                           -> plots/out/neuron_split.png
+local qinfer = require "qinfer"
+
+local cache = os.getenv("QINFER_CACHE") or ((os.getenv("HOME") or ".") .. "/.cache/qinfer")
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local profiles = here .. "/../engine/backend/sim/profiles/"
+
+return {
+  name = "neuron_split",
+  params = {
+    model = { cache .. "/shapes/llama-2-70b-q4_0.gguf" },
+    profile = { "a100-pcie-2xeon" },
+    mode = { "split", "ngl" },
+    share = { 0, 0.1, 0.25, 0.5, 0.75, 1 },
+    batch = { 1, 16 },
+    n_gen = { 16 },
+  },
+  order = { "model", "profile", "mode", "share", "batch", "n_gen" },
+  cost = function(cfg) return cfg.batch * (32 + cfg.n_gen) end,
+  repetitions = 1, -- simulated without noise
+  warmup = 0,
+  run = function(cfg, ctx)
+    local f = io.open(cfg.model, "rb")
+    if not f then
+      error("no model at " .. cfg.model .. ": write it with qinfer synth --preset llama-2-70b --type q4_0 "
+        .. "--shapes-only -o " .. cfg.model)
+    end
+    f:close()
+    local m = qinfer.load(cfg.model)
+    local o = { batch = cfg.batch, prompt = 32, n_gen = cfg.n_gen, sim = profiles .. cfg.profile .. ".profile",
+                devices = "cpu,gpu" }
+    if cfg.mode == "split" then
+      if cfg.share > 0 then
+        o.neuron_policy = "static"
+        o.neuron_profile = "uniform"
+        o.neuron_budget = string.format("%g%%", cfg.share * 100)
+      end
+    else
+      o.placement = string.format("ngl=%d", math.floor(cfg.share * m:info().n_layer + 0.5))
+    end
+    local t = qinfer.throughput(m, o)
+    ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")
+    ctx.metric("decode.tpot_s", t.tpot_s, "s")
+    ctx.metric("gpu.peak_bytes", t.device1_peak_bytes, "B")
+  end,
+}
