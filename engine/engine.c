@@ -2758,6 +2758,19 @@ bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out)
     return true;
 }
 
+/* cats: act(gate) in e->sp_act [rows][n] zeroed where |x| <= tg, counted;
+ * the neurons kept by some row (the union) in e->sp_idx, their number
+ * returned. */
+static int cats_keep(qi_engine *e, float tg, int rows, int n) {
+    const size_t nn = (size_t)rows * (size_t)n;
+    long z = 0;
+    for (size_t i = 0; i < nn; i++)
+        if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
+    e->sp_zeroed += (double)z;
+    e->sp_seen += (double)nn;
+    return qi_sparse_active(e->sp_act, (size_t)n, rows, n, e->sp_idx);
+}
+
 /* The MLP block of a gated FFN under opts.sparsity or opts.act_observe,
  * on the CPU, from its normed input in M->xn: teal thresholds gate and
  * up's input and down's; cats computes the gate, keeps the neurons whose
@@ -2790,12 +2803,7 @@ static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
             static const int wi_up[1] = {SP_W_UP};
             OP(mm_site(e, b, l, wi_up, &gu[1], &gu_out[1], 1, M->xn, rows, n_in, err));
         } else {
-            long z = 0;
-            for (size_t i = 0; i < n; i++)
-                if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
-            e->sp_zeroed += (double)z;
-            e->sp_seen += (double)n;
-            const int n_act = qi_sparse_active(e->sp_act, (size_t)F, rows, F, e->sp_idx);
+            const int n_act = cats_keep(e, tg, rows, F);
             if ((double)n_act <= e->o.sparse_max_density * F) {
                 memset(M->up, 0, sizeof(float) * n);
                 OP(mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp_idx, n_act, M->up, err));
@@ -2849,12 +2857,7 @@ static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows
     OP(matmul(e, M->be, &w[0], M->xn, rows, M->gate, err));
     memcpy(e->sp_act, M->gate, sizeof(float) * nn);
     OP(qi_backend_glu(M->be, gelu, e->sp_act, e->sp_ones, rows, n, err));
-    long z = 0;
-    for (size_t i = 0; i < nn; i++)
-        if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
-    e->sp_zeroed += (double)z;
-    e->sp_seen += (double)nn;
-    const int n_act = qi_sparse_active(e->sp_act, (size_t)n, rows, n, e->sp_idx);
+    const int n_act = cats_keep(e, tg, rows, n);
     const bool sparse = (double)n_act <= e->o.sparse_max_density * n;
     if (sparse) {
         memset(M->up, 0, sizeof(float) * nn);
