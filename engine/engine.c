@@ -1124,6 +1124,46 @@ static qi_status live_round(qi_engine *e, qi_err *err) {
 
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out) { *out = e->swaps; }
 
+double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch) {
+    qi_engine *e = engine;
+    const qi_model *m = e->m;
+    const int unit = qi_engine_neuron_unit(m);
+    const long R = (long)e->o.step_tokens + e->o.max_seqs;
+    if (e->plan.n_devices < 2 || unit < 1 || batch < 1 || batch > R || n_neurons < 1 || n_neurons > m->hp.n_ff)
+        return NAN;
+    const int nu = m->hp.n_ff / unit, k = (n_neurons + unit - 1) / unit;
+    uint8_t *mask = qi_calloc((size_t)nu, 1);
+    if (!mask) return NAN;
+    for (int u = 0; u < k; u++) mask[u] = 1;
+    qi_ffn_split sp;
+    qi_err err = {0};
+    double t = NAN;
+    if (qi_ffn_split_build(&m->layers[0], mask, !qi_gguf_shapes_only(m->gguf), &sp, &err) == QI_OK) {
+        const dev_state *D = &e->dev[fast ? 1 : 0];
+        const qi_weight w[3] = {sp.gate[1], sp.up[1], sp.down[1]};
+        qi_weight dw[3];
+        qi_buf *buf = NULL;
+        qi_event *a = NULL, *b = NULL;
+        if (!neuron_prepare(e, fast ? 1 : 0, 0, w, dw, &buf, &err) && !qi_dev_synchronize(D->be, &err) &&
+            !qi_event_record(D->be, &a, &err) &&
+            !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[1]}, (float *const[]){D->up}, 1, D->xn, batch,
+                                 &err) &&
+            !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[2]}, (float *const[]){D->x}, 1, D->up, batch,
+                                 &err) &&
+            !qi_event_record(D->be, &b, &err)) {
+            qi_event_sync(b);
+            t = qi_event_elapsed(a, b);
+        }
+        qi_dev_synchronize(D->be, &err);
+        qi_event_free(a);
+        qi_event_free(b);
+        qi_buf_free(buf);
+        qi_ffn_split_free(&sp);
+    }
+    qi_free(mask);
+    return t;
+}
+
 /* One layer's check (qi_engine_neuron_check): slot s of the fast side
  * (its bytes in fast, copied back) and the cold side's k-th unit against
  * the model's unit u. */

@@ -282,7 +282,8 @@ done:
 void qi_cli_neuron_help(void) {
     printf("      --neuron-policy P   split each layer's FFN by neurons between the cpu and the second\n"
            "                          device of --devices, the hot ones there: none, static or\n"
-           "                          qinfer:ratio=R (policies/neuron/README.md); neurons go in units\n"
+           "                          qinfer:ratio=R|auto (auto: the speed ratio timed on the devices\n"
+           "                          first; policies/neuron/README.md); neurons go in units\n"
            "                          of down's quantisation block (32 for q4_1), moved whole\n"
            "      --neuron-profile F  the profile the policy places by (qinfer profile -o F), or\n"
            "                          uniform (every neuron alike: where nothing is computed, --sim)\n"
@@ -336,8 +337,35 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
     if (!k->devices || !strchr(k->devices, ','))
         return QI_ERR(err, QI_ERR_INVALID, "--neuron-policy puts the hot neurons on the second device of --devices, "
                       "and there is none (cpu,cuda; cpu,testdev; with --sim, cpu,gpu)");
+    /* qinfer:ratio=auto: the speed ratio calibrated on the devices first */
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s", k->neuron_policy);
+    char *at = strstr(spec, "ratio=auto");
+    if (at) {
+        qi_engine_opts o;
+        qi_engine_opts_default(&o);
+        qi_cli_kv_apply(k, &o);
+        o.max_seqs = 1;
+        o.n_ctx = 16;
+        o.step_tokens = 16;
+        o.sparsity = NULL;
+        qi_engine *eng = NULL;
+        double ratio = NAN;
+        qi_status cst = qi_engine_create(m, &o, &eng, err);
+        if (!cst) cst = qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, 1, 5, &ratio, err);
+        qi_engine_free(eng);
+        if (cst) {
+            qi_err_prefix(err, "calibrating the neuron speed ratio");
+            return cst;
+        }
+        char rest[512];
+        snprintf(rest, sizeof rest, "%s", at + strlen("ratio=auto"));
+        snprintf(at, sizeof spec - (size_t)(at - spec), "ratio=%.4g%s", ratio, rest);
+        fprintf(stderr, "qinfer %s: neuron speed ratio calibrated: %.4g (seconds per neuron of up and down at batch 1, "
+                "the cpu's over the second device's)\n", cmd, ratio);
+    }
     qi_neuron_split sp;
-    qi_status st = qi_neuron_split_make(m, k->neuron_policy, k->neuron_profile, k->neuron_budget, &sp, err);
+    qi_status st = qi_neuron_split_make(m, spec, k->neuron_profile, k->neuron_budget, &sp, err);
     if (st) return st;
     if (k->neuron_swap_every && !sp.has_live) {
         st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-every: swapping is the qinfer policy's, and the policy "

@@ -175,6 +175,11 @@ if ls "$cache"/corpora/* >/dev/null 2>&1; then
       bad "no swaps line: $(cat "$tmp/out")"
   fi
 fi
+if ls "$cache"/corpora/* >/dev/null 2>&1; then
+  if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=auto --neuron-profile uniform --neuron-budget 30%; then
+    grep -Eq "neuron speed ratio calibrated: [0-9.e+-]+ " "$tmp/err" || bad "no calibrated ratio: $(cat "$tmp/err")"
+  fi
+fi
 expect_fail 2 "swapping is the qinfer policy's, and the policy is static" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 4
 expect_fail 2 "option --neuron-swap-every without --neuron-policy" "$Q" "${PPL[@]}" --neuron-swap-every 4
 expect_fail 2 "option --neuron-active without --neuron-policy" "$Q" "${PPL[@]}" --neuron-active 0.1

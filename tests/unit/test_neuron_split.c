@@ -28,7 +28,8 @@
  *   - sim: on a LLaMA-2-70B of shapes only on the simulated A100 server,
  *     a decode step's simulated time falls as the fast device takes more
  *     of the FFN (none, half, all), and the GPU's memory grows by the hot
- *     neurons' bytes.
+ *     neurons' bytes; the calibration timer grows with the neurons on both
+ *     devices and gives a CPU:GPU ratio above 1.
  */
 #include <check.h>
 #include <math.h>
@@ -40,6 +41,7 @@
 #include "backend.h"
 #include "ffn_split.h"
 #include "neuron/neuron_live.h"
+#include "neuron/neuron_policy.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/plan.h"
@@ -531,6 +533,38 @@ static double sim_step(const qi_model *m, double share, size_t *gpu_bytes) {
     return dt;
 }
 
+/* The calibration timer on the simulated 70B: up and down of more neurons
+ * take longer on both devices, and the CPU's seconds per neuron over the
+ * GPU's (qi_neuron_calibrate's ratio) is above 1; a bad call is NAN. */
+static void sim_calibration(const qi_model *m) {
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 16;
+    o.max_seqs = 1;
+    o.step_tokens = 16;
+    o.sim = A100;
+    o.devices = "cpu,gpu";
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(m, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    for (int d = 0; d < 2; d++) {
+        const double a = qi_engine_neuron_time(eng, d, 1024, 1), b = qi_engine_neuron_time(eng, d, 8192, 1);
+        ck_assert_msg(a > 0 && b > 2 * a, "device %d: %g s for 1024 neurons, %g for 8192", d, a, b);
+    }
+    ck_assert(isnan(qi_engine_neuron_time(eng, 1, 0, 1)));
+    ck_assert(isnan(qi_engine_neuron_time(eng, 1, 1024, 1000)));
+    double ratio;
+    ck_assert_int_eq(qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, 1, 3, &ratio, &e), QI_OK);
+    fprintf(stderr, "sim: calibrated CPU:GPU ratio %.3f\n", ratio);
+    ck_assert(ratio > 1.0 && ratio < 100.0);
+    qi_engine_free(eng);
+    o.devices = "cpu";
+    ck_assert_int_eq(qi_engine_create(m, &o, &eng, &e), QI_OK);
+    ck_assert(isnan(qi_engine_neuron_time(eng, 1, 1024, 1))); /* one device */
+    qi_engine_free(eng);
+}
+
 START_TEST(sim) {
     char path[96];
     qi_model *m = qi_test_shapes_70b(path, sizeof path);
@@ -545,6 +579,7 @@ START_TEST(sim) {
     const double ffn = 80.0 * 3 * 28672 * 8192 / 32 * 18;
     ck_assert_double_eq_tol((double)(b10 - b0), ffn, ffn * 0.01);
     ck_assert_double_eq_tol((double)(b5 - b0), ffn / 2, ffn * 0.01);
+    sim_calibration(m);
     qi_model_free(m);
     unlink(path);
 }

@@ -252,6 +252,16 @@ typedef struct {
     double bytes;
 } qi_engine_neuron_swaps;
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out);
+/* The qinfer neuron policy's start-up calibration timer (a
+ * qi_neuron_time_fn of policies/neuron/neuron_policy.h, ctx the engine):
+ * device seconds of layer 0's up product of n_neurons neurons (rounded up
+ * to whole units) and of down's over their columns, at `batch` rows, on
+ * the CPU (fast 0) or on device 1 (fast 1), timed by the device's events
+ * (a simulated device's clock on a simulated machine). The neurons'
+ * matrices are gathered and prepared on the device first, untimed. NAN
+ * when the engine has one device, batch is outside 1 to its rows per step,
+ * or a device fails. */
+double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch);
 /* Tests: every split layer's two sides against the model, between steps:
  * each unit on exactly one side (the swaps' live state consistent), the
  * fast device's slot s holding its unit's gate and up rows and down
