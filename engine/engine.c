@@ -1144,15 +1144,19 @@ double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch) {
         qi_weight dw[3];
         qi_buf *buf = NULL;
         qi_event *a = NULL, *b = NULL;
-        if (!neuron_prepare(e, fast ? 1 : 0, 0, w, dw, &buf, &err) && !qi_dev_synchronize(D->be, &err) &&
-            !qi_event_record(D->be, &a, &err) &&
-            !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[1]}, (float *const[]){D->up}, 1, D->xn, batch,
-                                 &err) &&
-            !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[2]}, (float *const[]){D->x}, 1, D->up, batch,
-                                 &err) &&
-            !qi_event_record(D->be, &b, &err)) {
+        /* the pair NEURON_TIME_ITERS times between the events, so that a
+         * small model's products stand above the timer's noise */
+        enum { NEURON_TIME_ITERS = 8 };
+        bool ok = !neuron_prepare(e, fast ? 1 : 0, 0, w, dw, &buf, &err) && !qi_dev_synchronize(D->be, &err) &&
+                  !qi_event_record(D->be, &a, &err);
+        for (int i = 0; i < NEURON_TIME_ITERS && ok; i++)
+            ok = !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[1]}, (float *const[]){D->up}, 1, D->xn,
+                                      batch, &err) &&
+                 !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[2]}, (float *const[]){D->x}, 1, D->up,
+                                      batch, &err);
+        if (ok && !qi_event_record(D->be, &b, &err)) {
             qi_event_sync(b);
-            t = qi_event_elapsed(a, b);
+            t = qi_event_elapsed(a, b) / NEURON_TIME_ITERS;
         }
         qi_dev_synchronize(D->be, &err);
         qi_event_free(a);

@@ -352,7 +352,7 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
         qi_engine *eng = NULL;
         double ratio = NAN;
         qi_status cst = qi_engine_create(m, &o, &eng, err);
-        if (!cst) cst = qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, 1, 5, &ratio, err);
+        if (!cst) cst = qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, 1, 7, &ratio, err);
         qi_engine_free(eng);
         if (cst) {
             qi_err_prefix(err, "calibrating the neuron speed ratio");

@@ -19,8 +19,10 @@
 # all-GPU, ngl=half and split attention at batch 1, 16, 64, and decode's
 # share of the measured HBM bandwidth); CUPTI's records of the kernels and
 # copies of a bench run beside the engine's event timing (qinfer bench
-# --cupti); a PyTorch cross-check of the probe's copies when torch is
-# importable (information only).
+# --cupti); the FFN's hot neurons on the GPU at 25%, 50% and 100% of the
+# FFN against ngl=half (qinfer bench --neuron-policy, the speed ratio
+# calibrated on the devices); a PyTorch cross-check of the probe's copies
+# when torch is importable (information only).
 # A failed step does not stop the independent ones. Everything goes to
 # stdout and $OUT/check.log (default build-gpu-out); the last line is
 # "check.sh: PASS ..." or "check.sh: FAIL ..."; the exit status is 0 only
@@ -135,6 +137,25 @@ synth_models() {
     "$1" synth -o "$2/llama7b.gguf" --preset llama-7b --type q4_0
 }
 
+# neuron_bench QINFER MODEL FILE: the FFN's hot neurons on the GPU (a
+# uniform profile, the qinfer policy with its ratio timed on the devices)
+# at 25%, 50% and 100% of the FFN against whole layers (ngl=half), batch 1
+# and 16: every run must finish, and FILE holds the rows and the ratio.
+# shellcheck disable=SC2317 # called by name through step
+neuron_bench() {
+  local q=$1 m=$2 f=$3 b n
+  : >"$f"
+  n=$("$q" inspect "$m" 2>/dev/null | awk '/\.block_count / { print $NF; exit }')
+  for b in 25% 50% 100%; do
+    echo "== hot neurons $b" >>"$f"
+    "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --neuron-policy qinfer:ratio=auto \
+      --neuron-profile uniform --neuron-budget "$b" >>"$f" 2>&1 || return 1
+  done
+  echo "== ngl=$((${n:-32} / 2))" >>"$f"
+  "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --placement "ngl=$((${n:-32} / 2))" >>"$f" 2>&1 || return 1
+  grep -E "ratio calibrated|neuron split|tg32 @ b" "$f"
+}
+
 # cupti_bench QINFER MODEL FILE: bench's pp64 and tg32 rows with every
 # layer and the output head on the GPU, CUPTI recording; the output (in
 # FILE) must hold both rows' comparison, kernels recorded and no dropped
@@ -238,11 +259,12 @@ main() {
       step speed-smollm2 300 bash -o pipefail -c "'$G' speed '$M/smollm2.gguf' ${hbm:-0} | tee '$OUT/speed_smollm2.txt'"
       step speed-llama7b 420 bash -o pipefail -c "'$G' speed '$M/llama7b.gguf' ${hbm:-0} | tee '$OUT/speed_llama7b.txt'"
       step cupti 180 cupti_bench "$Q" "$M/smollm2.gguf" "$OUT/cupti.txt"
+      step neuron-split 300 neuron_bench "$Q" "$M/llama7b.gguf" "$OUT/neuron_split.txt"
     else
-      for s in greedy greedy-capped speed-smollm2 speed-llama7b cupti; do skip "$s" "no synthetic models"; done
+      for s in greedy greedy-capped speed-smollm2 speed-llama7b cupti neuron-split; do skip "$s" "no synthetic models"; done
     fi
   else
-    for s in ops synth greedy greedy-capped speed-smollm2 speed-llama7b cupti; do skip "$s" "not built"; done
+    for s in ops synth greedy greedy-capped speed-smollm2 speed-llama7b cupti neuron-split; do skip "$s" "not built"; done
   fi
   if timeout 60 python3 -c 'import torch' 2>/dev/null; then
     step torch-bw 120 python3 tests/gpu/torch_bw.py || { unset 'failed[-1]'; echo "   (information only)"; }
