@@ -2,7 +2,10 @@
 # The whole test suite: a Release build with every test (unit, goldens
 # against llama.cpp, CLI, GGUF fuzzing), then an AddressSanitizer + UBSan
 # build running the unit tests and 10,000 fuzzed GGUF files, with the
-# model-level golden tests cut to a few cases (QI_TEST_QUICK=1) to stay fast.
+# model-level golden tests cut to a few cases (QI_TEST_QUICK=1), and the
+# CLI, Lua and serve scripts to their checks of bad input, errors after the
+# model loads included (QI_TEST_ERRORS_ONLY=1, tests/cli/lib.sh): the runs
+# whose output they check are the Release build's, to stay fast.
 #
 #   tests/run.sh            both builds
 #   tests/run.sh --fast     Release build only
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fast=0
 [[ ${1:-} == --fast ]] && fast=1
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
 # each stage's wall time, for the CI log (the whole run must stay short)
 t0=$SECONDS
@@ -30,10 +33,11 @@ if ((fast == 0)); then
   echo "== AddressSanitizer + UBSan build and tests"
   # without the CUDA sources: the sanitizers watch host code, and the CUDA
   # device's host logic (backend_cuda.c) is built and tested either way
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF >/dev/null
+  # nor the benchmarks, which no test runs (the Release build builds them)
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF -DQI_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
   stage "sanitizer build done"
-  (cd build-asan && QI_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  (cd build-asan && QI_TEST_QUICK=1 QI_TEST_ERRORS_ONLY=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
   stage "sanitizer tests done"
 fi
