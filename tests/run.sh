@@ -26,17 +26,32 @@ echo "== Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 stage "Release build done"
+
+asan_pid=
+if ((fast == 0)); then
+  # The sanitizer build compiles beside the Release tests, at the lowest
+  # priority (nice 19): it takes the cycles they leave idle (entries that
+  # hold both cores without keeping both busy, the single-threaded tail)
+  # and yields the rest, so the tests run as they would alone. Its output
+  # goes to build-asan/build.log, shown if it fails.
+  # Without the CUDA sources: the sanitizers watch host code, and the CUDA
+  # device's host logic (backend_cuda.c) is built and tested either way;
+  # nor the benchmarks, which no test runs (the Release build builds them).
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF -DQI_BUILD_BENCH=OFF >/dev/null
+  setsid -w nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
+  asan_pid=$!
+  # a failed Release stage stops the build too (its own process group)
+  trap '[[ -n $asan_pid ]] && kill -- -"$asan_pid" 2>/dev/null' EXIT
+fi
+
 (cd build && ctest --output-on-failure -j"$jobs")
 stage "Release tests done"
 
 if ((fast == 0)); then
   echo "== AddressSanitizer + UBSan build and tests"
-  # without the CUDA sources: the sanitizers watch host code, and the CUDA
-  # device's host logic (backend_cuda.c) is built and tested either way
-  # nor the benchmarks, which no test runs (the Release build builds them)
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF -DQI_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-asan -j"$jobs"
-  stage "sanitizer build done"
+  wait "$asan_pid" || { tail -n 50 build-asan/build.log; asan_pid=; echo "== sanitizer build failed"; exit 1; }
+  asan_pid=
+  stage "sanitizer build done (what was left of it after the Release tests)"
   (cd build-asan && QI_TEST_QUICK=1 QI_TEST_ERRORS_ONLY=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
   stage "sanitizer tests done"
