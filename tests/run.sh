@@ -2,7 +2,10 @@
 # The whole test suite: a Release build with every test (unit, goldens
 # against llama.cpp, CLI, GGUF fuzzing), then an AddressSanitizer + UBSan
 # build running the unit tests and 10,000 fuzzed GGUF files, with the
-# model-level golden tests cut to a few cases (QI_TEST_QUICK=1) to stay fast.
+# model-level golden tests cut to a few cases (QI_TEST_QUICK=1), and the
+# CLI, Lua and serve scripts to their checks of bad input, errors after the
+# model loads included (QI_TEST_ERRORS_ONLY=1, tests/cli/lib.sh): the runs
+# whose output they check are the Release build's, to stay fast.
 #
 #   tests/run.sh            both builds
 #   tests/run.sh --fast     Release build only
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fast=0
 [[ ${1:-} == --fast ]] && fast=1
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
 # each stage's wall time, for the CI log (the whole run must stay short)
 t0=$SECONDS
@@ -23,17 +26,33 @@ echo "== Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 stage "Release build done"
+
+asan_pid=
+if ((fast == 0)); then
+  # The sanitizer build compiles beside the Release tests, at the lowest
+  # priority (nice 19): it takes the cycles they leave idle (entries that
+  # hold both cores without keeping both busy, the single-threaded tail)
+  # and yields the rest, so the tests run as they would alone. Its output
+  # goes to build-asan/build.log, shown if it fails.
+  # Without the CUDA sources: the sanitizers watch host code, and the CUDA
+  # device's host logic (backend_cuda.c) is built and tested either way;
+  # nor the benchmarks, which no test runs (the Release build builds them).
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF -DQI_BUILD_BENCH=OFF >/dev/null
+  setsid -w nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
+  asan_pid=$!
+  # a failed Release stage stops the build too (its own process group)
+  trap '[[ -n $asan_pid ]] && kill -- -"$asan_pid" 2>/dev/null' EXIT
+fi
+
 (cd build && ctest --output-on-failure -j"$jobs")
 stage "Release tests done"
 
 if ((fast == 0)); then
   echo "== AddressSanitizer + UBSan build and tests"
-  # without the CUDA sources: the sanitizers watch host code, and the CUDA
-  # device's host logic (backend_cuda.c) is built and tested either way
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF >/dev/null
-  cmake --build build-asan -j"$jobs"
-  stage "sanitizer build done"
-  (cd build-asan && QI_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  wait "$asan_pid" || { tail -n 50 build-asan/build.log; asan_pid=; echo "== sanitizer build failed"; exit 1; }
+  asan_pid=
+  stage "sanitizer build done (what was left of it after the Release tests)"
+  (cd build-asan && QI_TEST_QUICK=1 QI_TEST_ERRORS_ONLY=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
   stage "sanitizer tests done"
 fi

@@ -4,8 +4,9 @@
 # (markdown table, CSV, JSON, batched decode rows, and --db runs in a
 # results database when built with SQLite; a file of the older bench table
 # refused). Exits 77
-# (skip) after the flag checks when the model is not cached. --attn-blas is
-# checked by test_attn_blas.sh.
+# (skip) after the flag checks when the model is not cached; with
+# QI_TEST_ERRORS_ONLY=1 the errors only (lib.sh). --attn-blas is checked by
+# test_attn_blas.sh.
 # Usage: test_bench.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_bench.sh PATH/TO/qinfer}
@@ -85,28 +86,29 @@ expect_fail 2 "exceed the model's context" "$Q" bench -m smollm2-135m -p 0 -n 81
 expect_fail 2 "8000 prompt + 500 decoded" "$Q" bench -m smollm2-135m -p 0 -n 500 -d 8000 --batch 2 --probe-mib 0
 expect_fail 2 "needs a budget" "$Q" bench -m smollm2-135m -p 0 -n 8 --batch 2 --kv-policy window --probe-mib 0
 
-# A tiny run: a markdown table with pp16 and tg4 rows and positive rates.
 T=(-m smollm2-135m -t 2 -p 16 -n 4 -r 2)
-if expect_ok "$Q" bench "${T[@]}" --probe-mib 64; then
-  cp "$tmp/out" "$tmp/md"
-  grep -Eq '^\| model +\| +size \| +params \| backend +\| threads \| +test \| +t/s \|$' "$tmp/md" || bad "md: no table header: $(cat "$tmp/md")"
-  for test in pp16 tg4; do
-    row=$(grep "| *$test |" "$tmp/md")
-    [[ -n $row ]] || { bad "md: no $test row"; continue; }
-    awk -F'|' '{ split($8, v, " "); exit !(v[1] + 0 > 0 && v[2] == "±") }' <<<"$row" || bad "md: $test rate not positive: $row"
-    grep -q "CPU (" <<<"$row" || bad "md: $test row names no backend: $row"
-  done
-  grep -q "^memory read bandwidth: [0-9.]* GB/s" "$tmp/md" || bad "md: no bandwidth line"
-  grep -q "^weights read per decoded token: " "$tmp/md" || bad "md: no bytes-per-token line"
-  grep -q "^tg4: .* of the measured read bandwidth" "$tmp/md" || bad "md: no roofline line"
-  grep -q "^peak RSS: [0-9.]* MiB" "$tmp/md" || bad "md: no peak RSS"
-  grep -q "^hardware: " "$tmp/md" || bad "md: no hardware line"
-  grep -q "tg4 run 2/2" "$tmp/err" || bad "no progress lines on stderr"
-fi
+if full_runs; then
+  # A tiny run: a markdown table with pp16 and tg4 rows and positive rates.
+  if expect_ok "$Q" bench "${T[@]}" --probe-mib 64; then
+    cp "$tmp/out" "$tmp/md"
+    grep -Eq '^\| model +\| +size \| +params \| backend +\| threads \| +test \| +t/s \|$' "$tmp/md" || bad "md: no table header: $(cat "$tmp/md")"
+    for test in pp16 tg4; do
+      row=$(grep "| *$test |" "$tmp/md")
+      [[ -n $row ]] || { bad "md: no $test row"; continue; }
+      awk -F'|' '{ split($8, v, " "); exit !(v[1] + 0 > 0 && v[2] == "±") }' <<<"$row" || bad "md: $test rate not positive: $row"
+      grep -q "CPU (" <<<"$row" || bad "md: $test row names no backend: $row"
+    done
+    grep -q "^memory read bandwidth: [0-9.]* GB/s" "$tmp/md" || bad "md: no bandwidth line"
+    grep -q "^weights read per decoded token: " "$tmp/md" || bad "md: no bytes-per-token line"
+    grep -q "^tg4: .* of the measured read bandwidth" "$tmp/md" || bad "md: no roofline line"
+    grep -q "^peak RSS: [0-9.]* MiB" "$tmp/md" || bad "md: no peak RSS"
+    grep -q "^hardware: " "$tmp/md" || bad "md: no hardware line"
+    grep -q "tg4 run 2/2" "$tmp/err" || bad "no progress lines on stderr"
+  fi
 
-# CSV: a header and two rows with the same number of fields; sane values.
-if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o csv; then
-  python3 - "$tmp/out" <<'EOF' || bad "csv rows do not parse: $(cat "$tmp/out")"
+  # CSV: a header and two rows with the same number of fields; sane values.
+  if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o csv; then
+    python3 - "$tmp/out" <<'EOF' || bad "csv rows do not parse: $(cat "$tmp/out")"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert [r["test"] for r in rows] == ["pp16", "tg4"], rows
@@ -118,25 +120,25 @@ for r in rows:
 assert rows[0]["n_prompt"] == "16" and rows[1]["n_gen"] == "4"
 assert rows[0]["mem_bw_gbs"] == ""  # --probe-mib 0: not measured
 EOF
-  ok
-fi
+    ok
+  fi
 
-# Batched decode: tg8 (qi_ctx), then tg8 @ b1 and tg8 @ b4 (the engine), and
-# the aggregate / per-sequence lines; in CSV, batch and avg_seq_ts fields.
-B=(-m smollm2-135m -t 2 -p 0 -n 8 -r 1 --batch "1,4")
-if expect_ok "$Q" bench "${B[@]}" --probe-mib 0; then
-  for test in tg8 "tg8 @ b1" "tg8 @ b4"; do
-    row=$(grep "| *$test |" "$tmp/out")
-    [[ -n $row ]] || { bad "md: no '$test' row: $(cat "$tmp/out")"; continue; }
-    awk -F'|' '{ split($8, v, " "); exit !(v[1] + 0 > 0) }' <<<"$row" || bad "md: '$test' rate not positive: $row"
-  done
-  grep -q "^tg8 @ b4: 4 sequences, [0-9.]* t/s aggregate = [0-9.]* t/s per sequence; [0-9.]*x the aggregate of tg8 @ b1$" \
-    "$tmp/out" || bad "md: no aggregate line for tg8 @ b4: $(cat "$tmp/out")"
-  grep -q "KV policy" "$tmp/out" && bad "md: a KV policy line with the full cache"
-  grep -q "tg8 @ b4 run 1/1" "$tmp/err" || bad "no progress line for the batched row"
-fi
-if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 -o csv; then
-  python3 - "$tmp/out" <<'EOF' && ok || bad "csv batched rows: $(cat "$tmp/out")"
+  # Batched decode: tg8 (qi_ctx), then tg8 @ b1 and tg8 @ b4 (the engine), and
+  # the aggregate / per-sequence lines; in CSV, batch and avg_seq_ts fields.
+  B=(-m smollm2-135m -t 2 -p 0 -n 8 -r 1 --batch "1,4")
+  if expect_ok "$Q" bench "${B[@]}" --probe-mib 0; then
+    for test in tg8 "tg8 @ b1" "tg8 @ b4"; do
+      row=$(grep "| *$test |" "$tmp/out")
+      [[ -n $row ]] || { bad "md: no '$test' row: $(cat "$tmp/out")"; continue; }
+      awk -F'|' '{ split($8, v, " "); exit !(v[1] + 0 > 0) }' <<<"$row" || bad "md: '$test' rate not positive: $row"
+    done
+    grep -q "^tg8 @ b4: 4 sequences, [0-9.]* t/s aggregate = [0-9.]* t/s per sequence; [0-9.]*x the aggregate of tg8 @ b1$" \
+      "$tmp/out" || bad "md: no aggregate line for tg8 @ b4: $(cat "$tmp/out")"
+    grep -q "KV policy" "$tmp/out" && bad "md: a KV policy line with the full cache"
+    grep -q "tg8 @ b4 run 1/1" "$tmp/err" || bad "no progress line for the batched row"
+  fi
+  if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 -o csv; then
+    python3 - "$tmp/out" <<'EOF' && ok || bad "csv batched rows: $(cat "$tmp/out")"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert [(r["test"], r["batch"]) for r in rows] == [("tg8", "1"), ("tg8 @ b1", "1"), ("tg8 @ b4", "4")], rows
@@ -144,38 +146,39 @@ for r in rows:
     assert r["n_gen"] == "8" and r["kv_policy"] == "full" and float(r["avg_ts"]) > 0
     assert abs(float(r["avg_seq_ts"]) * int(r["batch"]) - float(r["avg_ts"])) < 1e-3 * float(r["avg_ts"])
 EOF
-fi
-# --profile: one line per batched row, op shares summing to 100%, over the
-# timed steps only (-r 1, -n 8: 8 steps; not the warm-up's, not the prompts').
-if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 --profile; then
-  for test in "tg8 @ b1" "tg8 @ b4"; do
-    line=$(grep "^qinfer bench: profile of $test over 8 steps" "$tmp/err")
-    [[ -n $line ]] || { bad "no profile line for $test: $(cat "$tmp/err")"; continue; }
-    python3 -c 'import re, sys; v = [float(x) for x in re.findall(r" ([0-9.]+)%", sys.argv[1])]; assert len(v) == 5 and abs(sum(v) - 100) < 0.5, v' "$line" \
-      && ok || bad "profile shares of $test: $line"
-  done
-  grep -q "profile of tg8 over" "$tmp/err" && bad "a profile line for the single-sequence row"
-fi
-# --depth: the batched rows' prompts, in their names and the depth field; a
-# budget of half the sequence then evicts from the prompt on.
-if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 1,2 -d 40 --kv-policy h2o \
-  --kv-budget 50% --probe-mib 0 -o csv; then
-  python3 - "$tmp/out" <<'EOF' && ok || bad "csv rows with --depth: $(cat "$tmp/out")"
+  fi
+  # --profile: one line per batched row, op shares summing to 100%, over the
+  # timed steps only (-r 1, -n 8: 8 steps; not the warm-up's, not the prompts').
+  if expect_ok "$Q" bench "${B[@]}" --probe-mib 0 --profile; then
+    for test in "tg8 @ b1" "tg8 @ b4"; do
+      line=$(grep "^qinfer bench: profile of $test over 8 steps" "$tmp/err")
+      [[ -n $line ]] || { bad "no profile line for $test: $(cat "$tmp/err")"; continue; }
+      python3 -c 'import re, sys; v = [float(x) for x in re.findall(r" ([0-9.]+)%", sys.argv[1])]; assert len(v) == 5 and abs(sum(v) - 100) < 0.5, v' "$line" \
+        && ok || bad "profile shares of $test: $line"
+    done
+    grep -q "profile of tg8 over" "$tmp/err" && bad "a profile line for the single-sequence row"
+  fi
+  # --depth: the batched rows' prompts, in their names and the depth field; a
+  # budget of half the sequence then evicts from the prompt on.
+  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 1,2 -d 40 --kv-policy h2o \
+    --kv-budget 50% --probe-mib 0 -o csv; then
+    python3 - "$tmp/out" <<'EOF' && ok || bad "csv rows with --depth: $(cat "$tmp/out")"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert [(r["test"], r["depth"]) for r in rows] == [("tg4", "0"), ("tg4 @ b1 d40", "40"), ("tg4 @ b2 d40", "40")], rows
 EOF
-fi
-# A policy with a budget: named in the header and in the batched rows only.
-if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 8 -r 1 --warmup 0 --batch 2 --kv-policy window --kv-budget 4 \
-  --probe-mib 0; then
-  grep -q "^KV policy of the batched rows: window, budget 4 tokens$" "$tmp/out" || bad "md: no KV policy line: $(cat "$tmp/out")"
-  grep -q "| *tg8 @ b2 |" "$tmp/out" || bad "md: no tg8 @ b2 row with the window policy"
-fi
+  fi
+  # A policy with a budget: named in the header and in the batched rows only.
+  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 8 -r 1 --warmup 0 --batch 2 --kv-policy window --kv-budget 4 \
+    --probe-mib 0; then
+    grep -q "^KV policy of the batched rows: window, budget 4 tokens$" "$tmp/out" || bad "md: no KV policy line: $(cat "$tmp/out")"
+    grep -q "| *tg8 @ b2 |" "$tmp/out" || bad "md: no tg8 @ b2 row with the window policy"
+  fi
 
-if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o json; then
-  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert [r["test"] for r in d] == ["pp16", "tg4"] and all(r["avg_ts"] > 0 and len(r["samples_ts"]) == 2 for r in d)' "$tmp/out" \
-    && ok || bad "json does not parse: $(cat "$tmp/out")"
+  if expect_ok "$Q" bench "${T[@]}" --probe-mib 0 -o json; then
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert [r["test"] for r in d] == ["pp16", "tg4"] and all(r["avg_ts"] > 0 and len(r["samples_ts"]) == 2 for r in d)' "$tmp/out" \
+      && ok || bad "json does not parse: $(cat "$tmp/out")"
+  fi
 fi
 
 # --db: each row a run of experiment "bench" in a results database, its
@@ -187,27 +190,29 @@ if ((sqlite)); then
     else python3 -c 'import sqlite3, sys; print("\n".join("|".join(str(c) for c in r) for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])))' "$1" "$2"
     fi
   }
-  expect_ok "$Q" bench "${T[@]}" -n 0 --probe-mib 0 --db "$db"
-  expect_ok "$Q" bench "${T[@]}" --probe-mib 0 --db "$db"
-  query="SELECT json_extract(r.config_json, '$.test') || ' ' || r.status || ' ' || m.name || ' ' || count(*) || ' '
-           || (min(m.value) > 0) || ' ' || m.unit FROM runs r JOIN metrics m ON m.run_id = r.id
-         WHERE m.name LIKE '%tokens_per_s' GROUP BY r.id, m.name ORDER BY r.id, m.name"
-  got=$(rows "$db" "$query")
-  want=$'pp16 done prefill.tokens_per_s 2 1 tok/s\npp16 done prefill.tokens_per_s 2 1 tok/s\ntg4 done decode.per_seq_tokens_per_s 2 1 tok/s\ntg4 done decode.tokens_per_s 2 1 tok/s'
-  [[ $got == "$want" ]] && ok || bad "db runs: got '$got', want '$want'"
-  got=$(rows "$db" "SELECT count(*) FROM metrics WHERE name IN ('decode.weight_bytes_per_token', 'mem.peak_rss_bytes') AND value > 0")
-  [[ $got == 6 ]] && ok || bad "db: weight bytes and peak RSS of each run: $got, want 6"
-  expect_ok "$Q" results bench --db "$db" --by test --metric decode.tokens_per_s,prefill.tokens_per_s -o csv
-  grep -q '^"\?tg4"\?,' "$tmp/out" && ok || bad "qinfer results bench lacks the tg4 row: $(cat "$tmp/out")"
-  # a batched row: the batch a configuration parameter, the aggregate and
-  # per-sequence rates one definition apart (x batch)
-  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$db"; then
-    got=$(rows "$db" "SELECT json_extract(r.config_json, '$.batch') || '|' || json_extract(r.config_json, '$.kv_policy')
-      || '|' || json_extract(r.config_json, '$.depth') || '|' || (abs(a.value - 2 * p.value) < 1e-9 * a.value)
-      FROM runs r JOIN metrics a ON a.run_id = r.id AND a.name = 'decode.tokens_per_s'
-      JOIN metrics p ON p.run_id = r.id AND p.name = 'decode.per_seq_tokens_per_s'
-      WHERE json_extract(r.config_json, '$.test') = 'tg4 @ b2'")
-    [[ $got == "2|full|4|1" ]] && ok || bad "batched db run: got '$got', want '2|full|4|1'"
+  if full_runs; then
+    expect_ok "$Q" bench "${T[@]}" -n 0 --probe-mib 0 --db "$db"
+    expect_ok "$Q" bench "${T[@]}" --probe-mib 0 --db "$db"
+    query="SELECT json_extract(r.config_json, '$.test') || ' ' || r.status || ' ' || m.name || ' ' || count(*) || ' '
+             || (min(m.value) > 0) || ' ' || m.unit FROM runs r JOIN metrics m ON m.run_id = r.id
+           WHERE m.name LIKE '%tokens_per_s' GROUP BY r.id, m.name ORDER BY r.id, m.name"
+    got=$(rows "$db" "$query")
+    want=$'pp16 done prefill.tokens_per_s 2 1 tok/s\npp16 done prefill.tokens_per_s 2 1 tok/s\ntg4 done decode.per_seq_tokens_per_s 2 1 tok/s\ntg4 done decode.tokens_per_s 2 1 tok/s'
+    [[ $got == "$want" ]] && ok || bad "db runs: got '$got', want '$want'"
+    got=$(rows "$db" "SELECT count(*) FROM metrics WHERE name IN ('decode.weight_bytes_per_token', 'mem.peak_rss_bytes') AND value > 0")
+    [[ $got == 6 ]] && ok || bad "db: weight bytes and peak RSS of each run: $got, want 6"
+    expect_ok "$Q" results bench --db "$db" --by test --metric decode.tokens_per_s,prefill.tokens_per_s -o csv
+    grep -q '^"\?tg4"\?,' "$tmp/out" && ok || bad "qinfer results bench lacks the tg4 row: $(cat "$tmp/out")"
+    # a batched row: the batch a configuration parameter, the aggregate and
+    # per-sequence rates one definition apart (x batch)
+    if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 --batch 2 --probe-mib 0 --db "$db"; then
+      got=$(rows "$db" "SELECT json_extract(r.config_json, '$.batch') || '|' || json_extract(r.config_json, '$.kv_policy')
+        || '|' || json_extract(r.config_json, '$.depth') || '|' || (abs(a.value - 2 * p.value) < 1e-9 * a.value)
+        FROM runs r JOIN metrics a ON a.run_id = r.id AND a.name = 'decode.tokens_per_s'
+        JOIN metrics p ON p.run_id = r.id AND p.name = 'decode.per_seq_tokens_per_s'
+        WHERE json_extract(r.config_json, '$.test') = 'tg4 @ b2'")
+      [[ $got == "2|full|4|1" ]] && ok || bad "batched db run: got '$got', want '2|full|4|1'"
+    fi
   fi
   # a file of the older bench table is refused, untouched
   old="$tmp/old.db"
@@ -222,5 +227,5 @@ db.commit()' "$old" || bad "cannot make the old-schema table"
   expect_fail 1 "x.db" "$Q" bench "${T[@]}" --probe-mib 0 --db "$tmp/no/such/dir/x.db"
 fi
 
-echo "$passes passed, $fails failed"
+summary
 [[ $fails -eq 0 ]]

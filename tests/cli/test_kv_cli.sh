@@ -5,7 +5,8 @@
 # match the full cache exactly; a windowed run and a small needle table must
 # complete; quest, whose budget counts attended tokens, says so in every
 # command). Exits 77 (skip) after the flag checks when the model is not
-# cached. Usage: test_kv_cli.sh PATH/TO/qinfer
+# cached; QI_TEST_ERRORS_ONLY=1 runs the errors only (lib.sh). Usage:
+# test_kv_cli.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_kv_cli.sh PATH/TO/qinfer}
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -69,65 +70,67 @@ expect_fail 2 "kv-budget 512: KV policy 'qinfer'" "$Q" ppl "${M[@]}" -f devil --
 expect_fail 2 "more than the context of 16" "$Q" agree "${M[@]}" -p "one two three" --n 32 --ctx 16
 expect_fail 2 "training context" "$Q" needle "${M[@]}" --lengths 1024,100000
 
-# The full policy against the full cache: the same arithmetic, so exactly equal.
-if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper climbed the stairs every evening" --n 8; then
-  grep -q "^agree: model smollm2-135m, policy full, prompt [0-9]* tokens, 8 steps" "$tmp/out" || bad "agree header: $(cat "$tmp/out")"
-  grep -q "^agree: top-1 100.00% (8/8), mean KL 0.0000e+00 nats, max KL 0.0000e+00, " "$tmp/out" ||
-    bad "agree with the full policy is not exact: $(cat "$tmp/out")"
-fi
-if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper" --n 4 -o json; then
-  { grep -q '"top1_agree": 4,' "$tmp/out" && grep -q '"max_kl": 0.000000e+00,' "$tmp/out"; } || bad "agree json: $(cat "$tmp/out")"
+if full_runs; then
+  # The full policy against the full cache: the same arithmetic, so exactly equal.
+  if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper climbed the stairs every evening" --n 8; then
+    grep -q "^agree: model smollm2-135m, policy full, prompt [0-9]* tokens, 8 steps" "$tmp/out" || bad "agree header: $(cat "$tmp/out")"
+    grep -q "^agree: top-1 100.00% (8/8), mean KL 0.0000e+00 nats, max KL 0.0000e+00, " "$tmp/out" ||
+      bad "agree with the full policy is not exact: $(cat "$tmp/out")"
+  fi
+  if expect_ok "$Q" agree "${M[@]}" -p "The old lighthouse keeper" --n 4 -o json; then
+    { grep -q '"top1_agree": 4,' "$tmp/out" && grep -q '"max_kl": 0.000000e+00,' "$tmp/out"; } || bad "agree json: $(cat "$tmp/out")"
+  fi
+
+  # A window of 16 on a corpus prompt: a result line, 16 working tokens per stream
+  # (30 layers x 3 KV heads x 16 = 1440 for SmolLM2-135M).
+  if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy window --kv-budget 16; then
+    grep -q "policy window, budget 16 tokens, prompt 64 tokens, 16 steps" "$tmp/out" || bad "agree window header: $(cat "$tmp/out")"
+    grep -Eq "^agree: top-1 [0-9.]+% \([0-9]+/16\), mean KL [0-9.]+e[-+][0-9]+ nats, max KL [0-9.]+e[-+][0-9]+, working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" ||
+      bad "agree window result: $(cat "$tmp/out")"
+  fi
+
+  # Head budgets (ada=) move tokens between a layer's KV heads, never add any:
+  # still 1440 working tokens.
+  if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy h2o --kv-budget 16 --kv-param ada=0.8; then
+    grep -Eq "working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" || bad "agree h2o ada=0.8: $(cat "$tmp/out")"
+  fi
+
+  # quest at 50% in every command: the budget is labelled attended, and the kv lines count what attention read.
+  if expect_ok "$Q" generate "${M[@]}" -p "The old lighthouse keeper climbed the stairs" -n 4 --kv-policy quest \
+    --kv-budget 50% --kv-stats; then
+    grep -Eq "^qinfer generate: kv quest, budget 50% attended: [0-9]+ positions; per layer and KV head [0-9.]+ attended \(last step\), [0-9.]+ working" "$tmp/err" ||
+      bad "generate quest kv line: $(cat "$tmp/err")"
+  fi
+  if expect_ok "$Q" ppl "${M[@]}" -f devil --ctx 256 --chunks 1 --decode --kv-policy quest --kv-budget 50%; then
+    grep -q "decode mode  kv quest, budget 50% attended$" "$tmp/out" || bad "ppl quest header: $(cat "$tmp/out")"
+    grep -Eq "^kv: attended tokens per layer and KV head [0-9.]+, of 192.0 working, offloaded 0.0 " "$tmp/out" ||
+      bad "ppl quest kv line: $(cat "$tmp/out")"
+    att=$(sed -nE 's/^kv: attended tokens per layer and KV head ([0-9.]+),.*/\1/p' "$tmp/out")
+    awk -v a="$att" 'BEGIN { exit !(a > 0 && a < 192) }' || bad "ppl quest attended $att of 192"
+  fi
+  # 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
+  # the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
+  # block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
+  if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
+    grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
+    grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+      bad "agree quest result: $(cat "$tmp/out")"
+  fi
+  if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
+    grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||
+      bad "needle quest header: $(cat "$tmp/out")"
+    grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle quest overall: $(cat "$tmp/out")"
+  fi
+
+  # A small needle run: a table with one row and the overall line (accuracy not asserted).
+  if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1; then
+    grep -q "^needle: model smollm2-135m, policy full, lengths 256, depths 0.5, 1 trial per cell" "$tmp/out" || bad "needle header: $(cat "$tmp/out")"
+    grep -Eq '^\| 256 \| [0-9]+-[0-9]+ \| [0-9.]+% \([01]/1\) \| [0-9.]+% \([01]/1\) \|$' "$tmp/out" || bad "needle row: $(cat "$tmp/out")"
+    grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle overall: $(cat "$tmp/out")"
+    tokens=$(sed -nE 's/^\| 256 \| ([0-9]+)-.*/\1/p' "$tmp/out")
+    [[ -n $tokens && $tokens -le 256 && $tokens -ge 200 ]] || bad "needle prompt not sized to 256 tokens: $tokens"
+  fi
 fi
 
-# A window of 16 on a corpus prompt: a result line, 16 working tokens per stream
-# (30 layers x 3 KV heads x 16 = 1440 for SmolLM2-135M).
-if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy window --kv-budget 16; then
-  grep -q "policy window, budget 16 tokens, prompt 64 tokens, 16 steps" "$tmp/out" || bad "agree window header: $(cat "$tmp/out")"
-  grep -Eq "^agree: top-1 [0-9.]+% \([0-9]+/16\), mean KL [0-9.]+e[-+][0-9]+ nats, max KL [0-9.]+e[-+][0-9]+, working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" ||
-    bad "agree window result: $(cat "$tmp/out")"
-fi
-
-# Head budgets (ada=) move tokens between a layer's KV heads, never add any:
-# still 1440 working tokens.
-if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 64 --n 16 --kv-policy h2o --kv-budget 16 --kv-param ada=0.8; then
-  grep -Eq "working KV tokens at end 1440 \(of [0-9]+ for full\)$" "$tmp/out" || bad "agree h2o ada=0.8: $(cat "$tmp/out")"
-fi
-
-# quest at 50% in every command: the budget is labelled attended, and the kv lines count what attention read.
-if expect_ok "$Q" generate "${M[@]}" -p "The old lighthouse keeper climbed the stairs" -n 4 --kv-policy quest \
-  --kv-budget 50% --kv-stats; then
-  grep -Eq "^qinfer generate: kv quest, budget 50% attended: [0-9]+ positions; per layer and KV head [0-9.]+ attended \(last step\), [0-9.]+ working" "$tmp/err" ||
-    bad "generate quest kv line: $(cat "$tmp/err")"
-fi
-if expect_ok "$Q" ppl "${M[@]}" -f devil --ctx 256 --chunks 1 --decode --kv-policy quest --kv-budget 50%; then
-  grep -q "decode mode  kv quest, budget 50% attended$" "$tmp/out" || bad "ppl quest header: $(cat "$tmp/out")"
-  grep -Eq "^kv: attended tokens per layer and KV head [0-9.]+, of 192.0 working, offloaded 0.0 " "$tmp/out" ||
-    bad "ppl quest kv line: $(cat "$tmp/out")"
-  att=$(sed -nE 's/^kv: attended tokens per layer and KV head ([0-9.]+),.*/\1/p' "$tmp/out")
-  awk -v a="$att" 'BEGIN { exit !(a > 0 && a < 192) }' || bad "ppl quest attended $att of 192"
-fi
-# 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
-# the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
-# block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
-if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
-  grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
-  grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
-    bad "agree quest result: $(cat "$tmp/out")"
-fi
-if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
-  grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||
-    bad "needle quest header: $(cat "$tmp/out")"
-  grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle quest overall: $(cat "$tmp/out")"
-fi
-
-# A small needle run: a table with one row and the overall line (accuracy not asserted).
-if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1; then
-  grep -q "^needle: model smollm2-135m, policy full, lengths 256, depths 0.5, 1 trial per cell" "$tmp/out" || bad "needle header: $(cat "$tmp/out")"
-  grep -Eq '^\| 256 \| [0-9]+-[0-9]+ \| [0-9.]+% \([01]/1\) \| [0-9.]+% \([01]/1\) \|$' "$tmp/out" || bad "needle row: $(cat "$tmp/out")"
-  grep -Eq '^overall: [0-9.]+% \([01]/1\)' "$tmp/out" || bad "needle overall: $(cat "$tmp/out")"
-  tokens=$(sed -nE 's/^\| 256 \| ([0-9]+)-.*/\1/p' "$tmp/out")
-  [[ -n $tokens && $tokens -le 256 && $tokens -ge 200 ]] || bad "needle prompt not sized to 256 tokens: $tokens"
-fi
-
-echo "$passes passed, $fails failed"
+summary
 [[ $fails -eq 0 ]]

@@ -7,8 +7,9 @@
 # whose header and neuron lines agree with the model (30 layers x 1536
 # neurons) and the run; --sparsity-out writes an activation-sparsity
 # calibration that ppl --sparsity reads (0: the dense perplexity exactly).
-# Exits 77 (skip) after the flag checks when the model is not cached.
-# Usage: test_profile.sh PATH/TO/qinfer
+# Exits 77 (skip) after the flag checks when the model is not cached;
+# QI_TEST_ERRORS_ONLY=1 runs the errors only (lib.sh), and the one run whose
+# file they read. Usage: test_profile.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_profile.sh PATH/TO/qinfer}
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -57,26 +58,28 @@ expect_fail 2 "exceeds the model's training context" "$Q" profile "${M[@]}" -f d
 expect_fail 1 "the FFN observer reads activations on the host, and the plan puts layer 0's MLP on device testdev" \
   "$Q" profile "${M[@]}" -f devil --devices cpu,testdev --placement ngl=30
 
-# A tiny real run: 128 tokens, 2 chunks of 64, windows of 16 (3 window pairs a chunk).
-if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --window 16 -o "$tmp/p.txt"; then
-  grep -q "^model .*SmolLM2-135M-Instruct.Q4_1.gguf  corpus .*devils-dictionary.txt  tokens 128  ctx 64  layers 30  n_ff 1536$" "$tmp/out" ||
-    bad "profile header: $(head -3 "$tmp/out")"
-  grep -q "^threshold 0.1  top 0.2 (k = 307 neurons; random hot sets overlap 0.200)  window 16$" "$tmp/out" ||
-    bad "profile settings line: $(head -3 "$tmp/out")"
-  [[ $(grep -Ec "^ +[0-9]+ +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3}$" "$tmp/out") -eq 30 ]] ||
-    bad "profile table is not 30 layer rows: $(cat "$tmp/out")"
-  grep -Eq "^summary: .*SmolLM2.*  layers 30  mean active [01]\.[0-9]{3}  tok_ov 0\.[0-9]{3}  win_ov [01]\.[0-9]{3}  mass_top 0\.[0-9]{3}  \(top 0.2, window 16, 128 tokens\)$" "$tmp/out" ||
-    bad "profile summary: $(tail -1 "$tmp/out")"
-  f=$tmp/p.txt
-  [[ $(sed -n 1p "$f") == "# qinfer ffn-profile 1" ]] || bad "profile file magic: $(head -1 "$f")"
-  grep -q "^# n_layer 30 n_ff 1536 tokens 128 ctx 64 threshold 0.1 top 0.2 k 307 window 16$" "$f" ||
-    bad "profile file settings: $(head -4 "$f")"
-  [[ $(grep -c "^# layer [0-9]* tokens 128 tok_overlap " "$f") -eq 30 ]] || bad "profile file layer lines"
-  [[ $(grep -vc "^#" "$f") -eq $((30 * 1536)) ]] || bad "profile file has $(grep -vc "^#" "$f") neuron lines, want 46080"
-  # every layer's hot counts sum to tokens x k = 128 x 307; counts within 0..128
-  awk '!/^#/ { if ($3 < 0 || $3 > 128 || $4 < 0 || $4 > 128 || $5 < 0) bad = 1; hot[$1] += $4 }
-       END { for (l = 0; l < 30; l++) if (hot[l] != 128 * 307) bad = 1; exit bad }' "$f" ||
-    bad "profile file counts are inconsistent"
+if full_runs; then
+  # A tiny real run: 128 tokens, 2 chunks of 64, windows of 16 (3 window pairs a chunk).
+  if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --window 16 -o "$tmp/p.txt"; then
+    grep -q "^model .*SmolLM2-135M-Instruct.Q4_1.gguf  corpus .*devils-dictionary.txt  tokens 128  ctx 64  layers 30  n_ff 1536$" "$tmp/out" ||
+      bad "profile header: $(head -3 "$tmp/out")"
+    grep -q "^threshold 0.1  top 0.2 (k = 307 neurons; random hot sets overlap 0.200)  window 16$" "$tmp/out" ||
+      bad "profile settings line: $(head -3 "$tmp/out")"
+    [[ $(grep -Ec "^ +[0-9]+ +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3} +[01]\.[0-9]{3}$" "$tmp/out") -eq 30 ]] ||
+      bad "profile table is not 30 layer rows: $(cat "$tmp/out")"
+    grep -Eq "^summary: .*SmolLM2.*  layers 30  mean active [01]\.[0-9]{3}  tok_ov 0\.[0-9]{3}  win_ov [01]\.[0-9]{3}  mass_top 0\.[0-9]{3}  \(top 0.2, window 16, 128 tokens\)$" "$tmp/out" ||
+      bad "profile summary: $(tail -1 "$tmp/out")"
+    f=$tmp/p.txt
+    [[ $(sed -n 1p "$f") == "# qinfer ffn-profile 1" ]] || bad "profile file magic: $(head -1 "$f")"
+    grep -q "^# n_layer 30 n_ff 1536 tokens 128 ctx 64 threshold 0.1 top 0.2 k 307 window 16$" "$f" ||
+      bad "profile file settings: $(head -4 "$f")"
+    [[ $(grep -c "^# layer [0-9]* tokens 128 tok_overlap " "$f") -eq 30 ]] || bad "profile file layer lines"
+    [[ $(grep -vc "^#" "$f") -eq $((30 * 1536)) ]] || bad "profile file has $(grep -vc "^#" "$f") neuron lines, want 46080"
+    # every layer's hot counts sum to tokens x k = 128 x 307; counts within 0..128
+    awk '!/^#/ { if ($3 < 0 || $3 > 128 || $4 < 0 || $4 > 128 || $5 < 0) bad = 1; hot[$1] += $4 }
+         END { for (l = 0; l < 30; l++) if (hot[l] != 128 * 307) bad = 1; exit bad }' "$f" ||
+      bad "profile file counts are inconsistent"
+  fi
 fi
 
 # Activation sparsity: the calibration file (30 layers x 5 sites, 101
@@ -89,15 +92,17 @@ if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --sparsity-ou
   awk '!/^#/ { if (NF != 103) bad = 1; for (i = 4; i <= NF; i++) if ($i < $(i - 1)) bad = 1 } END { exit bad }' "$f" ||
     bad "calibration lines are not 101 non-decreasing quantiles"
   P=(ppl "${M[@]}" -f devil --ctx 64 --chunks 2)
-  expect_ok "$Q" "${P[@]}" --decode && grep "^Final" "$tmp/out" >"$tmp/dense"
-  expect_ok "$Q" "${P[@]}" --sparsity 0 --sparsity-calib "$f" && grep "^Final" "$tmp/out" >"$tmp/zero"
-  cmp -s "$tmp/dense" "$tmp/zero" && ok || bad "--sparsity 0: $(cat "$tmp/zero"), dense $(cat "$tmp/dense")"
-  for mode in teal cats; do
-    if expect_ok "$Q" "${P[@]}" --sparsity 0.3 --sparsity-mode $mode --sparsity-calib "$f"; then
-      awk -v m=$mode '/^sparsity: / && $2 == m"," { z = $6 } END { exit !(z > 0.2 && z < 0.45) }' "$tmp/out" && ok ||
-        bad "$mode 0.3: $(grep sparsity "$tmp/out")"
-    fi
-  done
+  if full_runs; then # the file is made either way: the errors below read it
+    expect_ok "$Q" "${P[@]}" --decode && grep "^Final" "$tmp/out" >"$tmp/dense"
+    expect_ok "$Q" "${P[@]}" --sparsity 0 --sparsity-calib "$f" && grep "^Final" "$tmp/out" >"$tmp/zero"
+    cmp -s "$tmp/dense" "$tmp/zero" && ok || bad "--sparsity 0: $(cat "$tmp/zero"), dense $(cat "$tmp/dense")"
+    for mode in teal cats; do
+      if expect_ok "$Q" "${P[@]}" --sparsity 0.3 --sparsity-mode $mode --sparsity-calib "$f"; then
+        awk -v m=$mode '/^sparsity: / && $2 == m"," { z = $6 } END { exit !(z > 0.2 && z < 0.45) }' "$tmp/out" && ok ||
+          bad "$mode 0.3: $(grep sparsity "$tmp/out")"
+      fi
+    done
+  fi
   expect_fail 2 "option --sparsity needs --sparsity-calib FILE" "$Q" "${P[@]}" --sparsity 0.3
   expect_fail 2 "option --sparsity-calib without --sparsity" "$Q" "${P[@]}" --sparsity-calib "$f"
   expect_fail 1 "activation sparsity runs on the CPU only" "$Q" "${P[@]}" --sparsity 0.3 --sparsity-calib "$f" \
@@ -106,5 +111,5 @@ if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --sparsity-ou
   expect_fail 1 "bad.spc: no quantiles for layer 0 attn_in" "$Q" "${P[@]}" --sparsity 0.3 --sparsity-calib "$tmp/bad.spc"
 fi
 
-echo "$passes passed, $fails failed"
+summary
 [[ $fails -eq 0 ]]

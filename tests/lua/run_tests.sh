@@ -4,7 +4,8 @@
 #               tree and again with only the modules compiled into qinfer,
 #               plus a planted failure that must fail
 #   api         test_api.lua on the cached default model, against `qinfer
-#               generate --temp 0` and `qinfer ppl`
+#               generate --temp 0` and `qinfer ppl` (QI_TEST_ERRORS_ONLY=1,
+#               ../cli/lib.sh: its argument errors and the engines they use)
 #   run_resume  `qinfer run` SIGKILLed mid-sweep, then resumed: one done run
 #               per configuration, nothing left of the killed run; SIGINT
 #               rolls back; --set, --list, --fresh
@@ -104,6 +105,12 @@ unit)
   ;;
 api)
   if ((!have_model)); then echo "skipped: smollm2-135m not cached (models/fetch.sh smollm2-135m)"; exit 77; fi
+  if ! full_runs; then # test_api.lua's errors and the engines they need, without the runs it compares
+    "$Q" lua -t 2 test_api.lua && ok || bad "test_api.lua (QI_TEST_ERRORS_ONLY=1) failed"
+    summary
+    [[ $fails -eq 0 ]]
+    exit
+  fi
   prompt="The quick brown fox jumps over the lazy dog. Then"
   "$Q" generate -t 2 -p "$prompt" -n 24 --temp 0 >"$tmp/gen.txt" 2>"$tmp/err" || bad "qinfer generate failed"
   ppl=$("$Q" ppl -t 2 -f devil --ctx 64 --chunks 2 2>"$tmp/err" | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
@@ -607,5 +614,5 @@ measure)
   ;;
 esac
 
-echo "$passes passed, $fails failed"
+summary
 [[ $fails -eq 0 ]]

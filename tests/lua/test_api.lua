@@ -5,8 +5,12 @@
 -- argument errors that name the caller's file:line and the bad key.
 -- arg[1]: a file holding `qinfer generate -p PROMPT -n 24 --temp 0`'s stdout
 -- arg[2]: the PPL `qinfer ppl -f devil --ctx 64 --chunks 2` printed
+-- QI_TEST_ERRORS_ONLY=1 (the sanitizer build; tests/cli/lib.sh): no
+-- arguments; the checks of generation, perplexity and throughput are left
+-- out (FULL), the argument errors and the engines they use are run.
 local T = require "testlib"
 local qinfer = require "qinfer"
+local FULL = os.getenv("QI_TEST_ERRORS_ONLY") ~= "1"
 local PROMPT = "The quick brown fox jumps over the lazy dog. Then"
 
 local m = qinfer.load("smollm2-135m", { threads = 2 })
@@ -137,41 +141,50 @@ T.raises(function() m:tokenize(42 and {}) end, "bad argument #1 to 'tokenize'")
 T.raises(function() qinfer.perplexity(m, "devil", { ctx = "64" }) end, "option 'ctx': integer expected")
 T.raises(function() qinfer.generate(f, "x", { kv_policy = "h2o" }) end, "applies only when a model is given")
 
--- greedy generation: the same text as `qinfer generate --temp 0`
-local want = assert(io.open(arg[1], "rb")):read("a")
-local text, gen_ids, tm = qinfer.generate(m, PROMPT, { n = 24 })
-T.eq(text .. "\n", want, "generate == qinfer generate --temp 0")
-T.eq(#gen_ids, 24, "generated ids")
-T.ok(tm.ttft_s > 0 and tm.tpot_s > 0 and tm.tokens_per_s > 0, "timing")
-local eng = m:engine { max_seqs = 1 }
-local text2 = qinfer.generate(eng, PROMPT, { n = 24 })
-T.eq(text2, text, "generate on an engine == on the model")
-T.eq(eng:pending(0), 0, "the call's sequence is removed")
+if FULL then
+  -- greedy generation: the same text as `qinfer generate --temp 0`
+  local want = assert(io.open(arg[1], "rb")):read("a")
+  local text, gen_ids, tm = qinfer.generate(m, PROMPT, { n = 24 })
+  T.eq(text .. "\n", want, "generate == qinfer generate --temp 0")
+  T.eq(#gen_ids, 24, "generated ids")
+  T.ok(tm.ttft_s > 0 and tm.tpot_s > 0 and tm.tokens_per_s > 0, "timing")
+  local eng = m:engine { max_seqs = 1 }
+  local text2 = qinfer.generate(eng, PROMPT, { n = 24 })
+  T.eq(text2, text, "generate on an engine == on the model")
+  T.eq(eng:pending(0), 0, "the call's sequence is removed")
+end
 -- attn_blas: taken by the engine options (or refused, naming the library,
 -- where OpenBLAS is missing); a wrong type names the key
 local blas_ok, eb = pcall(function() return m:engine { max_seqs = 1, attn_blas = true } end)
 if blas_ok then
-  local _, blas_ids = qinfer.generate(eb, PROMPT, { n = 8 })
-  T.eq(#blas_ids, 8, "generate with attn_blas")
+  if FULL then
+    local _, blas_ids = qinfer.generate(eb, PROMPT, { n = 8 })
+    T.eq(#blas_ids, 8, "generate with attn_blas")
+  end
   eb:close()
 else
   T.ok(tostring(eb):find("cannot load OpenBLAS", 1, true), "attn_blas refused for another reason: " .. tostring(eb))
 end
 T.raises(function() m:engine { attn_blas = 1 } end, "option 'attn_blas': boolean expected")
-local text3 = qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 })
-T.eq(qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 }), text3, "sampling is seeded")
+if FULL then
+  local text3 = qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 })
+  T.eq(qinfer.generate(m, PROMPT, { n = 24, greedy = false, seed = 7 }), text3, "sampling is seeded")
+end
 
 -- perplexity: whole chunks equal `qinfer ppl`; decode mode close to it
-local want_ppl = tonumber(arg[2])
-local r = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2 })
-T.eq(string.format("%.4f", r.ppl), string.format("%.4f", want_ppl), "perplexity == qinfer ppl")
-T.eq(r.chunks, 2, "chunks")
-T.eq(r.count, 2 * (64 / 2 - 1), "scored tokens")
-local rd = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2 })
-T.ok(rd.decode and math.abs(rd.ppl - r.ppl) / r.ppl < 0.05, "decode-mode full policy within 5% (one-token attention order)")
-local rw = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, kv_policy = "window", kv_budget = 8 })
-T.ok(rw.decode, "a KV policy implies decode mode")
-T.ok(rw.work_tokens <= 8, "window: working tokens per stream within the budget")
+local rd
+if FULL then
+  local want_ppl = tonumber(arg[2])
+  local r = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2 })
+  T.eq(string.format("%.4f", r.ppl), string.format("%.4f", want_ppl), "perplexity == qinfer ppl")
+  T.eq(r.chunks, 2, "chunks")
+  T.eq(r.count, 2 * (64 / 2 - 1), "scored tokens")
+  rd = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2 })
+  T.ok(rd.decode and math.abs(rd.ppl - r.ppl) / r.ppl < 0.05, "decode-mode full policy within 5% (one-token attention order)")
+  local rw = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, kv_policy = "window", kv_budget = 8 })
+  T.ok(rw.decode, "a KV policy implies decode mode")
+  T.ok(rw.work_tokens <= 8, "window: working tokens per stream within the budget")
+end
 
 -- activation sparsity: a hand-made calibration (every site's quantile k is
 -- k / 2000, so 0.3 thresholds at 0.015); 0 is the dense engine exactly
@@ -188,13 +201,15 @@ do
   end
   f:close()
 end
-local r0 = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0, sparsity_calib = calib })
-T.eq(r0.ppl, rd.ppl, "sparsity 0: the dense decode-mode perplexity exactly")
-T.eq(r0.sparsity, -1, "sparsity 0 thresholds nothing")
-for _, mode in ipairs({ "teal", "cats" }) do
-  local rs = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0.3, sparsity_mode = mode,
-    sparsity_calib = calib })
-  T.ok(rs.decode and rs.sparsity > 0 and rs.sparsity < 1 and rs.ppl > 0, mode .. ": zeroed " .. rs.sparsity)
+if FULL then
+  local r0 = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0, sparsity_calib = calib })
+  T.eq(r0.ppl, rd.ppl, "sparsity 0: the dense decode-mode perplexity exactly")
+  T.eq(r0.sparsity, -1, "sparsity 0 thresholds nothing")
+  for _, mode in ipairs({ "teal", "cats" }) do
+    local rs = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, batch = 2, sparsity = 0.3, sparsity_mode = mode,
+      sparsity_calib = calib })
+    T.ok(rs.decode and rs.sparsity > 0 and rs.sparsity < 1 and rs.ppl > 0, mode .. ": zeroed " .. rs.sparsity)
+  end
 end
 T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 0.3 }) end, "sparsity_calib")
 T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 1.5, sparsity_calib = calib }) end,
@@ -211,12 +226,14 @@ T.ok(es:argmax(id) >= 0, "an engine under sparsity steps after its calibration f
 es:close()
 
 -- the FFN neuron split: every neuron hot on testdev is the unsplit run exactly
-local rn = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
-  neuron_policy = "static", neuron_profile = "uniform", neuron_budget = "100%" })
-T.eq(rn.ppl, rd.ppl, "every neuron hot: the unsplit perplexity exactly")
-local rh = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
-  neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform", neuron_budget = "30%", neuron_swap_every = 2 })
-T.ok(math.abs(rh.ppl - rd.ppl) / rd.ppl < 0.02, "a 30% split with swaps within 2% of unsplit: " .. rh.ppl)
+if FULL then
+  local rn = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
+    neuron_policy = "static", neuron_profile = "uniform", neuron_budget = "100%" })
+  T.eq(rn.ppl, rd.ppl, "every neuron hot: the unsplit perplexity exactly")
+  local rh = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
+    neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform", neuron_budget = "30%", neuron_swap_every = 2 })
+  T.ok(math.abs(rh.ppl - rd.ppl) / rd.ppl < 0.02, "a 30% split with swaps within 2% of unsplit: " .. rh.ppl)
+end
 T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform" } end, "neuron_budget")
 T.raises(function() m:engine { neuron_budget = "30%" } end, "without 'neuron_policy'")
 T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static", neuron_profile = "uniform",
@@ -228,24 +245,26 @@ T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static"
 T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform", neuron_budget = "30%" } end,
   "fast device 1")
 
--- throughput
-local tp = qinfer.throughput(m, { batch = 2, n_gen = 4, prompt = 8 })
-T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")
-T.near(tp.tokens_per_s, 2 / tp.tpot_s, 1e-6 * tp.tokens_per_s, "aggregate rate = batch / tpot")
-local tq = qinfer.throughput(m, { batch = 1, n_gen = 4, prompt = PROMPT, kv_policy = "h2o", kv_budget = "50%" })
-T.ok(tq.tokens_per_s > 0, "throughput with a policy and a text prompt")
--- prompts longer in all than one step's tokens (512) end in different steps
-local tl = qinfer.throughput(m, { batch = 3, n_gen = 2, prompt = 200 })
-T.ok(tl.tokens_per_s > 0 and tl.n_prompt == 200, "throughput when the prompts span several steps")
-
--- placement policies on a simulated machine: planned for the workload, re-planned as it runs
 local SIM = "../../engine/backend/sim/profiles/a100-pcie-2xeon.profile"
-for _, pol in ipairs({ "static", "gdcost" }) do
-  local ts = qinfer.throughput(m, { batch = 2, n_gen = 6, prompt = 16, sim = SIM, devices = "cpu,gpu:40M",
-    placement = "policy:" .. pol })
-  T.ok(ts.tokens_per_s > 0 and ts.replans >= 1 and type(ts.plan) == "string", pol .. ": planned (" .. ts.plan .. ")")
-  T.ok(ts.measured_step_s > 0, pol .. ": the ticks measured the steps")
-  if pol == "gdcost" then T.ok(ts.predicted_step_s > 0, "gdcost predicts its step time") end
+if FULL then
+  -- throughput
+  local tp = qinfer.throughput(m, { batch = 2, n_gen = 4, prompt = 8 })
+  T.ok(tp.tokens_per_s > 0 and tp.ttft_s > 0 and tp.tpot_s > 0, "throughput")
+  T.near(tp.tokens_per_s, 2 / tp.tpot_s, 1e-6 * tp.tokens_per_s, "aggregate rate = batch / tpot")
+  local tq = qinfer.throughput(m, { batch = 1, n_gen = 4, prompt = PROMPT, kv_policy = "h2o", kv_budget = "50%" })
+  T.ok(tq.tokens_per_s > 0, "throughput with a policy and a text prompt")
+  -- prompts longer in all than one step's tokens (512) end in different steps
+  local tl = qinfer.throughput(m, { batch = 3, n_gen = 2, prompt = 200 })
+  T.ok(tl.tokens_per_s > 0 and tl.n_prompt == 200, "throughput when the prompts span several steps")
+
+  -- placement policies on a simulated machine: planned for the workload, re-planned as it runs
+  for _, pol in ipairs({ "static", "gdcost" }) do
+    local ts = qinfer.throughput(m, { batch = 2, n_gen = 6, prompt = 16, sim = SIM, devices = "cpu,gpu:40M",
+      placement = "policy:" .. pol })
+    T.ok(ts.tokens_per_s > 0 and ts.replans >= 1 and type(ts.plan) == "string", pol .. ": planned (" .. ts.plan .. ")")
+    T.ok(ts.measured_step_s > 0, pol .. ": the ticks measured the steps")
+    if pol == "gdcost" then T.ok(ts.predicted_step_s > 0, "gdcost predicts its step time") end
+  end
 end
 local ok_p, err_p = pcall(qinfer.throughput, m, { batch = 1, n_gen = 2, prompt = 4, sim = SIM, devices = "cpu,gpu",
   placement = "policy:nope" })
