@@ -57,10 +57,14 @@ done
 expect_fail 2 "quest: parameter 'first'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param first=2
 expect_fail 2 "quest: parameter 'full_layers'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
   --kv-param full_layers=31
-expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
+expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers, page, full_share)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
 expect_fail 2 "quest: parameter 'ada' shares a layer's budget" "$Q" agree "${M[@]}" -p x --kv-policy quest \
   --kv-budget 50% --kv-param ada=0.5
 expect_fail 2 "quest: parameter 'recent'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param recent=-1
+expect_fail 2 "quest: parameter 'page' must be a power of two" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
+  --kv-param page=24
+expect_fail 2 "quest: parameter 'full_share'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
+  --kv-param full_share=2
 expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
 expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30
