@@ -54,6 +54,14 @@
  * many steps). With mean=true the decayed sum is divided by the steps
  * cached, as the plain sum is.
  *
+ * catch_up (default false) puts an offloaded token's score on the working
+ * tokens' scale at a probe: between probes a working token adds its weight
+ * every step and an offloaded one nothing, so at the probe where recall is
+ * decided an offloaded token drawing a kept one's weight trails it by the
+ * probe_every - 1 steps it was not measured. With catch_up its weight on a
+ * probe step counts for those steps too (probe_every times, or 1 + d + ...
+ * + d^(probe_every - 1) with decay d), an estimate from one measurement.
+ *
  * judge (default 32; 0: off) judges a prompt once it has been read, as
  * snapkv does: while more of the prompt follows nothing is evicted, and on
  * the prompt's last segment every token's score becomes the vote of the
@@ -91,7 +99,8 @@ typedef struct {
     int sinks, windows, full_layers, probe_every, judge, pool;
     double heavy;
     float decay; /* per measured step, (0, 1] */
-    bool offload, recall, mean, judge_split;
+    float catch_w; /* with catch_up, an offloaded token's weight on a probe step counts this many times */
+    bool offload, recall, mean, judge_split, catch_up;
     qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
 } qinfer_policy;
@@ -111,8 +120,8 @@ static void qinfer_free(qi_kv_policy *pp) {
 }
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
-    static const char *const known[] = {"sinks", "windows", "heavy", "full_layers", "offload",     "recall", "probe_every",
-                                        "mean",  "decay",   "judge", "pool",        "judge_split", NULL};
+    static const char *const known[] = {"sinks", "windows", "heavy", "full_layers", "offload",     "recall",   "probe_every",
+                                        "mean",  "decay",   "judge", "pool",        "judge_split", "catch_up", NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
@@ -138,6 +147,8 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     if (!st) st = qi_params_int(params, who, "judge", 32, 0, 65536, &judge, err);
     if (!st) st = qi_params_bool(params, who, "judge_split", true, &judge_split, err);
     if (!st) st = qi_kv_params_pool(params, who, &pool, err);
+    bool catch_up;
+    if (!st) st = qi_params_bool(params, who, "catch_up", false, &catch_up, err);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
@@ -154,6 +165,12 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->judge = (int)judge;
     p->judge_split = judge_split;
     p->pool = (int)pool;
+    p->catch_up = catch_up;
+    /* the probe_every steps since the last probe, decayed as the working
+     * tokens' were: 1 + d + ... + d^(k-1) */
+    double cw = 0.0, dk = 1.0;
+    for (long k = 0; k < (probe_every > 0 ? probe_every : 1) && k < 1 << 20; k++, dk *= decay) cw += dk;
+    p->catch_w = (float)cw;
     if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
         qinfer_free(&p->base);
         return st;
@@ -178,6 +195,11 @@ static void qinfer_observe(qi_kv_policy *pp, qi_kv_view *v, const float *attn) {
     /* at decay 1 this is the plain sum exactly: 1 * s is s, and a skipped
      * (unmeasured) token's weight is 0 */
     const float d = p->decay;
+    if (p->catch_up && v->probed) { /* an offloaded token's weight stands in for the steps it was not measured */
+        for (int i = 0; i < v->n; i++)
+            v->score[i] = d * v->score[i] + (v->tier[i] == QI_KV_WORKING ? attn[i] : p->catch_w * attn[i]);
+        return;
+    }
     for (int i = 0; i < v->n; i++)
         if (v->probed || v->tier[i] == QI_KV_WORKING) v->score[i] = d * v->score[i] + attn[i];
 }
@@ -303,7 +325,7 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
     .params = "sinks=4,windows=1,heavy=0.5,full_layers=2,offload=true,recall=true,probe_every=16,mean=false,decay=1,"
-              "judge=32,pool=7,judge_split=true",
+              "judge=32,pool=7,judge_split=true,catch_up=false",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,

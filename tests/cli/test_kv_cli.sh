@@ -65,6 +65,8 @@ expect_fail 2 "quest: parameter 'page' must be a power of two" "$Q" agree "${M[@
   --kv-param page=24
 expect_fail 2 "quest: parameter 'full_share'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
   --kv-param full_share=2
+expect_fail 2 "qinfer: parameter 'catch_up'" "$Q" agree "${M[@]}" -p x --kv-policy qinfer --kv-budget 50% \
+  --kv-param catch_up=2
 expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
 expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30

@@ -731,6 +731,7 @@ START_TEST(policy_batched_equals_separate) {
     if (!g_model) return;
     policy_batched_vs_separate("h2o", "");
     policy_batched_vs_separate("qinfer", "probe_every=2");
+    policy_batched_vs_separate("qinfer", "probe_every=2,catch_up=true");
     policy_batched_vs_separate("tova", "");
     policy_batched_vs_separate("scissorhands", "history=4");
     policy_batched_vs_separate("keyformer", "steps=64");

@@ -546,6 +546,59 @@ START_TEST(qinfer_decay_waits_for_probes) {
 }
 END_TEST
 
+/* catch_up: on a probe step an offloaded token's weight counts for the
+ * probe_every steps since the last probe (decayed as a working token's
+ * would have been: 1 + d + ... + d^(k-1)), working tokens' once; off
+ * probe steps nothing changes for offloaded tokens. A token that draws a
+ * kept one's weight at the probe is recalled in its place. */
+START_TEST(qinfer_catch_up_counts_the_unmeasured_steps) {
+    static const struct {
+        const char *spec;
+        float w; /* the offloaded token's multiplier */
+        float d;
+    } cfg[] = {{"sinks=0,full_layers=0,probe_every=4,catch_up=true", 4.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=2,decay=0.5,catch_up=true", 1.5f, 0.5f},
+               {"sinks=0,full_layers=0,probe_every=4", 1.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=0,catch_up=true", 1.0f, 1.0f}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        qi_kv_policy *q = make("qinfer", cfg[c].spec);
+        tview *t = tv_new(4, 2, 3);
+        const float s0[4] = {2.0f, 2.0f, 0, 0};
+        memcpy(t->score, s0, sizeof s0);
+        t->tier[1] = QI_KV_OFFLOADED;
+        float attn[4] = {0.25f, 0, 0.5f, 1.0f};
+        qi_kv_policy_observe(q, &t->v, attn); /* not probed: the offloaded score waits */
+        const float d = cfg[c].d;
+        ck_assert(t->score[0] == d * 2.0f + 0.25f && t->score[1] == 2.0f && t->score[3] == 1.0f);
+        t->v.probed = true;
+        attn[1] = 0.5f;
+        const float before0 = t->score[0];
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_msg(t->score[1] == d * 2.0f + cfg[c].w * 0.5f, "%s: offloaded score %g", cfg[c].spec, t->score[1]);
+        ck_assert(t->score[0] == d * before0 + 0.25f);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+    /* recall: kept 0, 1, 2 with scores 1.0, 0.9, 0.8; token 3 offloaded at
+     * 0.1 draws 0.2 at the probe: 0.3 alone, 0.1 + 16 x 0.2 = 3.3 caught up */
+    for (int cu = 0; cu < 2; cu++) {
+        qi_kv_policy *q = make("qinfer", cu ? "sinks=0,full_layers=0,catch_up=true" : "sinks=0,full_layers=0");
+        tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
+        const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
+        memcpy(t->score, s0, sizeof s0);
+        for (int i = 3; i <= 6; i++) t->tier[i] = QI_KV_OFFLOADED;
+        t->v.probed = true;
+        float attn[10] = {0};
+        attn[3] = 0.2f;
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_int_eq(sel(q, t), 6);
+        expect_kept(t, cu ? (int32_t[]){0, 1, 3, 7, 8, 9} : (int32_t[]){0, 1, 2, 7, 8, 9}, 6, QI_KV_OFFLOAD);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+}
+END_TEST
+
 START_TEST(qinfer_recall) {
     qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
@@ -2228,6 +2281,7 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("qinfer", "offload=maybe", N_LAYER, (const char *[]){"qinfer", "'offload'", "maybe", NULL});
     expect_create_fails("qinfer", "recall=2", N_LAYER, (const char *[]){"qinfer", "'recall'", NULL});
     expect_create_fails("qinfer", "probe_every=1x", N_LAYER, (const char *[]){"qinfer", "'probe_every'", NULL});
+    expect_create_fails("qinfer", "catch_up=2", N_LAYER, (const char *[]){"qinfer", "'catch_up'", NULL});
     expect_create_fails("qinfer", "sinks=nan", N_LAYER, (const char *[]){"qinfer", "'sinks'", NULL});
     expect_create_fails("qinfer", "heavy=0.5,wndows=2", N_LAYER,
                         (const char *[]){"qinfer", "'wndows'", "windows", "probe_every", NULL});
@@ -2317,6 +2371,7 @@ int main(void) {
     tcase_add_test(tc, qinfer_mean_score);
     tcase_add_test(tc, qinfer_decay_prefers_recent_weight);
     tcase_add_test(tc, qinfer_decay_waits_for_probes);
+    tcase_add_test(tc, qinfer_catch_up_counts_the_unmeasured_steps);
     tcase_add_test(tc, tova_keeps_what_the_query_attends_to);
     tcase_add_test(tc, scissorhands_counts_unimportant_steps);
     tcase_add_test(tc, keyformer_normalises_each_step);
