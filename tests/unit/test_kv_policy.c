@@ -447,7 +447,7 @@ START_TEST(qinfer_sinks_and_full_layers) {
 END_TEST
 
 START_TEST(qinfer_offload_and_probe) {
-    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,recall=true");
     tview *t = tv_new(20, 6, 0);
     ck_assert_int_eq(sel(q, t), 6);
     int off = 0;
@@ -456,13 +456,14 @@ START_TEST(qinfer_offload_and_probe) {
     for (long s = 1; s <= 64; s++) ck_assert(qi_kv_policy_probe(q, s) == (s % 16 == 0));
     ck_assert(!qi_kv_policy_probe(q, 0));
     qi_kv_policy_free(q);
-    static const char *const never[] = {"recall=false", "offload=false", "probe_every=0"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const never[] = {"recall=false", "offload=false,recall=true", "probe_every=0,recall=true",
+                                        "" /* the default: recall=false */};
+    for (int k = 0; k < 4; k++) {
         q = make("qinfer", never[k]);
         for (long s = 1; s <= 64; s++) ck_assert_msg(!qi_kv_policy_probe(q, s), "%s, step %ld", never[k], s);
         qi_kv_policy_free(q);
     }
-    q = make("qinfer", "sinks=0,probe_every=1");
+    q = make("qinfer", "sinks=0,probe_every=1,recall=true");
     for (long s = 1; s <= 10; s++) ck_assert(qi_kv_policy_probe(q, s));
     qi_kv_policy_free(q);
     q = make("qinfer", "sinks=0,offload=off,full_layers=0");
@@ -500,11 +501,14 @@ END_TEST
 /* decay: token 1 drew 1.0 a step for 10 steps, then nothing; token 6
  * nothing, then 1.0 a step for the last 5. 12 tokens, budget 2 = 1 recent
  * (11) + 1 heavy, one window, no sinks. The plain sum keeps 1 (10 against
- * 5); at decay 0.8 token 1 is down to 0.8^5 (1 - 0.8^10) / 0.2 = 1.4625
- * and token 6 has (1 - 0.8^5) / 0.2 = 3.3616, so 6 is kept. */
+ * 5); so does the default, decay 0.99 (0.99^5 (1 - 0.99^10) / 0.01 =
+ * 9.0932 against (1 - 0.99^5) / 0.01 = 4.9010); at decay 0.8 token 1 is
+ * down to 0.8^5 (1 - 0.8^10) / 0.2 = 1.4625 and token 6 has (1 - 0.8^5) /
+ * 0.2 = 3.3616, so 6 is kept. */
 START_TEST(qinfer_decay_prefers_recent_weight) {
     const char *base = "windows=1,sinks=0,full_layers=0,offload=false,recall=false,heavy=0.5";
-    static const char *const decays[] = {"", ",decay=1", ",decay=0.8"};
+    static const char *const decays[] = {",decay=1", "", ",decay=0.8"};
+    static const float want1[] = {10.0f, 9.0932f, 1.4625f}, want6[] = {5.0f, 4.9010f, 3.3616f};
     for (int k = 0; k < 3; k++) {
         char spec[160];
         snprintf(spec, sizeof spec, "%s%s", base, decays[k]);
@@ -516,8 +520,8 @@ START_TEST(qinfer_decay_prefers_recent_weight) {
             qi_kv_policy_observe(q, &t->v, attn);
         }
         const bool decayed = k == 2;
-        ck_assert_msg(fabsf(t->score[1] - (decayed ? 1.4625f : 10.0f)) < 1e-3f, "%s: score %g", spec, t->score[1]);
-        ck_assert_msg(fabsf(t->score[6] - (decayed ? 3.3616f : 5.0f)) < 1e-3f, "%s: score %g", spec, t->score[6]);
+        ck_assert_msg(fabsf(t->score[1] - want1[k]) < 1e-3f, "%s: score %g", spec, t->score[1]);
+        ck_assert_msg(fabsf(t->score[6] - want6[k]) < 1e-3f, "%s: score %g", spec, t->score[6]);
         ck_assert_int_eq(sel(q, t), 2);
         expect_kept(t, (int32_t[]){decayed ? 6 : 1, 11}, 2, QI_KV_DROP);
         qi_kv_policy_free(q);
@@ -556,10 +560,10 @@ START_TEST(qinfer_catch_up_counts_the_unmeasured_steps) {
         const char *spec;
         float w; /* the offloaded token's multiplier */
         float d;
-    } cfg[] = {{"sinks=0,full_layers=0,probe_every=4,catch_up=true", 4.0f, 1.0f},
-               {"sinks=0,full_layers=0,probe_every=2,decay=0.5,catch_up=true", 1.5f, 0.5f},
-               {"sinks=0,full_layers=0,probe_every=4", 1.0f, 1.0f},
-               {"sinks=0,full_layers=0,probe_every=0,catch_up=true", 1.0f, 1.0f}};
+    } cfg[] = {{"sinks=0,full_layers=0,probe_every=4,catch_up=true,recall=true,decay=1", 4.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=2,decay=0.5,catch_up=true,recall=true", 1.5f, 0.5f},
+               {"sinks=0,full_layers=0,probe_every=4,recall=true,decay=1", 1.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=0,catch_up=true,recall=true,decay=1", 1.0f, 1.0f}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         qi_kv_policy *q = make("qinfer", cfg[c].spec);
         tview *t = tv_new(4, 2, 3);
@@ -582,7 +586,8 @@ START_TEST(qinfer_catch_up_counts_the_unmeasured_steps) {
     /* recall: kept 0, 1, 2 with scores 1.0, 0.9, 0.8; token 3 offloaded at
      * 0.1 draws 0.2 at the probe: 0.3 alone, 0.1 + 16 x 0.2 = 3.3 caught up */
     for (int cu = 0; cu < 2; cu++) {
-        qi_kv_policy *q = make("qinfer", cu ? "sinks=0,full_layers=0,catch_up=true" : "sinks=0,full_layers=0");
+        qi_kv_policy *q = make("qinfer", cu ? "sinks=0,full_layers=0,recall=true,decay=1,catch_up=true"
+                                            : "sinks=0,full_layers=0,recall=true,decay=1");
         tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
         const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
         memcpy(t->score, s0, sizeof s0);
@@ -600,7 +605,7 @@ START_TEST(qinfer_catch_up_counts_the_unmeasured_steps) {
 END_TEST
 
 START_TEST(qinfer_recall) {
-    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4,recall=true");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
     const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
     memcpy(t->score, s0, sizeof s0);
@@ -1410,12 +1415,12 @@ static const config CONFIGS[] = {
     {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 1, 0.5, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=4,recall=true", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=16,heavy=0.8,sinks=0,recall=true", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=5,heavy=1,sinks=2,recall=true", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"tova", "", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"scissorhands", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
     {"scissorhands", "history=5,heavy=0.8", {0, 1, 0.8, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
@@ -1423,8 +1428,8 @@ static const config CONFIGS[] = {
     {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
     {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
-    {"qinfer", "judge=8", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "judge=0,windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=8,recall=true", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=0,windows=4,recall=true", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1535,8 +1540,8 @@ START_TEST(policies_match_oracle_while_decoding) {
 END_TEST
 
 /* The reduction: Q-Infer with one window, no sinks, no full layers, no
- * offload and no recall gives exactly H2O's fates. */
-static const char *const REDUCED = "windows=1,sinks=0,full_layers=0,offload=false,recall=false";
+ * offload, no recall and the plain sum gives exactly H2O's fates. */
+static const char *const REDUCED = "windows=1,sinks=0,full_layers=0,offload=false,decay=1";
 
 START_TEST(qinfer_reduces_to_h2o) {
     static const char *const fracs[] = {"0.5", "0.25", "0.8", "0", "1", "0.29"};
@@ -1546,8 +1551,8 @@ START_TEST(qinfer_reduces_to_h2o) {
     for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
         char hspec[32], qspec[128];
         snprintf(hspec, sizeof hspec, "heavy=%s", fracs[f]);
-        /* decay=1 is the plain sum: given, or as the default */
-        snprintf(qspec, sizeof qspec, "%s,heavy=%s%s", REDUCED, fracs[f], f % 2 ? ",decay=1" : "");
+        /* recall=false: given, or as the default */
+        snprintf(qspec, sizeof qspec, "%s,heavy=%s%s", REDUCED, fracs[f], f % 2 ? ",recall=false" : "");
         qi_kv_policy *h = make("h2o", hspec), *q = make("qinfer", qspec);
         const int iters = qi_test_quick() ? 15 : 60;
         for (int it = 0; it < iters; it++) {
