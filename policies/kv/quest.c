@@ -12,7 +12,8 @@
  * counts the tokens attention reads.
  *
  * The rule, per (sequence, layer, KV head) on a decode step, in pages
- * ("blocks" below; `page` tokens, default 64, the cache's block size):
+ * ("blocks" below; `page` tokens, default 16 as in the paper; the figures
+ * in 2-3 were measured with pages of 64, the cache's block size):
  *   1. the block holding the newest token is always read (the query's own
  *      key and its neighbours; Quest keeps the current page too);
  *   2. with first=true (the default), the first block too if the budget
@@ -43,11 +44,16 @@
  * full_layers) each, so the tokens read, averaged over all layers, stay
  * within the budget and the comparison with the other policies is fair.
  *
- * Pages: `page` tokens (a power of two, default 64). The cache keeps key
+ * Pages: `page` tokens (a power of two, default 16). The cache keeps key
  * bounds per 16 tokens and shows those as the view's blocks; a page of
  * more is its blocks merged (element-wise min and max: exactly the bounds
  * of all its keys, so pages of 64 choose as blocks of 64 did), pages of 16
- * are the paper's. The attention call reads a chosen 16-token piece of a
+ * are the paper's. Pages of 16 were measured better than 64 on both models
+ * (decode-mode perplexity at 50%: SmolLM2 +3.03% against +5.08% of the
+ * full cache's, Gemma 3 +1.17% against +2.12%; at 25% +10.2% against
+ * +16.7%) and in agreement over 256 generated tokens (98.4% against
+ * 97.3%), for a policy share of 6.7% of a batch-16 step at 512-token
+ * contexts against 4.9%, so they are the default. The attention call reads a chosen 16-token piece of a
  * block through a pointer into it, so no K or V is copied. Every page is
  * whole but the newest; if the newest alone is over the budget, only its
  * part that the cache lets a pick read over it (view->tail: the pages of
@@ -84,7 +90,7 @@ static qi_status quest_create(const qi_params *params, int n_layer, qi_kv_policy
     if (!st) st = qi_params_int(params, "quest", "recent", 1, 0, 1 << 20, &recent, err);
     if (!st) st = qi_params_int(params, "quest", "full_layers", 0, 0, n_layer, &full_layers, err);
     if (!st) st = qi_params_bool(params, "quest", "full_share", false, &full_share, err);
-    if (!st) st = qi_params_int(params, "quest", "page", 64, 1, 4096, &page, err);
+    if (!st) st = qi_params_int(params, "quest", "page", 16, 1, 4096, &page, err);
     if (!st && (page & (page - 1)))
         st = QI_ERR(err, QI_ERR_INVALID, "quest: parameter 'page' must be a power of two in [1, 4096], got '%s'",
                     qi_params_get(params, "page"));
@@ -190,7 +196,7 @@ const qi_kv_policy_i qi_kv_quest_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "quest",
     .summary = "Quest: attention reads the blocks whose key bounds score best against the query; nothing evicted",
-    .params = "first=true,recent=1,full_layers=0,page=64,full_share=false",
+    .params = "first=true,recent=1,full_layers=0,page=16,full_share=false",
     .create = quest_create,
     .select = quest_select,
     .exempt = quest_exempt,

@@ -113,12 +113,18 @@ if expect_ok "$Q" ppl "${M[@]}" -f devil --ctx 256 --chunks 1 --decode --kv-poli
   awk -v a="$att" 'BEGIN { exit !(a > 0 && a < 192) }' || bad "ppl quest attended $att of 192"
 fi
 # 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
-# the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
-# block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
+# the last step (budget ceil(0.5 x 203) = 102) reads, with pages of 16 (the default), the newest page
+# (positions 192..202, 11 tokens), page 0 (16), the page before the newest (recent=1, 16) and the 3 best
+# others (48): 91 x 90 = 8190 attended; with page=64, the newest block (11) and block 0 (64), and no room
+# is left for the block before the newest: 75 x 90 = 6750
 if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
   grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
-  grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+  grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 8190$" "$tmp/out" ||
     bad "agree quest result: $(cat "$tmp/out")"
+fi
+if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50% --kv-param page=64; then
+  grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+    bad "agree quest page=64 result: $(cat "$tmp/out")"
 fi
 if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
   grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||

@@ -311,17 +311,18 @@ END_TEST
 /* Each policy on a 200-token prompt fed token by token: working tokens of
  * every budgeted stream stay within the budget; offloading policies use the
  * offload tier; the pool accounting matches the streams'. */
-/* quest's decode steps read the blocks it picks through the same
- * attention call: a batch of 16 (prompts of 125 to 155 tokens, so two or
- * three blocks, a budget of 100 tokens, so the newest block and at most
- * one other) gives each sequence's logits alone, bit for bit; so do pages
- * of 16 tokens (page=16: the newest page and up to five others, read as
- * pieces of the cache's blocks) and dense first layers whose reads come
- * out of the other layers' budgets (full_layers=2,full_share=true). */
+/* quest's decode steps read the pages it picks through the same
+ * attention call: a batch of 16 (prompts of 125 to 155 tokens, a budget of
+ * 100 tokens) gives each sequence's logits alone, bit for bit, with pages
+ * of 16 tokens (the default: the newest page and up to five others, read
+ * as pieces of the cache's blocks), of 64 (page=64: two or three blocks,
+ * the newest and at most one other) and with dense first layers whose
+ * reads come out of the other layers' budgets
+ * (full_layers=2,full_share=true). */
 START_TEST(quest_batched_equals_separate) {
     if (!g_model) return;
-    batched_vs_separate_under(g_model, " (quest, budget 100)", "quest", NULL, 100, 120);
-    batched_vs_separate_under(g_model, " (quest page=16, budget 100)", "quest", "page=16", 100, 120);
+    batched_vs_separate_under(g_model, " (quest, pages of 16, budget 100)", "quest", NULL, 100, 120);
+    batched_vs_separate_under(g_model, " (quest page=64, budget 100)", "quest", "page=64", 100, 120);
     batched_vs_separate_under(g_model, " (quest full_layers=2,full_share=true,page=16, budget 100)", "quest",
                               "full_layers=2,full_share=true,page=16", 100, 120);
 }
@@ -346,16 +347,17 @@ START_TEST(quest_whole_budget_equals_full) {
     int32_t ids[300];
     make_ids(ids, NP, 23, V);
     enum { NE = 7 };
-    /* k: 0 full; 1-3 quest at 100%, 4096 tokens, 25%; 4-5 page=16 at 100%
-     * and 25%; 6 full_layers=2,full_share=true at 25% */
+    /* k: 0 full; 1-3 quest at 100% (page=64), 4096 tokens (pages of 16,
+     * the default), 25% (page=64); 4-5 the default at 100% and 25%; 6
+     * full_layers=2,full_share=true,page=64 at 25% */
     qi_engine *eng[NE] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
-                          make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
+                          make_engine(g_model, "quest", "page=64", 0, 1.0, 512, 1),
                           make_engine(g_model, "quest", NULL, 4096, 0.0, 512, 1),
+                          make_engine(g_model, "quest", "page=64", 0, 0.25, 512, 1),
+                          make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
                           make_engine(g_model, "quest", NULL, 0, 0.25, 512, 1),
-                          make_engine(g_model, "quest", "page=16", 0, 1.0, 512, 1),
-                          make_engine(g_model, "quest", "page=16", 0, 0.25, 512, 1),
-                          make_engine(g_model, "quest", "full_layers=2,full_share=true", 0, 0.25, 512, 1)};
-    static const int page[NE] = {0, 64, 64, 64, 16, 16, 64};
+                          make_engine(g_model, "quest", "full_layers=2,full_share=true,page=64", 0, 0.25, 512, 1)};
+    static const int page[NE] = {0, 64, 16, 64, 16, 16, 64}; /* the default is 16 */
     static const bool exact[NE] = {true, true, true, false, true, false, false};
     ck_assert(!qi_engine_kv_budget_attended(eng[0]) && qi_engine_kv_budget_attended(eng[1]));
     int id[NE], differ_k[NE] = {0};

@@ -1842,7 +1842,7 @@ static int quest_oracle(const tpick *t, bool first, int recent, int page, int fu
 START_TEST(quest_pick_matches_full_sort) {
     uint64_t rng = 5;
     static tpick t;
-    enum { NP = 8 };
+    enum { NP = 9 };
     static const struct {
         const char *spec;
         bool first;
@@ -1851,7 +1851,8 @@ START_TEST(quest_pick_matches_full_sort) {
                  {"recent=0,page=4", true, 0, 4, 0},
                  {"page=4", true, 1, 4, 0},
                  {"first=false,recent=3,page=4", false, 3, 4, 0},
-                 {"", true, 1, 64, 0},
+                 {"", true, 1, 16, 0},
+                 {"page=64", true, 1, 64, 0},
                  {"page=16", true, 1, 16, 0},
                  {"first=false,recent=2,page=16", false, 2, 16, 0},
                  {"full_layers=2,full_share=true,page=16", true, 1, 16, 2}};
