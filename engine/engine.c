@@ -2200,15 +2200,18 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
 
 /* A picking policy's layer l (Quest), after the step's K/V rows are
  * written: every stream's key bounds brought up to date with its new rows,
- * then on each decode segment (one token) every stream's blocks picked
- * from the bounds and the segment's queries, and its attention call
- * pointed at them: the chosen blocks' own K and V pointers in ascending
- * order (the newest, the only one not full, last) and their positions
- * gathered, so the call reads no other slot and nothing is copied. All
- * blocks in order is the call attend_prepare made, so a budget that
- * covers the whole cache gives the full cache's arithmetic. Prompt
- * segments read the whole cache. check_picks has placed the layer's
- * attention on the CPU, so rows and queries are host memory. */
+ * then on each decode segment (one token) every stream's pages (16-token
+ * quarters of its blocks, QI_KV_PAGE) picked from the bounds and the
+ * segment's queries, and its attention call pointed at them: K and V
+ * pointers into the blocks at the chosen pages, in ascending order (the
+ * newest, the only one not full, last), a shift of QI_KV_PAGE_SHIFT, and
+ * their positions gathered, so the call reads no other slot and nothing
+ * is copied. The call's scores and sums run over the slots in order
+ * whatever the rows per pointer, so all pages in order is the arithmetic
+ * of the call attend_prepare made, and a budget that covers the whole
+ * cache gives the full cache's. Prompt segments read the whole cache.
+ * check_picks has placed the layer's attention on the CPU, so rows and
+ * queries are host memory. */
 static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;

@@ -45,7 +45,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 5u
+#define QI_KV_POLICY_VERSION 6u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
