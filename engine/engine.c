@@ -1797,7 +1797,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     }
     if (e->picks) {
         const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
-        e->pick_max_blocks = (o->n_ctx + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+        e->pick_max_blocks = (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* pages */
         e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
         e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
         e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
@@ -2570,15 +2570,18 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
 
 /* A picking policy's layer l (Quest), after the step's K/V rows are
  * written: every stream's key bounds brought up to date with its new rows,
- * then on each decode segment (one token) every stream's blocks picked
- * from the bounds and the segment's queries, and its attention call
- * pointed at them: the chosen blocks' own K and V pointers in ascending
- * order (the newest, the only one not full, last) and their positions
- * gathered, so the call reads no other slot and nothing is copied. All
- * blocks in order is the call attend_prepare made, so a budget that
- * covers the whole cache gives the full cache's arithmetic. Prompt
- * segments read the whole cache. check_picks has placed the layer's
- * attention on the CPU, so rows and queries are host memory. */
+ * then on each decode segment (one token) every stream's pages (16-token
+ * quarters of its blocks, QI_KV_PAGE) picked from the bounds and the
+ * segment's queries, and its attention call pointed at them: K and V
+ * pointers into the blocks at the chosen pages, in ascending order (the
+ * newest, the only one not full, last), a shift of QI_KV_PAGE_SHIFT, and
+ * their positions gathered, so the call reads no other slot and nothing
+ * is copied. The call's scores and sums run over the slots in order
+ * whatever the rows per pointer, so all pages in order is the arithmetic
+ * of the call attend_prepare made, and a budget that covers the whole
+ * cache gives the full cache's. Prompt segments read the whole cache.
+ * check_picks has placed the layer's attention on the CPU, so rows and
+ * queries are host memory. */
 static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
@@ -2591,25 +2594,28 @@ static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *se
             qi_kv_stream_bounds_from(sm, sm->work.n - g->n);
             if (g->n != 1) continue;
             const qi_kv_tier *w = &sm->work;
-            const int nb = (w->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK;
+            const int nb = (w->n + QI_KV_PAGE - 1) / QI_KV_PAGE;
             const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
                                        .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D, .n = w->n,
-                                       .block = QI_KV_BLOCK, .n_blocks = nb, .bounds = w->bound, .newest = nb - 1,
-                                       .budget = resolve_budget(e, g->pos0)};
+                                       .block = QI_KV_PAGE, .n_blocks = nb, .bounds = w->bound, .newest = nb - 1,
+                                       .budget = resolve_budget(e, g->pos0),
+                                       .tail = (nb - 1) % QI_KV_PAGES_PER_BLOCK + 1};
             int n = 0;
             if ((st = qi_kv_policy_pick(e->pol, &v, e->pick_idx, &n, err))) return st;
             const size_t r = (size_t)i * Hkv + hk;
             const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
             int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
             int n_slots = 0;
-            for (int j = 0; j < n; j++) {
-                const int blk = e->pick_idx[j], b0 = blk << QI_KV_BLOCK_SHIFT;
-                const int nr = w->n - b0 < QI_KV_BLOCK ? w->n - b0 : QI_KV_BLOCK;
-                kb[j] = w->k_blk[blk];
-                vb[j] = w->v_blk[blk];
+            for (int j = 0; j < n; j++) { /* page pg: rows (pg mod pages per block) x QI_KV_PAGE on in its block */
+                const int pg = e->pick_idx[j], b0 = pg << QI_KV_PAGE_SHIFT;
+                const int nr = w->n - b0 < QI_KV_PAGE ? w->n - b0 : QI_KV_PAGE;
+                const size_t in_blk = (size_t)(pg & (QI_KV_PAGES_PER_BLOCK - 1)) * QI_KV_PAGE * (size_t)D;
+                kb[j] = w->k_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
+                vb[j] = w->v_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
                 memcpy(pos + n_slots, w->pos + b0, sizeof *pos * (size_t)nr);
                 n_slots += nr;
             }
+            e->acall[i].shift = QI_KV_PAGE_SHIFT; /* slot s is row s mod QI_KV_PAGE of kb[s / QI_KV_PAGE] */
             e->a_nslots[r] = n_slots;
             e->a_pos[r] = pos;
             e->a_kb[r] = (const uint16_t *const *)kb;

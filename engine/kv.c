@@ -145,7 +145,9 @@ static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_er
         qi_buf **bb = vb ? qi_realloc(t->blk, sizeof *bb * (size_t)cap) : NULL;
         if (bb) t->blk = bb;
         const bool bounds = tier == 0 && s->bounds;
-        float *bd = bb && bounds ? qi_realloc(t->bound, sizeof *bd * 2 * (size_t)cap * (size_t)s->wp->D) : NULL;
+        float *bd = bb && bounds ? qi_realloc(t->bound, sizeof *bd * 2 * (size_t)cap * QI_KV_PAGES_PER_BLOCK *
+                                                            (size_t)s->wp->D)
+                                 : NULL;
         if (bd) t->bound = bd;
         if (!kb || !vb || !bb || (bounds && !bd))
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
@@ -205,9 +207,9 @@ void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0) {
     const qi_kv_tier *t = &s->work;
     const int D = s->wp->D;
     for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
-        float *mn = t->bound + (size_t)(i >> QI_KV_BLOCK_SHIFT) * 2 * D, *mx = mn + D;
+        float *mn = t->bound + (size_t)(i >> QI_KV_PAGE_SHIFT) * 2 * D, *mx = mn + D;
         const uint16_t *k = qi_kv_k_row(t, i, D);
-        if ((i & (QI_KV_BLOCK - 1)) == 0) {
+        if ((i & (QI_KV_PAGE - 1)) == 0) {
             for (int d = 0; d < D; d++) mn[d] = mx[d] = qi_fp16_to_f32(k[d]);
             continue;
         }

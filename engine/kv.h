@@ -16,8 +16,11 @@
  * single-sequence engine.
  *
  * A stream may also keep key bounds (qi_kv_stream_keep_bounds): per working
- * block the element-wise minimum and maximum of its keys, for a policy that
- * picks the blocks attention reads (Quest, kv_policy.h). They are computed
+ * page (QI_KV_PAGE slots, a quarter of a block) the element-wise minimum and
+ * maximum of its keys, for a policy that picks the pages attention reads
+ * (Quest, kv_policy.h). Pages are smaller than blocks so that a policy can
+ * read finer pieces than a block (Quest's pages are 16 tokens); a block's
+ * bounds are its pages' merged, exactly. They are computed
  * on the host from the fp16 rows, so only a stream whose working tier is
  * host memory keeps them.
  */
@@ -33,6 +36,9 @@
 
 #define QI_KV_BLOCK_SHIFT 6
 #define QI_KV_BLOCK (1 << QI_KV_BLOCK_SHIFT) /* tokens per block */
+#define QI_KV_PAGE_SHIFT 4
+#define QI_KV_PAGE (1 << QI_KV_PAGE_SHIFT) /* tokens per page of key bounds */
+#define QI_KV_PAGES_PER_BLOCK (QI_KV_BLOCK / QI_KV_PAGE)
 
 /* One tier of one stream. */
 typedef struct {
@@ -44,8 +50,9 @@ typedef struct {
     int32_t *pos;         /* [cap] */
     float *score;         /* [cap] */
     int cap;
-    /* [cap_blocks][2][D] with bounds kept (working tier only): block b's
-     * element-wise key minimum at bound + 2bD, maximum at bound + (2b+1)D */
+    /* [cap_blocks x QI_KV_PAGES_PER_BLOCK][2][D] with bounds kept (working
+     * tier only): page p's (slots p x QI_KV_PAGE on) element-wise key
+     * minimum at bound + 2pD, maximum at bound + (2p+1)D */
     float *bound;
 } qi_kv_tier;
 
@@ -92,9 +99,9 @@ void qi_kv_stream_release(qi_kv_stream *s);
 /* Keep key bounds for s from now on: called on an empty stream, whose
  * working tier is host memory and not split. */
 void qi_kv_stream_keep_bounds(qi_kv_stream *s);
-/* The bounds of the blocks holding working slots i0..n-1, from the rows
- * as they now are: slots past i0 in i0's block are merged into its bounds
- * (i0 not a block's first slot) and every later block's are recomputed. A
+/* The bounds of the pages holding working slots i0..n-1, from the rows
+ * as they now are: slots past i0 in i0's page are merged into its bounds
+ * (i0 not a page's first slot) and every later page's are recomputed. A
  * no-op on a stream without bounds. Call it after the rows of new tokens
  * are written (the engine, after kv_write); the moves of kv.c (apply,
  * swap_in) rebuild the bounds themselves. */

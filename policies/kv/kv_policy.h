@@ -45,7 +45,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 5u
+#define QI_KV_POLICY_VERSION 6u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -85,7 +85,9 @@ typedef struct {
 /* One (sequence, layer, KV head) stream as shown to pick(), on a decode
  * step before its attention. The working tier is in position order (a
  * policy with pick() never evicts), cut into blocks of `block` slots; every
- * block is full but the last, which holds the newest token. */
+ * block is full but the last, which holds the newest token. The cache shows
+ * its pages of 16 tokens (a quarter of its blocks of 64) as blocks, the
+ * smallest piece its attention call reads without a copy. */
 typedef struct {
     int layer, n_layer, kv_head;
     int group, D;         /* query heads sharing the KV head; values per head */
@@ -99,6 +101,10 @@ typedef struct {
     const float *bounds;
     int newest;           /* the block holding the newest token: n_blocks - 1 */
     int budget;           /* most tokens attention may read (>= 1) */
+    /* The newest blocks a pick may read over the budget (the pages of the
+     * cache's newest block of 64 tokens; 0, a view made by hand, means 1:
+     * the newest block alone). */
+    int tail;
 } qi_kv_pick_view;
 
 typedef struct qi_kv_policy qi_kv_policy;
@@ -147,8 +153,8 @@ typedef struct {
     /* Query-aware selection: on a decode step, before attention, the blocks
      * attention reads, written to blocks[] (room for v->n_blocks), their
      * count returned. They must be distinct and in range, include
-     * v->newest, and hold at most v->budget tokens unless v->newest alone
-     * holds more. A policy with pick() never evicts (its select() keeps
+     * v->newest, and hold at most v->budget tokens unless they all lie in
+     * the newest v->tail blocks. A policy with pick() never evicts (its select() keeps
      * every token and is not called on the layers it picks for), and its
      * budget counts the tokens read. Prompts (several tokens a step) read
      * the whole cache. Optional: NULL means the policy evicts instead. */
@@ -227,7 +233,8 @@ int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
 bool qi_kv_policy_picks(const qi_kv_policy *p);
 /* pick() shown v with its layer's budget (pyramid= applied) and checked:
  * the blocks distinct, in range, v->newest among them, their tokens within
- * that budget unless v->newest alone is more. blocks[] (room for
+ * that budget unless they all lie in the newest v->tail blocks (at least
+ * v->newest alone). blocks[] (room for
  * v->n_blocks) receives them in ascending order, *n_out their count.
  * QI_ERR_BACKEND naming the policy if it broke that contract,
  * QI_ERR_INVALID for a bad view (no blocks, a budget below 1, newest not

@@ -200,7 +200,8 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: the newest block (%d) was not picked (layer %d, KV head %d)",
                       name, v->newest, v->layer, v->kv_head);
-    if (tokens > lv.budget && n > 1)
+    const int tail = v->tail > 1 ? v->tail : 1; /* the newest blocks a pick may read over the budget */
+    if (tokens > lv.budget && blocks[0] < v->n_blocks - tail)
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: picked %ld tokens, over the budget of %d (layer %d, KV "
                       "head %d)",

@@ -58,10 +58,16 @@ done
 expect_fail 2 "quest: parameter 'first'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param first=2
 expect_fail 2 "quest: parameter 'full_layers'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
   --kv-param full_layers=31
-expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
+expect_fail 2 "quest: unknown parameter 'heavy' (quest takes: first, recent, full_layers, page, full_share)" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param heavy=1
 expect_fail 2 "quest: parameter 'ada' shares a layer's budget" "$Q" agree "${M[@]}" -p x --kv-policy quest \
   --kv-budget 50% --kv-param ada=0.5
 expect_fail 2 "quest: parameter 'recent'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% --kv-param recent=-1
+expect_fail 2 "quest: parameter 'page' must be a power of two" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
+  --kv-param page=24
+expect_fail 2 "quest: parameter 'full_share'" "$Q" agree "${M[@]}" -p x --kv-policy quest --kv-budget 50% \
+  --kv-param full_share=2
+expect_fail 2 "qinfer: parameter 'catch_up'" "$Q" agree "${M[@]}" -p x --kv-policy qinfer --kv-budget 50% \
+  --kv-param catch_up=2
 expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
 expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30
@@ -109,12 +115,18 @@ if full_runs; then
     awk -v a="$att" 'BEGIN { exit !(a > 0 && a < 192) }' || bad "ppl quest attended $att of 192"
   fi
   # 200 prompt tokens and 3 fed: 203 positions, x 30 layers x 3 KV heads = 18270 working tokens, none evicted;
-  # the last step (budget ceil(0.5 x 203) = 102) reads the newest block (positions 192..202, 11 tokens) and
-  # block 0 (64), and no room is left for the block before the newest (recent=1): 75 x 90 = 6750 attended
+  # the last step (budget ceil(0.5 x 203) = 102) reads, with pages of 16 (the default), the newest page
+  # (positions 192..202, 11 tokens), page 0 (16), the page before the newest (recent=1, 16) and the 3 best
+  # others (48): 91 x 90 = 8190 attended; with page=64, the newest block (11) and block 0 (64), and no room
+  # is left for the block before the newest: 75 x 90 = 6750
   if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50%; then
     grep -q "policy quest, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree quest header: $(cat "$tmp/out")"
-    grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+    grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 8190$" "$tmp/out" ||
       bad "agree quest result: $(cat "$tmp/out")"
+  fi
+  if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50% --kv-param page=64; then
+    grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
+      bad "agree quest page=64 result: $(cat "$tmp/out")"
   fi
   if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
     grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||

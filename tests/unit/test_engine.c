@@ -149,8 +149,8 @@ END_TEST
  * after a few steps) against each run alone, under the full policy, or
  * under `policy` with a budget of `budget` tokens and prompts `plen0`
  * tokens longer. */
-static void batched_vs_separate_under(const qi_model *m, const char *what, const char *policy, int budget,
-                                      int plen0) {
+static void batched_vs_separate_under(const qi_model *m, const char *what, const char *policy, const char *params,
+                                      int budget, int plen0) {
     const int S = qi_test_quick() ? 4 : 16, G = qi_test_quick() ? 4 : 16, V = m->hp.n_vocab;
     static int32_t prompts[16][40 + 160];
     int plen[16];
@@ -163,7 +163,7 @@ static void batched_vs_separate_under(const qi_model *m, const char *what, const
         make_ids(prompts[s], plen[s], 100 + (uint64_t)s, V);
     }
     /* alone */
-    qi_engine *one = make_engine(m, policy, NULL, budget, 0.0, 256, 1);
+    qi_engine *one = make_engine(m, policy, params, budget, 0.0, 256, 1);
     for (int s = 0; s < S; s++) {
         int id;
         ck_assert_int_eq(qi_engine_seq_add(one, &id, &e), QI_OK);
@@ -179,7 +179,7 @@ static void batched_vs_separate_under(const qi_model *m, const char *what, const
     }
     qi_engine_free(one);
     /* together */
-    qi_engine *eng = make_engine(m, policy, NULL, budget, 0.0, 256, 16);
+    qi_engine *eng = make_engine(m, policy, params, budget, 0.0, 256, 16);
     int ids[16], got[16] = {0};
     const int late = S / 4; /* the last `late` sequences join after 3 steps */
     for (int s = 0; s < S - late; s++) {
@@ -232,7 +232,7 @@ static void batched_vs_separate_under(const qi_model *m, const char *what, const
 }
 
 static void batched_vs_separate(const qi_model *m, const char *what) {
-    batched_vs_separate_under(m, what, "full", 0, 0);
+    batched_vs_separate_under(m, what, "full", NULL, 0, 0);
 }
 
 START_TEST(batched_equals_separate) {
@@ -319,79 +319,109 @@ END_TEST
 /* Each policy on a 200-token prompt fed token by token: working tokens of
  * every budgeted stream stay within the budget; offloading policies use the
  * offload tier; the pool accounting matches the streams'. */
-/* quest's decode steps read the blocks it picks through the same
- * attention call: a batch of 16 (prompts of 125 to 155 tokens, so two or
- * three blocks, a budget of 100 tokens, so the newest block and at most
- * one other) gives each sequence's logits alone, bit for bit. */
+/* quest's decode steps read the pages it picks through the same
+ * attention call: a batch of 16 (prompts of 125 to 155 tokens, a budget of
+ * 100 tokens) gives each sequence's logits alone, bit for bit, with pages
+ * of 16 tokens (the default: the newest page and up to five others, read
+ * as pieces of the cache's blocks), of 64 (page=64: two or three blocks,
+ * the newest and at most one other) and with dense first layers whose
+ * reads come out of the other layers' budgets
+ * (full_layers=2,full_share=true). */
 START_TEST(quest_batched_equals_separate) {
     if (!g_model) return;
-    batched_vs_separate_under(g_model, " (quest, budget 100)", "quest", 100, 120);
+    batched_vs_separate_under(g_model, " (quest, pages of 16, budget 100)", "quest", NULL, 100, 120);
+    batched_vs_separate_under(g_model, " (quest page=64, budget 100)", "quest", "page=64", 100, 120);
+    batched_vs_separate_under(g_model, " (quest full_layers=2,full_share=true,page=16, budget 100)", "quest",
+                              "full_layers=2,full_share=true,page=16", 100, 120);
 }
 END_TEST
 
-/* quest holds every token and reads, on decode steps, the newest block
- * plus whole blocks while they fit the budget: with a budget that covers
- * the cache (100%, or more tokens than the context) that is every block in
- * order, the call the full policy makes, so its logits are the full
- * policy's bit for bit; at 25% each stream reads exactly its newest block
- * plus floor((budget - newest's tokens) / 64) others, and the logits
- * differ. Prompt of 300 tokens (two chunks), 20 decode steps. */
+/* quest holds every token and reads, on decode steps, the newest page
+ * plus whole pages while they fit the budget: with a budget that covers
+ * the cache (100%, or more tokens than the context) that is every page in
+ * order, the rows the full policy's call reads in the same order, so its
+ * logits are the full policy's bit for bit, with pages of 64 tokens (the
+ * default) and of 16 (page=16, pieces of the cache's blocks); at 25% each
+ * stream reads exactly its newest page plus floor((budget - newest's
+ * tokens) / page) others, and the logits differ. With full_layers=2 and
+ * full_share=true the first two layers read everything and the others'
+ * budget is what that leaves of 30 x budget, shared: the tokens read,
+ * averaged over the layers, stay within the budget. Prompt of 300 tokens
+ * (two chunks), 20 decode steps. */
 START_TEST(quest_whole_budget_equals_full) {
     if (!g_model) return;
     const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
     const int NP = qi_test_quick() ? 150 : 300, G = qi_test_quick() ? 6 : 20;
     int32_t ids[300];
     make_ids(ids, NP, 23, V);
-    qi_engine *eng[4] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
-                         make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
-                         make_engine(g_model, "quest", NULL, 4096, 0.0, 512, 1),
-                         make_engine(g_model, "quest", NULL, 0, 0.25, 512, 1)};
+    enum { NE = 7 };
+    /* k: 0 full; 1-3 quest at 100% (page=64), 4096 tokens (pages of 16,
+     * the default), 25% (page=64); 4-5 the default at 100% and 25%; 6
+     * full_layers=2,full_share=true,page=64 at 25% */
+    qi_engine *eng[NE] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
+                          make_engine(g_model, "quest", "page=64", 0, 1.0, 512, 1),
+                          make_engine(g_model, "quest", NULL, 4096, 0.0, 512, 1),
+                          make_engine(g_model, "quest", "page=64", 0, 0.25, 512, 1),
+                          make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
+                          make_engine(g_model, "quest", NULL, 0, 0.25, 512, 1),
+                          make_engine(g_model, "quest", "full_layers=2,full_share=true,page=64", 0, 0.25, 512, 1)};
+    static const int page[NE] = {0, 64, 16, 64, 16, 16, 64}; /* the default is 16 */
+    static const bool exact[NE] = {true, true, true, false, true, false, false};
     ck_assert(!qi_engine_kv_budget_attended(eng[0]) && qi_engine_kv_budget_attended(eng[1]));
-    int id[4];
+    int id[NE], differ_k[NE] = {0};
     qi_err e = {0};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < NE; k++) {
         ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
         ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
     }
-    int differ = 0;
     for (int g = 0; g < G; g++) {
         int32_t tok = 0;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NE; k++) {
             while (qi_engine_seq_pending(eng[k], id[k]) > 0)
                 ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
             const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
             if (k == 0) tok = argmax(lg, V);
-            else if (k < 3)
+            else if (exact[k])
                 ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
-                              "quest, budget %s: step %d: logits differ from the full policy's",
-                              k == 1 ? "100%" : "4096", g);
+                              "quest (engine %d), budget %s: step %d: logits differ from the full policy's", k,
+                              k == 2 ? "4096" : "100%", g);
             else
-                differ += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
+                differ_k[k] += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
         }
         const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NE; k++) {
             qi_engine_kv_seq st;
             qi_engine_kv_seq_stats(eng[k], id[k], &st);
             ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
             ck_assert_int_eq(st.off_tokens, 0);
             long want = (long)n_past * L * Hkv; /* the prompt's step reads everything */
-            if (g > 0 && k == 3) {            /* a decode step at 25% */
-                const int newest = (n_past - 1) / 64, last_n = n_past - newest * 64;
-                const int budget = (int)ceil(0.25 * n_past);
-                int more = budget > last_n ? (budget - last_n) / 64 : 0;
+            if (g > 0 && !exact[k]) {         /* a decode step at 25% */
+                const int P = page[k], newest = (n_past - 1) / P, last_n = n_past - newest * P;
+                int budget = (int)ceil(0.25 * n_past), dense = 0;
+                if (k == 6) { /* the two dense layers' reads come out of the other layers' budgets */
+                    dense = 2;
+                    budget = (L * budget - 2 * n_past) / (L - 2);
+                    if (budget < 1) budget = 1;
+                }
+                int more = budget > last_n ? (budget - last_n) / P : 0;
                 if (more > newest) more = newest;
-                want = (long)(last_n + 64 * more) * L * Hkv;
+                want = ((long)dense * n_past + (long)(L - dense) * (last_n + P * more)) * Hkv;
+                ck_assert(want <= (long)ceil(0.25 * n_past) * L * Hkv || more == 0);
             }
             ck_assert_msg(st.attn_tokens == want, "engine %d step %d: %ld tokens attended, want %ld", k, g,
                           st.attn_tokens, want);
         }
         if (g < G - 1)
-            for (int k = 0; k < 4; k++) ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
+            for (int k = 0; k < NE; k++)
+                ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
     }
-    ck_assert_msg(differ > 0, "quest at 25%% gave the full policy's logits at every step");
-    printf("quest: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt and %d "
-           "steps; at 25%% the logits differ at %d steps, each stream reading its rule's blocks\n", NP, G, differ);
-    for (int k = 0; k < 4; k++) qi_engine_free(eng[k]);
+    for (int k = 0; k < NE; k++)
+        ck_assert_msg(exact[k] || differ_k[k] > 0, "quest (engine %d) at 25%% gave the full policy's logits at every step", k);
+    printf("quest: budget 100%% and 4096 tokens (pages of 64 and 16) equal the full policy bit for bit over a "
+           "%d-token prompt and %d steps; at 25%% the logits differ at %d (pages of 64), %d (pages of 16) and %d "
+           "(dense first layers, shared) steps, each stream reading its rule's pages\n",
+           NP, G, differ_k[3], differ_k[5], differ_k[6]);
+    for (int k = 0; k < NE; k++) qi_engine_free(eng[k]);
 }
 END_TEST
 
@@ -711,6 +741,7 @@ START_TEST(policy_batched_equals_separate) {
     if (!g_model) return;
     policy_batched_vs_separate("h2o", "");
     policy_batched_vs_separate("qinfer", "probe_every=2");
+    policy_batched_vs_separate("qinfer", "probe_every=2,catch_up=true");
     policy_batched_vs_separate("tova", "");
     policy_batched_vs_separate("scissorhands", "history=4");
     policy_batched_vs_separate("keyformer", "steps=64");

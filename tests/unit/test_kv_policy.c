@@ -447,7 +447,7 @@ START_TEST(qinfer_sinks_and_full_layers) {
 END_TEST
 
 START_TEST(qinfer_offload_and_probe) {
-    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,recall=true");
     tview *t = tv_new(20, 6, 0);
     ck_assert_int_eq(sel(q, t), 6);
     int off = 0;
@@ -456,13 +456,14 @@ START_TEST(qinfer_offload_and_probe) {
     for (long s = 1; s <= 64; s++) ck_assert(qi_kv_policy_probe(q, s) == (s % 16 == 0));
     ck_assert(!qi_kv_policy_probe(q, 0));
     qi_kv_policy_free(q);
-    static const char *const never[] = {"recall=false", "offload=false", "probe_every=0"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const never[] = {"recall=false", "offload=false,recall=true", "probe_every=0,recall=true",
+                                        "" /* the default: recall=false */};
+    for (int k = 0; k < 4; k++) {
         q = make("qinfer", never[k]);
         for (long s = 1; s <= 64; s++) ck_assert_msg(!qi_kv_policy_probe(q, s), "%s, step %ld", never[k], s);
         qi_kv_policy_free(q);
     }
-    q = make("qinfer", "sinks=0,probe_every=1");
+    q = make("qinfer", "sinks=0,probe_every=1,recall=true");
     for (long s = 1; s <= 10; s++) ck_assert(qi_kv_policy_probe(q, s));
     qi_kv_policy_free(q);
     q = make("qinfer", "sinks=0,offload=off,full_layers=0");
@@ -500,11 +501,14 @@ END_TEST
 /* decay: token 1 drew 1.0 a step for 10 steps, then nothing; token 6
  * nothing, then 1.0 a step for the last 5. 12 tokens, budget 2 = 1 recent
  * (11) + 1 heavy, one window, no sinks. The plain sum keeps 1 (10 against
- * 5); at decay 0.8 token 1 is down to 0.8^5 (1 - 0.8^10) / 0.2 = 1.4625
- * and token 6 has (1 - 0.8^5) / 0.2 = 3.3616, so 6 is kept. */
+ * 5); so does the default, decay 0.99 (0.99^5 (1 - 0.99^10) / 0.01 =
+ * 9.0932 against (1 - 0.99^5) / 0.01 = 4.9010); at decay 0.8 token 1 is
+ * down to 0.8^5 (1 - 0.8^10) / 0.2 = 1.4625 and token 6 has (1 - 0.8^5) /
+ * 0.2 = 3.3616, so 6 is kept. */
 START_TEST(qinfer_decay_prefers_recent_weight) {
     const char *base = "windows=1,sinks=0,full_layers=0,offload=false,recall=false,heavy=0.5";
-    static const char *const decays[] = {"", ",decay=1", ",decay=0.8"};
+    static const char *const decays[] = {",decay=1", "", ",decay=0.8"};
+    static const float want1[] = {10.0f, 9.0932f, 1.4625f}, want6[] = {5.0f, 4.9010f, 3.3616f};
     for (int k = 0; k < 3; k++) {
         char spec[160];
         snprintf(spec, sizeof spec, "%s%s", base, decays[k]);
@@ -516,8 +520,8 @@ START_TEST(qinfer_decay_prefers_recent_weight) {
             qi_kv_policy_observe(q, &t->v, attn);
         }
         const bool decayed = k == 2;
-        ck_assert_msg(fabsf(t->score[1] - (decayed ? 1.4625f : 10.0f)) < 1e-3f, "%s: score %g", spec, t->score[1]);
-        ck_assert_msg(fabsf(t->score[6] - (decayed ? 3.3616f : 5.0f)) < 1e-3f, "%s: score %g", spec, t->score[6]);
+        ck_assert_msg(fabsf(t->score[1] - want1[k]) < 1e-3f, "%s: score %g", spec, t->score[1]);
+        ck_assert_msg(fabsf(t->score[6] - want6[k]) < 1e-3f, "%s: score %g", spec, t->score[6]);
         ck_assert_int_eq(sel(q, t), 2);
         expect_kept(t, (int32_t[]){decayed ? 6 : 1, 11}, 2, QI_KV_DROP);
         qi_kv_policy_free(q);
@@ -546,8 +550,62 @@ START_TEST(qinfer_decay_waits_for_probes) {
 }
 END_TEST
 
+/* catch_up: on a probe step an offloaded token's weight counts for the
+ * probe_every steps since the last probe (decayed as a working token's
+ * would have been: 1 + d + ... + d^(k-1)), working tokens' once; off
+ * probe steps nothing changes for offloaded tokens. A token that draws a
+ * kept one's weight at the probe is recalled in its place. */
+START_TEST(qinfer_catch_up_counts_the_unmeasured_steps) {
+    static const struct {
+        const char *spec;
+        float w; /* the offloaded token's multiplier */
+        float d;
+    } cfg[] = {{"sinks=0,full_layers=0,probe_every=4,catch_up=true,recall=true,decay=1", 4.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=2,decay=0.5,catch_up=true,recall=true", 1.5f, 0.5f},
+               {"sinks=0,full_layers=0,probe_every=4,recall=true,decay=1", 1.0f, 1.0f},
+               {"sinks=0,full_layers=0,probe_every=0,catch_up=true,recall=true,decay=1", 1.0f, 1.0f}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        qi_kv_policy *q = make("qinfer", cfg[c].spec);
+        tview *t = tv_new(4, 2, 3);
+        const float s0[4] = {2.0f, 2.0f, 0, 0};
+        memcpy(t->score, s0, sizeof s0);
+        t->tier[1] = QI_KV_OFFLOADED;
+        float attn[4] = {0.25f, 0, 0.5f, 1.0f};
+        qi_kv_policy_observe(q, &t->v, attn); /* not probed: the offloaded score waits */
+        const float d = cfg[c].d;
+        ck_assert(t->score[0] == d * 2.0f + 0.25f && t->score[1] == 2.0f && t->score[3] == 1.0f);
+        t->v.probed = true;
+        attn[1] = 0.5f;
+        const float before0 = t->score[0];
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_msg(t->score[1] == d * 2.0f + cfg[c].w * 0.5f, "%s: offloaded score %g", cfg[c].spec, t->score[1]);
+        ck_assert(t->score[0] == d * before0 + 0.25f);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+    /* recall: kept 0, 1, 2 with scores 1.0, 0.9, 0.8; token 3 offloaded at
+     * 0.1 draws 0.2 at the probe: 0.3 alone, 0.1 + 16 x 0.2 = 3.3 caught up */
+    for (int cu = 0; cu < 2; cu++) {
+        qi_kv_policy *q = make("qinfer", cu ? "sinks=0,full_layers=0,recall=true,decay=1,catch_up=true"
+                                            : "sinks=0,full_layers=0,recall=true,decay=1");
+        tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
+        const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
+        memcpy(t->score, s0, sizeof s0);
+        for (int i = 3; i <= 6; i++) t->tier[i] = QI_KV_OFFLOADED;
+        t->v.probed = true;
+        float attn[10] = {0};
+        attn[3] = 0.2f;
+        qi_kv_policy_observe(q, &t->v, attn);
+        ck_assert_int_eq(sel(q, t), 6);
+        expect_kept(t, cu ? (int32_t[]){0, 1, 3, 7, 8, 9} : (int32_t[]){0, 1, 2, 7, 8, 9}, 6, QI_KV_OFFLOAD);
+        qi_kv_policy_free(q);
+        free(t);
+    }
+}
+END_TEST
+
 START_TEST(qinfer_recall) {
-    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4");
+    qi_kv_policy *q = make("qinfer", "sinks=0,windows=1,full_layers=0,probe_every=4,recall=true");
     tview *t = tv_new(10, 6, 4); /* heavy 3, recent 3 (7, 8, 9) */
     const float s0[10] = {1.0f, 0.9f, 0.8f, 0.1f, 0, 0, 0, 0, 0, 0};
     memcpy(t->score, s0, sizeof s0);
@@ -1357,12 +1415,12 @@ static const config CONFIGS[] = {
     {"h2o", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=0.3", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"h2o", "heavy=1", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "", {4, 1, 0.5, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=4,recall=true", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=3,windows=3,heavy=0.7,recall=false", {3, 3, 0.7, false, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"qinfer", "sinks=1,windows=7,heavy=0.9,offload=false", {1, 7, 0.9, false, QI_KV_DROP, KEY_SCORE, 0}},
-    {"qinfer", "windows=16,heavy=0.8,sinks=0", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "windows=5,heavy=1,sinks=2", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=16,heavy=0.8,sinks=0,recall=true", {0, 16, 0.8, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "windows=5,heavy=1,sinks=2,recall=true", {2, 5, 1.0, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
     {"tova", "", {0, 1, 1.0, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"scissorhands", "", {0, 1, 0.5, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
     {"scissorhands", "history=5,heavy=0.8", {0, 1, 0.8, false, QI_KV_DROP, KEY_FEWEST_BITS, 0}},
@@ -1370,8 +1428,8 @@ static const config CONFIGS[] = {
     {"keyformer", "heavy=0.3,noise=false,tau_end=1", {0, 1, 0.3, false, QI_KV_DROP, KEY_SCORE, 0}},
     {"snapkv", "", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 32}},
     {"snapkv", "window=5,pool=3", {0, 1, 0, false, QI_KV_DROP, KEY_SCORE, 5}},
-    {"qinfer", "judge=8", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
-    {"qinfer", "judge=0,windows=4", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=8,recall=true", {4, 1, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
+    {"qinfer", "judge=0,windows=4,recall=true", {4, 4, 0.5, true, QI_KV_OFFLOAD, KEY_SCORE, 0}},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof *CONFIGS)
 
@@ -1482,8 +1540,8 @@ START_TEST(policies_match_oracle_while_decoding) {
 END_TEST
 
 /* The reduction: Q-Infer with one window, no sinks, no full layers, no
- * offload and no recall gives exactly H2O's fates. */
-static const char *const REDUCED = "windows=1,sinks=0,full_layers=0,offload=false,recall=false";
+ * offload, no recall and the plain sum gives exactly H2O's fates. */
+static const char *const REDUCED = "windows=1,sinks=0,full_layers=0,offload=false,decay=1";
 
 START_TEST(qinfer_reduces_to_h2o) {
     static const char *const fracs[] = {"0.5", "0.25", "0.8", "0", "1", "0.29"};
@@ -1493,8 +1551,8 @@ START_TEST(qinfer_reduces_to_h2o) {
     for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
         char hspec[32], qspec[128];
         snprintf(hspec, sizeof hspec, "heavy=%s", fracs[f]);
-        /* decay=1 is the plain sum: given, or as the default */
-        snprintf(qspec, sizeof qspec, "%s,heavy=%s%s", REDUCED, fracs[f], f % 2 ? ",decay=1" : "");
+        /* recall=false: given, or as the default */
+        snprintf(qspec, sizeof qspec, "%s,heavy=%s%s", REDUCED, fracs[f], f % 2 ? ",recall=false" : "");
         qi_kv_policy *h = make("h2o", hspec), *q = make("qinfer", qspec);
         const int iters = qi_test_quick() ? 15 : 60;
         for (int it = 0; it < iters; it++) {
@@ -1710,35 +1768,65 @@ static int qb_cmp(const void *x, const void *y) { /* best first: higher score, t
     return c->b - a->b;
 }
 
-/* The oracle: the newest block; the first block if asked and a whole block
- * fits beside it; the `recent` blocks before the newest while whole blocks
- * fit; then the best of the others by a full sort while whole blocks fit.
- * want[b] marks the choice; returns its count. */
-static int quest_oracle(const tpick *t, bool first, int recent, bool *want) {
+/* The oracle, on pages of g view blocks (the page of `page` tokens, at
+ * least one block; pages aligned at block 0, the last possibly short): the
+ * newest page; if it alone is over the budget, only its blocks among the
+ * newest v->tail (at least one), and nothing else; the first page if asked
+ * and a whole page fits beside it; the `recent` pages before the newest
+ * while whole pages fit; then the best of the others by a full sort of
+ * their merged bounds while whole pages fit. With full_share (and
+ * full_layers dense layers) the budget is (n_layer x budget - full_layers x
+ * n) / (n_layer - full_layers), at least 1. want[b] marks the chosen
+ * blocks; returns their count. */
+static int quest_oracle(const tpick *t, bool first, int recent, int page, int full_share_layers, bool *want) {
     const qi_kv_pick_view *v = &t->v;
+    const int g = page > v->block ? page / v->block : 1, D = v->D;
+    const long unit = (long)g * v->block;
     memset(want, 0, sizeof(bool) * (size_t)v->n_blocks);
-    want[v->newest] = true;
-    int n = 1;
-    long room = v->budget - (v->n - (long)v->newest * v->block);
-    if (first && v->newest > 0 && room >= v->block) {
-        want[0] = true;
-        n++;
-        room -= v->block;
+    long budget = v->budget;
+    if (full_share_layers > 0) {
+        budget = ((long)v->n_layer * v->budget - (long)full_share_layers * v->n) / (v->n_layer - full_share_layers);
+        if (budget < 1) budget = 1;
     }
-    for (int b = v->newest - 1; b >= v->newest - recent && b >= 0 && !want[b] && room >= v->block; b--) {
-        want[b] = true;
-        n++;
-        room -= v->block;
+    const int newest = v->newest / g, n_pages = newest + 1;
+    long room = budget - (v->n - (long)newest * unit);
+    int n = 0;
+    if (room < 0) {
+        const int tail = v->tail > 1 ? v->tail : 1;
+        for (int b = newest * g; b < v->n_blocks; b++)
+            if (b >= v->n_blocks - tail) want[b] = true, n++;
+        return n;
+    }
+    bool pw[QB_MAXB] = {false};
+    pw[newest] = true;
+    if (first && newest > 0 && room >= unit) {
+        pw[0] = true;
+        room -= unit;
+    }
+    for (int u = newest - 1; u >= newest - recent && u >= 0 && !pw[u] && room >= unit; u--) {
+        pw[u] = true;
+        room -= unit;
     }
     qb_item it[QB_MAXB];
     int m = 0;
-    for (int b = 0; b < v->newest; b++)
-        if (!want[b]) it[m++] = (qb_item){qi_kv_bound_score(v->q, v->group, v->D, v->bounds + (size_t)b * 2 * v->D), b};
-    qsort(it, (size_t)m, sizeof *it, qb_cmp);
-    for (int k = 0; k < m && room >= v->block; k++, room -= v->block) {
-        want[it[k].b] = true;
-        n++;
+    for (int u = 0; u < newest; u++) {
+        if (pw[u]) continue;
+        float bd[2 * QB_MAXD]; /* the page's bounds: its blocks' merged */
+        for (int d = 0; d < D; d++) {
+            bd[d] = INFINITY;
+            bd[D + d] = -INFINITY;
+        }
+        for (int b = u * g; b < (u + 1) * g; b++)
+            for (int d = 0; d < D; d++) {
+                bd[d] = fminf(bd[d], v->bounds[(size_t)b * 2 * D + d]);
+                bd[D + d] = fmaxf(bd[D + d], v->bounds[(size_t)b * 2 * D + D + d]);
+            }
+        it[m++] = (qb_item){qi_kv_bound_score(v->q, v->group, D, bd), u};
     }
+    qsort(it, (size_t)m, sizeof *it, qb_cmp);
+    for (int k = 0; k < m && room >= unit; k++, room -= unit) pw[it[k].b] = true;
+    for (int u = 0; u < n_pages; u++)
+        for (int b = u * g; pw[u] && b < (u + 1) * g && b < v->n_blocks; b++) want[b] = true, n++;
     return n;
 }
 
@@ -1746,26 +1834,38 @@ static int quest_oracle(const tpick *t, bool first, int recent, bool *want) {
  * blocks of 64 and of 4 tokens, a last block full or not, budgets from 1
  * to past the whole cache, groups of 1 to 4 heads, with and without the
  * first block, and ties (blocks with the same bounds) decided by the newer
- * block. The blocks come back in ascending order, within the budget
- * unless the newest block alone is more. */
+ * block; pages of one block and of several (page=16 and 64 on blocks of
+ * 4: a page's bound is its blocks' merged), a tail of 0 to 4 blocks that
+ * may be read over the budget, and dense layers whose reads come out of
+ * the budget (full_share). The blocks come back in ascending order, within
+ * the budget unless they all lie in the tail. */
 START_TEST(quest_pick_matches_full_sort) {
     uint64_t rng = 5;
     static tpick t;
-    enum { NP = 4 };
+    enum { NP = 9 };
     static const struct {
         const char *spec;
         bool first;
-        int recent;
-    } cfg[NP] = {{"first=false,recent=0", false, 0}, {"recent=0", true, 0}, {"", true, 1}, {"first=false,recent=3", false, 3}};
+        int recent, page, share;
+    } cfg[NP] = {{"first=false,recent=0,page=4", false, 0, 4, 0},
+                 {"recent=0,page=4", true, 0, 4, 0},
+                 {"page=4", true, 1, 4, 0},
+                 {"first=false,recent=3,page=4", false, 3, 4, 0},
+                 {"", true, 1, 16, 0},
+                 {"page=64", true, 1, 64, 0},
+                 {"page=16", true, 1, 16, 0},
+                 {"first=false,recent=2,page=16", false, 2, 16, 0},
+                 {"full_layers=2,full_share=true,page=16", true, 1, 16, 2}};
     qi_kv_policy *pol[NP];
     for (int f = 0; f < NP; f++) pol[f] = make("quest", cfg[f].spec);
-    int trials = 0, partial = 0, ties = 0;
+    int trials = 0, partial = 0, ties = 0, over = 0;
     for (int trial = 0; trial < 3000; trial++) {
         const int block = trial % 2 ? 64 : 4, nb = 1 + (int)(qi_test_rand(&rng) % QB_MAXB);
         const int last_n = 1 + (int)(qi_test_rand(&rng) % block), n = (nb - 1) * block + last_n;
         const int budget = 1 + (int)(qi_test_rand(&rng) % (unsigned)(n + 2 * block));
         const int group = 1 + (int)(qi_test_rand(&rng) % QB_MAXG), D = 1 + (int)(qi_test_rand(&rng) % 16);
         tp_fill(&t, nb, block, last_n, group, D, budget, &rng);
+        t.v.tail = (int)(qi_test_rand(&rng) % 5);
         if (trial % 4 == 0 && nb > 3) /* ties: copies of one block's bounds */
             for (int b = 1; b < nb - 1; b += 2) {
                 memcpy(t.bounds + (size_t)b * 2 * D, t.bounds, sizeof(float) * 2 * (size_t)D);
@@ -1773,7 +1873,7 @@ START_TEST(quest_pick_matches_full_sort) {
             }
         for (int f = 0; f < NP; f++) {
             bool want[QB_MAXB];
-            const int nw = quest_oracle(&t, cfg[f].first, cfg[f].recent, want);
+            const int nw = quest_oracle(&t, cfg[f].first, cfg[f].recent, cfg[f].page, cfg[f].share, want);
             int got = 0;
             qi_err e = {0};
             ck_assert_msg(qi_kv_policy_pick(pol[f], &t.v, t.blocks, &got, &e) == QI_OK, "%s", e.msg);
@@ -1786,14 +1886,18 @@ START_TEST(quest_pick_matches_full_sort) {
                 ck_assert(j == 0 || t.blocks[j] > t.blocks[j - 1]);
                 tokens += t.blocks[j] == nb - 1 ? last_n : block;
             }
-            ck_assert(tokens <= budget || got == 1);
+            const int tail = t.v.tail > 1 ? t.v.tail : 1;
+            ck_assert(tokens <= budget || t.blocks[0] >= nb - tail);
+            over += tokens > budget;
             partial += last_n < block;
         }
         trials++;
     }
+    ck_assert(over > 0);
     for (int f = 0; f < NP; f++) qi_kv_policy_free(pol[f]);
-    printf("quest: %d random views x %d configurations (first, recent) picked as a full sort picks (%d with a "
-           "partial last block, %d tied blocks)\n", trials, NP, partial, ties);
+    printf("quest: %d random views x %d configurations (first, recent, page, full_share) picked as a full sort "
+           "picks (%d with a partial last block, %d tied blocks, %d over the budget within the tail)\n",
+           trials, NP, partial, ties, over);
 }
 END_TEST
 
@@ -1814,7 +1918,7 @@ START_TEST(quest_reads_the_matching_block) {
     t.bounds[2 * 4 + 2] = 5.0f; /* ... but block 2 holds a key with k_0 = 5 */
     t.q[0] = 1.0f;
     t.q[1] = 0.5f;
-    qi_kv_policy *p = make("quest", "first=false,recent=0");
+    qi_kv_policy *p = make("quest", "first=false,recent=0,page=4");
     int n = 0;
     ck_assert_int_eq(qi_kv_policy_pick(p, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 2);
@@ -1826,7 +1930,7 @@ START_TEST(quest_reads_the_matching_block) {
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(t.blocks[0], 4);
     /* first=true (the default): block 0 takes the one place */
-    qi_kv_policy *pf = make("quest", "");
+    qi_kv_policy *pf = make("quest", "page=4");
     ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(t.blocks[0], 0);
@@ -1845,6 +1949,52 @@ START_TEST(quest_reads_the_matching_block) {
     ck_assert_int_eq(qi_kv_policy_pick(pf, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(t.blocks[0], 5);
+    /* pages of two blocks (page=8): a page's bound is its blocks' merged, so
+     * page 1 (blocks 2-3) wins with block 2's key; the newest page (block
+     * 5, 2 tokens, page 2 being blocks 4-5) is read whole: 6 tokens */
+    qi_kv_policy *p8 = make("quest", "first=false,recent=0,page=8");
+    t.v.budget = 6 + 8;
+    ck_assert_int_eq(qi_kv_policy_pick(p8, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 4);
+    ck_assert(t.blocks[0] == 2 && t.blocks[1] == 3 && t.blocks[2] == 4 && t.blocks[3] == 5);
+    /* merged, not averaged: a page with one block's large maximum wins over
+     * a page whose two blocks are both a little above the rest */
+    t.bounds[2 * 4 + 2] = 0.1f;
+    t.bounds[0 * 4 + 3] = 3.0f; /* block 0's maximum of dimension 1: page 0 scores 0.1 + 1.5 */
+    t.bounds[2 * 4 + 3] = 1.0f; /* blocks 2 and 3 at 1.0: page 1 scores 0.1 + 0.5 */
+    t.bounds[3 * 4 + 3] = 1.0f;
+    ck_assert_int_eq(qi_kv_policy_pick(p8, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 4);
+    ck_assert(t.blocks[0] == 0 && t.blocks[1] == 1 && t.blocks[2] == 4 && t.blocks[3] == 5);
+    /* the newest page alone over the budget: only its part in the tail */
+    t.v.budget = 3;
+    ck_assert_int_eq(qi_kv_policy_pick(p8, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(t.blocks[0], 5);
+    t.v.tail = 2;
+    ck_assert_int_eq(qi_kv_policy_pick(p8, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert(t.blocks[0] == 4 && t.blocks[1] == 5);
+    t.v.tail = 0;
+    t.bounds[0 * 4 + 3] = t.bounds[2 * 4 + 3] = t.bounds[3 * 4 + 3] = 0.1f;
+    qi_kv_policy_free(p8);
+    /* full_share: on layer 3 of 8 with full_layers=2, 22 tokens held and a
+     * budget of 9, the picked layers get (8 x 9 - 2 x 22) / 6 = 4 tokens:
+     * the newest block's 2 and no whole block more */
+    qi_kv_policy *ps = make("quest", "first=false,recent=0,page=4,full_layers=2,full_share=true");
+    qi_kv_policy *pn = make("quest", "first=false,recent=0,page=4,full_layers=2");
+    t.v.budget = 9;
+    ck_assert_int_eq(qi_kv_policy_pick(ps, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(qi_kv_policy_pick(pn, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 2); /* without it, the newest and one block of 4 */
+    t.v.budget = 12;        /* (96 - 44) / 6 = 8: the newest and one block; without, two */
+    ck_assert_int_eq(qi_kv_policy_pick(ps, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(qi_kv_policy_pick(pn, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 3);
+    qi_kv_policy_free(ps);
+    qi_kv_policy_free(pn);
     /* select keeps everything, over the budget: the budget binds the reads */
     tview *tv = tv_new(100, 10, 3);
     ck_assert_int_eq(sel(p, tv), 100);
@@ -1911,7 +2061,7 @@ START_TEST(quest_pick_survives_scratch_failure) {
     const qi_kv_pick_view v = {.layer = 3, .n_layer = N_LAYER, .group = 1, .D = 1, .q = q, .n = NB * BLK,
                                .block = BLK, .n_blocks = NB, .bounds = bounds, .newest = NB - 1,
                                .budget = 10 * BLK};
-    qi_kv_policy *p = make("quest", "");
+    qi_kv_policy *p = make("quest", "page=4");
     int n = 0;
     qi_alloc_fail_after(1);
     ck_assert_int_eq(qi_kv_policy_pick(p, &v, blocks, &n, NULL), QI_OK);
@@ -1947,9 +2097,18 @@ START_TEST(wrapper_catches_planted_pick_faults) {
         ck_assert_msg(strstr(e.msg, cases[c].pi->name) && strstr(e.msg, cases[c].words), "%s", e.msg);
         ck_assert_int_eq(n, 0);
     }
+    /* a tail lets the newest blocks be read over the budget, no others */
     qi_kv_policy all = {.iface = &PICK_ALL};
-    t.v.budget = 19;
     int n = 0;
+    t.v.tail = 5;
+    ck_assert_int_eq(qi_kv_policy_pick(&all, &t.v, t.blocks, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 5);
+    t.v.tail = 4;
+    qi_err et = {0};
+    ck_assert_int_eq(qi_kv_policy_pick(&all, &t.v, t.blocks, &n, &et), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(et.msg, "picked 19 tokens, over the budget of 8"), "%s", et.msg);
+    t.v.tail = 0;
+    t.v.budget = 19;
     ck_assert_int_eq(qi_kv_policy_pick(&all, &t.v, t.blocks, &n, NULL), QI_OK);
     ck_assert_int_eq(n, 5);
     qi_err e = {0};
@@ -1972,16 +2131,16 @@ END_TEST
  * seen: the check fails on a planted change of one row. */
 static void expect_bounds(const qi_kv_stream *s, int D, const char *when) {
     const qi_kv_tier *t = &s->work;
-    for (int b = 0; b * QI_KV_BLOCK < t->n; b++)
+    for (int b = 0; b * QI_KV_PAGE < t->n; b++) /* per page */
         for (int d = 0; d < D; d++) {
             float mn = INFINITY, mx = -INFINITY;
-            for (int i = b * QI_KV_BLOCK; i < t->n && i < (b + 1) * QI_KV_BLOCK; i++) {
+            for (int i = b * QI_KV_PAGE; i < t->n && i < (b + 1) * QI_KV_PAGE; i++) {
                 const float x = qi_fp16_to_f32(qi_kv_k_row(t, i, D)[d]);
                 mn = x < mn ? x : mn;
                 mx = x > mx ? x : mx;
             }
             ck_assert_msg(t->bound[(size_t)b * 2 * D + d] == mn && t->bound[(size_t)b * 2 * D + D + d] == mx,
-                          "%s: block %d dim %d: bounds [%g, %g], the rows [%g, %g]", when, b, d,
+                          "%s: page %d dim %d: bounds [%g, %g], the rows [%g, %g]", when, b, d,
                           t->bound[(size_t)b * 2 * D + d], t->bound[(size_t)b * 2 * D + D + d], mn, mx);
         }
 }
@@ -1991,7 +2150,7 @@ static bool bounds_stale(const qi_kv_stream *s, int D) {
     for (int i = 0; i < t->n; i++)
         for (int d = 0; d < D; d++) {
             const float x = qi_fp16_to_f32(qi_kv_k_row(t, i, D)[d]);
-            const float *bd = t->bound + (size_t)(i / QI_KV_BLOCK) * 2 * D;
+            const float *bd = t->bound + (size_t)(i / QI_KV_PAGE) * 2 * D;
             if (x < bd[d] || x > bd[D + d]) return true;
         }
     return false;
@@ -2093,8 +2252,12 @@ START_TEST(bad_names_and_parameters) {
                                          "scissorhands", "keyformer", "snapkv", "quest", NULL});
     expect_create_fails("quest", "first=2", N_LAYER, (const char *[]){"quest", "'first'", NULL});
     expect_create_fails("quest", "full_layers=9", N_LAYER, (const char *[]){"quest", "'full_layers'", "[0, 8]", NULL});
-    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, recent, full_layers", NULL});
+    expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, recent, full_layers, page, full_share", NULL});
     expect_create_fails("quest", "recent=-1", N_LAYER, (const char *[]){"quest", "'recent'", NULL});
+    expect_create_fails("quest", "page=24", N_LAYER, (const char *[]){"quest", "'page'", "power of two", "'24'", NULL});
+    expect_create_fails("quest", "page=0", N_LAYER, (const char *[]){"quest", "'page'", NULL});
+    expect_create_fails("quest", "page=8192", N_LAYER, (const char *[]){"quest", "'page'", NULL});
+    expect_create_fails("quest", "full_share=maybe", N_LAYER, (const char *[]){"quest", "'full_share'", NULL});
     expect_create_fails("quest", "ada=0.5", N_LAYER, (const char *[]){"quest", "'ada'", "scored policy", NULL});
     expect_create_fails("snapkv", "pool=4", N_LAYER, (const char *[]){"snapkv", "'pool'", "odd", NULL});
     expect_create_fails("snapkv", "window=0", N_LAYER, (const char *[]){"snapkv", "'window'", NULL});
@@ -2124,6 +2287,7 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("qinfer", "offload=maybe", N_LAYER, (const char *[]){"qinfer", "'offload'", "maybe", NULL});
     expect_create_fails("qinfer", "recall=2", N_LAYER, (const char *[]){"qinfer", "'recall'", NULL});
     expect_create_fails("qinfer", "probe_every=1x", N_LAYER, (const char *[]){"qinfer", "'probe_every'", NULL});
+    expect_create_fails("qinfer", "catch_up=2", N_LAYER, (const char *[]){"qinfer", "'catch_up'", NULL});
     expect_create_fails("qinfer", "sinks=nan", N_LAYER, (const char *[]){"qinfer", "'sinks'", NULL});
     expect_create_fails("qinfer", "heavy=0.5,wndows=2", N_LAYER,
                         (const char *[]){"qinfer", "'wndows'", "windows", "probe_every", NULL});
@@ -2213,6 +2377,7 @@ int main(void) {
     tcase_add_test(tc, qinfer_mean_score);
     tcase_add_test(tc, qinfer_decay_prefers_recent_weight);
     tcase_add_test(tc, qinfer_decay_waits_for_probes);
+    tcase_add_test(tc, qinfer_catch_up_counts_the_unmeasured_steps);
     tcase_add_test(tc, tova_keeps_what_the_query_attends_to);
     tcase_add_test(tc, scissorhands_counts_unimportant_steps);
     tcase_add_test(tc, keyformer_normalises_each_step);
