@@ -286,6 +286,7 @@ struct qi_engine {
     qi_err live_err;
     qi_weight (*ns_w)[2][3];
     qi_buf *(*ns_buf)[2];
+    size_t (*ns_off)[3];    /* [n_layer] the fast side's gate, up and down in its buffer */
 };
 
 static const char *const k_op_names[QI_OP_COUNT] = {"matmul", "attention", "kv-write", "kv-policy", "other"};
@@ -639,6 +640,7 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ns);
     qi_free(e->ns_w);
     qi_free(e->ns_buf);
+    qi_free(e->ns_off);
     qi_free(e->ns_mask);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
@@ -997,9 +999,10 @@ int qi_engine_neuron_unit(const qi_model *m) {
 
 /* One side of a split layer's FFN, gate, up and down in w, prepared on
  * device d: a buffer of its own where d holds a copy (*buf, NULL when d
- * computes on the host's gathered rows). */
+ * computes on the host's gathered rows), each matrix at offs[i] in it
+ * (offs may be NULL). */
 static qi_status neuron_prepare(qi_engine *e, int d, int l, const qi_weight *w, qi_weight *out, qi_buf **buf,
-                                qi_err *err) {
+                                size_t *offs, qi_err *err) {
     qi_backend *b = e->dev[d].be;
     size_t total = 0, sz[3];
     for (int i = 0; i < 3; i++) total += walign(sz[i] = qi_dev_weight_size(b, &w[i], true));
@@ -1009,10 +1012,19 @@ static qi_status neuron_prepare(qi_engine *e, int d, int l, const qi_weight *w, 
     qi_status st = total ? qi_buf_alloc(b, total, what, buf, err) : QI_OK;
     size_t off = 0;
     for (int i = 0; i < 3 && !st; i++) {
+        if (offs) offs[i] = off;
         st = qi_dev_weight_prepare(b, &w[i], true, qi_view_of(*buf, off), &out[i], err);
         off += walign(sz[i]);
     }
     return st;
+}
+
+/* A unit's bytes: its gate rows, its up rows, and its block of one row of
+ * down. */
+static void unit_bytes(const qi_layer *ly, int unit, size_t *gb, size_t *ub, size_t *blk) {
+    *gb = (size_t)unit * ly->w_gate.row_bytes;
+    *ub = (size_t)unit * ly->w_up.row_bytes;
+    *blk = qi_type_get(ly->w_down.type)->size;
 }
 
 /* The swap worker's copy (qi_neuron_copy_fn), in the engine's thread
@@ -1026,13 +1038,12 @@ static int live_copy(void *ctx, int l, int u, int s) {
     const qi_ffn_split *sp = &e->ns[l];
     qi_backend *b = e->dev[e->o.neuron_dev].be;
     qi_buf *buf = e->ns_buf[l][1];
-    const size_t unit = (size_t)sp->unit, gb = unit * ly->w_gate.row_bytes, ub = unit * ly->w_up.row_bytes,
-                 blk = qi_type_get(ly->w_down.type)->size, n = (size_t)sp->n[1];
-    /* the layout neuron_prepare made: gate, up, down, each aligned */
-    const size_t up_off = walign(n * ly->w_gate.row_bytes), down_off = up_off + walign(n * ly->w_up.row_bytes);
+    size_t gb, ub, blk;
+    unit_bytes(ly, sp->unit, &gb, &ub, &blk);
+    const size_t up_off = e->ns_off[l][1], down_off = e->ns_off[l][2];
     const uint64_t drow = sp->down[1].row_bytes;
-    qi_status st = qi_dev_upload(b, qi_view_of(buf, (size_t)s * gb), (const char *)ly->w_gate.data + (size_t)u * gb, gb,
-                                 &e->live_err);
+    qi_status st = qi_dev_upload(b, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
+                                 (const char *)ly->w_gate.data + (size_t)u * gb, gb, &e->live_err);
     if (!st) st = qi_dev_upload(b, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)u * ub,
                                 ub, &e->live_err);
     for (int64_t r = 0; r < ly->w_down.n_rows && !st; r++)
@@ -1057,10 +1068,21 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
         qi_free(nb);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the swap worker");
     }
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
     for (int l = 0; l < L; l++) {
         const qi_layer *ly = &e->m->layers[l];
-        nb[l] = (uint64_t)unit * (ly->w_gate.row_bytes + ly->w_up.row_bytes) +
-                (uint64_t)qi_type_get(ly->w_down.type)->size * (uint64_t)ly->w_down.n_rows;
+        size_t gb, ub, blk;
+        unit_bytes(ly, unit, &gb, &ub, &blk);
+        nb[l] = gb + ub + blk * (uint64_t)ly->w_down.n_rows;
+        /* a swap copies a unit's rows and blocks as the file has them */
+        for (int i = 0; i < 3 && e->ns[l].n[1]; i++) {
+            const qi_weight *w = i == 0 ? &e->ns[l].gate[1] : i == 1 ? &e->ns[l].up[1] : &e->ns[l].down[1];
+            if (w->data && qi_dev_weight_size(fb, w, true) != (size_t)(w->row_bytes * (uint64_t)w->n_rows)) {
+                qi_free(nb);
+                return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons copies their rows as the file has them, "
+                              "and device %s keeps weights in a form of its own", qi_dev_info_get(fb)->name);
+            }
+        }
     }
     qi_status st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy,
                                          NULL, e, &e->live, err);
@@ -1095,7 +1117,7 @@ static qi_status live_regather(qi_engine *e, qi_err *err) {
                 e->ns[l] = ns;
                 qi_buf_free(e->ns_buf[l][0]);
                 const qi_weight w[3] = {ns.gate[0], ns.up[0], ns.down[0]};
-                st = ns.n[0] ? neuron_prepare(e, 0, l, w, e->ns_w[l][0], &e->ns_buf[l][0], err) : QI_OK;
+                st = ns.n[0] ? neuron_prepare(e, 0, l, w, e->ns_w[l][0], &e->ns_buf[l][0], NULL, err) : QI_OK;
                 if (!st && e->ns_cw[l].codes) {
                     qi_colw_free(&e->ns_cw[l]);
                     st = qi_colw_build(&ns.down[0], &e->ns_cw[l], err);
@@ -1147,7 +1169,7 @@ double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch) {
         /* the pair NEURON_TIME_ITERS times between the events, so that a
          * small model's products stand above the timer's noise */
         enum { NEURON_TIME_ITERS = 8 };
-        bool ok = !neuron_prepare(e, fast ? 1 : 0, 0, w, dw, &buf, &err) && !qi_dev_synchronize(D->be, &err) &&
+        bool ok = !neuron_prepare(e, fast ? 1 : 0, 0, w, dw, &buf, NULL, &err) && !qi_dev_synchronize(D->be, &err) &&
                   !qi_event_record(D->be, &a, &err);
         for (int i = 0; i < NEURON_TIME_ITERS && ok; i++)
             ok = !qi_backend_matmul_n(D->be, (const qi_weight *const[]){&dw[1]}, (float *const[]){D->up}, 1, D->xn,
@@ -1173,8 +1195,8 @@ double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch) {
  * the model's unit u. */
 static bool unit_bytes_eq(const qi_layer *ly, const qi_ffn_split *sp, const char *gate, const char *up,
                           const char *down, uint64_t drow, int k, int u) {
-    const size_t unit = (size_t)sp->unit, gb = unit * ly->w_gate.row_bytes, ub = unit * ly->w_up.row_bytes,
-                 blk = qi_type_get(ly->w_down.type)->size;
+    size_t gb, ub, blk;
+    unit_bytes(ly, sp->unit, &gb, &ub, &blk);
     if (memcmp(gate + (size_t)k * gb, (const char *)ly->w_gate.data + (size_t)u * gb, gb) ||
         memcmp(up + (size_t)k * ub, (const char *)ly->w_up.data + (size_t)u * ub, ub))
         return false;
@@ -1214,10 +1236,10 @@ qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
         }
         if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)))
             st = qi_dev_synchronize(fb, err);
-        const size_t up_off = walign((size_t)sp->n[1] * ly->w_gate.row_bytes),
-                     down_off = up_off + walign((size_t)sp->n[1] * ly->w_up.row_bytes);
+        const size_t *off = e->ns_off[l];
         for (int s = 0; s < n1 && !st; s++)
-            if (slot[s] < 0 || !unit_bytes_eq(ly, sp, host, host + up_off, host + down_off, sp->down[1].row_bytes, s, slot[s]))
+            if (slot[s] < 0 || !unit_bytes_eq(ly, sp, host + off[0], host + off[1], host + off[2], sp->down[1].row_bytes,
+                                              s, slot[s]))
                 st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's slot %d does not hold unit %d", l, s,
                             slot[s]);
         /* the cold side: the units in no slot, in order */
@@ -1282,7 +1304,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
     e->ns_w = qi_calloc((size_t)L, sizeof *e->ns_w);
     e->ns_buf = qi_calloc((size_t)L, sizeof *e->ns_buf);
     e->ns_cw = qi_calloc((size_t)L, sizeof *e->ns_cw);
-    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf || !e->ns_cw)
+    e->ns_off = qi_calloc((size_t)L, sizeof *e->ns_off);
+    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf || !e->ns_cw || !e->ns_off)
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a neuron split of %d layers", L);
     memcpy(e->ns_mask, e->o.neuron_fast, n);
     e->o.neuron_fast = e->ns_mask;
@@ -1300,7 +1323,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
         if ((st = qi_ffn_split_build(&m->layers[l], mask, copy, &e->ns[l], err))) return st;
         for (int s = 0; s < 2; s++) {
             const qi_weight w[3] = {e->ns[l].gate[s], e->ns[l].up[s], e->ns[l].down[s]};
-            if (e->ns[l].n[s] && (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns_w[l][s], &e->ns_buf[l][s], err)))
+            if (e->ns[l].n[s] &&
+                (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns_w[l][s], &e->ns_buf[l][s], s ? e->ns_off[l] : NULL, err)))
                 return st;
         }
         /* cats on the cold side: its down read by the active columns */
