@@ -58,20 +58,8 @@ static void help(void) {
 
 /* BYTES, or a number with K, M or G (powers of 1024); whole bytes, < 2^62. */
 static bool parse_size(const char *s, int64_t *out) {
-    if (!s || !*s || !(s[0] >= '0' && s[0] <= '9')) return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s) return false;
-    double mul = 1.0;
-    if (*end == 'K') mul = 1024.0, end++;
-    else if (*end == 'M') mul = 1024.0 * 1024.0, end++;
-    else if (*end == 'G') mul = 1024.0 * 1024.0 * 1024.0, end++;
-    if (*end) return false;
-    v *= mul;
-    if (!isfinite(v) || v < 0 || v >= 4.6e18 || v != floor(v)) return false;
-    *out = (int64_t)v;
-    return true;
+    double share = -1.0;
+    return s && qi_neuron_parse_budget(s, &share, out) && share < 0.0;
 }
 
 static bool parse_frac(const char *s, double *out) {

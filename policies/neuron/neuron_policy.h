@@ -284,5 +284,9 @@ typedef struct {
 qi_status qi_neuron_split_make(const struct qi_model *m, const char *policy, const char *profile, const char *budget,
                                qi_neuron_split *out, qi_err *err);
 void qi_neuron_split_fini(qi_neuron_split *s); /* zeroed; a zeroed one is a no-op */
+/* A budget: "P%" (P from 0 to 100: *share = P / 100, *bytes untouched)
+ * or BYTES, a whole number with K, M or G (powers of 1024) below 2^62
+ * (*bytes; *share untouched). False for anything else. */
+bool qi_neuron_parse_budget(const char *b, double *share, int64_t *bytes);
 
 #endif

@@ -15,9 +15,7 @@ void qi_neuron_split_fini(qi_neuron_split *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* "P%" (a share of the FFN's bytes, *share) or BYTES with K, M or G
- * (powers of 1024, *bytes). */
-static bool parse_budget(const char *b, double *share, int64_t *bytes) {
+bool qi_neuron_parse_budget(const char *b, double *share, int64_t *bytes) {
     const size_t n = strlen(b);
     char *end;
     errno = 0;
@@ -46,7 +44,7 @@ qi_status qi_neuron_split_make(const qi_model *m, const char *policy, const char
     const int U = F / unit;
     double share = -1.0;
     int64_t bytes = 0;
-    if (!parse_budget(budget, &share, &bytes))
+    if (!qi_neuron_parse_budget(budget, &share, &bytes))
         return QI_ERR(err, QI_ERR_INVALID, "neuron budget '%s' is not a share from 0%% to 100%% nor a size (BYTES, K, "
                       "M or G)", budget);
     qi_neuron_profile prof = {0};
