@@ -232,7 +232,7 @@ struct qi_engine {
      * positions of each call's streams, [max_seqs * Hkv] regions of
      * pick_max_blocks pointers and of n_ctx positions, and one stream's
      * choice */
-    bool picks;
+    bool picks, pick_tokens; /* the policy picks what attention reads; single tokens (SparQ) */
     int pick_max_blocks;
     const uint16_t **pick_kb, **pick_vb;
     int32_t *pick_pos;
@@ -892,19 +892,20 @@ static qi_status check_picks(const qi_engine *e, const qi_plan *p, qi_err *err) 
         if (!pick_layer(e, l)) continue;
         if (e->o.sim)
             return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "KV policy '%s' picks blocks by their keys, and a simulated machine (%s) computes none",
-                          e->o.kv_policy, e->o.sim);
+                          "KV policy '%s' picks %s by their keys, and a simulated machine (%s) computes none",
+                          e->o.kv_policy, e->pick_tokens ? "tokens" : "blocks", e->o.sim);
         if (p->layers[l].split > 0.0f)
             return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "plan layer %d: KV policy '%s' picks the blocks attention reads, and this layer's "
+                          "plan layer %d: KV policy '%s' picks what attention reads, and this layer's "
                           "attention is split across two devices (not supported)",
                           l, e->o.kv_policy);
         if (!qi_dev_info_get(e->dev[p->layers[l].attn_dev].be)->host_visible)
             return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                          "plan layer %d: KV policy '%s' keeps its key bounds on the host and picks blocks there; "
+                          "plan layer %d: KV policy '%s' %s on the host and picks %s there; "
                           "this layer's attention runs on %s, which the host cannot read (implemented for the "
                           "CPU only): place the attention of every layer on the CPU",
-                          l, e->o.kv_policy, p->devices[p->layers[l].attn_dev]);
+                          l, e->o.kv_policy, e->pick_tokens ? "reads the keys" : "keeps its key bounds",
+                          e->pick_tokens ? "tokens" : "blocks", p->devices[p->layers[l].attn_dev]);
     }
     return QI_OK;
 }
@@ -1725,6 +1726,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         goto fail;
     e->o.kv_policy = qi_kv_policy_name(e->pol);
     e->picks = qi_kv_policy_picks(e->pol);
+    e->pick_tokens = qi_kv_policy_picks_tokens(e->pol);
     bool any_budgeted = false;
     for (int l = 0; l < hp->n_layer; l++) any_budgeted |= !qi_kv_policy_exempt(e->pol, l);
     if (any_budgeted && o->kv_budget_tokens == 0 && o->kv_budget_frac == 0.0) {
@@ -1821,11 +1823,11 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     }
     if (e->picks) {
         const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
-        e->pick_max_blocks = (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* pages */
+        e->pick_max_blocks = e->pick_tokens ? o->n_ctx : (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* tokens, pages */
         e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
         e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
         e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
-        e->pick_idx = qi_malloc(sizeof *e->pick_idx * (size_t)e->pick_max_blocks);
+        e->pick_idx = qi_malloc(sizeof *e->pick_idx * (size_t)e->pick_max_blocks * (size_t)o->n_threads);
         if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the block tables of KV policy '%s'", e->o.kv_policy);
             goto fail;
@@ -1879,7 +1881,8 @@ qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err) {
                 qi_kv_stream *sm = stream_of(e, s, l, h);
                 qi_kv_stream_init(sm, hp->n_swa > 0 && e->m->layers[l].swa ? e->swa_cells : 0, work_pool(e, l),
                                   split_pool(e, l), e->pool);
-                if (pick_layer(e, l)) qi_kv_stream_keep_bounds(sm);
+                if (pick_layer(e, l) && !e->pick_tokens) qi_kv_stream_keep_bounds(sm);
+                if (pick_layer(e, l) && e->pick_tokens) qi_kv_stream_keep_kcols(sm);
             }
         s->used = true;
         *id = i;
@@ -2592,60 +2595,120 @@ static qi_status attend_split(qi_engine *e, const segment *segs, int n_seg, int 
     return QI_OK;
 }
 
-/* A picking policy's layer l (Quest), after the step's K/V rows are
- * written: every stream's key bounds brought up to date with its new rows,
- * then on each decode segment (one token) every stream's pages (16-token
- * quarters of its blocks, QI_KV_PAGE) picked from the bounds and the
- * segment's queries, and its attention call pointed at them: K and V
- * pointers into the blocks at the chosen pages, in ascending order (the
- * newest, the only one not full, last), a shift of QI_KV_PAGE_SHIFT, and
- * their positions gathered, so the call reads no other slot and nothing
- * is copied. The call's scores and sums run over the slots in order
- * whatever the rows per pointer, so all pages in order is the arithmetic
- * of the call attend_prepare made, and a budget that covers the whole
- * cache gives the full cache's. Prompt segments read the whole cache.
- * check_picks has placed the layer's attention on the CPU, so rows and
- * queries are host memory. */
-static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
+/* A picking policy's layer l (Quest, SparQ), after the step's K/V rows
+ * are written: every stream's key bounds brought up to date with its new
+ * rows (a page picker's), then on each decode segment (one token) every
+ * stream's pages (16-token quarters of its blocks, QI_KV_PAGE) or single
+ * tokens picked from the bounds or the keys and the segment's queries, and
+ * its attention call pointed at them: K and V pointers into the blocks at
+ * the chosen pages (or rows), in ascending order (the newest, the only one
+ * not full, last), a shift of QI_KV_PAGE_SHIFT (0 for rows), and their
+ * positions gathered, so the call reads no other slot and nothing is
+ * copied. The call's scores and sums run over the slots in order whatever
+ * the rows per pointer, so all pages in order is the arithmetic of the call
+ * attend_prepare made, and a budget that covers the whole cache gives the
+ * full cache's. Prompt segments read the whole cache. check_picks has
+ * placed the layer's attention on the CPU, so rows and queries are host
+ * memory. The streams are shared out over the host threads, each with its
+ * own policy object and pick scratch, as the evicting policies' decisions
+ * are (policy_all). */
+typedef struct {
+    qi_engine *e;
+    const dev_state *X;
+    const segment *segs;
+    int n_seg, l;
+} pick_job;
+
+static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
+                             int hk, int l, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
-    qi_status st;
-    for (int i = 0; i < n_seg; i++) {
-        const segment *g = &segs[i];
-        seq_state *s = &e->seqs[g->id];
-        for (int hk = 0; hk < Hkv; hk++) {
-            qi_kv_stream *sm = stream_of(e, s, l, hk);
-            qi_kv_stream_bounds_from(sm, sm->work.n - g->n);
-            if (g->n != 1) continue;
-            const qi_kv_tier *w = &sm->work;
-            const int nb = (w->n + QI_KV_PAGE - 1) / QI_KV_PAGE;
-            const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
-                                       .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D, .n = w->n,
-                                       .block = QI_KV_PAGE, .n_blocks = nb, .bounds = w->bound, .newest = nb - 1,
-                                       .budget = resolve_budget(e, g->pos0),
-                                       .tail = (nb - 1) % QI_KV_PAGES_PER_BLOCK + 1};
-            int n = 0;
-            if ((st = qi_kv_policy_pick(e->pol, &v, e->pick_idx, &n, err))) return st;
-            const size_t r = (size_t)i * Hkv + hk;
-            const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
-            int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
-            int n_slots = 0;
-            for (int j = 0; j < n; j++) { /* page pg: rows (pg mod pages per block) x QI_KV_PAGE on in its block */
-                const int pg = e->pick_idx[j], b0 = pg << QI_KV_PAGE_SHIFT;
-                const int nr = w->n - b0 < QI_KV_PAGE ? w->n - b0 : QI_KV_PAGE;
-                const size_t in_blk = (size_t)(pg & (QI_KV_PAGES_PER_BLOCK - 1)) * QI_KV_PAGE * (size_t)D;
-                kb[j] = w->k_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
-                vb[j] = w->v_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
-                memcpy(pos + n_slots, w->pos + b0, sizeof *pos * (size_t)nr);
-                n_slots += nr;
-            }
-            e->acall[i].shift = QI_KV_PAGE_SHIFT; /* slot s is row s mod QI_KV_PAGE of kb[s / QI_KV_PAGE] */
-            e->a_nslots[r] = n_slots;
-            e->a_pos[r] = pos;
-            e->a_kb[r] = (const uint16_t *const *)kb;
-            e->a_vb[r] = (const uint16_t *const *)vb;
-            sm->attended = n_slots;
+    seq_state *s = &e->seqs[g->id];
+    qi_kv_stream *sm = stream_of(e, s, l, hk);
+    qi_kv_stream_bounds_from(sm, sm->work.n - g->n);
+    if (g->n != 1) return QI_OK;
+    const qi_kv_tier *w = &sm->work;
+    const bool tok = e->pick_tokens;
+    const int nb = tok ? w->n : (w->n + QI_KV_PAGE - 1) / QI_KV_PAGE;
+    const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
+                               .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D,
+                               .scale = e->acall[i].scale, .n = w->n, .block = tok ? 1 : QI_KV_PAGE,
+                               .n_blocks = nb, .bounds = tok ? NULL : w->bound, .newest = nb - 1,
+                               .budget = resolve_budget(e, g->pos0),
+                               .tail = tok ? 1 : (nb - 1) % QI_KV_PAGES_PER_BLOCK + 1,
+                               .k_blk = (const uint16_t *const *)w->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
+                               .k_cols = tok ? w->kcol : NULL};
+    int n = 0;
+    qi_status st = qi_kv_policy_pick(ps->pol, &v, idx, &n, err);
+    if (st) return st;
+    const size_t r = (size_t)i * Hkv + hk;
+    const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
+    int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
+    int n_slots = 0;
+    if (tok) { /* token t: its own row, one row per pointer */
+        for (int j = 0; j < n; j++) {
+            kb[j] = qi_kv_k_row(w, idx[j], D);
+            vb[j] = qi_kv_v_row(w, idx[j], D);
+            pos[j] = w->pos[idx[j]];
         }
+        n_slots = n;
+    } else
+        for (int j = 0; j < n; j++) { /* page pg: rows (pg mod pages per block) x QI_KV_PAGE on in its block */
+            const int pg = idx[j], b0 = pg << QI_KV_PAGE_SHIFT;
+            const int nr = w->n - b0 < QI_KV_PAGE ? w->n - b0 : QI_KV_PAGE;
+            const size_t in_blk = (size_t)(pg & (QI_KV_PAGES_PER_BLOCK - 1)) * QI_KV_PAGE * (size_t)D;
+            kb[j] = w->k_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
+            vb[j] = w->v_blk[pg / QI_KV_PAGES_PER_BLOCK] + in_blk;
+            memcpy(pos + n_slots, w->pos + b0, sizeof *pos * (size_t)nr);
+            n_slots += nr;
+        }
+    e->a_nslots[r] = n_slots;
+    e->a_pos[r] = pos;
+    e->a_kb[r] = (const uint16_t *const *)kb;
+    e->a_vb[r] = (const uint16_t *const *)vb;
+    sm->attended = n_slots;
+    return QI_OK;
+}
+
+static void pick_work(void *arg, int ith, int nth) {
+    pick_job *j = arg;
+    qi_engine *e = j->e;
+    const int Hkv = e->m->hp.n_head_kv;
+    pol_scratch *ps = &e->ps[ith];
+    int *idx = e->pick_idx + (size_t)ith * e->pick_max_blocks;
+    long lo, hi;
+    qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
+    for (long k = lo; k < hi; k++) {
+        const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
+        qi_status st = pick_stream(e, ps, idx, j->X, &j->segs[i], i, hk, j->l, &ps->err);
+        if (st) {
+            ps->err_k = k;
+            ps->err_st = st;
+            return;
+        }
+    }
+}
+
+static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
+    for (int i = 0; i < n_seg; i++) /* slot s is row s mod 2^shift of kb[s >> shift] */
+        if (segs[i].n == 1) e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
+    for (int t = 0; t < e->o.n_threads; t++) {
+        e->ps[t].err_k = -1;
+        qi_err_clear(&e->ps[t].err);
+    }
+    pick_job j = {e, X, segs, n_seg, l};
+    if ((long)n_seg * e->m->hp.n_head_kv > 1)
+        qi_backend_cpu_host_run(e->be, pick_work, &j);
+    else
+        pick_work(&j, 0, 1);
+    const pol_scratch *bad = NULL; /* the first failure in stream order, whichever thread met it */
+    for (int t = 0; t < e->o.n_threads; t++) {
+        const pol_scratch *ps = &e->ps[t];
+        if (ps->err_k >= 0 && (!bad || ps->err_k < bad->err_k)) bad = ps;
+    }
+    if (bad) {
+        *err = bad->err;
+        return bad->err_st;
     }
     return QI_OK;
 }

@@ -111,6 +111,7 @@ static void tier_release(const qi_kv_stream *s, int tier, qi_kv_tier *t) {
     qi_free(t->pos);
     qi_free(t->score);
     qi_free(t->bound);
+    qi_free(t->kcol);
     memset(t, 0, sizeof *t);
 }
 
@@ -149,7 +150,11 @@ static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_er
                                                             (size_t)s->wp->D)
                                  : NULL;
         if (bd) t->bound = bd;
-        if (!kb || !vb || !bb || (bounds && !bd))
+        const bool kcols = tier == 0 && s->kcols;
+        uint16_t *kc = bb && kcols ? qi_realloc(t->kcol, sizeof *kc * (size_t)cap * QI_KV_BLOCK * (size_t)s->wp->D)
+                                   : NULL;
+        if (kc) t->kcol = kc;
+        if (!kb || !vb || !bb || (bounds && !bd) || (kcols && !kc))
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
         t->cap_blocks = cap;
     }
@@ -202,7 +207,27 @@ void qi_kv_stream_keep_bounds(qi_kv_stream *s) {
     s->bounds = true;
 }
 
+void qi_kv_stream_keep_kcols(qi_kv_stream *s) {
+    QI_ASSERT(s->work.n == 0 && s->work.cap_blocks == 0 && !s->sp && qi_dev_info_get(s->wp->dev)->host_visible);
+    s->kcols = true;
+}
+
+/* The key columns of working slots i0..n-1 from their rows; a block's
+ * columns are zeroed when its first slot is written. */
+static void kcols_from(qi_kv_stream *s, int i0) {
+    const qi_kv_tier *t = &s->work;
+    const int D = s->wp->D;
+    for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
+        uint16_t *c = t->kcol + (size_t)(i >> QI_KV_BLOCK_SHIFT) * D * QI_KV_BLOCK;
+        if ((i & (QI_KV_BLOCK - 1)) == 0) memset(c, 0, sizeof *c * (size_t)D * QI_KV_BLOCK);
+        const uint16_t *k = qi_kv_k_row(t, i, D);
+        c += i & (QI_KV_BLOCK - 1);
+        for (int d = 0; d < D; d++) c[(size_t)d * QI_KV_BLOCK] = k[d];
+    }
+}
+
 void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0) {
+    if (s->kcols) kcols_from(s, i0);
     if (!s->bounds) return;
     const qi_kv_tier *t = &s->work;
     const int D = s->wp->D;

@@ -22,7 +22,9 @@
  * read finer pieces than a block (Quest's pages are 16 tokens); a block's
  * bounds are its pages' merged, exactly. They are computed
  * on the host from the fp16 rows, so only a stream whose working tier is
- * host memory keeps them.
+ * host memory keeps them. In the same way a stream may keep its working
+ * keys a second time by columns (qi_kv_stream_keep_kcols), for a policy
+ * that scores every token on a few of its key's components (SparQ).
  */
 #ifndef QI_KV_H
 #define QI_KV_H
@@ -54,6 +56,11 @@ typedef struct {
      * tier only): page p's (slots p x QI_KV_PAGE on) element-wise key
      * minimum at bound + 2pD, maximum at bound + (2p+1)D */
     float *bound;
+    /* [cap_blocks][D][QI_KV_BLOCK] with key columns kept (working tier
+     * only): component d of slot i's key at kcol + ((i >> QI_KV_BLOCK_SHIFT)
+     * x D + d) x QI_KV_BLOCK + (i mod QI_KV_BLOCK), the slots of a block past
+     * the last zero */
+    uint16_t *kcol;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;
@@ -71,6 +78,7 @@ typedef struct {
     int n_swapped;        /* swapped out: the last n_swapped tokens of the offload tier are the working tier's */
     bool swapped;
     bool bounds;          /* keeps work.bound (qi_kv_stream_keep_bounds) */
+    bool kcols;           /* keeps work.kcol (qi_kv_stream_keep_kcols) */
     int attended;         /* tokens its last attention read (set by the engine) */
 } qi_kv_stream;
 
@@ -99,12 +107,18 @@ void qi_kv_stream_release(qi_kv_stream *s);
 /* Keep key bounds for s from now on: called on an empty stream, whose
  * working tier is host memory and not split. */
 void qi_kv_stream_keep_bounds(qi_kv_stream *s);
+/* Keep key columns for s from now on (a second copy of the working keys,
+ * component-major per block, so that a few components of every key are
+ * read without the rest: SparQ, kv_policy.h): called on an empty stream,
+ * whose working tier is host memory and not split. */
+void qi_kv_stream_keep_kcols(qi_kv_stream *s);
 /* The bounds of the pages holding working slots i0..n-1, from the rows
  * as they now are: slots past i0 in i0's page are merged into its bounds
- * (i0 not a page's first slot) and every later page's are recomputed. A
- * no-op on a stream without bounds. Call it after the rows of new tokens
- * are written (the engine, after kv_write); the moves of kv.c (apply,
- * swap_in) rebuild the bounds themselves. */
+ * (i0 not a page's first slot) and every later page's are recomputed; and
+ * the key columns of those slots copied from their rows. A no-op on a
+ * stream with neither. Call it after the rows of new tokens are written
+ * (the engine, after kv_write); the moves of kv.c (apply, swap_in) rebuild
+ * both themselves. */
 void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0);
 
 /* A slot in the working tier for one token at pos: appended, or slot pos %

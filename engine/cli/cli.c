@@ -514,7 +514,7 @@ qi_status qi_cli_kv_check(qi_cli_kv *k, int n_layer, qi_err *err) {
 
 void qi_cli_kv_describe(const qi_cli_kv *k, char *buf, size_t n) {
     int w = snprintf(buf, n, "%s", k->policy);
-    /* a policy that picks blocks (quest) budgets the tokens attention reads */
+    /* a policy that picks what attention reads (quest, sparq) budgets the tokens read */
     const qi_kv_policy_i *pi = qi_kv_policy_find(k->policy);
     const char *attended = pi && pi->pick ? " attended" : "";
     if (k->budget_tokens > 0)
@@ -539,7 +539,8 @@ void qi_cli_kv_help(void) {
                qi_kv_policies[i]->params[0] ? "]" : "");
     printf("      --kv-budget B       working KV tokens per layer and KV head: a count (512),\n"
            "                          a percentage (50%%) or a fraction (0.5) of the sequence;\n"
-           "                          for quest, the tokens attention reads per decode step\n"
+           "                          for quest and sparq, the tokens attention reads per\n"
+           "                          decode step\n"
            "      --kv-param K=V,...  policy parameters (repeatable); any policy also takes\n"
            "                          pyramid=B in [0, 1): budgets falling linearly from the\n"
            "                          lowest budgeted layer to the highest, same total (PyramidKV);\n"

@@ -34,7 +34,9 @@
  * with the step's queries and per-block key bounds (qi_kv_pick_view), and
  * returns the blocks of the working tier to read. Its budget counts the
  * tokens attention reads, not the tokens held; the cache never evicts for
- * it, and select() is not asked on the layers it picks for.
+ * it, and select() is not asked on the layers it picks for. A policy that
+ * sets pick_tokens (SparQ) picks single tokens instead, from the keys
+ * themselves, which the view also shows.
  */
 #ifndef QI_KV_POLICY_H
 #define QI_KV_POLICY_H
@@ -45,7 +47,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 6u
+#define QI_KV_POLICY_VERSION 7u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -87,11 +89,14 @@ typedef struct {
  * policy with pick() never evicts), cut into blocks of `block` slots; every
  * block is full but the last, which holds the newest token. The cache shows
  * its pages of 16 tokens (a quarter of its blocks of 64) as blocks, the
- * smallest piece its attention call reads without a copy. */
+ * smallest piece its attention call reads with whole pages; to a policy
+ * with pick_tokens every token is a block (block 1, tail 1) and bounds is
+ * NULL (the cache keeps none for it). */
 typedef struct {
     int layer, n_layer, kv_head;
     int group, D;         /* query heads sharing the KV head; values per head */
     const float *q;       /* [group][D] this step's queries, after RoPE (and any query scale) */
+    float scale;          /* attention's score is scale * (q . k) (0, a view made by hand, means 1) */
     int n;                /* working tokens */
     int block;            /* tokens per block */
     int n_blocks;         /* ceil(n / block) */
@@ -105,6 +110,17 @@ typedef struct {
      * cache's newest block of 64 tokens; 0, a view made by hand, means 1:
      * the newest block alone). */
     int tail;
+    /* The keys (NULL in a view made by hand for a policy that reads none):
+     * token i's, D fp16 values, at k_blk[i >> k_shift] + (i & ((1 <<
+     * k_shift) - 1)) * D, exactly what attention reads. */
+    const uint16_t *const *k_blk;
+    int k_shift;
+    /* The same keys by columns, for a policy with pick_tokens (NULL for
+     * the others): component d of token i's key at k_cols + ((i >> k_shift)
+     * x D + d) x 2^k_shift + (i mod 2^k_shift); a block's slots past the
+     * newest token hold zeros. A few components of every key are read
+     * without the rest. */
+    const uint16_t *k_cols;
 } qi_kv_pick_view;
 
 typedef struct qi_kv_policy qi_kv_policy;
@@ -159,6 +175,10 @@ typedef struct {
      * budget counts the tokens read. Prompts (several tokens a step) read
      * the whole cache. Optional: NULL means the policy evicts instead. */
     int (*pick)(qi_kv_policy *p, const qi_kv_pick_view *v, int *blocks);
+    /* pick() chooses single tokens, not pages: its view's blocks are tokens
+     * and it scores them from the keys (SparQ); the cache keeps no key
+     * bounds and points attention at each chosen row. */
+    bool pick_tokens;
 } qi_kv_policy_i;
 
 /* Every policy object starts with its interface. The fields after it
@@ -231,11 +251,15 @@ int qi_kv_policy_obs_window(const qi_kv_policy *p); /* 0 if none */
 /* Whether the policy picks blocks (has pick()): its budget counts attended
  * tokens, and it never evicts. */
 bool qi_kv_policy_picks(const qi_kv_policy *p);
+/* Whether what it picks are single tokens (pick_tokens). */
+bool qi_kv_policy_picks_tokens(const qi_kv_policy *p);
 /* pick() shown v with its layer's budget (pyramid= applied) and checked:
  * the blocks distinct, in range, v->newest among them, their tokens within
  * that budget unless they all lie in the newest v->tail blocks (at least
  * v->newest alone). blocks[] (room for
  * v->n_blocks) receives them in ascending order, *n_out their count.
+ * bounds must be set unless the policy picks tokens, and then k_blk and
+ * k_cols must be.
  * QI_ERR_BACKEND naming the policy if it broke that contract,
  * QI_ERR_INVALID for a bad view (no blocks, a budget below 1, newest not
  * the last block), QI_ERR_UNSUPPORTED for a policy without pick(). */

@@ -41,6 +41,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_policy.h"
@@ -56,7 +57,8 @@
     X(scissorhands)                                                                                            \
     X(keyformer)                                                                                               \
     X(snapkv)                                                                                                  \
-    X(quest)
+    X(quest)                                                                                                   \
+    X(sparq)
 
 #define QI_KV_DECLARE(name) extern const qi_kv_policy_i qi_kv_##name##_policy;
 #define QI_KV_ENTRY(name) &qi_kv_##name##_policy,
@@ -159,6 +161,13 @@ int qi_kv_policy_obs_window(const qi_kv_policy *p) {
 
 bool qi_kv_policy_picks(const qi_kv_policy *p) { return p->iface->pick != NULL; }
 
+bool qi_kv_policy_picks_tokens(const qi_kv_policy *p) { return p->iface->pick && p->iface->pick_tokens; }
+
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 /* The tokens of block b of a pick view: every block is full but the last. */
 static int pick_block_tokens(const qi_kv_pick_view *v, int b) {
     return b < v->n_blocks - 1 ? v->block : v->n - b * v->block;
@@ -169,7 +178,8 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
     *n_out = 0;
     if (!p->iface->pick) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' picks no blocks", name);
     if (v->n < 1 || v->block < 1 || v->n_blocks != (v->n + v->block - 1) / v->block || v->budget < 1 ||
-        v->newest != v->n_blocks - 1 || v->group < 1 || v->D < 1 || !v->q || !v->bounds || !blocks)
+        v->newest != v->n_blocks - 1 || v->group < 1 || v->D < 1 || !v->q || !blocks ||
+        (p->iface->pick_tokens ? !v->k_blk || !v->k_cols || v->block != 1 : !v->bounds))
         return QI_ERR(err, QI_ERR_INVALID,
                       "KV policy '%s': bad pick view (n %d, block %d, n_blocks %d, newest %d, budget %d)", name,
                       v->n, v->block, v->n_blocks, v->newest, v->budget);
@@ -180,12 +190,12 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
         return QI_ERR(err, QI_ERR_BACKEND,
                       "KV policy '%s' broke its contract: picked %d blocks of %d (layer %d, KV head %d)", name, n,
                       v->n_blocks, v->layer, v->kv_head);
-    /* insertion sort: a handful of blocks, and the order is checked on the way */
+    /* ascending (a token picker's hundreds of picks usually come sorted);
+     * distinctness is checked on the way */
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && blocks[j - 1] > blocks[j]; j--) {
-            const int t = blocks[j];
-            blocks[j] = blocks[j - 1];
-            blocks[j - 1] = t;
+        if (blocks[i - 1] > blocks[i]) {
+            qsort(blocks, (size_t)n, sizeof *blocks, cmp_int);
+            break;
         }
     long tokens = 0;
     for (int i = 0; i < n; i++) {

@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for c in agree needle; do
   if expect_ok "$Q" $c --help; then
     grep -q "usage: qinfer $c" "$tmp/out" || bad "$c --help prints no usage"
-    for f in --kv-policy --kv-budget --kv-param pyramid=B ada=F "quest " "for quest, the tokens attention reads"; do
+    for f in --kv-policy --kv-budget --kv-param pyramid=B ada=F "quest " "for quest and sparq, the tokens attention reads" "sparq "; do
       grep -q -- "$f" "$tmp/out" || bad "$c --help does not mention $f"
     done
   fi
@@ -69,6 +69,13 @@ expect_fail 2 "quest: parameter 'full_share'" "$Q" agree "${M[@]}" -p x --kv-pol
 expect_fail 2 "qinfer: parameter 'catch_up'" "$Q" agree "${M[@]}" -p x --kv-policy qinfer --kv-budget 50% \
   --kv-param catch_up=2
 expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-policy quest
+# sparq's parameters, and the devices it runs on
+expect_fail 2 "sparq: parameter 'dims' must be in (0, 1]" "$Q" agree "${M[@]}" -p x --kv-policy sparq --kv-budget 50% \
+  --kv-param dims=0
+expect_fail 2 "sparq: unknown parameter 'page' (sparq takes: dims, full_layers)" "$Q" agree "${M[@]}" -p x \
+  --kv-policy sparq --kv-budget 50% --kv-param page=16
+expect_fail 1 "KV policy 'sparq' reads the keys on the host .* runs on testdev, which the host cannot read" \
+  "$Q" generate "${M[@]}" -p x -n 2 --kv-policy sparq --kv-budget 50% --devices cpu,testdev --placement ngl=30
 expect_fail 1 "KV policy 'quest' keeps its key bounds on the host .* runs on testdev, which the host cannot read (implemented for the CPU only)" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy quest --kv-budget 50% --devices cpu,testdev --placement ngl=30
 expect_fail 2 "kv-budget 512: KV policy 'qinfer'" "$Q" ppl "${M[@]}" -f devil --kv-policy qinfer --kv-budget 512 \
@@ -127,6 +134,13 @@ if full_runs; then
   if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy quest --kv-budget 50% --kv-param page=64; then
     grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 6750$" "$tmp/out" ||
       bad "agree quest page=64 result: $(cat "$tmp/out")"
+  fi
+  # sparq reads single tokens: at the last step (203 positions, budget ceil(0.5 x 203) = 102) exactly 102
+  # per stream, 102 x 90 = 9180 attended, none evicted
+  if expect_ok "$Q" agree "${M[@]}" -f devil --prompt-tokens 200 --n 4 --kv-policy sparq --kv-budget 50%; then
+    grep -q "policy sparq, budget 50% attended, prompt 200 tokens, 4 steps" "$tmp/out" || bad "agree sparq header: $(cat "$tmp/out")"
+    grep -Eq "working KV tokens at end 18270 \(of 18270 for full\), attended at the last step 9180$" "$tmp/out" ||
+      bad "agree sparq result: $(cat "$tmp/out")"
   fi
   if expect_ok "$Q" needle "${M[@]}" --lengths 256 --depths 0.5 --trials 1 --kv-policy quest --kv-budget 50%; then
     grep -q "^needle: model smollm2-135m, policy quest, budget 50% attended, lengths 256" "$tmp/out" ||

@@ -425,6 +425,84 @@ START_TEST(quest_whole_budget_equals_full) {
 }
 END_TEST
 
+/* sparq holds every token and reads, on decode steps, its newest token and
+ * the budget's best others, one row per pointer: with a budget that covers
+ * the cache (100%, or more tokens than the context) that is every row in
+ * order, so its logits are the full policy's bit for bit, with scores on a
+ * quarter of the components (the default) and on all (dims=1); at 25%
+ * every stream reads exactly ceil(0.25 x tokens) rows and the logits
+ * differ. Prompt of 300 tokens (two chunks), 20 decode steps. */
+START_TEST(sparq_whole_budget_equals_full) {
+    if (!g_model) return;
+    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    const int NP = qi_test_quick() ? 150 : 300, G = qi_test_quick() ? 6 : 20;
+    int32_t ids[300];
+    make_ids(ids, NP, 29, V);
+    enum { NE = 6 };
+    qi_engine *eng[NE] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
+                          make_engine(g_model, "sparq", NULL, 0, 1.0, 512, 1),
+                          make_engine(g_model, "sparq", "dims=1", 4096, 0.0, 512, 1),
+                          make_engine(g_model, "sparq", NULL, 0, 0.25, 512, 1),
+                          make_engine(g_model, "sparq", "dims=1", 0, 0.25, 512, 1),
+                          make_engine(g_model, "sparq", "full_layers=2", 0, 0.25, 512, 1)};
+    static const bool exact[NE] = {true, true, true, false, false, false};
+    ck_assert(qi_engine_kv_budget_attended(eng[1]));
+    int id[NE], differ_k[NE] = {0};
+    qi_err e = {0};
+    for (int k = 0; k < NE; k++) {
+        ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
+    }
+    for (int g = 0; g < G; g++) {
+        int32_t tok = 0;
+        for (int k = 0; k < NE; k++) {
+            while (qi_engine_seq_pending(eng[k], id[k]) > 0)
+                ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
+            const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
+            if (k == 0) tok = argmax(lg, V);
+            else if (exact[k])
+                ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
+                              "sparq (engine %d): step %d: logits differ from the full policy's", k, g);
+            else
+                differ_k[k] += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
+        }
+        const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
+        for (int k = 0; k < NE; k++) {
+            qi_engine_kv_seq st;
+            qi_engine_kv_seq_stats(eng[k], id[k], &st);
+            ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
+            ck_assert_int_eq(st.off_tokens, 0);
+            long want = (long)n_past * L * Hkv; /* the prompt's step reads everything */
+            if (g > 0 && !exact[k]) {         /* a decode step at 25% */
+                const int dense = k == 5 ? 2 : 0;
+                want = ((long)dense * n_past + (long)(L - dense) * (long)ceil(0.25 * n_past)) * Hkv;
+            }
+            ck_assert_msg(st.attn_tokens == want, "engine %d step %d: %ld tokens attended, want %ld", k, g,
+                          st.attn_tokens, want);
+        }
+        if (g < G - 1)
+            for (int k = 0; k < NE; k++)
+                ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
+    }
+    for (int k = 0; k < NE; k++)
+        ck_assert_msg(exact[k] || differ_k[k] > 0, "sparq (engine %d) at 25%% gave the full policy's logits at every step", k);
+    printf("sparq: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt and %d "
+           "steps; at 25%% the logits differ at %d (dims 0.125, the default), %d (dims 1) and %d (2 dense layers) steps, each "
+           "stream reading its budget's rows\n",
+           NP, G, differ_k[3], differ_k[4], differ_k[5]);
+    for (int k = 0; k < NE; k++) qi_engine_free(eng[k]);
+}
+END_TEST
+
+/* sparq's decode steps read single rows through the same attention call:
+ * a batch of 16 gives each sequence's logits alone, bit for bit. */
+START_TEST(sparq_batched_equals_separate) {
+    if (!g_model) return;
+    batched_vs_separate_under(g_model, " (sparq, budget 100)", "sparq", NULL, 100, 120);
+    batched_vs_separate_under(g_model, " (sparq dims=1, budget 100)", "sparq", "dims=1", 100, 120);
+}
+END_TEST
+
 START_TEST(policies_respect_budget) {
     if (!g_model) return;
     const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
@@ -1036,6 +1114,8 @@ int main(void) {
     tcase_add_test(tc, prompt_judged_at_its_end);
     tcase_add_test(tc, quest_whole_budget_equals_full);
     tcase_add_test(tc, quest_batched_equals_separate);
+    tcase_add_test(tc, sparq_whole_budget_equals_full);
+    tcase_add_test(tc, sparq_batched_equals_separate);
     suite_add_tcase(s, tc);
     /* Gemma 3: a CTest entry of its own (test_engine_gemma), skipped without the model and in quick mode */
     tc = tcase_create("gemma");

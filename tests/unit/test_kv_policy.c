@@ -8,7 +8,8 @@
  * failures in create and in select's scratch growth. Quest: its block
  * bound against every key's score, its choice against a full sort, the
  * wrapper's checks of pick(), and the cache's key bounds (engine/kv.c)
- * against a recomputation after writes, evictions and a swap.
+ * against a recomputation after writes, evictions and a swap. SparQ: its
+ * token choice against an oracle in double on random views, and by hand.
  */
 #include <check.h>
 #include <math.h>
@@ -2079,6 +2080,218 @@ START_TEST(quest_pick_survives_scratch_failure) {
 }
 END_TEST
 
+/* ---- sparq: single tokens scored on the query's largest components ------------ */
+
+#define SQ_MAXN 700
+#define SQ_MAXG 4
+#define SQ_MAXD 80
+
+/* A token-pick view: n keys of D fp16 values in blocks of 2^shift rows,
+ * group heads of D query values, the attention scale. */
+typedef struct {
+    qi_kv_pick_view v;
+    float q[SQ_MAXG * SQ_MAXD];
+    uint16_t keys[SQ_MAXN * SQ_MAXD];
+    const uint16_t *blk[SQ_MAXN];
+    uint16_t cols[(SQ_MAXN + 64) * SQ_MAXD];
+    int picked[SQ_MAXN];
+} tsparq;
+
+/* The view's key columns from its keys (kv.h's layout: per block of
+ * 2^shift tokens, D columns; zeros past the newest). */
+static void ts_cols(tsparq *t) {
+    const int n = t->v.n, D = t->v.D, rows = 1 << t->v.k_shift;
+    memset(t->cols, 0, sizeof t->cols);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < D; d++)
+            t->cols[((size_t)(i / rows) * D + d) * rows + i % rows] = t->keys[(size_t)i * D + d];
+    t->v.k_cols = t->cols;
+}
+
+static void ts_fill(tsparq *t, int n, int group, int D, int shift, int budget, float scale, uint64_t *rng) {
+    ck_assert(n >= 1 && n <= SQ_MAXN && group <= SQ_MAXG && D <= SQ_MAXD);
+    for (int i = 0; i < group * D; i++) t->q[i] = 2.0f * qi_test_randf(rng) - 1.0f;
+    for (int i = 0; i < n * D; i++) t->keys[i] = qi_f32_to_fp16(3.0f * qi_test_randf(rng) - 1.5f);
+    for (int b = 0; (b << shift) < n; b++) t->blk[b] = t->keys + ((size_t)b << shift) * D;
+    t->v = (qi_kv_pick_view){.layer = 3, .n_layer = N_LAYER, .group = group, .D = D, .q = t->q, .scale = scale,
+                             .n = n, .block = 1, .n_blocks = n, .newest = n - 1, .budget = budget, .tail = 1,
+                             .k_blk = t->blk, .k_shift = shift};
+    ts_cols(t);
+}
+
+/* The oracle, in double and by definition: the r = round(dims x D) (at
+ * least 1) components of the largest |q_d| summed over the group (ties to
+ * the lower d, by counting); head h's scores c_h q_h . k over them (the
+ * query rounded to fp16, as attention rounds it) with
+ * c_h = scale sqrt(|q_h|_1 / |q_h on them|_1), softmaxed over all n; a
+ * token's score the sum over heads. score[] gets it for every token. */
+static void sparq_oracle_scores(const tsparq *t, double dims, double *score) {
+    const qi_kv_pick_view *v = &t->v;
+    const int D = v->D, G = v->group, n = v->n;
+    int r = (int)lround(dims * D);
+    r = r < 1 ? 1 : r > D ? D : r;
+    bool on[SQ_MAXD] = {false};
+    for (int j = 0; j < r; j++) { /* the j-th largest by counting, no sort */
+        for (int d = 0; d < D; d++) {
+            if (on[d]) continue;
+            double md = 0.0;
+            for (int h = 0; h < G; h++) md += fabs(v->q[h * D + d]);
+            bool best = true;
+            for (int e = 0; e < D && best; e++) {
+                if (on[e] || e == d) continue;
+                double me = 0.0;
+                for (int h = 0; h < G; h++) me += fabs(v->q[h * D + e]);
+                if ((float)me > (float)md || ((float)me == (float)md && e < d)) best = false;
+            }
+            if (best) {
+                on[d] = true;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) score[i] = 0.0;
+    for (int h = 0; h < G; h++) {
+        double all = 0.0, part = 0.0, mx = -INFINITY;
+        for (int d = 0; d < D; d++) {
+            all += fabs(v->q[h * D + d]);
+            if (on[d]) part += fabs(v->q[h * D + d]);
+        }
+        const double c = v->scale * (part > 0.0 ? sqrt(all / part) : 1.0);
+        static double s[SQ_MAXN];
+        for (int i = 0; i < n; i++) {
+            double u = 0.0;
+            for (int d = 0; d < D; d++)
+                if (on[d])
+                    u += (double)qi_fp16_to_f32(qi_f32_to_fp16(v->q[h * D + d])) *
+                         (double)qi_fp16_to_f32(t->keys[(size_t)i * D + d]);
+            s[i] = c * u;
+            mx = s[i] > mx ? s[i] : mx;
+        }
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += exp(s[i] - mx);
+        for (int i = 0; i < n; i++) score[i] += exp(s[i] - mx) / sum;
+    }
+}
+
+/* sparq's pick through the wrapper against the oracle on random views:
+ * 1 to 700 tokens in blocks of 4 and of 64 rows, groups of 1 to 4 heads,
+ * 1 to 80 values per head, dims from one component to all of them,
+ * budgets from 1 to past the cache. The pick is the newest token and
+ * budget - 1 others in ascending order; every other token it reads scores,
+ * by the oracle, at least as well as every token it leaves, up to the
+ * float rounding of the scores (1e-5 of the largest); a budget that covers
+ * the cache reads every token. */
+START_TEST(sparq_pick_matches_oracle) {
+    uint64_t rng = 17;
+    static tsparq t;
+    static double sc[SQ_MAXN];
+    static const double dims[] = {1.0, 0.5, 0.125, 0.01};
+    static const char *const spec[] = {"dims=1", "dims=0.5", "", "dims=0.01"};
+    qi_kv_policy *pol[4];
+    for (int f = 0; f < 4; f++) pol[f] = make("sparq", spec[f]);
+    int trials = 0, near = 0, whole = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        const int n = 1 + (int)(qi_test_rand(&rng) % SQ_MAXN), G = 1 + (int)(qi_test_rand(&rng) % SQ_MAXG);
+        const int D = 1 + (int)(qi_test_rand(&rng) % SQ_MAXD), budget = 1 + (int)(qi_test_rand(&rng) % (unsigned)(n + 8));
+        ts_fill(&t, n, G, D, trial % 2 ? 6 : 2, budget, trial % 3 ? 0.125f : 1.0f, &rng);
+        for (int f = 0; f < 4; f++) {
+            int got = 0;
+            qi_err e = {0};
+            ck_assert_msg(qi_kv_policy_pick(pol[f], &t.v, t.picked, &got, &e) == QI_OK, "%s", e.msg);
+            const int want = budget < n ? budget : n;
+            ck_assert_msg(got == want, "trial %d %s: %d tokens picked, want %d", trial, spec[f], got, want);
+            ck_assert_int_eq(t.picked[got - 1], n - 1);
+            for (int j = 1; j < got; j++) ck_assert(t.picked[j] > t.picked[j - 1]);
+            if (got == n) {
+                whole++;
+                continue;
+            }
+            sparq_oracle_scores(&t, dims[f], sc);
+            double lo_in = INFINITY, hi_out = -INFINITY, top = 0.0;
+            bool in[SQ_MAXN] = {false};
+            for (int j = 0; j < got; j++) in[t.picked[j]] = true;
+            for (int i = 0; i < n - 1; i++) {
+                top = sc[i] > top ? sc[i] : top;
+                if (in[i]) lo_in = sc[i] < lo_in ? sc[i] : lo_in;
+                else hi_out = sc[i] > hi_out ? sc[i] : hi_out;
+            }
+            ck_assert_msg(got == 1 || lo_in >= hi_out - 1e-5 * top,
+                          "trial %d %s: a token read scores %.9g, one left %.9g (n %d, budget %d, G %d, D %d)",
+                          trial, spec[f], lo_in, hi_out, n, budget, G, D);
+            near += got > 1 && lo_in < hi_out;
+        }
+        trials++;
+    }
+    for (int f = 0; f < 4; f++) qi_kv_policy_free(pol[f]);
+    ck_assert(whole > 0);
+    printf("sparq: %d random views x 4 dims picked the oracle's best tokens (%d whole caches, %d choices decided "
+           "within rounding)\n",
+           trials, whole, near);
+}
+END_TEST
+
+/* Hand-made, one head of 4 values: the key that matches the query is read
+ * with the newest; on dims=0.25 only the query's largest component counts,
+ * so a key large there wins over one that matches everywhere else; ties go
+ * to the newer token; sparq never evicts, its layers below full_layers are
+ * exempt; and if the scratch cannot grow it reads the newest tokens. */
+START_TEST(sparq_reads_the_matching_token) {
+    static tsparq t;
+    uint64_t rng = 3;
+    ts_fill(&t, 8, 1, 4, 2, 2, 1.0f, &rng);
+    for (int i = 0; i < 8 * 4; i++) t.keys[i] = qi_f32_to_fp16(0.0f);
+    const float q[4] = {4.0f, 1.0f, 1.0f, 1.0f};
+    memcpy(t.q, q, sizeof q);
+    for (int d = 1; d < 4; d++) t.keys[2 * 4 + d] = qi_f32_to_fp16(1.0f); /* token 2: 3 on all but d = 0 */
+    t.keys[5 * 4] = qi_f32_to_fp16(0.5f);                                  /* token 5: 2 on d = 0 alone */
+    ts_cols(&t);
+    qi_kv_policy *all = make("sparq", "dims=1"), *one = make("sparq", "dims=0.25");
+    int n = 0;
+    ck_assert_int_eq(qi_kv_policy_pick(all, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 2 && t.picked[0] == 2 && t.picked[1] == 7);
+    ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 2 && t.picked[0] == 5 && t.picked[1] == 7);
+    t.keys[1 * 4] = qi_f32_to_fp16(0.5f); /* token 1 ties token 5: the newer is read */
+    ts_cols(&t);
+    t.v.budget = 3;
+    ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 3 && t.picked[0] == 1 && t.picked[1] == 5 && t.picked[2] == 7);
+    t.v.budget = 2;
+    ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 2 && t.picked[0] == 5);
+    /* no scratch: the newest budget tokens */
+    qi_kv_policy *fresh = make("sparq", "");
+    t.v.budget = 3;
+    qi_alloc_fail_after(1);
+    ck_assert_int_eq(qi_kv_policy_pick(fresh, &t.v, t.picked, &n, NULL), QI_OK);
+    qi_alloc_fail_after(0);
+    ck_assert(n == 3 && t.picked[0] == 5 && t.picked[1] == 6 && t.picked[2] == 7);
+    ck_assert_int_eq(qi_kv_policy_pick(fresh, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 3 && t.picked[0] == 1 && t.picked[1] == 5); /* scored again once memory is back */
+    /* the view of a token picker needs keys and their columns, not bounds */
+    t.v.k_cols = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    ts_cols(&t);
+    t.v.k_blk = NULL;
+    ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    ck_assert(qi_kv_policy_picks(one) && qi_kv_policy_picks_tokens(one));
+    qi_kv_policy *qp = make("quest", "");
+    ck_assert(qi_kv_policy_picks(qp) && !qi_kv_policy_picks_tokens(qp));
+    qi_kv_policy *ex = make("sparq", "full_layers=2");
+    ck_assert(qi_kv_policy_exempt(ex, 1) && !qi_kv_policy_exempt(ex, 2) && !qi_kv_policy_exempt(one, 0));
+    tview *tv = tv_new(10, 3, 4);
+    ck_assert_int_eq(qi_kv_policy_select(one, &tv->v, tv->fate, NULL), QI_OK);
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(tv->fate[i], QI_KV_KEEP);
+    free(tv);
+    qi_kv_policy_free(all);
+    qi_kv_policy_free(one);
+    qi_kv_policy_free(fresh);
+    qi_kv_policy_free(qp);
+    qi_kv_policy_free(ex);
+}
+END_TEST
+
 START_TEST(wrapper_catches_planted_pick_faults) {
     static tpick t;
     uint64_t rng = 11;
@@ -2124,7 +2337,8 @@ START_TEST(wrapper_catches_planted_pick_faults) {
 }
 END_TEST
 
-/* The cache's key bounds (engine/kv.c) equal a recomputation from the rows
+/* The cache's key bounds and key columns (engine/kv.c) equal a
+ * recomputation from the rows
  * after every write (tokens added one and several at a time, crossing
  * blocks), after evictions and offloads that move rows into holes and
  * recalls that append them, and after a swap out and in. A stale bound is
@@ -2142,6 +2356,18 @@ static void expect_bounds(const qi_kv_stream *s, int D, const char *when) {
             ck_assert_msg(t->bound[(size_t)b * 2 * D + d] == mn && t->bound[(size_t)b * 2 * D + D + d] == mx,
                           "%s: page %d dim %d: bounds [%g, %g], the rows [%g, %g]", when, b, d,
                           t->bound[(size_t)b * 2 * D + d], t->bound[(size_t)b * 2 * D + D + d], mn, mx);
+        }
+}
+
+/* With key columns kept too: every working slot's columns equal its row,
+ * a block's slots past the last are zero. */
+static void expect_kcols(const qi_kv_stream *s, int D, const char *when) {
+    const qi_kv_tier *t = &s->work;
+    for (int i = 0; i < ((t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK) * QI_KV_BLOCK; i++)
+        for (int d = 0; d < D; d++) {
+            const uint16_t c = t->kcol[((size_t)(i / QI_KV_BLOCK) * D + d) * QI_KV_BLOCK + i % QI_KV_BLOCK];
+            const uint16_t want = i < t->n ? qi_kv_k_row(t, i, D)[d] : 0;
+            ck_assert_msg(c == want, "%s: slot %d component %d: column 0x%04x, row 0x%04x", when, i, d, c, want);
         }
 }
 
@@ -2166,6 +2392,7 @@ START_TEST(quest_bounds_follow_the_rows) {
     qi_kv_stream s;
     qi_kv_stream_init(&s, 0, pool, NULL, pool);
     qi_kv_stream_keep_bounds(&s);
+    qi_kv_stream_keep_kcols(&s);
     uint64_t rng = 29;
     int32_t pos = 0;
     /* writes: 1, then runs of 1..70 tokens, to 300 */
@@ -2182,6 +2409,7 @@ START_TEST(quest_bounds_follow_the_rows) {
         }
         qi_kv_stream_bounds_from(&s, n0);
         expect_bounds(&s, D, "after a write");
+        expect_kcols(&s, D, "after a write");
     }
     /* evictions, offloads and recalls, each applied as the cache does */
     static uint8_t fate[1024];
@@ -2194,16 +2422,19 @@ START_TEST(quest_bounds_follow_the_rows) {
         for (int j = 0; j < no; j++) fate[nw + j] = qi_test_rand(&rng) % 3 ? QI_KV_OFFLOAD : QI_KV_KEEP;
         ck_assert_int_eq(qi_kv_stream_apply(&s, fate, &e), QI_OK);
         expect_bounds(&s, D, "after apply");
+        expect_kcols(&s, D, "after apply");
     }
     ck_assert_int_eq(qi_kv_stream_swap_out(&s, &e), QI_OK);
     ck_assert_int_eq(qi_kv_stream_swap_in(&s, &e), QI_OK);
     expect_bounds(&s, D, "after a swap");
+    expect_kcols(&s, D, "after a swap");
     /* the check sees a stale bound: one row changed behind the cache's back */
     ck_assert(!bounds_stale(&s, D));
     qi_kv_k_row(&s.work, 1, D)[0] = qi_f32_to_fp16(100.0f);
     ck_assert(bounds_stale(&s, D));
     qi_kv_stream_bounds_from(&s, 0);
     expect_bounds(&s, D, "after a rebuild");
+    expect_kcols(&s, D, "after a rebuild");
     qi_kv_stream_release(&s);
     qi_kv_pool_free(pool);
     qi_backend_free(cpu);
@@ -2227,7 +2458,7 @@ START_TEST(registry_is_consistent) {
         ck_assert_int_eq(qi_kv_policy_create(pi->name, NULL, N_LAYER, &p, NULL), QI_OK);
         qi_kv_policy_free(p);
     }
-    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(n, 11);
     ck_assert_ptr_null(qi_kv_policy_find("nope"));
     ck_assert_ptr_null(qi_kv_policy_find(NULL));
     qi_kv_policy_free(NULL);
@@ -2249,7 +2480,13 @@ static void expect_create_fails(const char *name, const char *spec, int n_layer,
 START_TEST(bad_names_and_parameters) {
     expect_create_fails("nope", "", N_LAYER,
                         (const char *[]){"nope", "full", "window", "streaming", "h2o", "qinfer", "tova",
-                                         "scissorhands", "keyformer", "snapkv", "quest", NULL});
+                                         "scissorhands", "keyformer", "snapkv", "quest", "sparq", NULL});
+    expect_create_fails("sparq", "dims=0", N_LAYER, (const char *[]){"sparq", "'dims'", "(0, 1]", NULL});
+    expect_create_fails("sparq", "dims=1.5", N_LAYER, (const char *[]){"sparq", "'dims'", NULL});
+    expect_create_fails("sparq", "dims=many", N_LAYER, (const char *[]){"sparq", "'dims'", NULL});
+    expect_create_fails("sparq", "full_layers=9", N_LAYER, (const char *[]){"sparq", "'full_layers'", "[0, 8]", NULL});
+    expect_create_fails("sparq", "page=16", N_LAYER, (const char *[]){"sparq", "'page'", "dims, full_layers", NULL});
+    expect_create_fails("sparq", "ada=0.5", N_LAYER, (const char *[]){"sparq", "'ada'", "scored policy", NULL});
     expect_create_fails("quest", "first=2", N_LAYER, (const char *[]){"quest", "'first'", NULL});
     expect_create_fails("quest", "full_layers=9", N_LAYER, (const char *[]){"quest", "'full_layers'", "[0, 8]", NULL});
     expect_create_fails("quest", "heavy=0.5", N_LAYER, (const char *[]){"quest", "'heavy'", "first, recent, full_layers, page, full_share", NULL});
@@ -2402,6 +2639,8 @@ int main(void) {
     tcase_add_test(tc, wrapper_catches_planted_pick_faults);
     tcase_add_test(tc, quest_pick_survives_scratch_failure);
     tcase_add_test(tc, quest_bounds_follow_the_rows);
+    tcase_add_test(tc, sparq_pick_matches_oracle);
+    tcase_add_test(tc, sparq_reads_the_matching_token);
     tcase_add_test(tc, registry_is_consistent);
     tcase_add_test(tc, bad_names_and_parameters);
     tcase_add_test(tc, create_survives_allocation_failure);

@@ -439,8 +439,18 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
     uint16_t q16[1024];
     const float *q = a->q + th * D;
     K->f32_to_f16(q, q16, D);
-    for (int i0 = 0; i0 < n; i0 += B)
-        K->attn_scores(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B, s + i0);
+    /* one kernel call per block, or, in the VEC order (each dot on its own,
+     * whatever the call's length), per run of blocks that lie one after
+     * another in memory: a picking policy's pages and single rows are
+     * mostly such runs */
+    for (int i0 = 0; i0 < n;) {
+        const uint16_t *k0 = a->k_blk[hk][i0 >> a->shift];
+        int m = n - i0 < B ? n - i0 : B;
+        while (ord == QI_K_ORD_VEC && i0 + m < n && a->k_blk[hk][(i0 + m) >> a->shift] == k0 + (size_t)m * D)
+            m += n - i0 - m < B ? n - i0 - m : B;
+        K->attn_scores(ord, D, q16, k0, (size_t)D, m, s + i0);
+        i0 += m;
+    }
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) {
         s[i] *= a->scale;

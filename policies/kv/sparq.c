@@ -1,0 +1,237 @@
+/* sparq.c - SparQ Attention, query-aware selection of single tokens (Ribar
+ * et al., "SparQ Attention: Bandwidth-Efficient LLM Inference", ICML 2024).
+ *
+ * Like quest, sparq evicts nothing: the whole cache is held and at each
+ * decode step attention reads only `budget` of its tokens, chosen against
+ * this step's query. Quest bounds a page's scores by its keys' element-wise
+ * minimum and maximum and reads whole pages; sparq scores every token from
+ * its own key, but only on the query's largest components, and reads
+ * single tokens:
+ *   1. the `r` components d with the largest |q_d| (r = dims x D, rounded,
+ *      at least 1), chosen by |q_d| summed over the KV head's group of
+ *      query heads, since one pick serves the whole group (the paper
+ *      chooses per head, on models without grouped-query attention);
+ *   2. each head h's approximate scores s_h(t) = c_h (q_h . k_t) over those
+ *      components alone (the query rounded to fp16, as attention rounds
+ *      it), with the paper's temperature correction
+ *      c_h = scale x sqrt(|q_h|_1 / |q_h restricted to them|_1), and their
+ *      softmax p_h over every held token;
+ *   3. the newest token, then the budget - 1 others with the largest
+ *      sum over the group of p_h(t) (ties to the newer), in position order.
+ * The budget counts the tokens read, as quest's: per decode step, per
+ * (layer, KV head). With dims=1 the scores are exact, so the pick is the
+ * tokens that hold the most of the group's attention: the oracle top-k of
+ * attention over the budget, a bound for any selection of that many
+ * tokens. Prompts (several tokens a step) read everything. Layers below
+ * full_layers (default 0) read everything.
+ *
+ * What it reads to choose: r of every held key's D values. As in the
+ * paper, the cache keeps the keys a second time by components (kv.h's key
+ * columns: per block of 64 tokens, D columns of 64 values), so those r
+ * components are r short contiguous runs per block rather than a gather
+ * over whole rows, and a step reads dims / 2 of the cache's K and V bytes
+ * to choose, besides the chosen rows. The paper also mixes the mean of
+ * all values into the output by the share of the approximate weight left
+ * unread; that is not done here (attention reads the chosen rows alone,
+ * as for every picking policy). If the scratch cannot grow, the newest
+ * `budget` tokens are read (a choice that needs no memory).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/kv_policy.h"
+#include "kv/rank_int.h"
+#include "kernels.h"
+#include "qinfer/quant.h"
+
+/* The most values per head a pick view may have: the attention call's
+ * limit (a query of at most 1024 values). */
+#define SPARQ_MAX_D 1024
+#ifndef SPARQ_AHEAD
+#define SPARQ_AHEAD 2
+#endif
+
+typedef struct {
+    qi_kv_scored s;
+    double dims;
+    int full_layers;
+    float *buf;   /* scratch: [group][n + a block] each head's scores, then [D][a block] widened columns; grown on use */
+    size_t buf_cap;
+    uint8_t *mark; /* [n] chosen */
+    size_t mark_cap;
+} sparq_policy;
+
+extern const qi_kv_policy_i qi_kv_sparq_policy;
+
+static qi_status sparq_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
+    static const char *const known[] = {"dims", "full_layers", NULL};
+    double dims;
+    long full_layers;
+    qi_status st = qi_params_check_known(params, "sparq", known, err);
+    if (!st) st = qi_params_int(params, "sparq", "full_layers", 0, 0, n_layer, &full_layers, err);
+    if (!st) st = qi_params_double(params, "sparq", "dims", 0.125, 0.0, 1.0, &dims, err);
+    if (!st && !(dims > 0.0))
+        st = QI_ERR(err, QI_ERR_INVALID, "sparq: parameter 'dims' must be in (0, 1], got '%s'",
+                    qi_params_get(params, "dims"));
+    if (!st) st = qi_kv_scored_new(&qi_kv_sparq_policy, sizeof(sparq_policy), out, err);
+    if (st) return st;
+    sparq_policy *p = (sparq_policy *)*out;
+    p->dims = dims;
+    p->full_layers = (int)full_layers;
+    return QI_OK;
+}
+
+static void sparq_free(qi_kv_policy *pp) {
+    sparq_policy *p = (sparq_policy *)pp;
+    if (!p) return;
+    qi_free(p->buf);
+    qi_free(p->mark);
+    qi_kv_scored_free(pp);
+}
+
+/* Never evicts: what attention reads is chosen in pick(). */
+static void sparq_select(qi_kv_policy *p, const qi_kv_view *v, uint8_t *fate) {
+    (void)p;
+    for (int i = 0; i < v->n; i++) fate[i] = QI_KV_KEEP;
+}
+
+static bool sparq_exempt(const qi_kv_policy *pp, int layer) {
+    return layer < ((const sparq_policy *)pp)->full_layers;
+}
+
+static bool grow(void **buf, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    void *b = qi_malloc(need * elem);
+    if (!b) return false;
+    qi_free(*buf);
+    *buf = b;
+    *cap = need;
+    return true;
+}
+
+/* The r components of the largest |q_d| summed over the group, written to
+ * idx[] in ascending order (ties to the lower d). */
+static void top_components(const float *q, int group, int D, int r, int *idx) {
+    float mag[SPARQ_MAX_D];
+    uint8_t used[SPARQ_MAX_D];
+    for (int d = 0; d < D; d++) {
+        float m = 0.0f;
+        for (int h = 0; h < group; h++) m += fabsf(q[(size_t)h * D + d]);
+        mag[d] = m;
+        used[d] = 0;
+    }
+    for (int j = 0; j < r; j++) { /* r of at most 1024: selection by passes is cheap beside the scoring */
+        int best = -1;
+        for (int d = 0; d < D; d++)
+            if (!used[d] && (best < 0 || mag[d] > mag[best])) best = d;
+        used[best] = 1;
+    }
+    for (int d = 0, j = 0; d < D; d++)
+        if (used[d]) idx[j++] = d;
+}
+
+/* acc[t] = sum over j < r, in that order, of w[j] x col[j][t] for t < nt
+ * (col rows of nt floats): a plain loop the compiler widens for the
+ * vector units the CPU has (one clone per target, chosen at load). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void cols_dot(float *restrict acc, const float *restrict col, const float *restrict w, int r, int nt) {
+    for (int t = 0; t < nt; t++) acc[t] = 0.0f;
+    for (int j = 0; j < r; j++) {
+        const float wj = w[j], *cj = col + (size_t)j * nt;
+        for (int t = 0; t < nt; t++) acc[t] += wj * cj[t];
+    }
+}
+
+static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
+    sparq_policy *p = (sparq_policy *)pp;
+    const int n = v->n, D = v->D, G = v->group;
+    if (v->budget >= n) { /* everything fits: every token, the full cache's arithmetic */
+        for (int i = 0; i < n; i++) blocks[i] = i;
+        return n;
+    }
+    const int k = v->budget - 1; /* besides the newest */
+    const bool room = D <= SPARQ_MAX_D && grow((void **)&p->buf, &p->buf_cap,
+                                                (size_t)G * ((size_t)n + ((size_t)1 << v->k_shift)) + ((size_t)D << v->k_shift),
+                                                sizeof(float)) &&
+                      grow((void **)&p->mark, &p->mark_cap, (size_t)n, 1) && qi_kv_scratch_reserve(&p->s.scratch, n);
+    if (!room || k == 0) { /* the newest budget tokens */
+        for (int i = 0; i < v->budget; i++) blocks[i] = n - v->budget + i;
+        return v->budget;
+    }
+    long r = lround(p->dims * D);
+    if (r < 1) r = 1;
+    if (r > D) r = D;
+    int idx[SPARQ_MAX_D];
+    top_components(v->q, G, D, (int)r, idx);
+    const float scale = v->scale > 0.0f ? v->scale : 1.0f;
+    const qi_kernels *K = qi_kernels_get();
+    const int rows = 1 << v->k_shift;
+    const size_t stride = (size_t)n + (size_t)rows; /* one head's scores, n rounded up to whole blocks */
+    float *sc = p->buf, *colf = p->buf + (size_t)G * stride, qc[SPARQ_MAX_D];
+    /* each head's chosen components: in fp16, as attention rounds the
+     * query, times its temperature (SparQ's correction for the components
+     * left out) */
+    for (int h = 0; h < G; h++) {
+        const float *qh = v->q + (size_t)h * D;
+        double all = 0.0, part = 0.0;
+        for (int d = 0; d < D; d++) all += fabs(qh[d]);
+        for (int j = 0; j < r; j++) part += fabs(qh[idx[j]]);
+        const float c = part > 0.0 ? scale * (float)sqrt(all / part) : scale;
+        for (int j = 0; j < r; j++) qc[(size_t)h * r + j] = c * qi_fp16_to_f32(qi_f32_to_fp16(qh[idx[j]]));
+    }
+    /* the scores, a block at a time from the key columns: each chosen
+     * component's column widened once and added into every head's scores,
+     * so only r of every key's D values are read */
+    const int lines = (int)(((size_t)rows * sizeof(uint16_t) + 63) / 64); /* cache lines per column */
+    const int ahead = SPARQ_AHEAD;
+    for (int b = 0; b < ahead && (long)b * rows < n; b++) /* the columns lie scattered: fetch them early */
+        for (int j = 0; j < r; j++)
+            for (int l = 0; l < lines; l++)
+                __builtin_prefetch(v->k_cols + ((size_t)b * D + (size_t)idx[j]) * rows + (size_t)l * 32);
+    for (int b = 0; (long)b * rows < n; b++) {
+        const int nt = n - b * rows < rows ? n - b * rows : rows;
+        if ((long)(b + ahead) * rows < n)
+            for (int j = 0; j < r; j++)
+                for (int l = 0; l < lines; l++)
+                    __builtin_prefetch(v->k_cols + ((size_t)(b + ahead) * D + (size_t)idx[j]) * rows + (size_t)l * 32);
+        for (int j = 0; j < r; j++) /* widened: [r][nt] */
+            K->f16_to_f32(v->k_cols + ((size_t)b * D + (size_t)idx[j]) * rows, colf + (size_t)j * nt, nt);
+        for (int h = 0; h < G; h++)
+            cols_dot(sc + (size_t)h * stride + (size_t)b * rows, colf, qc + (size_t)h * r, (int)r, nt);
+    }
+    /* each head's softmax over every held token, summed over the group */
+    qi_kv_item *it = p->s.scratch.items;
+    for (int t = 0; t < n - 1; t++) it[t] = (qi_kv_item){.score = 0.0f, .pos = t, .slot = t};
+    for (int h = 0; h < G; h++) {
+        float *sh = sc + (size_t)h * stride, m = -INFINITY;
+        for (int t = 0; t < n; t++) m = sh[t] > m ? sh[t] : m;
+        const double sum = K->exp_sum(n, sh, m);
+        const float inv = (float)(1.0 / sum);
+        for (int t = 0; t < n - 1; t++) it[t].score += sh[t] * inv;
+    }
+    qi_kv_rank_top_by_score(it, n - 1, k);
+    memset(p->mark, 0, (size_t)n);
+    for (int i = 0; i < k; i++) p->mark[it[i].slot] = 1;
+    p->mark[n - 1] = 1;
+    int c = 0;
+    for (int t = 0; t < n; t++)
+        if (p->mark[t]) blocks[c++] = t;
+    return c;
+}
+
+const qi_kv_policy_i qi_kv_sparq_policy = {
+    .version = QI_KV_POLICY_VERSION,
+    .name = "sparq",
+    .summary = "SparQ: attention reads the tokens whose keys score best on the query's largest components; nothing "
+               "evicted",
+    .params = "dims=0.125,full_layers=0",
+    .create = sparq_create,
+    .select = sparq_select,
+    .exempt = sparq_exempt,
+    .pick = sparq_pick,
+    .pick_tokens = true,
+    .free = sparq_free,
+};
