@@ -145,6 +145,30 @@ static void cols_dot(float *restrict acc, const float *restrict col, const float
     }
 }
 
+/* The largest of x[0..n), n >= 1, by eight running maxima (one chain
+ * would wait on every comparison). */
+static float max_of(const float *x, int n) {
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = x[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    for (int l = 1; l < 8; l++) m[0] = m[l] > m[0] ? m[l] : m[0];
+    return m[0];
+}
+
+/* acc[t] = (first ? 0 : acc[t]) + w x x[t] for t < n (acc may be x). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void scale_add(float *acc, const float *x, float w, int n, bool first) {
+    if (first)
+        for (int t = 0; t < n; t++) acc[t] = w * x[t];
+    else
+        for (int t = 0; t < n; t++) acc[t] += w * x[t];
+}
+
 static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
     sparq_policy *p = (sparq_policy *)pp;
     const int n = v->n, D = v->D, G = v->group;
@@ -202,16 +226,15 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
         for (int h = 0; h < G; h++)
             cols_dot(sc + (size_t)h * stride + (size_t)b * rows, colf, qc + (size_t)h * r, (int)r, nt);
     }
-    /* each head's softmax over every held token, summed over the group */
-    qi_kv_item *it = p->s.scratch.items;
-    for (int t = 0; t < n - 1; t++) it[t] = (qi_kv_item){.score = 0.0f, .pos = t, .slot = t};
+    /* each head's softmax over every held token, summed over the group
+     * into head 0's row */
     for (int h = 0; h < G; h++) {
-        float *sh = sc + (size_t)h * stride, m = -INFINITY;
-        for (int t = 0; t < n; t++) m = sh[t] > m ? sh[t] : m;
-        const double sum = K->exp_sum(n, sh, m);
-        const float inv = (float)(1.0 / sum);
-        for (int t = 0; t < n - 1; t++) it[t].score += sh[t] * inv;
+        float *sh = sc + (size_t)h * stride;
+        const double sum = K->exp_sum(n, sh, max_of(sh, n));
+        scale_add(sc, sh, (float)(1.0 / sum), n, h == 0);
     }
+    qi_kv_item *it = p->s.scratch.items;
+    for (int t = 0; t < n - 1; t++) it[t] = (qi_kv_item){.score = sc[t], .pos = t, .slot = t};
     qi_kv_rank_top_by_score(it, n - 1, k);
     memset(p->mark, 0, (size_t)n);
     for (int i = 0; i < k; i++) p->mark[it[i].slot] = 1;
