@@ -348,12 +348,86 @@ END_TEST
  * budget is what that leaves of 30 x budget, shared: the tokens read,
  * averaged over the layers, stay within the budget. Prompt of 300 tokens
  * (two chunks), 20 decode steps. */
-START_TEST(quest_whole_budget_equals_full) {
-    if (!g_model) return;
+/* A picking policy against the full cache: engines eng[1..ne) (eng[0] the
+ * full policy, single sequences, 512-token context) fed the same prompt
+ * (300 random tokens, seed; 150 quick) and 20 greedy steps (6 quick) of
+ * the full policy's tokens. exact[k]: engine k's logits equal the full
+ * policy's at every step, bit for bit; otherwise differ_k[k] counts the
+ * steps where they differ, and at least one must. Nothing is evicted, and
+ * the tokens attended over the layers and KV heads are all on the
+ * prompt's step and on exact engines' steps, read(k, n_past, n_layer)
+ * times the KV heads on the others' decode steps. Returns the prompt's
+ * length. */
+static int picked_vs_full(const char *name, qi_engine *const *eng, const bool *exact, int ne, uint64_t seed,
+                          long (*read)(int k, int n_past, int L), int *differ_k) {
     const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
     const int NP = qi_test_quick() ? 150 : 300, G = qi_test_quick() ? 6 : 20;
     int32_t ids[300];
-    make_ids(ids, NP, 23, V);
+    make_ids(ids, NP, seed, V);
+    ck_assert(!qi_engine_kv_budget_attended(eng[0]) && qi_engine_kv_budget_attended(eng[1]));
+    int id[16];
+    qi_err e = {0};
+    ck_assert_int_le(ne, 16);
+    for (int k = 0; k < ne; k++) {
+        ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
+    }
+    for (int g = 0; g < G; g++) {
+        int32_t tok = 0;
+        for (int k = 0; k < ne; k++) {
+            while (qi_engine_seq_pending(eng[k], id[k]) > 0)
+                ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
+            const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
+            if (k == 0) tok = argmax(lg, V);
+            else if (exact[k])
+                ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
+                              "%s (engine %d): step %d: logits differ from the full policy's", name, k, g);
+            else
+                differ_k[k] += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
+        }
+        const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
+        for (int k = 0; k < ne; k++) {
+            qi_engine_kv_seq st;
+            qi_engine_kv_seq_stats(eng[k], id[k], &st);
+            ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
+            ck_assert_int_eq(st.off_tokens, 0);
+            /* the prompt's step reads everything, and so does a budget covering the cache */
+            const long want = g > 0 && !exact[k] ? read(k, n_past, L) * Hkv : (long)n_past * L * Hkv;
+            ck_assert_msg(st.attn_tokens == want, "%s engine %d step %d: %ld tokens attended, want %ld", name, k,
+                          g, st.attn_tokens, want);
+        }
+        if (g < G - 1)
+            for (int k = 0; k < ne; k++) ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
+    }
+    for (int k = 0; k < ne; k++) {
+        ck_assert_msg(exact[k] || differ_k[k] > 0, "%s (engine %d) at 25%% gave the full policy's logits at every step",
+                      name, k);
+        qi_engine_free(eng[k]);
+    }
+    return NP;
+}
+
+/* quest at 25%: the tokens engine k's streams read over the layers at a
+ * decode step with n_past tokens held (quest_whole_budget_equals_full's
+ * engines: 3 and 6 pages of 64, 5 pages of 16; 6 with its two dense first
+ * layers' reads taken out of the others' budgets). */
+static long quest_read(int k, int n_past, int L) {
+    const int P = k == 5 ? 16 : 64, newest = (n_past - 1) / P, last_n = n_past - newest * P;
+    int budget = (int)ceil(0.25 * n_past), dense = 0;
+    if (k == 6) { /* the two dense layers' reads come out of the other layers' budgets */
+        dense = 2;
+        budget = (L * budget - 2 * n_past) / (L - 2);
+        if (budget < 1) budget = 1;
+    }
+    int more = budget > last_n ? (budget - last_n) / P : 0;
+    if (more > newest) more = newest;
+    const long want = (long)dense * n_past + (long)(L - dense) * (last_n + P * more);
+    ck_assert(want <= (long)ceil(0.25 * n_past) * L || more == 0);
+    return want;
+}
+
+START_TEST(quest_whole_budget_equals_full) {
+    if (!g_model) return;
     enum { NE = 7 };
     /* k: 0 full; 1-3 quest at 100% (page=64), 4096 tokens (pages of 16,
      * the default), 25% (page=64); 4-5 the default at 100% and 25%; 6
@@ -365,79 +439,30 @@ START_TEST(quest_whole_budget_equals_full) {
                           make_engine(g_model, "quest", NULL, 0, 1.0, 512, 1),
                           make_engine(g_model, "quest", NULL, 0, 0.25, 512, 1),
                           make_engine(g_model, "quest", "full_layers=2,full_share=true,page=64", 0, 0.25, 512, 1)};
-    static const int page[NE] = {0, 64, 16, 64, 16, 16, 64}; /* the default is 16 */
     static const bool exact[NE] = {true, true, true, false, true, false, false};
-    ck_assert(!qi_engine_kv_budget_attended(eng[0]) && qi_engine_kv_budget_attended(eng[1]));
-    int id[NE], differ_k[NE] = {0};
-    qi_err e = {0};
-    for (int k = 0; k < NE; k++) {
-        ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
-        ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
-    }
-    for (int g = 0; g < G; g++) {
-        int32_t tok = 0;
-        for (int k = 0; k < NE; k++) {
-            while (qi_engine_seq_pending(eng[k], id[k]) > 0)
-                ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
-            const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
-            if (k == 0) tok = argmax(lg, V);
-            else if (exact[k])
-                ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
-                              "quest (engine %d), budget %s: step %d: logits differ from the full policy's", k,
-                              k == 2 ? "4096" : "100%", g);
-            else
-                differ_k[k] += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
-        }
-        const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
-        for (int k = 0; k < NE; k++) {
-            qi_engine_kv_seq st;
-            qi_engine_kv_seq_stats(eng[k], id[k], &st);
-            ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
-            ck_assert_int_eq(st.off_tokens, 0);
-            long want = (long)n_past * L * Hkv; /* the prompt's step reads everything */
-            if (g > 0 && !exact[k]) {         /* a decode step at 25% */
-                const int P = page[k], newest = (n_past - 1) / P, last_n = n_past - newest * P;
-                int budget = (int)ceil(0.25 * n_past), dense = 0;
-                if (k == 6) { /* the two dense layers' reads come out of the other layers' budgets */
-                    dense = 2;
-                    budget = (L * budget - 2 * n_past) / (L - 2);
-                    if (budget < 1) budget = 1;
-                }
-                int more = budget > last_n ? (budget - last_n) / P : 0;
-                if (more > newest) more = newest;
-                want = ((long)dense * n_past + (long)(L - dense) * (last_n + P * more)) * Hkv;
-                ck_assert(want <= (long)ceil(0.25 * n_past) * L * Hkv || more == 0);
-            }
-            ck_assert_msg(st.attn_tokens == want, "engine %d step %d: %ld tokens attended, want %ld", k, g,
-                          st.attn_tokens, want);
-        }
-        if (g < G - 1)
-            for (int k = 0; k < NE; k++)
-                ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
-    }
-    for (int k = 0; k < NE; k++)
-        ck_assert_msg(exact[k] || differ_k[k] > 0, "quest (engine %d) at 25%% gave the full policy's logits at every step", k);
+    int differ_k[NE] = {0};
+    const int NP = picked_vs_full("quest", eng, exact, NE, 23, quest_read, differ_k);
     printf("quest: budget 100%% and 4096 tokens (pages of 64 and 16) equal the full policy bit for bit over a "
-           "%d-token prompt and %d steps; at 25%% the logits differ at %d (pages of 64), %d (pages of 16) and %d "
+           "%d-token prompt; at 25%% the logits differ at %d (pages of 64), %d (pages of 16) and %d "
            "(dense first layers, shared) steps, each stream reading its rule's pages\n",
-           NP, G, differ_k[3], differ_k[5], differ_k[6]);
-    for (int k = 0; k < NE; k++) qi_engine_free(eng[k]);
+           NP, differ_k[3], differ_k[5], differ_k[6]);
 }
 END_TEST
 
 /* sparq holds every token and reads, on decode steps, its newest token and
  * the budget's best others, one row per pointer: with a budget that covers
  * the cache (100%, or more tokens than the context) that is every row in
- * order, so its logits are the full policy's bit for bit, with scores on a
- * quarter of the components (the default) and on all (dims=1); at 25%
+ * order, so its logits are the full policy's bit for bit, with scores on
+ * an eighth of the components (the default) and on all (dims=1); at 25%
  * every stream reads exactly ceil(0.25 x tokens) rows and the logits
  * differ. Prompt of 300 tokens (two chunks), 20 decode steps. */
+static long sparq_read(int k, int n_past, int L) {
+    const int dense = k == 5 ? 2 : 0; /* full_layers=2: the first two layers read everything */
+    return (long)dense * n_past + (long)(L - dense) * (long)ceil(0.25 * n_past);
+}
+
 START_TEST(sparq_whole_budget_equals_full) {
     if (!g_model) return;
-    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
-    const int NP = qi_test_quick() ? 150 : 300, G = qi_test_quick() ? 6 : 20;
-    int32_t ids[300];
-    make_ids(ids, NP, 29, V);
     enum { NE = 6 };
     qi_engine *eng[NE] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
                           make_engine(g_model, "sparq", NULL, 0, 1.0, 512, 1),
@@ -446,51 +471,12 @@ START_TEST(sparq_whole_budget_equals_full) {
                           make_engine(g_model, "sparq", "dims=1", 0, 0.25, 512, 1),
                           make_engine(g_model, "sparq", "full_layers=2", 0, 0.25, 512, 1)};
     static const bool exact[NE] = {true, true, true, false, false, false};
-    ck_assert(qi_engine_kv_budget_attended(eng[1]));
-    int id[NE], differ_k[NE] = {0};
-    qi_err e = {0};
-    for (int k = 0; k < NE; k++) {
-        ck_assert_int_eq(qi_engine_seq_add(eng[k], &id[k], &e), QI_OK);
-        ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], ids, NP, false, &e), QI_OK);
-    }
-    for (int g = 0; g < G; g++) {
-        int32_t tok = 0;
-        for (int k = 0; k < NE; k++) {
-            while (qi_engine_seq_pending(eng[k], id[k]) > 0)
-                ck_assert_msg(qi_engine_step(eng[k], NULL, &e) == QI_OK, "%s", e.msg);
-            const float *lg = qi_engine_seq_logits(eng[k], id[k], -1), *ref = qi_engine_seq_logits(eng[0], id[0], -1);
-            if (k == 0) tok = argmax(lg, V);
-            else if (exact[k])
-                ck_assert_msg(memcmp(lg, ref, sizeof(float) * (size_t)V) == 0,
-                              "sparq (engine %d): step %d: logits differ from the full policy's", k, g);
-            else
-                differ_k[k] += memcmp(lg, ref, sizeof(float) * (size_t)V) != 0;
-        }
-        const int n_past = qi_engine_seq_n_past(eng[0], id[0]);
-        for (int k = 0; k < NE; k++) {
-            qi_engine_kv_seq st;
-            qi_engine_kv_seq_stats(eng[k], id[k], &st);
-            ck_assert_int_eq(st.work_tokens, (long)n_past * L * Hkv); /* nothing evicted */
-            ck_assert_int_eq(st.off_tokens, 0);
-            long want = (long)n_past * L * Hkv; /* the prompt's step reads everything */
-            if (g > 0 && !exact[k]) {         /* a decode step at 25% */
-                const int dense = k == 5 ? 2 : 0;
-                want = ((long)dense * n_past + (long)(L - dense) * (long)ceil(0.25 * n_past)) * Hkv;
-            }
-            ck_assert_msg(st.attn_tokens == want, "engine %d step %d: %ld tokens attended, want %ld", k, g,
-                          st.attn_tokens, want);
-        }
-        if (g < G - 1)
-            for (int k = 0; k < NE; k++)
-                ck_assert_int_eq(qi_engine_seq_feed(eng[k], id[k], &tok, 1, false, &e), QI_OK);
-    }
-    for (int k = 0; k < NE; k++)
-        ck_assert_msg(exact[k] || differ_k[k] > 0, "sparq (engine %d) at 25%% gave the full policy's logits at every step", k);
-    printf("sparq: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt and %d "
-           "steps; at 25%% the logits differ at %d (dims 0.125, the default), %d (dims 1) and %d (2 dense layers) steps, each "
+    int differ_k[NE] = {0};
+    const int NP = picked_vs_full("sparq", eng, exact, NE, 29, sparq_read, differ_k);
+    printf("sparq: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt; at 25%% "
+           "the logits differ at %d (dims 0.125, the default), %d (dims 1) and %d (2 dense layers) steps, each "
            "stream reading its budget's rows\n",
-           NP, G, differ_k[3], differ_k[4], differ_k[5]);
-    for (int k = 0; k < NE; k++) qi_engine_free(eng[k]);
+           NP, differ_k[3], differ_k[4], differ_k[5]);
 }
 END_TEST
 
