@@ -150,11 +150,13 @@ void qi_cli_sim_allow(qi_cli_kv *k);
  * budget, a profile of another shape), runs the policy over the model's
  * FFN in units of down's block (qi_engine_neuron_unit; the profile's
  * activity summed per unit, the budget in bytes), prints the split on
- * stderr and keeps its mask for the engine. Without --neuron-policy it
- * does nothing. qi_cli_neuron_help prints the flags. */
+ * stderr and keeps its mask for the engine. qinfer:ratio=auto calibrates
+ * the speed ratio first, at `batch` rows (the rows of the command's decode
+ * steps: the serving batch). Without --neuron-policy it does nothing.
+ * qi_cli_neuron_help prints the flags. */
 void qi_cli_neuron_allow(qi_cli_kv *k);
 struct qi_model;
-qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const struct qi_model *m, qi_err *err);
+qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const struct qi_model *m, int batch, qi_err *err);
 void qi_cli_neuron_help(void);
 /* With --neuron-swap-every: the swaps made; with --neuron-active (ppl):
  * the hot set's recall and precision per layer against the neurons active

@@ -864,6 +864,14 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
 
 /* Parse --batch's comma list into out[MAX_BATCHES]; false (reported) if it
  * is not a list of distinct sizes 1..MAX_BATCH. */
+/* The largest batch of the batched rows, 1 without them: the serving batch
+ * the neuron split's speed ratio is calibrated at. */
+static int max_batch(const int *batches, int n, bool batched) {
+    int b = 1;
+    for (int i = 0; batched && i < n; i++) b = batches[i] > b ? batches[i] : b;
+    return b;
+}
+
 static bool parse_batches(const char *cmd, const char *s, int *out, int *n_out) {
     int n = 0;
     const char *p = s;
@@ -1012,7 +1020,7 @@ int qi_cmd_bench(int argc, char **argv) {
     if (attn_blas && qi_blas_load(&err)) goto fail;
 
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
-        qi_cli_kv_check(&kv, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kv, m, &err))
+        qi_cli_kv_check(&kv, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kv, m, max_batch(batches, n_batches, batched), &err))
         goto fail;
     qi_cli_kv_apply(&kv, &eo); /* again: the neuron split is made once the model is loaded */
     /* The tg test's warm-up token takes a position too. */

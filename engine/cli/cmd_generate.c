@@ -117,7 +117,7 @@ int qi_cmd_generate(int argc, char **argv) {
     bool recording = false; /* --cupti, between start and stop */
     qi_cupti_totals cupti_tot = {0};
     if (qi_cache_resolve(model_arg, "model", path, sizeof path, &err) || qi_cli_load_model(path, repack, &m, &err) ||
-        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, &err))
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, 1, &err))
         goto fail;
     if (n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
     if (chat) {

@@ -271,7 +271,8 @@ void qi_cli_neuron_help(void) {
     printf("      --neuron-policy P   split each layer's FFN by neurons between the cpu and the second\n"
            "                          device of --devices, the hot ones there: none, static or\n"
            "                          qinfer:ratio=R|auto (auto: the speed ratio timed on the devices\n"
-           "                          first; policies/neuron/README.md); neurons go in units\n"
+           "                          first, at the rows of a decode step: ppl's --batch, bench's\n"
+           "                          largest -b; policies/neuron/README.md); neurons go in units\n"
            "                          of down's quantisation block (32 for q4_1), moved whole\n"
            "      --neuron-profile F  the profile the policy places by (qinfer profile -o F), or\n"
            "                          uniform (every neuron alike: where nothing is computed, --sim)\n"
@@ -311,7 +312,7 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
            slots ? (double)hit / (double)slots : NAN);
 }
 
-qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m, qi_err *err) {
+qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m, int batch, qi_err *err) {
     if (!k->neuron_policy) {
         if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",
@@ -333,14 +334,14 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
         qi_engine_opts o;
         qi_engine_opts_default(&o);
         qi_cli_kv_apply(k, &o);
-        o.max_seqs = 1;
+        o.max_seqs = batch < 1 ? 1 : batch;
         o.n_ctx = 16;
         o.step_tokens = 16;
         o.sparsity = NULL;
         qi_engine *eng = NULL;
         double ratio = NAN;
         qi_status cst = qi_engine_create(m, &o, &eng, err);
-        if (!cst) cst = qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, 1, 7, &ratio, err);
+        if (!cst) cst = qi_neuron_calibrate(qi_engine_neuron_time, eng, m->hp.n_ff, o.max_seqs, 7, &ratio, err);
         qi_engine_free(eng);
         if (cst) {
             qi_err_prefix(err, "calibrating the neuron speed ratio");
@@ -349,8 +350,8 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
         char rest[512];
         snprintf(rest, sizeof rest, "%s", at + strlen("ratio=auto"));
         snprintf(at, sizeof spec - (size_t)(at - spec), "ratio=%.4g%s", ratio, rest);
-        fprintf(stderr, "qinfer %s: neuron speed ratio calibrated: %.4g (seconds per neuron of up and down at batch 1, "
-                "the cpu's over the second device's)\n", cmd, ratio);
+        fprintf(stderr, "qinfer %s: neuron speed ratio calibrated: %.4g (seconds per neuron of up and down at batch %d, "
+                "the cpu's over the second device's)\n", cmd, ratio, o.max_seqs);
     }
     qi_neuron_split sp;
     qi_status st = qi_neuron_split_make(m, spec, k->neuron_profile, k->neuron_budget, &sp, err);

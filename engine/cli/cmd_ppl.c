@@ -98,7 +98,7 @@ int qi_cmd_ppl(int argc, char **argv) {
     int rc = 0;
     if (qi_cache_resolve(model_arg, "model", mpath, sizeof mpath, &err) ||
         qi_cache_resolve(file_arg, "corpus", fpath, sizeof fpath, &err) || qi_cli_load_model(mpath, repack, &m, &err) ||
-        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, &err))
+        qi_cli_kv_check(&kvo, m->hp.n_layer, &err) || qi_cli_neuron_prepare(cmd, &kvo, m, decode ? batch : 1, &err))
         goto fail;
     if (n_ctx > m->hp.n_ctx_train) {
         QI_ERR(&err, QI_ERR_INVALID, "--ctx %d exceeds the model's training context %d", n_ctx, m->hp.n_ctx_train);

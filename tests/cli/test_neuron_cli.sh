@@ -182,7 +182,13 @@ if full_runs && ((have_corpus)); then
 fi
 if full_runs && ((have_corpus)); then
   if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=auto --neuron-profile uniform --neuron-budget 30%; then
-    grep -Eq "neuron speed ratio calibrated: [0-9.e+-]+ " "$tmp/err" || bad "no calibrated ratio: $(cat "$tmp/err")"
+    grep -Eq "neuron speed ratio calibrated: [0-9.e+-]+ \(seconds per neuron of up and down at batch 1," "$tmp/err" ||
+      bad "no calibrated ratio: $(cat "$tmp/err")"
+  fi
+  # at the serving batch: decode mode's --batch
+  if expect_ok "$Q" "${PPL[@]}" --decode --batch 3 --devices cpu,testdev --neuron-policy qinfer:ratio=auto --neuron-profile uniform --neuron-budget 30%; then
+    grep -Eq "neuron speed ratio calibrated: [0-9.e+-]+ \(seconds per neuron of up and down at batch 3," "$tmp/err" ||
+      bad "calibration not at the batch: $(cat "$tmp/err")"
   fi
 fi
 if ((have_corpus)); then # ppl resolves its corpus before it reads the flags
