@@ -1265,6 +1265,15 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
     const qi_model *m = e->m;
     const qi_hparams *hp = &m->hp;
     const int L = hp->n_layer, fd = e->o.neuron_dev;
+    const double dens = e->o.sim_cold_density;
+    if (dens != 0.0 && !(dens > 0.0 && dens <= 1.0))
+        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density %g is outside (0, 1]", dens);
+    if (dens > 0.0 && !e->o.sim)
+        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density is a what-if of a simulated machine, and this one is "
+                      "real (it runs cats on the CPU's neurons: sparsity)");
+    if (dens > 0.0 && (qi_ffn_gate_free(hp->ffn_act) || hp->parallel))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "sim_cold_density reads up and down by gate's active neurons (cats), "
+                      "and %s's MLP has no gate", hp->arch_name);
     if (!e->o.neuron_fast) return QI_OK;
     qi_plan *p = &e->plan;
     if (qi_ffn_gate_free(hp->ffn_act) || hp->parallel)
@@ -3016,6 +3025,28 @@ static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows
     return QI_OK;
 }
 
+/* Neurons the CPU computes on a simulated machine with a what-if density
+ * (opts.sim_cold_density): gate whole, then up's rows and down's columns
+ * of that share of the n neurons alone (rounded up to whole blocks of
+ * down's type: views of the weights with fewer rows or columns, which is
+ * all the simulator reads of them), the bytes and FLOPs cats reads when
+ * that share is active. Nothing is computed. */
+static qi_status ffn_sim_sparse(qi_engine *e, const dev_state *M, const qi_weight *gate, const qi_weight *up_w,
+                                const qi_weight *down_w, int n, int rows, bool gelu, qi_err *err) {
+    const int unit = (int)qi_type_get(down_w->type)->blck;
+    int k = (int)ceil(e->o.sim_cold_density * n / unit) * unit;
+    k = k > n ? n : k < unit ? unit : k;
+    qi_weight up = *up_w, down = *down_w;
+    up.n_rows = k;
+    down.n_cols = k;
+    if (!qi_type_row_bytes(down.type, (uint64_t)k, &down.row_bytes))
+        return QI_ERR(err, QI_ERR_INVALID, "%d neurons are not whole blocks of down's type", k);
+    OP(matmul(e, M->be, gate, M->xn, rows, M->gate, err));
+    OP(matmul(e, M->be, &up, M->xn, rows, M->up, err));
+    OP(qi_backend_glu(M->be, gelu, M->gate, M->up, rows, k, err));
+    return matmul(e, M->be, &down, M->gate, rows, M->xn, err);
+}
+
 /* The swap worker's window of layer l: each unit's |act| summed over the
  * rows, the cold side's from M's activations (its units in order) and
  * the hot side's from the copy in ns_obs (slot order). */
@@ -3062,8 +3093,10 @@ static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
     st = ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
     e->cur_slot = 0;
     if (st) return st;
-    if (sp->n[0] && (st = e->sp_w ? ffn_side_cats(e, M, l, rows, gelu, err)
-                                   : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
+    if (sp->n[0] && (st = e->sp_w                        ? ffn_side_cats(e, M, l, rows, gelu, err)
+                          : e->o.sim_cold_density > 0.0 ? ffn_sim_sparse(e, M, &e->ns_w[l][0][0], &e->ns_w[l][0][1],
+                                                                         &e->ns_w[l][0][2], sp->n[0], rows, gelu, err)
+                                                        : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
         return st;
     if (e->ns_rp || e->live) { /* both sides' activations, the fast one's copied back */
         const size_t fb = sizeof(float) * (size_t)rows * (size_t)sp->n[1];
@@ -3098,6 +3131,12 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     if (qi_ffn_gate_free(hp->ffn_act)) return mlp_gate_free(e, l, rows, err);
     if (e->ns && e->ns[l].n[1]) return mlp_split(e, l, rows, err);
     OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    if (e->o.sim_cold_density > 0.0 && M == &e->dev[0]) { /* the what-if on the CPU's whole MLP */
+        OP(ffn_sim_sparse(e, M, &ly->w_gate, &ly->w_up, &ly->w_down, hp->n_ff, rows,
+                          hp->ffn_act == QI_FFN_GEGLU_TANH, err));
+        if (ly->ffn_post_norm.data) OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+        return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
+    }
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
     if (e->sp_w || e->o.act_observe) return mlp_sparse(e, l, rows, err);

@@ -5,10 +5,24 @@
 --
 -- Every figure here is SIMULATED (engine/backend/sim/README.md): no
 -- arithmetic runs and the results database marks every value simulated.
--- The simulator computes no activations, so the CPU's side of a split runs
--- dense here (cats on the cold side, the sparsity that makes a hot-neuron
--- split pay, needs real activations: policies/neuron/README.md), and the
--- profile is "uniform": which units are hot changes no time.
+-- The simulator computes no activations, and the profile is "uniform":
+-- which units are hot changes no time. What makes a hot-neuron split pay
+-- is that the CPU skips the inactive cold neurons (cats), so the CPU's
+-- sparsity is a what-if here (--sim-cold-density, sim_cold_density):
+--   density=1    the CPU's FFN dense;
+--   density=d    with whole layers on the GPU (ngl), the CPU reads up's
+--                rows and down's columns of the share d of each layer's
+--                neurons (its active share per step); with a split, of
+--                the share d x (1 - recall(s)) / (1 - s) of its cold
+--                neurons, recall(s) being the share of active neurons
+--                the hot set holds: its neurons are the active ones the
+--                GPU does not hold. recall(s) is SmolLM2-135M's, measured
+--                (`qinfer neuron-plan --profile P --policy static
+--                --budget-frac s` on a 4096-token profile of the Devil's
+--                Dictionary: 0.186, 0.401, 0.690, 0.882 at s = 0.1, 0.25,
+--                0.5, 0.75), carried over to the 70B as an assumption.
+-- At batch 16 the share a step reads is the union over its rows, so a
+-- density below 1 there assumes tokens that agree on their neurons.
 --
 -- Each configuration is one qinfer.throughput call (a 32-token prompt per
 -- sequence, then n_gen decode steps) with either
@@ -22,12 +36,24 @@
 --   decode.tokens_per_s  aggregate decode rate                   (tok/s)
 --   decode.tpot_s        time per output token                   (s)
 --   gpu.peak_bytes       the GPU's peak memory (weights, activations, KV) (B)
+--   cpu.ffn_density      the share of the CPU's FFN neurons read (the what-if) (share)
 --
 --   qinfer synth --preset llama-2-70b --type q4_0 --shapes-only -o ~/.cache/qinfer/shapes/llama-2-70b-q4_0.gguf
 --   qinfer run experiments/neuron_split.lua          -> results/neuron_split.db
 --   qinfer results neuron_split --by mode,share,batch --metric decode.tokens_per_s,gpu.peak_bytes
 --   bash plots/make_all.sh                           -> plots/out/neuron_split.png
 local qinfer = require "qinfer"
+
+-- SmolLM2-135M's recall of the static hot set at a share of the FFN's bytes
+-- (above); between the measured shares, linear
+local RECALL = { { 0, 0 }, { 0.1, 0.186 }, { 0.25, 0.401 }, { 0.5, 0.690 }, { 0.75, 0.882 }, { 1, 1 } }
+local function recall(s)
+  for i = 2, #RECALL do
+    local a, b = RECALL[i - 1], RECALL[i]
+    if s <= b[1] then return a[2] + (b[2] - a[2]) * (s - a[1]) / (b[1] - a[1]) end
+  end
+  return 1
+end
 
 local cache = os.getenv("QINFER_CACHE") or ((os.getenv("HOME") or ".") .. "/.cache/qinfer")
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
@@ -41,9 +67,10 @@ return {
     mode = { "split", "ngl" },
     share = { 0, 0.1, 0.25, 0.5, 0.75, 1 },
     batch = { 1, 16 },
+    density = { 1, 0.4, 0.2 },
     n_gen = { 16 },
   },
-  order = { "model", "profile", "mode", "share", "batch", "n_gen" },
+  order = { "model", "profile", "mode", "share", "batch", "density", "n_gen" },
   cost = function(cfg) return cfg.batch * (32 + cfg.n_gen) end,
   repetitions = 1, -- simulated without noise
   warmup = 0,
@@ -57,15 +84,19 @@ return {
     local m = qinfer.load(cfg.model)
     local o = { batch = cfg.batch, prompt = 32, n_gen = cfg.n_gen, sim = profiles .. cfg.profile .. ".profile",
                 devices = "cpu,gpu" }
+    local d = cfg.density
     if cfg.mode == "split" then
       if cfg.share > 0 then
         o.neuron_policy = "static"
         o.neuron_profile = "uniform"
         o.neuron_budget = string.format("%g%%", cfg.share * 100)
       end
+      if cfg.share < 1 and d < 1 then d = d * (1 - recall(cfg.share)) / (1 - cfg.share) end
     else
       o.placement = string.format("ngl=%d", math.floor(cfg.share * m:info().n_layer + 0.5))
     end
+    if d < 1 then o.sim_cold_density = d end
+    ctx.metric("cpu.ffn_density", d, "share")
     local t = qinfer.throughput(m, o)
     ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")
     ctx.metric("decode.tpot_s", t.tpot_s, "s")

@@ -433,7 +433,8 @@ fig_neuron_split() {
   check "$fig" "$db" "$exp" neuron_split.lua decode.tokens_per_s || return
   local series="CASE $(cfg mode) WHEN 'split' THEN 'hot FFN neurons' ELSE 'whole layers (ngl)' END || ', batch ' || $(cfg batch)"
   local x="(SELECT round(g.value / 1073741824.0, 2) FROM metrics g WHERE g.run_id = r.id AND g.name = 'gpu.peak_bytes')"
-  series_data "$db" "$exp" decode.tokens_per_s "$series" "$x" ||
+  # the CPU dense (runs without the density parameter are dense too)
+  series_data "$db" "$exp" decode.tokens_per_s "$series" "$x" "coalesce($(cfg density), 1) = 1" ||
     { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
   local sim mark="" word="measured on" machine
   sim=$(simulated "$db" "$exp" decode.tokens_per_s)
@@ -442,7 +443,22 @@ fig_neuron_split() {
   render "$fig" neuron_split.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
     "titles=$(gp_str "$(cat "$work/series.titles")")" \
     "heading=$(gp_title "Hot FFN neurons or whole layers on the GPU: decode throughput against GPU memory$mark")" \
-    "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; the CPU side dense (no activations to threshold)")"
+    "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; the CPU side dense")"
+  # the CPU's FFN sparse (a what-if of the simulator), batch 1
+  fig=neuron_split_sparse
+  local n_sparse
+  n_sparse=$(q "$db" "SELECT count(*) FROM runs r WHERE $(done_runs "$db" "$exp") AND $(cfg density) < 1")
+  if [[ ${n_sparse:-0} == 0 ]]; then
+    skip "$fig" "no runs with density < 1 in $db (rerun experiments/neuron_split.lua)"
+    return
+  fi
+  series="CASE $(cfg mode) WHEN 'split' THEN 'hot FFN neurons' ELSE 'whole layers (ngl)' END || ', density ' || $(cfg density)"
+  series_data "$db" "$exp" decode.tokens_per_s "$series" "$x" "$(cfg batch) = 1" ||
+    { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+  render "$fig" neuron_split.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
+    "titles=$(gp_str "$(cat "$work/series.titles")")" \
+    "heading=$(gp_title "The CPU's FFN sparse: hot neurons or whole layers on the GPU, batch 1$mark")" \
+    "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; density: the CPU's active share (what-if)")"
 }
 
 fig_quickstart

@@ -302,6 +302,17 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         }
         return true;
     }
+    if (qi_args_is(a, NULL, "--sim-cold-density")) {
+        float v;
+        if (!k->neuron_ok) {
+            qi_cli_error(a->cmd, "option --sim-cold-density: qinfer %s takes no neuron split (generate, ppl and bench "
+                         "do)", a->cmd);
+            a->failed = true;
+        } else if (qi_args_float(a, 1e-6f, 1.0f, &v)) {
+            k->sim_cold_density = v;
+        }
+        return true;
+    }
     if (qi_args_is(a, NULL, "--neuron-active")) {
         float v;
         if (!k->neuron_ok || strcmp(a->cmd, "ppl") != 0) {
@@ -434,6 +445,7 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_dev = 1;
     o->neuron_active = k->neuron_fast ? k->neuron_active : 0.0f;
     o->neuron_swap_every = k->neuron_fast ? k->neuron_swap_every : 0;
+    o->sim_cold_density = k->sim_cold_density;
     o->neuron_live = &k->neuron_live;
     o->neuron_activity = k->neuron_act;
     o->devices = k->devices;

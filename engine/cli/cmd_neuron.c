@@ -281,6 +281,11 @@ void qi_cli_neuron_help(void) {
            "      --neuron-swap-every N  (qinfer policy) every N steps, feed each layer's activity to\n"
            "                          the policy's swap rule and move the hottest cold units into\n"
            "                          the slots of the coldest hot ones (copied between steps)\n"
+           "      --sim-cold-density D  (with --sim) a what-if the simulator cannot measure: of the\n"
+           "                          FFN neurons the CPU computes (a split's cold side, every MLP\n"
+           "                          the plan leaves on the CPU), each step reads up's rows and\n"
+           "                          down's columns of the share D (0..1] alone, as cats would\n"
+           "                          (gate whole; a GPU's neurons dense)\n"
            "      --neuron-active T   (ppl) print each layer's hot-set recall and precision against\n"
            "                          the neurons active in the run, |act| > T (the profile's 0.1);\n"
            "                          copies the hot side's activations back every layer: slower\n");
@@ -313,6 +318,9 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
 }
 
 qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m, int batch, qi_err *err) {
+    if (k->sim_cold_density > 0.0 && !k->sim)
+        return QI_ERR(err, QI_ERR_INVALID, "option --sim-cold-density is a what-if of a simulated machine (--sim); "
+                      "on a real one, cats on the CPU's neurons: --sparsity S --sparsity-mode cats");
     if (!k->neuron_policy) {
         if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",

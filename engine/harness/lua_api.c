@@ -10,7 +10,8 @@
  *                kv_params={...}, kv_budget=N|F|'P%', kv_max_bytes, profile,
  *                attn_blas, repack, devices, placement, sim, sim_params, sim_cal,
  *                sparsity, sparsity_mode, sparsity_calib, sparse_max_density,
- *                neuron_policy, neuron_profile, neuron_budget, neuron_swap_every}
+ *                neuron_policy, neuron_profile, neuron_budget, neuron_swap_every,
+ *                sim_cold_density}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -354,6 +355,9 @@ static int nsplit_gc(lua_State *L) {
  * an integer); neuron_swap_every=N (the qinfer policy's swaps): the hot
  * neurons on the second device of `devices` (qi_neuron_split_make). */
 static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
+    /* sim_cold_density=D: the what-if density of the CPU's FFN neurons on
+     * a simulated machine (the engine checks it) */
+    eo->o.sim_cold_density = lq_opt_num(L, idx, arg, "sim_cold_density", 0.0);
     const char *pol = lq_opt_str(L, idx, arg, "neuron_policy", NULL);
     const char *prof = lq_opt_str(L, idx, arg, "neuron_profile", NULL);
     const int every = (int)lq_opt_int(L, idx, arg, "neuron_swap_every", 0, 0, 1 << 20);

@@ -24,6 +24,19 @@ expect_ok "$Q" synth --help && { grep -q -- "--shapes-only" "$tmp/out" || bad "s
 expect_fail 1 "KV policy 'quest' picks blocks by their keys, and a simulated machine .* computes none" \
   "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p x -n 2 --kv-policy quest --kv-budget 50%
 
+# the what-if density of the CPU's FFN neurons: faster than dense, only with --sim, in (0, 1]
+g=(generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=40 -p x -n 4)
+if expect_ok "$Q" "${g[@]}" && cp "$tmp/err" "$tmp/dense.err" && expect_ok "$Q" "${g[@]}" --sim-cold-density 0.25; then
+  rate() { sed -nE 's/.*generated [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) t\/s\).*/\1/p' "$1" | head -1; }
+  d=$(rate "$tmp/dense.err") s=$(rate "$tmp/err")
+  awk -v d="$d" -v s="$s" 'BEGIN { exit !(d > 0 && s > d) }' || bad "density 0.25 not faster than dense: $s against $d tok/s"
+fi
+expect_fail 2 "option --sim-cold-density is a what-if of a simulated machine" "$Q" generate -m smollm2-135m -p x -n 2 \
+  --sim-cold-density 0.5
+expect_fail 2 "sim-cold-density" "$Q" "${g[@]}" --sim-cold-density 1.5
+expect_fail 2 "sim-cold-density" "$Q" "${g[@]}" --sim-cold-density 0
+expect_fail 2 "option --sim-cold-density: qinfer needle takes no neuron split" "$Q" needle -m "$M" --sim-cold-density 0.5
+
 # bench: simulated rows, deterministic, labelled, in seconds
 bench=("$Q" bench -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p 64 -n 8 -b 1,4 -r 2 -o csv)
 start=$(date +%s)

@@ -25,7 +25,8 @@
  *   - refusals: a fast device out of range, a split layer's MLP off the
  *     CPU, teal and repack beside a split, a fast device too small for
  *     the hot neurons (naming them and the device), a new plan;
- *   - sim: on a LLaMA-2-70B of shapes only on the simulated A100 server,
+ *   - sim: on a LLaMA-2-70B of shapes only on the simulated A100 server
+ *     (with the what-if density of the CPU's neurons too),
  *     a decode step's simulated time falls as the fast device takes more
  *     of the FFN (none, half, all), and the GPU's memory grows by the hot
  *     neurons' bytes; the calibration timer grows with the neurons on both
@@ -490,6 +491,16 @@ START_TEST(refusals) {
     o.devices = "cpu,testdev:16M"; /* room for the activations, not the hot neurons */
     memset(mask, 1, (size_t)L * nu);
     refused(&o, QI_ERR_NOMEM, "hot neurons");
+    /* the simulated density is a what-if of a simulated machine */
+    o.devices = "cpu,testdev";
+    o.sim_cold_density = 0.5;
+    refused(&o, QI_ERR_INVALID, "what-if of a simulated machine");
+    o.neuron_fast = NULL;
+    refused(&o, QI_ERR_INVALID, "what-if of a simulated machine");
+    o.sim_cold_density = 1.5;
+    refused(&o, QI_ERR_INVALID, "outside (0, 1]");
+    o.sim_cold_density = -0.5;
+    refused(&o, QI_ERR_INVALID, "outside (0, 1]");
     /* a gated FFN is needed: every engine-made refusal leaves nothing behind */
     free(mask);
 }
@@ -497,7 +508,7 @@ END_TEST
 
 /* A decode step of a 70B on the simulated A100 server: simulated seconds
  * and the GPU's bytes in use, with a share of the FFN's units fast. */
-static double sim_step(const qi_model *m, double share, size_t *gpu_bytes) {
+static double sim_step(const qi_model *m, double share, double density, size_t *gpu_bytes) {
     const int L = m->hp.n_layer, nu = m->hp.n_ff / qi_engine_neuron_unit(m);
     uint8_t *mask = calloc((size_t)L * nu, 1);
     for (int l = 0; l < L; l++)
@@ -511,6 +522,7 @@ static double sim_step(const qi_model *m, double share, size_t *gpu_bytes) {
     o.devices = "cpu,gpu";
     o.neuron_fast = share > 0 ? mask : NULL;
     o.neuron_dev = 1;
+    o.sim_cold_density = density;
     qi_engine *eng = NULL;
     qi_err e = {0};
     ck_assert_msg(qi_engine_create(m, &o, &eng, &e) == QI_OK, "%s", e.msg);
@@ -570,7 +582,7 @@ START_TEST(sim) {
     qi_model *m = qi_test_shapes_70b(path, sizeof path);
     ck_assert_ptr_nonnull(m);
     size_t b0, b5, b10;
-    const double t0 = sim_step(m, 0.0, &b0), t5 = sim_step(m, 0.5, &b5), t10 = sim_step(m, 1.0, &b10);
+    const double t0 = sim_step(m, 0.0, 0, &b0), t5 = sim_step(m, 0.5, 0, &b5), t10 = sim_step(m, 1.0, 0, &b10);
     printf("sim: 70B decode step %.4f s with no hot neurons, %.4f s with half, %.4f s with all; GPU %.2f, %.2f, "
            "%.2f GiB\n", t0, t5, t10, b0 / 1073741824.0, b5 / 1073741824.0, b10 / 1073741824.0);
     ck_assert(t5 < 0.75 * t0);
@@ -579,6 +591,20 @@ START_TEST(sim) {
     const double ffn = 80.0 * 3 * 28672 * 8192 / 32 * 18;
     ck_assert_double_eq_tol((double)(b10 - b0), ffn, ffn * 0.01);
     ck_assert_double_eq_tol((double)(b5 - b0), ffn / 2, ffn * 0.01);
+    /* the what-if density of the CPU's neurons: every neuron read is the
+     * dense step (gate and up launched apart: within 1%); a quarter of them
+     * read costs less, on the cold side of a split and on MLPs left whole on
+     * the CPU; the GPU's neurons run dense, so with all of them there it
+     * changes nothing */
+    size_t bx;
+    const double d5 = sim_step(m, 0.5, 1.0, &bx), q5 = sim_step(m, 0.5, 0.25, &bx), q0 = sim_step(m, 0.0, 0.25, &bx);
+    const double q10 = sim_step(m, 1.0, 0.25, &bx);
+    printf("sim: cold side read at density 1 %.4f s, 0.25 %.4f s (half hot); no split at 0.25 %.4f s; all hot at "
+           "0.25 %.4f s\n", d5, q5, q0, q10);
+    ck_assert_double_eq_tol(d5, t5, 0.01 * t5);
+    ck_assert(q5 < 0.75 * d5);
+    ck_assert(q0 < 0.75 * t0);
+    ck_assert_double_eq_tol(q10, t10, 1e-9);
     sim_calibration(m);
     qi_model_free(m);
     unlink(path);

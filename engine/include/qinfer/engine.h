@@ -140,6 +140,14 @@ typedef struct {
     int neuron_swap_every;
     const struct qi_neuron_live_opts *neuron_live;
     const double *neuron_activity;
+    /* On a simulated machine (sim): in (0, 1], the share of the FFN
+     * neurons the CPU computes (a split's cold side, and every MLP the plan
+     * leaves on the CPU) that a step reads past gate, a what-if that the
+     * simulator cannot measure (it computes no activations): gate whole,
+     * then up's rows and down's columns of that share alone (rounded up to
+     * whole blocks of down's type), as cats reads them. Other devices'
+     * neurons run dense. A gated MLP only. 0: dense. */
+    double sim_cold_density;
 } qi_engine_opts;
 
 /* The neurons of a unit of m's FFN split (opts.neuron_fast): its first
