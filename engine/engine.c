@@ -237,6 +237,11 @@ struct qi_engine {
     const uint16_t **pick_kb, **pick_vb;
     int32_t *pick_pos;
     int *pick_idx;
+    /* a token picker's reallocation of the unread weight (SparQ): per
+     * segment [H] shares the read tokens hold, [Hkv][D] mean values and
+     * their [Hkv] pointers */
+    float *pick_mix, *pick_vmean;
+    const float **pick_vm;
     /* a device layer's keys staged for the policy's probe
      * (stage_for_probes): rows, block tables, each stream's first entry */
     uint16_t *kstage;
@@ -663,7 +668,7 @@ void qi_engine_free(qi_engine *e) {
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
                     (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->cev_dev, e->kstage,
                     (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s, (void *)e->pick_kb,
-                    (void *)e->pick_vb, e->pick_pos, e->pick_idx};
+                    (void *)e->pick_vb, e->pick_pos, e->pick_idx, e->pick_mix, e->pick_vmean, (void *)e->pick_vm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -1837,7 +1842,11 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
         e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
         e->pick_idx = qi_malloc(sizeof *e->pick_idx * (size_t)e->pick_max_blocks * (size_t)o->n_threads);
-        if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx) {
+        e->pick_mix = qi_malloc(sizeof *e->pick_mix * (size_t)o->max_seqs * (size_t)hp->n_head);
+        e->pick_vmean = qi_malloc(sizeof *e->pick_vmean * nst * (size_t)hp->head_dim);
+        e->pick_vm = qi_malloc(sizeof *e->pick_vm * nst);
+        if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx || !e->pick_mix || !e->pick_vmean ||
+            !e->pick_vm) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the block tables of KV policy '%s'", e->o.kv_policy);
             goto fail;
         }
@@ -2646,11 +2655,18 @@ static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_
                                .budget = resolve_budget(e, g->pos0),
                                .tail = tok ? 1 : (nb - 1) % QI_KV_PAGES_PER_BLOCK + 1,
                                .k_blk = (const uint16_t *const *)w->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
-                               .k_cols = tok ? w->kcol : NULL};
+                               .k_cols = tok ? w->kcol : NULL,
+                               .mass = tok ? e->pick_mix + (size_t)i * H + (size_t)hk * group : NULL};
+    const size_t r = (size_t)i * Hkv + hk;
+    if (tok) { /* no reallocation unless the policy asks for it; the mean of the values held */
+        for (int h = 0; h < group; h++) v.mass[h] = 1.0f;
+        float *vm = e->pick_vmean + r * (size_t)D;
+        for (int d = 0; d < D; d++) vm[d] = w->vsum[d] / (float)w->n;
+        e->pick_vm[r] = vm;
+    }
     int n = 0;
     qi_status st = qi_kv_policy_pick(ps->pol, &v, idx, &n, err);
     if (st) return st;
-    const size_t r = (size_t)i * Hkv + hk;
     const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
     int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
     int n_slots = 0;
@@ -2700,7 +2716,13 @@ static void pick_work(void *arg, int ith, int nth) {
 
 static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
     for (int i = 0; i < n_seg; i++) /* slot s is row s mod 2^shift of kb[s >> shift] */
-        if (segs[i].n == 1) e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
+        if (segs[i].n == 1) {
+            e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
+            if (e->pick_tokens) { /* the shares the policy estimates (1: none), the means */
+                e->acall[i].mix = e->pick_mix + (size_t)i * e->m->hp.n_head;
+                e->acall[i].vmean = e->pick_vm + (size_t)i * e->m->hp.n_head_kv;
+            }
+        }
     for (int t = 0; t < e->o.n_threads; t++) {
         e->ps[t].err_k = -1;
         qi_err_clear(&e->ps[t].err);

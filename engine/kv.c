@@ -112,6 +112,7 @@ static void tier_release(const qi_kv_stream *s, int tier, qi_kv_tier *t) {
     qi_free(t->score);
     qi_free(t->bound);
     qi_free(t->kcol);
+    qi_free(t->vsum);
     memset(t, 0, sizeof *t);
 }
 
@@ -154,6 +155,8 @@ static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_er
         uint16_t *kc = bb && kcols ? qi_realloc(t->kcol, sizeof *kc * (size_t)cap * QI_KV_BLOCK * (size_t)s->wp->D)
                                    : NULL;
         if (kc) t->kcol = kc;
+        if (kc && !t->vsum) t->vsum = qi_calloc((size_t)s->wp->D, sizeof *t->vsum);
+        if (kcols && !t->vsum) kc = NULL;
         if (!kb || !vb || !bb || (bounds && !bd) || (kcols && !kc))
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
         t->cap_blocks = cap;
@@ -212,12 +215,16 @@ void qi_kv_stream_keep_kcols(qi_kv_stream *s) {
     s->kcols = true;
 }
 
-/* The key columns of working slots i0..n-1 from their rows; a block's
- * columns are zeroed when its first slot is written. */
+/* The key columns of working slots i0..n-1 from their rows (a block's
+ * columns zeroed when its first slot is written), and their values added
+ * to the sum (restarted when i0 <= 0). */
 static void kcols_from(qi_kv_stream *s, int i0) {
     const qi_kv_tier *t = &s->work;
     const int D = s->wp->D;
+    if (i0 <= 0 && t->vsum) memset(t->vsum, 0, sizeof *t->vsum * (size_t)D);
     for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
+        const uint16_t *v = qi_kv_v_row(t, i, D);
+        for (int d = 0; d < D; d++) t->vsum[d] += qi_fp16_to_f32(v[d]);
         uint16_t *c = t->kcol + (size_t)(i >> QI_KV_BLOCK_SHIFT) * D * QI_KV_BLOCK;
         if ((i & (QI_KV_BLOCK - 1)) == 0) memset(c, 0, sizeof *c * (size_t)D * QI_KV_BLOCK);
         const uint16_t *k = qi_kv_k_row(t, i, D);

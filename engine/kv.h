@@ -61,6 +61,9 @@ typedef struct {
      * x D + d) x QI_KV_BLOCK + (i mod QI_KV_BLOCK), the slots of a block past
      * the last zero */
     uint16_t *kcol;
+    /* [D] with key columns kept: the sum of the working values (their fp16
+     * widened), for their mean (SparQ's mean-value term) */
+    float *vsum;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;
@@ -115,7 +118,8 @@ void qi_kv_stream_keep_kcols(qi_kv_stream *s);
 /* The bounds of the pages holding working slots i0..n-1, from the rows
  * as they now are: slots past i0 in i0's page are merged into its bounds
  * (i0 not a page's first slot) and every later page's are recomputed; and
- * the key columns of those slots copied from their rows. A no-op on a
+ * the key columns of those slots copied from their rows and their values
+ * added to the values' sum (i0 <= 0: the sum restarted). A no-op on a
  * stream with neither. Call it after the rows of new tokens are written
  * (the engine, after kv_write); the moves of kv.c (apply, swap_in) rebuild
  * both themselves. */

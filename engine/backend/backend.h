@@ -140,6 +140,15 @@ typedef struct {
      * or another call's stats. */
     float *stats;
     int stats_stride;
+    /* Optional (NULL: none; whole attention only, not with part_m or
+     * tot_m): SparQ's reallocation of the weight a picking policy left
+     * unread. mix[t * H + h] is the share of query t's head h's attention
+     * the read slots hold (by the policy's estimate), vmean[hk] KV head
+     * hk's mean value over every held token (D floats); the output becomes
+     * mix x out + (1 - mix) x vmean. A mix of 1 or more leaves out as it
+     * is. */
+    const float *mix;
+    const float *const *vmean;
     /* A partial result (split attention; NULL: none). With part_m and
      * part_l, the call attends over its slots only and writes, per query
      * and head (row t * H + h of [T][H]): out, the output normalised over

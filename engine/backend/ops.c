@@ -79,6 +79,7 @@ static qi_status attn_check(qi_backend *b, const char *op, const qi_attn_paged_a
     OP_CHECK(!a->part_m == !a->part_l && !a->tot_m == !a->tot_l, "partial or total without its pair");
     OP_CHECK(!a->part_m || (!a->stats && !a->tot_m), "a partial result with statistics");
     OP_CHECK(!a->tot_m || a->stats, "a statistics pass without statistics");
+    OP_CHECK(!a->mix || (a->vmean && !a->part_m && !a->tot_m), "a mix without mean values, or in a partial result");
     for (int hk = 0; hk < a->Hkv; hk++) {
         OP_CHECK(a->n_slots[hk] >= 0, "KV head %d with %d slots", hk, a->n_slots[hk]);
         OP_CHECK(!a->stats || a->n_slots[hk] <= a->stats_stride, "KV head %d: %d slots in a statistics row of %d", hk,

@@ -121,6 +121,12 @@ typedef struct {
      * newest token hold zeros. A few components of every key are read
      * without the rest. */
     const uint16_t *k_cols;
+    /* Out, optional (NULL: not asked): a token picker may write here, per
+     * query head of the group, its estimate of the share of the head's
+     * attention the tokens it picked hold; attention then gives the rest
+     * to the mean of every held value (SparQ's reallocation). The cache
+     * fills it with 1 (no reallocation) before the call. */
+    float *mass;
 } qi_kv_pick_view;
 
 typedef struct qi_kv_policy qi_kv_policy;

@@ -32,9 +32,13 @@
  * over whole rows, and a step reads dims / 2 of the cache's K and V bytes
  * to choose, besides the chosen rows. The paper also mixes the mean of
  * all values into the output by the share of the approximate weight left
- * unread; that is not done here (attention reads the chosen rows alone,
- * as for every picking policy). If the scratch cannot grow, the newest
- * `budget` tokens are read (a choice that needs no memory).
+ * unread; by default that is not done here (attention reads the chosen
+ * rows alone, as for every picking policy); with mean=true the policy reports
+ * per query head the approximate weight its picks hold (the view's mass)
+ * and attention gives the rest to the mean of the held values; measured
+ * worse at 25% on SmolLM2 (policies/kv/README.md), so off by default. If
+ * the scratch cannot grow, the newest `budget` tokens are read (a choice
+ * that needs no memory).
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,7 +60,9 @@ typedef struct {
     qi_kv_scored s;
     double dims;
     int full_layers;
-    float *buf;   /* scratch: [group][n + a block] each head's scores, then [D][a block] widened columns; grown on use */
+    bool mean; /* SparQ's mean-value term: the unread weight on the mean value */
+    float *buf;   /* scratch: [group][n + a block] each head's scores, then [max(D x a block, n)]: widened
+                   * columns, then head 0's weights (mean=true); grown on use */
     size_t buf_cap;
     uint8_t *mark; /* [n] chosen */
     size_t mark_cap;
@@ -65,10 +71,12 @@ typedef struct {
 extern const qi_kv_policy_i qi_kv_sparq_policy;
 
 static qi_status sparq_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
-    static const char *const known[] = {"dims", "full_layers", NULL};
+    static const char *const known[] = {"dims", "full_layers", "mean", NULL};
     double dims;
     long full_layers;
+    bool mean;
     qi_status st = qi_params_check_known(params, "sparq", known, err);
+    if (!st) st = qi_params_bool(params, "sparq", "mean", false, &mean, err);
     if (!st) st = qi_params_int(params, "sparq", "full_layers", 0, 0, n_layer, &full_layers, err);
     if (!st) st = qi_params_double(params, "sparq", "dims", 0.125, 0.0, 1.0, &dims, err);
     if (!st && !(dims > 0.0))
@@ -79,6 +87,7 @@ static qi_status sparq_create(const qi_params *params, int n_layer, qi_kv_policy
     sparq_policy *p = (sparq_policy *)*out;
     p->dims = dims;
     p->full_layers = (int)full_layers;
+    p->mean = mean;
     return QI_OK;
 }
 
@@ -178,7 +187,8 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
     }
     const int k = v->budget - 1; /* besides the newest */
     const bool room = D <= SPARQ_MAX_D && grow((void **)&p->buf, &p->buf_cap,
-                                                (size_t)G * ((size_t)n + ((size_t)1 << v->k_shift)) + ((size_t)D << v->k_shift),
+                                                (size_t)G * ((size_t)n + ((size_t)1 << v->k_shift)) +
+                                                    ((size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n),
                                                 sizeof(float)) &&
                       grow((void **)&p->mark, &p->mark_cap, (size_t)n, 1) && qi_kv_scratch_reserve(&p->s.scratch, n);
     if (!room || k == 0) { /* the newest budget tokens */
@@ -227,11 +237,16 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
             cols_dot(sc + (size_t)h * stride + (size_t)b * rows, colf, qc + (size_t)h * r, (int)r, nt);
     }
     /* each head's softmax over every held token, summed over the group
-     * into head 0's row */
+     * into head 0's row (with mean=true each head's own weights are kept:
+     * in its row, head 0's in colf) */
     for (int h = 0; h < G; h++) {
         float *sh = sc + (size_t)h * stride;
         const double sum = K->exp_sum(n, sh, max_of(sh, n));
-        scale_add(sc, sh, (float)(1.0 / sum), n, h == 0);
+        if (p->mean && h == 0) memcpy(colf, sh, sizeof(float) * (size_t)n);
+        const float inv = (float)(1.0 / sum);
+        if (p->mean)
+            for (int t = 0; t < n; t++) (h == 0 ? colf : sh)[t] *= inv;
+        scale_add(sc, p->mean ? (h == 0 ? colf : sh) : sh, p->mean ? 1.0f : inv, n, h == 0);
     }
     qi_kv_item *it = p->s.scratch.items;
     for (int t = 0; t < n - 1; t++) it[t] = (qi_kv_item){.score = sc[t], .pos = t, .slot = t};
@@ -242,6 +257,13 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
     int c = 0;
     for (int t = 0; t < n; t++)
         if (p->mark[t]) blocks[c++] = t;
+    if (p->mean && v->mass) /* each head's estimated share of its attention in the picked tokens */
+        for (int h = 0; h < G; h++) {
+            const float *w = h == 0 ? colf : sc + (size_t)h * stride;
+            double m = 0.0;
+            for (int j = 0; j < c; j++) m += w[blocks[j]];
+            v->mass[h] = (float)m;
+        }
     return c;
 }
 
@@ -250,7 +272,7 @@ const qi_kv_policy_i qi_kv_sparq_policy = {
     .name = "sparq",
     .summary = "SparQ: attention reads the tokens whose keys score best on the query's largest components; nothing "
                "evicted",
-    .params = "dims=0.125,full_layers=0",
+    .params = "dims=0.125,full_layers=0,mean=false",
     .create = sparq_create,
     .select = sparq_select,
     .exempt = sparq_exempt,

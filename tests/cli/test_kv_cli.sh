@@ -72,7 +72,7 @@ expect_fail 2 "KV policy 'quest' needs a budget" "$Q" agree "${M[@]}" -p x --kv-
 # sparq's parameters, and the devices it runs on
 expect_fail 2 "sparq: parameter 'dims' must be in (0, 1]" "$Q" agree "${M[@]}" -p x --kv-policy sparq --kv-budget 50% \
   --kv-param dims=0
-expect_fail 2 "sparq: unknown parameter 'page' (sparq takes: dims, full_layers)" "$Q" agree "${M[@]}" -p x \
+expect_fail 2 "sparq: unknown parameter 'page' (sparq takes: dims, full_layers, mean)" "$Q" agree "${M[@]}" -p x \
   --kv-policy sparq --kv-budget 50% --kv-param page=16
 expect_fail 1 "KV policy 'sparq' reads the keys on the host .* runs on testdev, which the host cannot read" \
   "$Q" generate "${M[@]}" -p x -n 2 --kv-policy sparq --kv-budget 50% --devices cpu,testdev --placement ngl=30

@@ -513,7 +513,22 @@ typedef struct {
     const uint16_t *const *ckb[PG_MAX_HKV], *const *cvb[PG_MAX_HKV];
     float *q;
     float *stats0; /* [H][stride] the statistics before the call (not zero: they are added to) */
+    float *mix, *vm; /* with the mean-value term: [T][H] shares, [Hkv][D] means */
+    const float *vmp[PG_MAX_HKV];
 } pg_call;
+
+/* The mean-value term on call c: shares in [0, 1.25) (1 and more: none),
+ * random means. */
+static void pg_call_mix(pg_call *c, uint64_t *rng) {
+    const qi_attn_paged_args *a = &c->a;
+    c->mix = malloc(sizeof(float) * (size_t)(a->T * a->H + 1));
+    c->vm = malloc(sizeof(float) * (size_t)(a->Hkv * a->D));
+    for (int i = 0; i < a->T * a->H; i++) c->mix[i] = (float)(qi_test_rand(rng) % 10) / 8.0f;
+    for (int i = 0; i < a->Hkv * a->D; i++) c->vm[i] = randn(rng);
+    for (int hk = 0; hk < a->Hkv; hk++) c->vmp[hk] = c->vm + (size_t)hk * a->D;
+    c->a.mix = c->mix;
+    c->a.vmean = c->vmp;
+}
 
 static void pg_call_init(pg_call *c, uint64_t *rng, int T, int H, int Hkv, int D, int n_swa, bool stats) {
     memset(c, 0, sizeof *c);
@@ -575,6 +590,8 @@ static void pg_call_fini(pg_call *c) {
     free(c->q_pos);
     free(c->q);
     free(c->stats0);
+    free(c->mix);
+    free(c->vm);
 }
 
 static long pg_out_len(const qi_attn_paged_args *a) { return (long)a->T * a->H * a->D; }
@@ -605,8 +622,11 @@ static void ref_attention_paged(const qi_attn_paged_args *a, float *out, float *
                 if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
             }
             qi_k_softmax_f16_ref(n, s, w16);
-            qi_k_attn_values_blk_ref(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n,
-                                     out + ((long)t * a->H + h) * D);
+            float *o = out + ((long)t * a->H + h) * D;
+            qi_k_attn_values_blk_ref(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, o);
+            const float w = a->mix ? a->mix[t * a->H + h] : 1.0f;
+            if (w < 1.0f) /* the mean-value term */
+                for (int d = 0; d < D; d++) o[d] = w * o[d] + (1.0f - w) * a->vmean[hk][d];
             if (stats)
                 for (int i = 0; i < n; i++) stats[(long)h * a->stats_stride + i] += qi_fp16_to_f32(w16[i]);
             free(s);
@@ -615,7 +635,9 @@ static void ref_attention_paged(const qi_attn_paged_args *a, float *out, float *
 }
 
 /* PG_CALLS calls of one shape, T and statistics varying by call (decode
- * rows, prompt chunks, an empty call), on 1..4 threads: attention_paged_n,
+ * rows, prompt chunks, an empty call), every third shape with the
+ * mean-value term (shares below 1 blend the means in, 1 and more leave the
+ * output), on 1..4 threads: attention_paged_n,
  * and each call through attention_paged, against the reference, outputs
  * and statistics bit for bit, guard floats around each intact. */
 START_TEST(test_attention_paged) {
@@ -633,6 +655,7 @@ START_TEST(test_attention_paged) {
             /* statistics on every call, on none, or on every other call */
             const bool stats = mode == 0 || (mode == 2 && k % 2 == 0);
             pg_call_init(&c[k], &rng, Ts[k], H, Hkv, D, n_swa, stats);
+            if (i % 3 == 0) pg_call_mix(&c[k], &rng); /* SparQ's mean-value term on every third shape */
             a[k] = c[k].a;
             want_out[k] = malloc(sizeof(float) * (size_t)(pg_out_len(&a[k]) + 1));
             want_stats[k] = NULL;
@@ -643,8 +666,8 @@ START_TEST(test_attention_paged) {
             ref_attention_paged(&a[k], want_out[k], want_stats[k]);
         }
         char what[160];
-        snprintf(what, sizeof what, "paged attention H=%d Hkv=%d D=%d n_swa=%d, stats %s", H, Hkv, D, n_swa,
-                 mode == 0 ? "on all" : mode == 1 ? "on none" : "on calls 0, 2, 4");
+        snprintf(what, sizeof what, "paged attention H=%d Hkv=%d D=%d n_swa=%d, stats %s%s", H, Hkv, D, n_swa,
+                 mode == 0 ? "on all" : mode == 1 ? "on none" : "on calls 0, 2, 4", i % 3 == 0 ? ", mean values" : "");
         for (int nt = 1; nt <= MAX_THREADS; nt++)
             for (int together = 0; together < 2; together++) {
                 gbuf go[PG_CALLS], gs[PG_CALLS];

@@ -456,27 +456,30 @@ END_TEST
  * an eighth of the components (the default) and on all (dims=1); at 25%
  * every stream reads exactly ceil(0.25 x tokens) rows and the logits
  * differ. Prompt of 300 tokens (two chunks), 20 decode steps. */
-static long sparq_read(int k, int n_past, int L) {
+static long sparq_read(int k, int n_past, int L) { /* engines 3-5 and 7 at 25% */
     const int dense = k == 5 ? 2 : 0; /* full_layers=2: the first two layers read everything */
     return (long)dense * n_past + (long)(L - dense) * (long)ceil(0.25 * n_past);
 }
 
 START_TEST(sparq_whole_budget_equals_full) {
     if (!g_model) return;
-    enum { NE = 6 };
+    enum { NE = 8 };
     qi_engine *eng[NE] = {make_engine(g_model, "full", NULL, 0, 0.0, 512, 1),
                           make_engine(g_model, "sparq", NULL, 0, 1.0, 512, 1),
                           make_engine(g_model, "sparq", "dims=1", 4096, 0.0, 512, 1),
                           make_engine(g_model, "sparq", NULL, 0, 0.25, 512, 1),
                           make_engine(g_model, "sparq", "dims=1", 0, 0.25, 512, 1),
-                          make_engine(g_model, "sparq", "full_layers=2", 0, 0.25, 512, 1)};
-    static const bool exact[NE] = {true, true, true, false, false, false};
+                          make_engine(g_model, "sparq", "full_layers=2", 0, 0.25, 512, 1),
+                          make_engine(g_model, "sparq", "mean=true", 0, 1.0, 512, 1),
+                          make_engine(g_model, "sparq", "mean=true", 0, 0.25, 512, 1)};
+    static const bool exact[NE] = {true, true, true, false, false, false, true, false};
     int differ_k[NE] = {0};
     const int NP = picked_vs_full("sparq", eng, exact, NE, 29, sparq_read, differ_k);
-    printf("sparq: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt; at 25%% "
-           "the logits differ at %d (dims 0.125, the default), %d (dims 1) and %d (2 dense layers) steps, each "
-           "stream reading its budget's rows\n",
-           NP, differ_k[3], differ_k[4], differ_k[5]);
+    /* the mean-value term changes the output: mean=true at 25% is not mean=false at 25% (engine 3) */
+    printf("sparq: budget 100%% and 4096 tokens equal the full policy bit for bit over a %d-token prompt (with and "
+           "without the mean-value term); at 25%% the logits differ at %d (dims 0.125, the default), %d (dims 1), "
+           "%d (2 dense layers) and %d (mean=true) steps, each stream reading its budget's rows\n",
+           NP, differ_k[3], differ_k[4], differ_k[5], differ_k[7]);
 }
 END_TEST
 
@@ -486,6 +489,7 @@ START_TEST(sparq_batched_equals_separate) {
     if (!g_model) return;
     batched_vs_separate_under(g_model, " (sparq, budget 100)", "sparq", NULL, 100, 120);
     batched_vs_separate_under(g_model, " (sparq dims=1, budget 100)", "sparq", "dims=1", 100, 120);
+    batched_vs_separate_under(g_model, " (sparq mean=true, budget 100)", "sparq", "mean=true", 100, 120);
 }
 END_TEST
 

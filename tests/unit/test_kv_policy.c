@@ -2259,6 +2259,39 @@ START_TEST(sparq_reads_the_matching_token) {
     t.v.budget = 2;
     ck_assert_int_eq(qi_kv_policy_pick(one, &t.v, t.picked, &n, NULL), QI_OK);
     ck_assert(n == 2 && t.picked[0] == 5);
+    /* mean=true: the same pick, and each head's estimated share of its
+     * attention in it, the oracle's weights summed over the picked tokens */
+    {
+        qi_kv_policy *mp = make("sparq", "dims=1,mean=true");
+        static tsparq u;
+        uint64_t r2 = 9;
+        ts_fill(&u, 300, 3, 16, 6, 100, 0.25f, &r2);
+        float mass[3] = {-1.0f, -1.0f, -1.0f};
+        u.v.mass = mass;
+        int got = 0, want_idx[300], nw = 0;
+        ck_assert_int_eq(qi_kv_policy_pick(all, &u.v, want_idx, &nw, NULL), QI_OK);
+        ck_assert_int_eq(qi_kv_policy_pick(mp, &u.v, u.picked, &got, NULL), QI_OK);
+        ck_assert_int_eq(got, nw);
+        for (int j = 0; j < got; j++) ck_assert_int_eq(u.picked[j], want_idx[j]);
+        for (int h = 0; h < 3; h++) { /* head h's softmax over all 300, summed over the picks, in double */
+            double mx = -INFINITY, sum = 0.0, in = 0.0, sc[300];
+            for (int i = 0; i < 300; i++) {
+                double d = 0.0;
+                for (int c = 0; c < 16; c++)
+                    d += (double)qi_fp16_to_f32(qi_f32_to_fp16(u.q[h * 16 + c])) * qi_fp16_to_f32(u.keys[i * 16 + c]);
+                sc[i] = 0.25 * d;
+                mx = sc[i] > mx ? sc[i] : mx;
+            }
+            for (int i = 0; i < 300; i++) sum += exp(sc[i] - mx);
+            for (int j = 0; j < got; j++) in += exp(sc[u.picked[j]] - mx) / sum;
+            ck_assert_msg(fabs(mass[h] - in) < 1e-4 && in > 0.3 && in < 1.0, "head %d: mass %g, the oracle's %g", h,
+                          mass[h], in);
+        }
+        mass[0] = -1.0f; /* without mean=true the mass is not written */
+        ck_assert_int_eq(qi_kv_policy_pick(all, &u.v, u.picked, &got, NULL), QI_OK);
+        ck_assert(mass[0] == -1.0f);
+        qi_kv_policy_free(mp);
+    }
     /* no scratch: the newest budget tokens */
     qi_kv_policy *fresh = make("sparq", "");
     t.v.budget = 3;
@@ -2485,7 +2518,8 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("sparq", "dims=1.5", N_LAYER, (const char *[]){"sparq", "'dims'", NULL});
     expect_create_fails("sparq", "dims=many", N_LAYER, (const char *[]){"sparq", "'dims'", NULL});
     expect_create_fails("sparq", "full_layers=9", N_LAYER, (const char *[]){"sparq", "'full_layers'", "[0, 8]", NULL});
-    expect_create_fails("sparq", "page=16", N_LAYER, (const char *[]){"sparq", "'page'", "dims, full_layers", NULL});
+    expect_create_fails("sparq", "page=16", N_LAYER, (const char *[]){"sparq", "'page'", "dims, full_layers, mean", NULL});
+    expect_create_fails("sparq", "mean=2", N_LAYER, (const char *[]){"sparq", "'mean'", NULL});
     expect_create_fails("sparq", "ada=0.5", N_LAYER, (const char *[]){"sparq", "'ada'", "scored policy", NULL});
     expect_create_fails("quest", "first=2", N_LAYER, (const char *[]){"quest", "'first'", NULL});
     expect_create_fails("quest", "full_layers=9", N_LAYER, (const char *[]){"quest", "'full_layers'", "[0, 8]", NULL});

@@ -484,7 +484,12 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
         return;
     } else {
         K->softmax_f16(n, s, w16);
-        K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, a->out + th * D);
+        float *out = a->out + th * D;
+        K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, out);
+        if (a->mix && a->mix[th] < 1.0f) { /* the unread weight on the mean value */
+            const float w = a->mix[th] > 0.0f ? a->mix[th] : 0.0f, *vm = a->vmean[hk];
+            for (int d = 0; d < D; d++) out[d] = w * out[d] + (1.0f - w) * vm[d];
+        }
     }
     if (a->stats) {
         float *st = a->stats + (long)h * a->stats_stride, wf[256];
