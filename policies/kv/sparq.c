@@ -52,9 +52,8 @@
 /* The most values per head a pick view may have: the attention call's
  * limit (a query of at most 1024 values). */
 #define SPARQ_MAX_D 1024
-#ifndef SPARQ_AHEAD
+/* Blocks ahead whose chosen columns are fetched early. */
 #define SPARQ_AHEAD 2
-#endif
 
 typedef struct {
     qi_kv_scored s;
@@ -62,7 +61,8 @@ typedef struct {
     int full_layers;
     bool mean; /* SparQ's mean-value term: the unread weight on the mean value */
     float *buf;   /* scratch: [group][n + a block] each head's scores, then [max(D x a block, n)]: widened
-                   * columns, then head 0's weights (mean=true); grown on use */
+                   * columns, then head 0's weights (mean=true), then [group][D]: each head's scaled
+                   * components; grown on use */
     size_t buf_cap;
     uint8_t *mark; /* [n] chosen */
     size_t mark_cap;
@@ -188,7 +188,8 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
     const int k = v->budget - 1; /* besides the newest */
     const bool room = D <= SPARQ_MAX_D && grow((void **)&p->buf, &p->buf_cap,
                                                 (size_t)G * ((size_t)n + ((size_t)1 << v->k_shift)) +
-                                                    ((size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n),
+                                                    ((size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n) +
+                                                    (size_t)G * (size_t)D,
                                                 sizeof(float)) &&
                       grow((void **)&p->mark, &p->mark_cap, (size_t)n, 1) && qi_kv_scratch_reserve(&p->s.scratch, n);
     if (!room || k == 0) { /* the newest budget tokens */
@@ -204,7 +205,8 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
     const qi_kernels *K = qi_kernels_get();
     const int rows = 1 << v->k_shift;
     const size_t stride = (size_t)n + (size_t)rows; /* one head's scores, n rounded up to whole blocks */
-    float *sc = p->buf, *colf = p->buf + (size_t)G * stride, qc[SPARQ_MAX_D];
+    const size_t wide = (size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n;
+    float *sc = p->buf, *colf = p->buf + (size_t)G * stride, *qc = colf + wide; /* qc: [G][r] */
     /* each head's chosen components: in fp16, as attention rounds the
      * query, times its temperature (SparQ's correction for the components
      * left out) */

@@ -2083,8 +2083,8 @@ END_TEST
 /* ---- sparq: single tokens scored on the query's largest components ------------ */
 
 #define SQ_MAXN 700
-#define SQ_MAXG 4
-#define SQ_MAXD 80
+#define SQ_MAXG 16
+#define SQ_MAXD 128
 
 /* A token-pick view: n keys of D fp16 values in blocks of 2^shift rows,
  * group heads of D query values, the attention scale. */
@@ -2175,7 +2175,7 @@ static void sparq_oracle_scores(const tsparq *t, double dims, double *score) {
 
 /* sparq's pick through the wrapper against the oracle on random views:
  * 1 to 700 tokens in blocks of 4 and of 64 rows, groups of 1 to 4 heads,
- * 1 to 80 values per head, dims from one component to all of them,
+ * 1 to 80 values per head (and three views of 16 heads of 128), dims from one component to all of them,
  * budgets from 1 to past the cache. The pick is the newest token and
  * budget - 1 others in ascending order; every other token it reads scores,
  * by the oracle, at least as well as every token it leaves, up to the
@@ -2191,8 +2191,12 @@ START_TEST(sparq_pick_matches_oracle) {
     for (int f = 0; f < 4; f++) pol[f] = make("sparq", spec[f]);
     int trials = 0, near = 0, whole = 0;
     for (int trial = 0; trial < 400; trial++) {
-        const int n = 1 + (int)(qi_test_rand(&rng) % SQ_MAXN), G = 1 + (int)(qi_test_rand(&rng) % SQ_MAXG);
-        const int D = 1 + (int)(qi_test_rand(&rng) % SQ_MAXD), budget = 1 + (int)(qi_test_rand(&rng) % (unsigned)(n + 8));
+        /* the first views are wide groups of long heads (16 x 128: more scaled components than any
+         * head has values), the rest up to 4 heads of up to 80 */
+        const bool wide = trial < 3;
+        const int n = wide ? 200 : 1 + (int)(qi_test_rand(&rng) % SQ_MAXN);
+        const int G = wide ? 16 : 1 + (int)(qi_test_rand(&rng) % 4), D = wide ? 128 : 1 + (int)(qi_test_rand(&rng) % 80);
+        const int budget = 1 + (int)(qi_test_rand(&rng) % (unsigned)(n + 8));
         ts_fill(&t, n, G, D, trial % 2 ? 6 : 2, budget, trial % 3 ? 0.125f : 1.0f, &rng);
         for (int f = 0; f < 4; f++) {
             int got = 0;
