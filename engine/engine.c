@@ -233,6 +233,7 @@ struct qi_engine {
      * pick_max_blocks pointers and of n_ctx positions, and one stream's
      * choice */
     bool picks, pick_tokens; /* the policy picks what attention reads; single tokens (SparQ) */
+    bool fetches;            /* the (evicting) policy fetches offloaded tokens for attention (qinfer fetch=) */
     int pick_max_blocks;
     const uint16_t **pick_kb, **pick_vb;
     int32_t *pick_pos;
@@ -876,6 +877,10 @@ static bool policy_layer(const qi_engine *e, int l) { return budgeted_layer(e, l
  * (Quest), from key bounds the host computes over the working rows. */
 static bool pick_layer(const qi_engine *e, int l) { return budgeted_layer(e, l) && e->picks; }
 
+/* A layer whose decode attention also reads the offloaded tokens the
+ * policy fetches, scored on the host from the offload tier's key columns. */
+static bool fetch_layer(const qi_engine *e, int l) { return policy_layer(e, l) && e->fetches; }
+
 static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err) {
     for (int l = 0; l < p->n_layer; l++)
         if (p->layers[l].split > 0.0f && policy_layer(e, l))
@@ -894,6 +899,12 @@ static qi_status check_splits(const qi_engine *e, const qi_plan *p, qi_err *err)
  * p's devices are open. */
 static qi_status check_picks(const qi_engine *e, const qi_plan *p, qi_err *err) {
     for (int l = 0; l < p->n_layer; l++) {
+        if (fetch_layer(e, l) && (e->o.sim || !qi_dev_info_get(e->dev[p->layers[l].attn_dev].be)->host_visible))
+            return QI_ERR(err, QI_ERR_UNSUPPORTED,
+                          "plan layer %d: KV policy '%s' fetches offloaded tokens for attention, scoring them on "
+                          "the host, and this layer's attention runs on %s (implemented for the CPU only): place "
+                          "the attention of every layer on the CPU, or leave fetch= out",
+                          l, e->o.kv_policy, e->o.sim ? "a simulated machine" : p->devices[p->layers[l].attn_dev]);
         if (!pick_layer(e, l)) continue;
         if (e->o.sim)
             return QI_ERR(err, QI_ERR_UNSUPPORTED,
@@ -1741,6 +1752,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->o.kv_policy = qi_kv_policy_name(e->pol);
     e->picks = qi_kv_policy_picks(e->pol);
     e->pick_tokens = qi_kv_policy_picks_tokens(e->pol);
+    e->fetches = !e->picks && qi_kv_policy_fetches(e->pol);
     bool any_budgeted = false;
     for (int l = 0; l < hp->n_layer; l++) any_budgeted |= !qi_kv_policy_exempt(e->pol, l);
     if (any_budgeted && o->kv_budget_tokens == 0 && o->kv_budget_frac == 0.0) {
@@ -1772,7 +1784,13 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     /* rows of a step: the prompt room plus one decode row per sequence */
     const size_t R = (size_t)o->step_tokens + (size_t)o->max_seqs;
     const size_t N = (size_t)o->n_ctx;
-    if ((st = setup_devices(e, R, err)) || (st = check_observe(e, &e->plan, err)) ||
+    if ((st = setup_devices(e, R, err))) goto fail;
+    /* a fetch scores offloaded tokens on the host and points the CPU's
+     * attention at them: on a run with other devices (or simulated ones),
+     * whose plans may place attention elsewhere, a fetch the policy does by
+     * default is turned off (one asked for is refused there: check_picks) */
+    if (e->fetches && (o->sim || e->plan.n_devices > 1) && qi_kv_policy_fetch_off(e->pol)) e->fetches = false;
+    if ((st = check_observe(e, &e->plan, err)) ||
         (st = check_sparse(e, &e->plan, err)) || (st = sparse_setup(e, R, err)) ||
         (st = check_picks(e, &e->plan, err)) || (st = neuron_setup(e, err)))
         goto fail;
@@ -1813,6 +1831,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         else if ((st = qi_kv_policy_create(e->o.kv_policy, o->kv_params ? o->kv_params : &none, hp->n_layer,
                                            &ps->pol, err)))
             goto fail;
+        if (t > 0 && !e->fetches && qi_kv_policy_fetches(ps->pol)) qi_kv_policy_fetch_off(ps->pol); /* as e->pol */
         ps->attn = qi_malloc(sizeof(float) * NR);
         ps->vpos = qi_malloc(sizeof(int32_t) * NR);
         ps->vtier = qi_malloc(NR);
@@ -1835,9 +1854,9 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (e->picks) {
+    if (e->picks || e->fetches) { /* a fetching policy's calls point at rows, as a token picker's */
         const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
-        e->pick_max_blocks = e->pick_tokens ? o->n_ctx : (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* tokens, pages */
+        e->pick_max_blocks = e->pick_tokens || e->fetches ? o->n_ctx : (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* tokens, pages */
         e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
         e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
         e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
@@ -1869,7 +1888,7 @@ fail:
 }
 
 const char *qi_engine_kv_policy_name(const qi_engine *e) { return e->o.kv_policy; }
-bool qi_engine_kv_budget_attended(const qi_engine *e) { return e->picks; }
+bool qi_engine_kv_budget_attended(const qi_engine *e) { return e->picks || e->fetches; }
 
 static qi_status check_id(const qi_engine *e, int id, qi_err *err) {
     if (id < 0 || id >= e->o.max_seqs || !e->seqs[id].used)
@@ -1901,6 +1920,7 @@ qi_status qi_engine_seq_add(qi_engine *e, int *id, qi_err *err) {
                                   split_pool(e, l), e->pool);
                 if (pick_layer(e, l) && !e->pick_tokens) qi_kv_stream_keep_bounds(sm);
                 if (pick_layer(e, l) && e->pick_tokens) qi_kv_stream_keep_kcols(sm);
+                if (fetch_layer(e, l)) qi_kv_stream_keep_off_kcols(sm);
             }
         s->used = true;
         *id = i;
@@ -2635,7 +2655,11 @@ typedef struct {
     const dev_state *X;
     const segment *segs;
     int n_seg, l;
+    bool fetch; /* fetch_stream, not pick_stream */
 } pick_job;
+
+static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
+                              int hk, int l, qi_err *err);
 
 static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
                              int hk, int l, qi_err *err) {
@@ -2705,7 +2729,7 @@ static void pick_work(void *arg, int ith, int nth) {
     qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
     for (long k = lo; k < hi; k++) {
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
-        qi_status st = pick_stream(e, ps, idx, j->X, &j->segs[i], i, hk, j->l, &ps->err);
+        qi_status st = (j->fetch ? fetch_stream : pick_stream)(e, ps, idx, j->X, &j->segs[i], i, hk, j->l, &ps->err);
         if (st) {
             ps->err_k = k;
             ps->err_st = st;
@@ -2715,9 +2739,10 @@ static void pick_work(void *arg, int ith, int nth) {
 }
 
 static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
+    const bool fetch = fetch_layer(e, l);
     for (int i = 0; i < n_seg; i++) /* slot s is row s mod 2^shift of kb[s >> shift] */
         if (segs[i].n == 1) {
-            e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
+            e->acall[i].shift = e->pick_tokens || fetch ? 0 : QI_KV_PAGE_SHIFT;
             if (e->pick_tokens) { /* the shares the policy estimates (1: none), the means */
                 e->acall[i].mix = e->pick_mix + (size_t)i * e->m->hp.n_head;
                 e->acall[i].vmean = e->pick_vm + (size_t)i * e->m->hp.n_head_kv;
@@ -2727,7 +2752,7 @@ static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *se
         e->ps[t].err_k = -1;
         qi_err_clear(&e->ps[t].err);
     }
-    pick_job j = {e, X, segs, n_seg, l};
+    pick_job j = {e, X, segs, n_seg, l, fetch};
     if ((long)n_seg * e->m->hp.n_head_kv > 1)
         qi_backend_cpu_host_run(e->be, pick_work, &j);
     else
@@ -2741,6 +2766,56 @@ static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *se
         *err = bad->err;
         return bad->err_st;
     }
+    return QI_OK;
+}
+
+/* A fetching policy's layer l (qinfer fetch=), after the step's K/V rows
+ * are written: on each decode segment, every stream's offloaded tokens
+ * that the policy fetches for this step's query (scored from the offload
+ * tier's key columns, brought up to date here), at most what the layer's
+ * budget leaves beside the working tokens, and the segment's attention
+ * call pointed at rows: the whole working tier in slot order, then the
+ * fetched rows, so that its statistics' first slots are the working
+ * tier's as the policy's view reads them. Nothing moves between tiers.
+ * Shared out over the host threads as the picks are. */
+static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
+                              int hk, int l, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, group = H / Hkv;
+    seq_state *s = &e->seqs[g->id];
+    qi_kv_stream *sm = stream_of(e, s, l, hk);
+    if (g->n != 1) return QI_OK;
+    const qi_kv_tier *w = &sm->work, *o = &sm->off;
+    const int room = qi_kv_policy_layer_budget(e->pol, l, resolve_budget(e, g->pos0)) - w->n;
+    int n = 0;
+    if (room > 0 && o->n > 0) {
+        const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
+                                   .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D,
+                                   .scale = e->acall[i].scale, .n = o->n, .block = 1, .n_blocks = o->n,
+                                   .newest = o->n - 1, .budget = room, .tail = 1,
+                                   .k_blk = (const uint16_t *const *)o->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
+                                   .k_cols = qi_kv_stream_off_kcols(sm)};
+        qi_status st = qi_kv_policy_fetch(ps->pol, &v, idx, &n, err);
+        if (st) return st;
+    }
+    const size_t r = (size_t)i * Hkv + hk;
+    const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
+    int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
+    for (int j = 0; j < w->n; j++) {
+        kb[j] = qi_kv_k_row(w, j, D);
+        vb[j] = qi_kv_v_row(w, j, D);
+    }
+    memcpy(pos, w->pos, sizeof *pos * (size_t)w->n);
+    for (int j = 0; j < n; j++) {
+        kb[w->n + j] = qi_kv_k_row(o, idx[j], D);
+        vb[w->n + j] = qi_kv_v_row(o, idx[j], D);
+        pos[w->n + j] = o->pos[idx[j]];
+    }
+    e->a_nslots[r] = w->n + n;
+    e->a_pos[r] = pos;
+    e->a_kb[r] = (const uint16_t *const *)kb;
+    e->a_vb[r] = (const uint16_t *const *)vb;
+    sm->attended = w->n + n;
     return QI_OK;
 }
 
@@ -2758,7 +2833,7 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T,
         if ((st = attend_prepare(e, &segs[i], i, l, &n_kv, NULL, err))) return st;
     TIMED(e, b, QI_OP_KV, qi_backend_kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim, err));
     dev_state *X = &e->dev[e->plan.layers[l].attn_dev];
-    if (pick_layer(e, l)) {
+    if (pick_layer(e, l) || fetch_layer(e, l)) {
         HOST_PROF_BEGIN(e);
         st = pick_blocks(e, X, segs, n_seg, l, err);
         HOST_PROF_END(e, QI_OP_POLICY);

@@ -151,12 +151,12 @@ static qi_status tier_reserve(qi_kv_stream *s, int tier, int n, int n_tab, qi_er
                                                             (size_t)s->wp->D)
                                  : NULL;
         if (bd) t->bound = bd;
-        const bool kcols = tier == 0 && s->kcols;
+        const bool kcols = tier == 0 ? s->kcols : s->off_kcols;
         uint16_t *kc = bb && kcols ? qi_realloc(t->kcol, sizeof *kc * (size_t)cap * QI_KV_BLOCK * (size_t)s->wp->D)
                                    : NULL;
         if (kc) t->kcol = kc;
-        if (kc && !t->vsum) t->vsum = qi_calloc((size_t)s->wp->D, sizeof *t->vsum);
-        if (kcols && !t->vsum) kc = NULL;
+        if (kc && tier == 0 && !t->vsum) t->vsum = qi_calloc((size_t)s->wp->D, sizeof *t->vsum);
+        if (kcols && tier == 0 && !t->vsum) kc = NULL;
         if (!kb || !vb || !bb || (bounds && !bd) || (kcols && !kc))
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory growing a KV block table");
         t->cap_blocks = cap;
@@ -215,8 +215,19 @@ void qi_kv_stream_keep_kcols(qi_kv_stream *s) {
     s->kcols = true;
 }
 
-/* The key columns of working slots i0..n-1 from their rows (a block's
- * columns zeroed when its first slot is written), and their values added
+/* The key columns of t's slots i0..n-1 from their rows (a block's columns
+ * zeroed when its first slot is written). */
+static void tier_kcols(const qi_kv_tier *t, int D, int i0) {
+    for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
+        uint16_t *c = t->kcol + (size_t)(i >> QI_KV_BLOCK_SHIFT) * D * QI_KV_BLOCK;
+        if ((i & (QI_KV_BLOCK - 1)) == 0) memset(c, 0, sizeof *c * (size_t)D * QI_KV_BLOCK);
+        const uint16_t *k = qi_kv_k_row(t, i, D);
+        c += i & (QI_KV_BLOCK - 1);
+        for (int d = 0; d < D; d++) c[(size_t)d * QI_KV_BLOCK] = k[d];
+    }
+}
+
+/* The working tier's key columns of slots i0..n-1, and their values added
  * to the sum (restarted when i0 <= 0). */
 static void kcols_from(qi_kv_stream *s, int i0) {
     const qi_kv_tier *t = &s->work;
@@ -225,12 +236,28 @@ static void kcols_from(qi_kv_stream *s, int i0) {
     for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
         const uint16_t *v = qi_kv_v_row(t, i, D);
         for (int d = 0; d < D; d++) t->vsum[d] += qi_fp16_to_f32(v[d]);
-        uint16_t *c = t->kcol + (size_t)(i >> QI_KV_BLOCK_SHIFT) * D * QI_KV_BLOCK;
-        if ((i & (QI_KV_BLOCK - 1)) == 0) memset(c, 0, sizeof *c * (size_t)D * QI_KV_BLOCK);
-        const uint16_t *k = qi_kv_k_row(t, i, D);
-        c += i & (QI_KV_BLOCK - 1);
-        for (int d = 0; d < D; d++) c[(size_t)d * QI_KV_BLOCK] = k[d];
     }
+    tier_kcols(t, D, i0);
+}
+
+void qi_kv_stream_keep_off_kcols(qi_kv_stream *s) {
+    QI_ASSERT(s->off.n == 0 && s->off.cap_blocks == 0 && qi_dev_info_get(s->op->dev)->host_visible);
+    s->off_kcols = true;
+}
+
+const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s) {
+    qi_kv_tier *t = &s->off;
+    QI_ASSERT(s->off_kcols);
+    const int D = s->op->D;
+    if (t->kcol_n != t->n) { /* rows moved in from kcol_n on, or the tier shrank */
+        tier_kcols(t, D, t->kcol_n);
+        const int end = (t->n + QI_KV_BLOCK - 1) & ~(QI_KV_BLOCK - 1); /* the last block's slots past n: zeros */
+        for (int d = 0; t->n < end && d < D; d++)
+            memset(t->kcol + ((size_t)(t->n >> QI_KV_BLOCK_SHIFT) * D + d) * QI_KV_BLOCK + (t->n & (QI_KV_BLOCK - 1)),
+                   0, sizeof *t->kcol * (size_t)(end - t->n));
+        t->kcol_n = t->n;
+    }
+    return t->kcol;
 }
 
 void qi_kv_stream_bounds_from(qi_kv_stream *s, int i0) {
@@ -418,6 +445,7 @@ static mover mover_of(const qi_kv_pool *from, const qi_kv_pool *to, qi_err *err)
 
 static void copy_token(mover *mv, const qi_kv_tier *from, int i, qi_kv_tier *to, int j) {
     const int D = mv->D;
+    if (j < to->kcol_n) to->kcol_n = j; /* columns kept on demand (the offload tier's) are stale from j */
     to->pos[j] = from->pos[i];
     to->score[j] = from->score[i];
     if (!mv->cs) {

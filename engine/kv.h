@@ -64,6 +64,11 @@ typedef struct {
     /* [D] with key columns kept: the sum of the working values (their fp16
      * widened), for their mean (SparQ's mean-value term) */
     float *vsum;
+    /* The offload tier's key columns (same layout as kcol) are brought up
+     * to date on demand: slots below kcol_n have theirs (every row moved
+     * into a slot lowers it to that slot; qi_kv_stream_off_kcols raises it
+     * to n). */
+    int kcol_n;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;
@@ -82,6 +87,7 @@ typedef struct {
     bool swapped;
     bool bounds;          /* keeps work.bound (qi_kv_stream_keep_bounds) */
     bool kcols;           /* keeps work.kcol (qi_kv_stream_keep_kcols) */
+    bool off_kcols;       /* keeps off.kcol (qi_kv_stream_keep_off_kcols) */
     int attended;         /* tokens its last attention read (set by the engine) */
 } qi_kv_stream;
 
@@ -115,6 +121,14 @@ void qi_kv_stream_keep_bounds(qi_kv_stream *s);
  * read without the rest: SparQ, kv_policy.h): called on an empty stream,
  * whose working tier is host memory and not split. */
 void qi_kv_stream_keep_kcols(qi_kv_stream *s);
+/* Keep the offload tier's keys by columns as well, for a policy that scores
+ * offloaded tokens on a few components to fetch some of them back for one
+ * step (kv_policy.h's fetch()): called on an empty stream. They are not
+ * kept up to date as rows move (a stream may offload a token every step
+ * and never be read); qi_kv_stream_off_kcols brings them up to date from
+ * the lowest slot that changed, and returns them. */
+void qi_kv_stream_keep_off_kcols(qi_kv_stream *s);
+const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s);
 /* The bounds of the pages holding working slots i0..n-1, from the rows
  * as they now are: slots past i0 in i0's page are merged into its bounds
  * (i0 not a page's first slot) and every later page's are recomputed; and

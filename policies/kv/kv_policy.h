@@ -37,6 +37,12 @@
  * it, and select() is not asked on the layers it picks for. A policy that
  * sets pick_tokens (SparQ) picks single tokens instead, from the keys
  * themselves, which the view also shows.
+ *
+ * An evicting policy may also fetch: its fetch() is called on decode steps
+ * before attention with the step's queries and the offload tier's keys,
+ * and returns offloaded tokens that attention reads this step besides the
+ * working tier (they stay offloaded). Attention then reads at most the
+ * budget in all: the policy keeps fewer working tokens to leave room.
  */
 #ifndef QI_KV_POLICY_H
 #define QI_KV_POLICY_H
@@ -47,7 +53,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 7u
+#define QI_KV_POLICY_VERSION 8u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -185,6 +191,27 @@ typedef struct {
      * and it scores them from the keys (SparQ); the cache keeps no key
      * bounds and points attention at each chosen row. */
     bool pick_tokens;
+    /* Query-aware fetch for an evicting policy: on a decode step, before
+     * attention, the offloaded tokens attention reads besides the whole
+     * working tier, written to tokens[] (room for v->n) in ascending
+     * order, their count returned (0 to v->budget). The view shows the
+     * offload tier as pick_tokens' views show a working tier (tokens as
+     * blocks, slot order, not position order; k_blk and k_cols its keys;
+     * newest, tail and mass unused), and its budget is what the layer's
+     * budget leaves beside the working tokens. Fetched tokens stay
+     * offloaded: the next step chooses again. Prompts fetch nothing.
+     * Optional: NULL means none; fetching(), when given, says whether this
+     * policy object fetches at all (a parameter may turn it off, and then
+     * the cache runs as without fetch()). */
+    int (*fetch)(qi_kv_policy *p, const qi_kv_pick_view *v, int *tokens);
+    bool (*fetching)(const qi_kv_policy *p);
+    /* The cache cannot fetch on this run (it scores offloaded tokens on the
+     * host, and some attention may run elsewhere): a policy that fetches
+     * by default turns fetching off for good (fetching() false, the whole
+     * budget kept working) and returns true; one asked to fetch by a
+     * parameter returns false, and the cache refuses the run. Optional:
+     * NULL means it cannot be turned off. */
+    bool (*fetch_off)(qi_kv_policy *p);
 } qi_kv_policy_i;
 
 /* Every policy object starts with its interface. The fields after it
@@ -270,6 +297,19 @@ bool qi_kv_policy_picks_tokens(const qi_kv_policy *p);
  * QI_ERR_INVALID for a bad view (no blocks, a budget below 1, newest not
  * the last block), QI_ERR_UNSUPPORTED for a policy without pick(). */
 qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *blocks, int *n_out, qi_err *err);
+/* Whether the policy fetches offloaded tokens for attention (fetch(), and
+ * fetching() true if given). */
+bool qi_kv_policy_fetches(const qi_kv_policy *p);
+/* fetch() shown v (the offload tier of one stream; v->budget the tokens it
+ * may add, 0 or more) and checked: at most v->budget tokens, distinct, in
+ * range. tokens[] (room for v->n) receives them in ascending order, *n_out
+ * their count (0 without a call when v->n or v->budget is 0). k_blk and
+ * k_cols must be set. QI_ERR_BACKEND naming the policy if it broke that
+ * contract, QI_ERR_INVALID for a bad view, QI_ERR_UNSUPPORTED for a policy
+ * that does not fetch. */
+qi_status qi_kv_policy_fetch(qi_kv_policy *p, const qi_kv_pick_view *v, int *tokens, int *n_out, qi_err *err);
+/* fetch_off(), if the policy has it: true if fetching is now off. */
+bool qi_kv_policy_fetch_off(qi_kv_policy *p);
 const char *qi_kv_policy_name(const qi_kv_policy *p);
 void qi_kv_policy_free(qi_kv_policy *p); /* NULL is a no-op */
 

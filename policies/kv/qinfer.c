@@ -90,6 +90,22 @@
  * the rule is the plain `recent` newest tokens. Decode-mode perplexity
  * feeds no prompt, so judge changes nothing there.
  *
+ * fetch (default 0.25; 0: off) makes the policy query-aware: the working
+ * tier holds budget - round(fetch x budget) tokens by the rules above, and
+ * on each decode step, before attention, fetch() chooses from the offload
+ * tier the tokens this step's query scores best (SparQ's approximate
+ * weights from the offload tier's key columns, on a share fetch_dims of
+ * the components, default 0.125) to fill the rest of the budget, and
+ * attention reads them with the working tokens. They stay offloaded: the
+ * next step chooses again. The accumulated scores decide what is held;
+ * the query decides what else is read. The evicted tokens' place is the
+ * offload tier (host memory), so the fetch is what the tier is for: with
+ * offload=false the default is off, and fetch>0 is refused. The cache
+ * scores on the host and fetches for the CPU's attention only: on a run
+ * with other or simulated devices the default is turned off (fetch_off()),
+ * and an explicit fetch is refused there. Measured on both models at 50%
+ * (policies/kv/README.md, "Fetching by the query").
+ *
  * Windows are by position span rather than by equal token counts so that a
  * window means a stretch of the text: after eviction the older region is
  * sparse, and equal counts would let the surviving clusters define the
@@ -100,18 +116,29 @@
  */
 #include <limits.h>
 
+#include <math.h>
+#include <string.h>
+
 #include "kv/kv_policy.h"
 #include "kv/rank_int.h"
+#include "kv/sparq_int.h"
+
+/* fetch's default: the share of the budget fetched by the query */
+#define QINFER_FETCH 0.25
 
 typedef struct {
     qi_kv_policy base;
     int sinks, windows, full_layers, probe_every, judge, pool;
     double heavy;
+    double fetch, fetch_dims; /* the budget's share fetched by the query; SparQ's share of components to score with */
     float decay; /* per measured step, (0, 1] */
     float catch_w; /* with catch_up, an offloaded token's weight on a probe step counts this many times */
     bool offload, recall, mean, judge_split, catch_up;
+    bool fetch_set; /* fetch= given (not its default) */
     qi_kv_scratch scratch; /* room for 2m items: the region, and it by window */
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
+    qi_kv_sparq_buf w;     /* fetch's scratch: the offloaded tokens' approximate weights */
+    qi_kv_scratch fitems;  /* fetch's ranking scratch */
 } qinfer_policy;
 
 extern const qi_kv_policy_i qi_kv_qinfer_policy;
@@ -124,13 +151,16 @@ static void qinfer_free(qi_kv_policy *pp) {
     qinfer_policy *p = (qinfer_policy *)pp;
     if (!p) return;
     qi_kv_scratch_fini(&p->scratch);
+    qi_kv_scratch_fini(&p->fitems);
+    qi_kv_sparq_buf_free(&p->w);
     qi_free(p->wstart);
     qi_free(p);
 }
 
 static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_policy **out, qi_err *err) {
     static const char *const known[] = {"sinks", "windows", "heavy", "full_layers", "offload",     "recall",   "probe_every",
-                                        "mean",  "decay",   "judge", "pool",        "judge_split", "catch_up", NULL};
+                                        "mean",  "decay",   "judge", "pool",        "judge_split", "catch_up", "fetch",
+                                        "fetch_dims", NULL};
     const char *who = "qinfer";
     long sinks, windows, full_layers, probe_every;
     double heavy;
@@ -158,6 +188,17 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     if (!st) st = qi_kv_params_pool(params, who, &pool, err);
     bool catch_up;
     if (!st) st = qi_params_bool(params, who, "catch_up", false, &catch_up, err);
+    double fetch = QINFER_FETCH, fetch_dims = 0.125;
+    if (!st) st = qi_params_double(params, who, "fetch", QINFER_FETCH, 0.0, 0.9, &fetch, err);
+    if (!st && (qi_params_double(params, who, "fetch_dims", 0.125, 0.0, 1.0, &fetch_dims, NULL) || !(fetch_dims > 0)))
+        st = QI_ERR(err, QI_ERR_INVALID, "qinfer: parameter 'fetch_dims' must be a number in (0, 1], got '%s'",
+                    qi_params_get(params, "fetch_dims"));
+    if (!st && !offload && !qi_params_get(params, "fetch")) fetch = 0.0; /* nothing offloaded, nothing to fetch */
+    if (!st && fetch > 0 && !offload)
+        st = QI_ERR(err, QI_ERR_INVALID,
+                    "qinfer: fetch=%g reads offloaded tokens, and offload=false keeps none (drop fetch= or "
+                    "offload=false)",
+                    fetch);
     if (st) return st;
     qinfer_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "qinfer: out of memory");
@@ -175,12 +216,16 @@ static qi_status qinfer_create(const qi_params *params, int n_layer, qi_kv_polic
     p->judge_split = judge_split;
     p->pool = (int)pool;
     p->catch_up = catch_up;
+    p->fetch = fetch;
+    p->fetch_dims = fetch_dims;
+    p->fetch_set = qi_params_get(params, "fetch") != NULL;
     /* the probe_every steps since the last probe, decayed as the working
      * tokens' were: 1 + d + ... + d^(k-1) */
     double cw = 0.0, dk = 1.0;
     for (long k = 0; k < (probe_every > 0 ? probe_every : 1) && k < 1 << 20; k++, dk *= decay) cw += dk;
     p->catch_w = (float)cw;
-    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err))) {
+    if ((st = qi_kv_scratch_init(&p->scratch, QI_KV_SCRATCH_INIT, err)) ||
+        (fetch > 0 && (st = qi_kv_scratch_init(&p->fitems, QI_KV_SCRATCH_INIT, err)))) {
         qinfer_free(&p->base);
         return st;
     }
@@ -259,6 +304,13 @@ static void keep_per_window(const qinfer_policy *p, const qi_kv_view *v, qi_kv_i
     }
 }
 
+/* The working tokens kept at a budget B: B less the share fetch() may
+ * fill, round(fetch x B), at least one. */
+static int qinfer_held(const qinfer_policy *p, int budget) {
+    const long f = lround(p->fetch * budget), h = budget - f;
+    return h < 1 ? 1 : (int)h;
+}
+
 /* The sinks and the recent window at a layer budget: sinks capped at it,
  * and of B' = budget - sinks, B' - floor(B' x heavy) newest. */
 static void qinfer_window(const qinfer_policy *p, int budget, int *sinks, int *recent) {
@@ -267,7 +319,8 @@ static void qinfer_window(const qinfer_policy *p, int budget, int *sinks, int *r
 }
 
 static void qinfer_by_position(const qi_kv_policy *pp, int budget, int *oldest, int *newest) {
-    qinfer_window((const qinfer_policy *)pp, budget, oldest, newest);
+    const qinfer_policy *p = (const qinfer_policy *)pp;
+    qinfer_window(p, qinfer_held(p, budget), oldest, newest);
 }
 
 static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) {
@@ -277,9 +330,9 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
         return;
     }
     const uint8_t evict = p->offload ? QI_KV_OFFLOAD : QI_KV_DROP;
-    const int budget = v->budget;
+    const int budget = qinfer_held(p, v->budget);
     int sinks, recent;
-    qinfer_window(p, qi_kv_view_layer_budget(v), &sinks, &recent);
+    qinfer_window(p, qinfer_held(p, qi_kv_view_layer_budget(v)), &sinks, &recent);
     if (sinks > budget) sinks = budget;
     if (recent > budget - sinks) recent = budget - sinks;
     if (p->judge > 0 && v->prompt_more) { /* judged at the prompt's end */
@@ -329,12 +382,44 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
     qi_kv_rank_finish(v, fate, evict);
 }
 
+static bool qinfer_fetching(const qi_kv_policy *pp) { return ((const qinfer_policy *)pp)->fetch > 0; }
+
+static bool qinfer_fetch_off(qi_kv_policy *pp) {
+    qinfer_policy *p = (qinfer_policy *)pp;
+    if (p->fetch_set && p->fetch > 0) return false;
+    p->fetch = 0.0;
+    return true;
+}
+
+/* The offloaded tokens of the largest approximate weight for this step's
+ * queries (SparQ's, qi_kv_sparq_weights, over the offload tier alone: its
+ * softmax leaves out the working tokens, which every head shares, so the
+ * ranking within a head is the one a softmax over both tiers would give
+ * and only the heads' weighting of one another differs), the budget's
+ * worth, in slot order. Without memory to score, none. */
+static int qinfer_fetch(qi_kv_policy *pp, const qi_kv_pick_view *v, int *tokens) {
+    qinfer_policy *p = (qinfer_policy *)pp;
+    const int n = v->n;
+    if (v->budget >= n) {
+        for (int i = 0; i < n; i++) tokens[i] = i;
+        return n;
+    }
+    const float *w = qi_kv_scratch_reserve(&p->fitems, n) ? qi_kv_sparq_weights(&p->w, v, p->fetch_dims, NULL, NULL)
+                                                          : NULL;
+    if (!w) return 0;
+    qi_kv_item *it = p->fitems.items;
+    for (int t = 0; t < n; t++) it[t] = (qi_kv_item){.score = w[t], .pos = t, .slot = t};
+    qi_kv_rank_top_by_score(it, n, v->budget);
+    for (int i = 0; i < v->budget; i++) tokens[i] = it[i].slot;
+    return v->budget;
+}
+
 const qi_kv_policy_i qi_kv_qinfer_policy = {
     .version = QI_KV_POLICY_VERSION,
     .name = "qinfer",
     .summary = "Q-Infer: sinks, recent tokens and per-window heavy hitters; offload with recall",
     .params = "sinks=4,windows=1,heavy=0.5,full_layers=2,offload=true,recall=false,probe_every=16,mean=false,decay=0.99,"
-              "judge=32,pool=7,judge_split=true,catch_up=false",
+              "judge=32,pool=7,judge_split=true,catch_up=false,fetch=0.25,fetch_dims=0.125",
     .create = qinfer_create,
     .observe = qinfer_observe,
     .select = qinfer_select,
@@ -343,4 +428,7 @@ const qi_kv_policy_i qi_kv_qinfer_policy = {
     .obs_window = qinfer_obs_window,
     .free = qinfer_free,
     .by_position = qinfer_by_position,
+    .fetch = qinfer_fetch,
+    .fetching = qinfer_fetching,
+    .fetch_off = qinfer_fetch_off,
 };

@@ -220,6 +220,43 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
     return QI_OK;
 }
 
+bool qi_kv_policy_fetches(const qi_kv_policy *p) {
+    return p->iface->fetch && (!p->iface->fetching || p->iface->fetching(p));
+}
+
+bool qi_kv_policy_fetch_off(qi_kv_policy *p) { return p->iface->fetch_off && p->iface->fetch_off(p); }
+
+qi_status qi_kv_policy_fetch(qi_kv_policy *p, const qi_kv_pick_view *v, int *tokens, int *n_out, qi_err *err) {
+    const char *name = p->iface->name;
+    *n_out = 0;
+    if (!qi_kv_policy_fetches(p)) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' fetches no tokens", name);
+    if (v->n < 0 || v->budget < 0 || v->group < 1 || v->D < 1 || !v->q || !tokens ||
+        (v->n > 0 && (!v->k_blk || !v->k_cols)))
+        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad fetch view (n %d, budget %d)", name, v->n,
+                      v->budget);
+    if (v->n == 0 || v->budget == 0) return QI_OK;
+    const int n = p->iface->fetch(p, v, tokens);
+    if (n < 0 || n > v->budget || n > v->n)
+        return QI_ERR(err, QI_ERR_BACKEND,
+                      "KV policy '%s' broke its contract: fetched %d tokens of %d, with room for %d (layer %d, KV "
+                      "head %d)",
+                      name, n, v->n, v->budget, v->layer, v->kv_head);
+    for (int i = 1; i < n; i++)
+        if (tokens[i - 1] > tokens[i]) {
+            qsort(tokens, (size_t)n, sizeof *tokens, cmp_int);
+            break;
+        }
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= v->n || (i > 0 && tokens[i] == tokens[i - 1]))
+            return QI_ERR(err, QI_ERR_BACKEND,
+                          "KV policy '%s' broke its contract: fetched token %d %s (%d offloaded; layer %d, KV head "
+                          "%d)",
+                          name, tokens[i], tokens[i] < 0 || tokens[i] >= v->n ? "out of range" : "twice", v->n,
+                          v->layer, v->kv_head);
+    *n_out = n;
+    return QI_OK;
+}
+
 const char *qi_kv_policy_name(const qi_kv_policy *p) { return p ? p->iface->name : "(none)"; }
 
 void qi_kv_policy_free(qi_kv_policy *p) {

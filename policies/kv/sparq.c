@@ -46,6 +46,7 @@
 
 #include "kv/kv_policy.h"
 #include "kv/rank_int.h"
+#include "kv/sparq_int.h"
 #include "kernels.h"
 #include "qinfer/quant.h"
 
@@ -60,10 +61,7 @@ typedef struct {
     double dims;
     int full_layers;
     bool mean; /* SparQ's mean-value term: the unread weight on the mean value */
-    float *buf;   /* scratch: [group][n + a block] each head's scores, then [max(D x a block, n)]: widened
-                   * columns, then head 0's weights (mean=true), then [group][D]: each head's scaled
-                   * components; grown on use */
-    size_t buf_cap;
+    qi_kv_sparq_buf w; /* the weights' scratch */
     uint8_t *mark; /* [n] chosen */
     size_t mark_cap;
 } sparq_policy;
@@ -94,7 +92,7 @@ static qi_status sparq_create(const qi_params *params, int n_layer, qi_kv_policy
 static void sparq_free(qi_kv_policy *pp) {
     sparq_policy *p = (sparq_policy *)pp;
     if (!p) return;
-    qi_free(p->buf);
+    qi_kv_sparq_buf_free(&p->w);
     qi_free(p->mark);
     qi_kv_scored_free(pp);
 }
@@ -178,35 +176,30 @@ static void scale_add(float *acc, const float *x, float w, int n, bool first) {
         for (int t = 0; t < n; t++) acc[t] += w * x[t];
 }
 
-static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
-    sparq_policy *p = (sparq_policy *)pp;
-    const int n = v->n, D = v->D, G = v->group;
-    if (v->budget >= n) { /* everything fits: every token, the full cache's arithmetic */
-        for (int i = 0; i < n; i++) blocks[i] = i;
-        return n;
-    }
-    const int k = v->budget - 1; /* besides the newest */
-    const bool room = D <= SPARQ_MAX_D && grow((void **)&p->buf, &p->buf_cap,
-                                                (size_t)G * ((size_t)n + ((size_t)1 << v->k_shift)) +
-                                                    ((size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n) +
-                                                    (size_t)G * (size_t)D,
-                                                sizeof(float)) &&
-                      grow((void **)&p->mark, &p->mark_cap, (size_t)n, 1) && qi_kv_scratch_reserve(&p->s.scratch, n);
-    if (!room || k == 0) { /* the newest budget tokens */
-        for (int i = 0; i < v->budget; i++) blocks[i] = n - v->budget + i;
-        return v->budget;
-    }
-    long r = lround(p->dims * D);
+void qi_kv_sparq_buf_free(qi_kv_sparq_buf *b) {
+    qi_free(b->buf);
+    b->buf = NULL;
+    b->cap = 0;
+}
+
+const float *qi_kv_sparq_weights(qi_kv_sparq_buf *b, const qi_kv_pick_view *v, double dims, const float **heads,
+                                 size_t *head_stride) {
+    const int n = v->n, D = v->D, G = v->group, rows = 1 << v->k_shift;
+    const size_t stride = (size_t)n + (size_t)rows; /* one head's scores, n rounded up to whole blocks */
+    if (D > SPARQ_MAX_D ||
+        !grow((void **)&b->buf, &b->cap, (size_t)G * stride + (size_t)n + ((size_t)D << v->k_shift) + (size_t)G * D,
+              sizeof(float)))
+        return NULL;
+    long r = lround(dims * D);
     if (r < 1) r = 1;
     if (r > D) r = D;
     int idx[SPARQ_MAX_D];
     top_components(v->q, G, D, (int)r, idx);
     const float scale = v->scale > 0.0f ? v->scale : 1.0f;
     const qi_kernels *K = qi_kernels_get();
-    const int rows = 1 << v->k_shift;
-    const size_t stride = (size_t)n + (size_t)rows; /* one head's scores, n rounded up to whole blocks */
-    const size_t wide = (size_t)D << v->k_shift > (size_t)n ? (size_t)D << v->k_shift : (size_t)n;
-    float *sc = p->buf, *colf = p->buf + (size_t)G * stride, *qc = colf + wide; /* qc: [G][r] */
+    /* sc: [G][stride] each head's scores; sum: [n]; colf: [r][a block]
+     * widened columns; qc: [G][r] each head's scaled components */
+    float *sc = b->buf, *sum = sc + (size_t)G * stride, *colf = sum + n, *qc = colf + ((size_t)D << v->k_shift);
     /* each head's chosen components: in fp16, as attention rounds the
      * query, times its temperature (SparQ's correction for the components
      * left out) */
@@ -223,32 +216,53 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
      * so only r of every key's D values are read */
     const int lines = (int)(((size_t)rows * sizeof(uint16_t) + 63) / 64); /* cache lines per column */
     const int ahead = SPARQ_AHEAD;
-    for (int b = 0; b < ahead && (long)b * rows < n; b++) /* the columns lie scattered: fetch them early */
+    for (int bl = 0; bl < ahead && (long)bl * rows < n; bl++) /* the columns lie scattered: fetch them early */
         for (int j = 0; j < r; j++)
             for (int l = 0; l < lines; l++)
-                __builtin_prefetch(v->k_cols + ((size_t)b * D + (size_t)idx[j]) * rows + (size_t)l * 32);
-    for (int b = 0; (long)b * rows < n; b++) {
-        const int nt = n - b * rows < rows ? n - b * rows : rows;
-        if ((long)(b + ahead) * rows < n)
+                __builtin_prefetch(v->k_cols + ((size_t)bl * D + (size_t)idx[j]) * rows + (size_t)l * 32);
+    for (int bl = 0; (long)bl * rows < n; bl++) {
+        const int nt = n - bl * rows < rows ? n - bl * rows : rows;
+        if ((long)(bl + ahead) * rows < n)
             for (int j = 0; j < r; j++)
                 for (int l = 0; l < lines; l++)
-                    __builtin_prefetch(v->k_cols + ((size_t)(b + ahead) * D + (size_t)idx[j]) * rows + (size_t)l * 32);
+                    __builtin_prefetch(v->k_cols + ((size_t)(bl + ahead) * D + (size_t)idx[j]) * rows +
+                                       (size_t)l * 32);
         for (int j = 0; j < r; j++) /* widened: [r][nt] */
-            K->f16_to_f32(v->k_cols + ((size_t)b * D + (size_t)idx[j]) * rows, colf + (size_t)j * nt, nt);
+            K->f16_to_f32(v->k_cols + ((size_t)bl * D + (size_t)idx[j]) * rows, colf + (size_t)j * nt, nt);
         for (int h = 0; h < G; h++)
-            cols_dot(sc + (size_t)h * stride + (size_t)b * rows, colf, qc + (size_t)h * r, (int)r, nt);
+            cols_dot(sc + (size_t)h * stride + (size_t)bl * rows, colf, qc + (size_t)h * r, (int)r, nt);
     }
-    /* each head's softmax over every held token, summed over the group
-     * into head 0's row (with mean=true each head's own weights are kept:
-     * in its row, head 0's in colf) */
+    /* each head's softmax over the tokens, summed over the group (each
+     * head's own weights kept in its row when asked for) */
     for (int h = 0; h < G; h++) {
         float *sh = sc + (size_t)h * stride;
-        const double sum = K->exp_sum(n, sh, max_of(sh, n));
-        if (p->mean && h == 0) memcpy(colf, sh, sizeof(float) * (size_t)n);
-        const float inv = (float)(1.0 / sum);
-        if (p->mean)
-            for (int t = 0; t < n; t++) (h == 0 ? colf : sh)[t] *= inv;
-        scale_add(sc, p->mean ? (h == 0 ? colf : sh) : sh, p->mean ? 1.0f : inv, n, h == 0);
+        const float inv = (float)(1.0 / K->exp_sum(n, sh, max_of(sh, n)));
+        if (heads)
+            for (int t = 0; t < n; t++) sh[t] *= inv;
+        scale_add(sum, sh, heads ? 1.0f : inv, n, h == 0);
+    }
+    if (heads) {
+        *heads = sc;
+        *head_stride = stride;
+    }
+    return sum;
+}
+
+static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
+    sparq_policy *p = (sparq_policy *)pp;
+    const int n = v->n, G = v->group;
+    if (v->budget >= n) { /* everything fits: every token, the full cache's arithmetic */
+        for (int i = 0; i < n; i++) blocks[i] = i;
+        return n;
+    }
+    const int k = v->budget - 1; /* besides the newest */
+    const float *heads = NULL, *sc = NULL;
+    size_t stride = 0;
+    if (k > 0 && grow((void **)&p->mark, &p->mark_cap, (size_t)n, 1) && qi_kv_scratch_reserve(&p->s.scratch, n))
+        sc = qi_kv_sparq_weights(&p->w, v, p->dims, p->mean ? &heads : NULL, &stride);
+    if (!sc) { /* the newest budget tokens */
+        for (int i = 0; i < v->budget; i++) blocks[i] = n - v->budget + i;
+        return v->budget;
     }
     qi_kv_item *it = p->s.scratch.items;
     for (int t = 0; t < n - 1; t++) it[t] = (qi_kv_item){.score = sc[t], .pos = t, .slot = t};
@@ -261,7 +275,7 @@ static int sparq_pick(qi_kv_policy *pp, const qi_kv_pick_view *v, int *blocks) {
         if (p->mark[t]) blocks[c++] = t;
     if (p->mean && v->mass) /* each head's estimated share of its attention in the picked tokens */
         for (int h = 0; h < G; h++) {
-            const float *w = h == 0 ? colf : sc + (size_t)h * stride;
+            const float *w = heads + (size_t)h * stride;
             double m = 0.0;
             for (int j = 0; j < c; j++) m += w[blocks[j]];
             v->mass[h] = (float)m;

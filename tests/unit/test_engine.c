@@ -517,12 +517,14 @@ START_TEST(policies_respect_budget) {
         qi_engine_kv_seq_stats(eng, id, &st);
         const bool qinfer = strcmp(pols[k][0], "qinfer") == 0;
         const int full_layers = qinfer && !pols[k][1] ? 2 : 0;
-        /* budgeted layers hold exactly B working tokens per stream; exempt ones all N */
-        const long want_work = (long)Hkv * ((long)(L - full_layers) * B + (long)full_layers * N);
+        /* budgeted layers hold exactly B working tokens per stream (qinfer
+         * 36: a quarter of the budget is fetched, its default); exempt ones all N */
+        const int held = qinfer ? B - (int)lround(0.25 * B) : B;
+        const long want_work = (long)Hkv * ((long)(L - full_layers) * held + (long)full_layers * N);
         ck_assert_msg(st.work_tokens == want_work, "%s %s: %ld working tokens, want %ld", pols[k][0],
                       pols[k][1] ? pols[k][1] : "", st.work_tokens, want_work);
         if (qinfer)
-            ck_assert_int_eq(st.off_tokens, (long)Hkv * (L - full_layers) * (N - B));
+            ck_assert_int_eq(st.off_tokens, (long)Hkv * (L - full_layers) * (N - held));
         else
             ck_assert_int_eq(st.off_tokens, 0);
         qi_engine_kv_pool pool;
@@ -537,6 +539,52 @@ START_TEST(policies_respect_budget) {
         ck_assert_int_eq(pool.work_blocks + pool.off_blocks, 0);
         qi_engine_free(eng);
     }
+}
+END_TEST
+
+/* qinfer fetch=0.25 at a budget B of 48 tokens keeps 36 working tokens per
+ * stream and on each decode step reads, besides them, the offloaded tokens
+ * the query scores best while the budget has room: min(n, 48) tokens
+ * attended of n held, every step. Until the first token is fetched its
+ * logits are bit for bit those of qinfer without fetch at a budget of 36
+ * (the same working tokens, read through row pointers); once tokens are
+ * fetched they differ. Token by token, 200 tokens (70 quick). */
+START_TEST(qinfer_fetch_reads_its_budget) {
+    if (!g_model) return;
+    const int V = g_model->hp.n_vocab, L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
+    const int N = qi_test_quick() ? 70 : 200, B = 48, HELD = 36;
+    int32_t ids[200];
+    make_ids(ids, N, 13, V);
+    qi_engine *fe = make_engine(g_model, "qinfer", "fetch=0.25,full_layers=0", B, 0.0, 256, 1),
+              *pe = make_engine(g_model, "qinfer", "fetch=0,full_layers=0", HELD, 0.0, 256, 1);
+    ck_assert(qi_engine_kv_budget_attended(fe) && !qi_engine_kv_budget_attended(pe));
+    qi_err e = {0};
+    int fid, pid, differ = 0;
+    ck_assert_int_eq(qi_engine_seq_add(fe, &fid, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_add(pe, &pid, &e), QI_OK);
+    for (int i = 0; i < N; i++) {
+        const long n = i + 1;
+        ck_assert_int_eq(qi_engine_seq_feed(fe, fid, &ids[i], 1, false, &e), QI_OK);
+        ck_assert_int_eq(qi_engine_seq_feed(pe, pid, &ids[i], 1, false, &e), QI_OK);
+        ck_assert_msg(qi_engine_step(fe, NULL, &e) == QI_OK, "%s", e.msg);
+        ck_assert_msg(qi_engine_step(pe, NULL, &e) == QI_OK, "%s", e.msg);
+        qi_engine_kv_seq st;
+        qi_engine_kv_seq_stats(fe, fid, &st);
+        ck_assert_int_eq(st.work_tokens, (long)L * Hkv * (n < HELD ? n : HELD));
+        ck_assert_int_eq(st.off_tokens, (long)L * Hkv * (n > HELD ? n - HELD : 0));
+        ck_assert_msg(st.attn_tokens == (long)L * Hkv * (n < B ? n : B), "token %ld: %ld attended, want %ld", n,
+                      st.attn_tokens, (long)L * Hkv * (n < B ? n : B));
+        const bool same = memcmp(qi_engine_seq_logits(fe, fid, -1), qi_engine_seq_logits(pe, pid, -1),
+                                 sizeof(float) * (size_t)V) == 0;
+        if (n <= HELD + 1) ck_assert_msg(same, "token %ld: logits differ before any fetch", n);
+        differ += !same;
+    }
+    ck_assert_int_gt(differ, 0);
+    printf("qinfer fetch=0.25, budget %d: %d working tokens a stream, min(n, %d) attended; logits equal qinfer at %d "
+           "until the first fetch, then differ at %d of %d steps\n",
+           B, HELD, B, HELD, differ, N - HELD - 1);
+    qi_engine_free(fe);
+    qi_engine_free(pe);
 }
 END_TEST
 
@@ -810,6 +858,7 @@ START_TEST(policy_batched_equals_separate) {
     policy_batched_vs_separate("h2o", "");
     policy_batched_vs_separate("qinfer", "probe_every=2");
     policy_batched_vs_separate("qinfer", "probe_every=2,catch_up=true");
+    policy_batched_vs_separate("qinfer", "fetch=0.25,probe_every=2"); /* offloaded rows read beside the working ones */
     policy_batched_vs_separate("tova", "");
     policy_batched_vs_separate("scissorhands", "history=4");
     policy_batched_vs_separate("keyformer", "steps=64");
@@ -821,6 +870,7 @@ START_TEST(policy_batched_equals_separate) {
     policy_batched_vs_separate("snapkv", "window=4,ada=1");
     policy_batched_vs_separate("qinfer", "judge=4,probe_every=2");
     policy_batched_vs_separate("qinfer", "judge=0,windows=4,probe_every=2"); /* evicting chunk by chunk */
+    policy_batched_vs_separate("qinfer", "judge=4,fetch=0.5");
     g_pb_step_tokens = 0;
     if (!qi_test_quick()) policy_batched_vs_separate("qinfer", "full_layers=0,windows=2,mean=true,probe_every=3");
 }
@@ -833,7 +883,7 @@ END_TEST
 START_TEST(prompt_judged_at_its_end) {
     if (!g_model) return;
     static const char *const pol[][2] = {
-        {"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0"}, {"h2o", ""}, {"h2o", "ada=1"}};
+        {"snapkv", "window=4"}, {"qinfer", "judge=4,full_layers=0,fetch=0"}, {"h2o", ""}, {"h2o", "ada=1"}};
     const int L = g_model->hp.n_layer, Hkv = g_model->hp.n_head_kv;
     int32_t ids[40];
     make_ids(ids, 40, 17, g_model->hp.n_vocab);
@@ -1101,6 +1151,7 @@ int main(void) {
     tcase_add_test(tc, fraction_budget);
     tcase_add_test(tc, budgeted_policy_ignores_neighbours);
     tcase_add_test(tc, policy_batched_equals_separate);
+    tcase_add_test(tc, qinfer_fetch_reads_its_budget);
     tcase_add_test(tc, prompt_judged_at_its_end);
     tcase_add_test(tc, quest_whole_budget_equals_full);
     tcase_add_test(tc, quest_batched_equals_separate);

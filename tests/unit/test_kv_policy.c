@@ -46,7 +46,22 @@ static tview *tv_new(int n, int budget, int layer) {
     return t;
 }
 
+/* qinfer's selection rules are tested at its working budget: without
+ * fetch= in the spec it is made with fetch=0, so that it keeps the whole
+ * budget working (fetch's share is tested on its own, qinfer_fetch_*;
+ * make_as_is makes the defaults). */
+static qi_kv_policy *make_as_is(const char *name, const char *spec);
+
 static qi_kv_policy *make(const char *name, const char *spec) {
+    if (strcmp(name, "qinfer") == 0 && !strstr(spec, "fetch=")) {
+        char s[512];
+        snprintf(s, sizeof s, "fetch=0%s%s", *spec ? "," : "", spec);
+        return make_as_is(name, s);
+    }
+    return make_as_is(name, spec);
+}
+
+static qi_kv_policy *make_as_is(const char *name, const char *spec) {
     qi_params pa;
     qi_params_init(&pa);
     qi_err e = {0};
@@ -2408,6 +2423,21 @@ static void expect_kcols(const qi_kv_stream *s, int D, const char *when) {
         }
 }
 
+/* The offload tier's columns, brought up to date on demand: every slot's
+ * equal its row, a block's slots past the last zero. */
+static void expect_off_kcols(qi_kv_stream *s, int D, const char *when) {
+    const qi_kv_tier *t = &s->off;
+    const uint16_t *kc = qi_kv_stream_off_kcols(s);
+    ck_assert(kc == t->kcol && t->kcol_n == t->n);
+    for (int i = 0; i < ((t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK) * QI_KV_BLOCK; i++)
+        for (int d = 0; d < D; d++) {
+            const uint16_t c = kc[((size_t)(i / QI_KV_BLOCK) * D + d) * QI_KV_BLOCK + i % QI_KV_BLOCK];
+            const uint16_t want = i < t->n ? qi_kv_k_row(t, i, D)[d] : 0;
+            ck_assert_msg(c == want, "%s: offloaded slot %d component %d: column 0x%04x, row 0x%04x", when, i, d, c,
+                          want);
+        }
+}
+
 static bool bounds_stale(const qi_kv_stream *s, int D) {
     const qi_kv_tier *t = &s->work;
     for (int i = 0; i < t->n; i++)
@@ -2430,6 +2460,7 @@ START_TEST(quest_bounds_follow_the_rows) {
     qi_kv_stream_init(&s, 0, pool, NULL, pool);
     qi_kv_stream_keep_bounds(&s);
     qi_kv_stream_keep_kcols(&s);
+    qi_kv_stream_keep_off_kcols(&s);
     uint64_t rng = 29;
     int32_t pos = 0;
     /* writes: 1, then runs of 1..70 tokens, to 300 */
@@ -2450,7 +2481,7 @@ START_TEST(quest_bounds_follow_the_rows) {
     }
     /* evictions, offloads and recalls, each applied as the cache does */
     static uint8_t fate[1024];
-    for (int round = 0; round < 6; round++) {
+    for (int round = 0; round < 12; round++) {
         const int nw = s.work.n, no = s.off.n;
         for (int i = 0; i < nw; i++) {
             const uint64_t r = qi_test_rand(&rng) % 10;
@@ -2460,11 +2491,15 @@ START_TEST(quest_bounds_follow_the_rows) {
         ck_assert_int_eq(qi_kv_stream_apply(&s, fate, &e), QI_OK);
         expect_bounds(&s, D, "after apply");
         expect_kcols(&s, D, "after apply");
+        if (round % 3 != 1) expect_off_kcols(&s, D, "after apply"); /* some rounds' changes accumulate */
     }
+    ck_assert_int_gt(s.off.n, 16);
     ck_assert_int_eq(qi_kv_stream_swap_out(&s, &e), QI_OK);
+    expect_off_kcols(&s, D, "swapped out");
     ck_assert_int_eq(qi_kv_stream_swap_in(&s, &e), QI_OK);
     expect_bounds(&s, D, "after a swap");
     expect_kcols(&s, D, "after a swap");
+    expect_off_kcols(&s, D, "after a swap");
     /* the check sees a stale bound: one row changed behind the cache's back */
     ck_assert(!bounds_stale(&s, D));
     qi_kv_k_row(&s.work, 1, D)[0] = qi_f32_to_fp16(100.0f);
@@ -2479,6 +2514,220 @@ START_TEST(quest_bounds_follow_the_rows) {
 END_TEST
 
 /* ---- the registry, names and parameters ------------------------------------- */
+
+/* ---- qinfer fetch=: offloaded tokens read by the query ------------------------ */
+
+/* qinfer's fetch through the wrapper against the oracle, on random views
+ * of an offload tier (the token-pick views above; fetch has no newest
+ * token to keep): budgets from 0 to past the tier, dims from one
+ * component to all. The fetch is min(budget, n) distinct tokens in
+ * ascending order, and every token fetched scores, by the oracle, at
+ * least as well as every token left, up to the float rounding of the
+ * scores (1e-5 of the largest). */
+START_TEST(qinfer_fetch_matches_oracle) {
+    uint64_t rng = 29;
+    static tsparq t;
+    static double sc[SQ_MAXN];
+    static const double dims[] = {1.0, 0.25, 0.125, 0.01};
+    static const char *const spec[] = {"fetch=0.5,fetch_dims=1", "fetch=0.1,fetch_dims=0.25", "fetch=0.25",
+                                       "fetch=0.9,fetch_dims=0.01"};
+    qi_kv_policy *pol[4];
+    for (int f = 0; f < 4; f++) {
+        pol[f] = make("qinfer", spec[f]);
+        ck_assert(qi_kv_policy_fetches(pol[f]) && !qi_kv_policy_picks(pol[f]));
+    }
+    int whole = 0, none = 0, scored = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        const bool wide = trial < 2;
+        const int n = wide ? 200 : 1 + (int)(qi_test_rand(&rng) % SQ_MAXN);
+        const int G = wide ? 16 : 1 + (int)(qi_test_rand(&rng) % 4), D = wide ? 128 : 1 + (int)(qi_test_rand(&rng) % 80);
+        const int budget = (int)(qi_test_rand(&rng) % (unsigned)(n + 8));
+        ts_fill(&t, n, G, D, trial % 2 ? 6 : 2, budget, trial % 3 ? 0.125f : 1.0f, &rng);
+        for (int f = 0; f < 4; f++) {
+            int got = -1;
+            qi_err e = {0};
+            ck_assert_msg(qi_kv_policy_fetch(pol[f], &t.v, t.picked, &got, &e) == QI_OK, "%s", e.msg);
+            const int want = budget < n ? budget : n;
+            ck_assert_msg(got == want, "trial %d %s: %d tokens fetched, want %d", trial, spec[f], got, want);
+            for (int j = 1; j < got; j++) ck_assert(t.picked[j] > t.picked[j - 1]);
+            if (got == 0 || got == n) {
+                none += got == 0;
+                whole += got == n;
+                continue;
+            }
+            sparq_oracle_scores(&t, dims[f], sc);
+            double lo_in = INFINITY, hi_out = -INFINITY, top = 0.0;
+            bool in[SQ_MAXN] = {false};
+            for (int j = 0; j < got; j++) in[t.picked[j]] = true;
+            for (int i = 0; i < n; i++) {
+                top = sc[i] > top ? sc[i] : top;
+                if (in[i]) lo_in = sc[i] < lo_in ? sc[i] : lo_in;
+                else hi_out = sc[i] > hi_out ? sc[i] : hi_out;
+            }
+            ck_assert_msg(lo_in >= hi_out - 1e-5 * top,
+                          "trial %d %s: a token fetched scores %.9g, one left %.9g (n %d, budget %d, G %d, D %d)",
+                          trial, spec[f], lo_in, hi_out, n, budget, G, D);
+            scored++;
+        }
+    }
+    for (int f = 0; f < 4; f++) qi_kv_policy_free(pol[f]);
+    ck_assert(whole > 0 && none > 0 && scored > 500);
+    printf("qinfer fetch: %d random offload tiers x 4 settings fetched the oracle's best tokens (%d scored)\n", 300,
+           scored);
+}
+END_TEST
+
+/* fetch=F leaves room: at a budget B qinfer keeps exactly what it keeps
+ * without fetch at B - round(F x B) (at least 1), on random views with
+ * offloaded tokens, sinks, windows and the mean rank; the ada= positions
+ * shrink the same way. fetch=0 (the default) fetches nothing and is
+ * qinfer as before; only qinfer fetches. Hand-made: the key matching the
+ * query is fetched, the one matching on the largest component alone at
+ * fetch_dims=0.25. Bad views and non-fetching policies are refused; no
+ * scratch: nothing fetched. */
+START_TEST(qinfer_fetch_leaves_room) {
+    uint64_t rng = 41;
+    static const char *const spec[][2] = {{"fetch=0.25", ""},
+                                          {"fetch=0.5,windows=3,sinks=2", "windows=3,sinks=2"},
+                                          {"fetch=0.1,mean=true,full_layers=0", "mean=true,full_layers=0"}};
+    for (int k = 0; k < 3; k++) {
+        const double F = k == 0 ? 0.25 : k == 1 ? 0.5 : 0.1;
+        qi_kv_policy *with = make("qinfer", spec[k][0]), *without = make("qinfer", spec[k][1]);
+        for (int it = 0; it < 300; it++) {
+            const int n = 2 + (int)(qi_test_rand(&rng) % 300), B = 1 + (int)(qi_test_rand(&rng) % (unsigned)n);
+            long h = B - lround(F * B);
+            h = h < 1 ? 1 : h;
+            tview *a = tv_new(n, B, 3), *b = tv_new(n, (int)h, 3);
+            random_view(a, &rng, n, 0.3, 1);
+            memcpy(b->pos, a->pos, sizeof a->pos);
+            memcpy(b->tier, a->tier, sizeof a->tier);
+            memcpy(b->score, a->score, sizeof a->score);
+            b->v.n = a->v.n;
+            b->v.cur_pos = a->v.cur_pos;
+            const int ka = sel(with, a), kb = sel(without, b);
+            ck_assert_int_eq(ka, kb);
+            ck_assert_int_le(ka, h);
+            for (int i = 0; i < n; i++) ck_assert_int_eq(a->fate[i], b->fate[i]);
+            int o1, n1, o2, n2;
+            with->iface->by_position(with, B, &o1, &n1);
+            without->iface->by_position(without, (int)h, &o2, &n2);
+            ck_assert(o1 == o2 && n1 == n2);
+            free(a);
+            free(b);
+        }
+        qi_kv_policy_free(with);
+        qi_kv_policy_free(without);
+    }
+    /* the default fetches a quarter; a cache that cannot fetch turns a
+     * default off (the whole budget working again), not one asked for */
+    qi_kv_policy *def = make_as_is("qinfer", ""), *h2o = make("h2o", ""), *sq = make("sparq", "");
+    qi_kv_policy *asked = make_as_is("qinfer", "fetch=0.25"), *none = make_as_is("qinfer", "offload=false");
+    ck_assert(qi_kv_policy_fetches(def) && qi_kv_policy_fetches(asked) && !qi_kv_policy_fetches(none));
+    ck_assert(!qi_kv_policy_fetches(h2o) && !qi_kv_policy_fetches(sq));
+    ck_assert(!qi_kv_policy_fetch_off(asked) && qi_kv_policy_fetches(asked));
+    ck_assert(!qi_kv_policy_fetch_off(h2o));
+    {
+        tview *a = tv_new(40, 16, 3), *b = tv_new(40, 16, 3);
+        ck_assert_int_eq(sel(def, a), 12); /* 16 - round(0.25 x 16) */
+        ck_assert(qi_kv_policy_fetch_off(def) && !qi_kv_policy_fetches(def));
+        ck_assert_int_eq(sel(def, b), 16);
+        free(a);
+        free(b);
+    }
+    qi_kv_policy_free(asked);
+    qi_kv_policy_free(none);
+    static tsparq t;
+    ts_fill(&t, 8, 1, 4, 2, 1, 1.0f, &rng);
+    for (int i = 0; i < 8 * 4; i++) t.keys[i] = qi_f32_to_fp16(0.0f);
+    const float q[4] = {4.0f, 1.0f, 1.0f, 1.0f};
+    memcpy(t.q, q, sizeof q);
+    for (int d = 1; d < 4; d++) t.keys[2 * 4 + d] = qi_f32_to_fp16(1.0f); /* token 2: 3 on all but d = 0 */
+    t.keys[5 * 4] = qi_f32_to_fp16(0.5f);                                  /* token 5: 2 on d = 0 alone */
+    ts_cols(&t);
+    qi_err e = {0};
+    int n = -1;
+    ck_assert_int_eq(qi_kv_policy_fetch(def, &t.v, t.picked, &n, &e), QI_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "qinfer") && strstr(e.msg, "fetches no"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_fetch(h2o, &t.v, t.picked, &n, NULL), QI_ERR_UNSUPPORTED);
+    qi_kv_policy *all = make("qinfer", "fetch=0.25,fetch_dims=1"), *one = make("qinfer", "fetch=0.25,fetch_dims=0.25");
+    ck_assert_int_eq(qi_kv_policy_fetch(all, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 1 && t.picked[0] == 2);
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 1 && t.picked[0] == 5);
+    t.v.budget = 0; /* no room: nothing, without a call */
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert_int_eq(n, 0);
+    t.v.budget = 2;
+    qi_kv_policy *fresh = make("qinfer", "fetch=0.25,fetch_dims=1");
+    qi_alloc_fail_after(1);
+    ck_assert_int_eq(qi_kv_policy_fetch(fresh, &t.v, t.picked, &n, NULL), QI_OK);
+    qi_alloc_fail_after(0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(qi_kv_policy_fetch(fresh, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 2 && t.picked[0] == 2 && t.picked[1] == 5); /* scored once memory is back */
+    t.v.k_cols = NULL;
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    ts_cols(&t);
+    t.v.budget = -1;
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    qi_kv_policy_free(def);
+    qi_kv_policy_free(h2o);
+    qi_kv_policy_free(sq);
+    qi_kv_policy_free(all);
+    qi_kv_policy_free(one);
+    qi_kv_policy_free(fresh);
+}
+END_TEST
+
+/* Planted faults in fetch(): too many tokens, one out of range, one twice;
+ * each QI_ERR_BACKEND naming the policy; unsorted picks are sorted. */
+static int fetch_over(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok) {
+    for (int i = 0; i <= v->budget; i++) tok[i] = i;
+    return v->budget + 1;
+}
+static int fetch_range(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok) {
+    tok[0] = v->n;
+    return 1;
+}
+static int fetch_twice(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok) {
+    tok[0] = tok[1] = 1;
+    return 2;
+}
+static int fetch_unsorted(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok) {
+    tok[0] = 3;
+    tok[1] = 0;
+    return 2;
+}
+static const qi_kv_policy_i FETCH_OVER = {.version = QI_KV_POLICY_VERSION, .name = "planted_over",
+                                          .select = keep_all, .fetch = fetch_over, .free = no_free};
+static const qi_kv_policy_i FETCH_RANGE = {.version = QI_KV_POLICY_VERSION, .name = "planted_range",
+                                           .select = keep_all, .fetch = fetch_range, .free = no_free};
+static const qi_kv_policy_i FETCH_TWICE = {.version = QI_KV_POLICY_VERSION, .name = "planted_twice",
+                                           .select = keep_all, .fetch = fetch_twice, .free = no_free};
+static const qi_kv_policy_i FETCH_UNSORTED = {.version = QI_KV_POLICY_VERSION, .name = "planted_unsorted",
+                                              .select = keep_all, .fetch = fetch_unsorted, .free = no_free};
+
+START_TEST(fetch_wrapper_catches_planted_faults) {
+    static tsparq t;
+    uint64_t rng = 5;
+    ts_fill(&t, 8, 1, 4, 2, 2, 1.0f, &rng);
+    qi_kv_policy over = {.iface = &FETCH_OVER}, range = {.iface = &FETCH_RANGE}, twice = {.iface = &FETCH_TWICE},
+                 unsorted = {.iface = &FETCH_UNSORTED};
+    qi_err e = {0};
+    int n = 0;
+    ck_assert_int_eq(qi_kv_policy_fetch(&over, &t.v, t.picked, &n, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_over") && strstr(e.msg, "fetched 3"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_fetch(&range, &t.v, t.picked, &n, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_range") && strstr(e.msg, "out of range"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_kv_policy_fetch(&twice, &t.v, t.picked, &n, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "planted_twice") && strstr(e.msg, "twice"), "%s", e.msg);
+    ck_assert_int_eq(qi_kv_policy_fetch(&unsorted, &t.v, t.picked, &n, NULL), QI_OK);
+    ck_assert(n == 2 && t.picked[0] == 0 && t.picked[1] == 3);
+}
+END_TEST
 
 START_TEST(registry_is_consistent) {
     int n = 0;
@@ -2563,6 +2812,12 @@ START_TEST(bad_names_and_parameters) {
     expect_create_fails("qinfer", "recall=2", N_LAYER, (const char *[]){"qinfer", "'recall'", NULL});
     expect_create_fails("qinfer", "probe_every=1x", N_LAYER, (const char *[]){"qinfer", "'probe_every'", NULL});
     expect_create_fails("qinfer", "catch_up=2", N_LAYER, (const char *[]){"qinfer", "'catch_up'", NULL});
+    expect_create_fails("qinfer", "fetch=1", N_LAYER, (const char *[]){"qinfer", "'fetch'", NULL});
+    expect_create_fails("qinfer", "fetch=-0.1", N_LAYER, (const char *[]){"qinfer", "'fetch'", NULL});
+    expect_create_fails("qinfer", "fetch=0.2,offload=false", N_LAYER,
+                        (const char *[]){"qinfer", "fetch=0.2", "offload=false", NULL});
+    expect_create_fails("qinfer", "fetch_dims=0", N_LAYER, (const char *[]){"qinfer", "'fetch_dims'", "(0, 1]", NULL});
+    expect_create_fails("qinfer", "fetch_dims=2", N_LAYER, (const char *[]){"qinfer", "'fetch_dims'", NULL});
     expect_create_fails("qinfer", "sinks=nan", N_LAYER, (const char *[]){"qinfer", "'sinks'", NULL});
     expect_create_fails("qinfer", "heavy=0.5,wndows=2", N_LAYER,
                         (const char *[]){"qinfer", "'wndows'", "windows", "probe_every", NULL});
@@ -2679,6 +2934,9 @@ int main(void) {
     tcase_add_test(tc, quest_bounds_follow_the_rows);
     tcase_add_test(tc, sparq_pick_matches_oracle);
     tcase_add_test(tc, sparq_reads_the_matching_token);
+    tcase_add_test(tc, qinfer_fetch_matches_oracle);
+    tcase_add_test(tc, qinfer_fetch_leaves_room);
+    tcase_add_test(tc, fetch_wrapper_catches_planted_faults);
     tcase_add_test(tc, registry_is_consistent);
     tcase_add_test(tc, bad_names_and_parameters);
     tcase_add_test(tc, create_survives_allocation_failure);

@@ -375,7 +375,10 @@ START_TEST(smollm2_splits) {
     const config full = {0};
     splits_for(g_model, "SmolLM2", &full, every_layer);
     /* under a policy that evicts, on the layers it keeps whole */
-    const config q = {.policy = "qinfer", .frac = 0.5, .params = "full_layers=2,probe_every=2"};
+    /* qinfer's fetch= (on by default where every attention is the CPU's)
+     * is off on runs with other devices: the all-CPU reference runs
+     * without it too (fetch=0) */
+    const config q = {.policy = "qinfer", .frac = 0.5, .params = "full_layers=2,probe_every=2,fetch=0"};
     splits_for(g_model, "SmolLM2 layers 0-1", &q, first_two);
 }
 END_TEST
@@ -389,8 +392,8 @@ START_TEST(policies_under_plans) {
     static const config pols[] = {{.policy = "window", .frac = 0.5},
                                   {.policy = "streaming", .frac = 0.5},
                                   {.policy = "h2o", .frac = 0.5},
-                                  {.policy = "qinfer", .frac = 0.5, .params = "full_layers=0,probe_every=2"},
-                                  {.policy = "qinfer", .frac = 0.5, .params = "judge=4,full_layers=1"},
+                                  {.policy = "qinfer", .frac = 0.5, .params = "full_layers=0,probe_every=2,fetch=0"},
+                                  {.policy = "qinfer", .frac = 0.5, .params = "judge=4,full_layers=1,fetch=0"},
                                   {.policy = "tova", .frac = 0.5},
                                   {.policy = "scissorhands", .frac = 0.5, .params = "history=4"},
                                   {.policy = "keyformer", .frac = 0.5, .params = "steps=64"},
@@ -755,7 +758,7 @@ START_TEST(replans_exact) {
                                  "all-cpu", NULL};
     static const config pols[] = {{.policy = "full"},
                                   {.policy = "h2o", .frac = 0.5},
-                                  {.policy = "qinfer", .frac = 0.5, .params = "full_layers=1,probe_every=2"}};
+                                  {.policy = "qinfer", .frac = 0.5, .params = "full_layers=1,probe_every=2,fetch=0"}};
     for (size_t i = 0; i < sizeof pols / sizeof pols[0]; i++) {
         if (qi_test_quick() && i == 1) continue;
         config c = pols[i];
