@@ -1,7 +1,9 @@
 /* kv_pick.c - what one pick of a picking KV policy costs, alone.
  *
  * A picking policy (quest, sparq) chooses, per (sequence, layer, KV head)
- * and decode step, what attention reads. `qinfer bench --profile` gives its
+ * and decode step, what attention reads; a fetching one (qinfer) which
+ * offloaded tokens it reads besides the working ones (then --tokens is the
+ * offload tier's and --budget the room the working tier leaves). `qinfer bench --profile` gives its
  * share of a step; this program times the choice itself on synthetic
  * streams of the shape a model gives (tokens held, query heads per KV
  * head, values per head), through the registry's wrapper as the engine
@@ -112,12 +114,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_kv_pick: %s\n", e.msg);
         return 1;
     }
-    if (!qi_kv_policy_picks(p)) {
-        fprintf(stderr, "bench_kv_pick: KV policy '%s' picks nothing (quest and sparq do)\n", policy);
+    const bool fetch = !qi_kv_policy_picks(p) && qi_kv_policy_fetches(p);
+    if (!qi_kv_policy_picks(p) && !fetch) {
+        fprintf(stderr, "bench_kv_pick: KV policy '%s' picks and fetches nothing (quest, sparq and qinfer do)\n",
+                policy);
         qi_kv_policy_free(p);
         return 1;
     }
-    const bool tok = qi_kv_policy_picks_tokens(p);
+    const bool tok = fetch || qi_kv_policy_picks_tokens(p);
     stream *st = calloc((size_t)S, sizeof *st);
     float *q = malloc(sizeof(float) * (size_t)G * D);
     int *out = malloc(sizeof(int) * (size_t)n);
@@ -142,17 +146,17 @@ int main(int argc, char **argv) {
         v.k_cols = tok ? s->cols : NULL;
         v.bounds = tok ? NULL : s->bounds;
         int got = 0;
-        if (qi_kv_policy_pick(p, &v, out, &got, &e)) {
+        if ((fetch ? qi_kv_policy_fetch : qi_kv_policy_pick)(p, &v, out, &got, &e)) {
             fprintf(stderr, "bench_kv_pick: %s\n", e.msg);
             return 1;
         }
         read += got;
     }
     const double dt = now() - t0;
-    printf("bench_kv_pick: %s%s%s, %d tokens, budget %d, group %d, D %d, %d stream%s: %.2f us per pick (%ld %s read "
-           "per pick)\n",
-           policy, *param ? " " : "", param, n, budget, G, D, S, S == 1 ? "" : "s", dt / R * 1e6, read / R,
-           tok ? "tokens" : "pages");
+    printf("bench_kv_pick: %s%s%s, %d tokens, budget %d, group %d, D %d, %d stream%s: %.2f us per %s (%ld %s read "
+           "per %s)\n",
+           policy, *param ? " " : "", param, n, budget, G, D, S, S == 1 ? "" : "s", dt / R * 1e6,
+           fetch ? "fetch" : "pick", read / R, tok ? "tokens" : "pages", fetch ? "fetch" : "pick");
     for (int s = 0; s < S; s++) {
         free(st[s].rows);
         free(st[s].cols);

@@ -251,11 +251,13 @@ const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s) {
     const int D = s->op->D;
     if (t->kcol_n != t->n) { /* rows moved in from kcol_n on, or the tier shrank */
         tier_kcols(t, D, t->kcol_n);
-        const int end = (t->n + QI_KV_BLOCK - 1) & ~(QI_KV_BLOCK - 1); /* the last block's slots past n: zeros */
-        for (int d = 0; t->n < end && d < D; d++)
+        /* the last block's slots past n: zeros (a block is zeroed when its
+         * first slot is written, so only what a shrink left behind) */
+        const int end = (t->n + QI_KV_BLOCK - 1) & ~(QI_KV_BLOCK - 1), hi = t->kcol_hi < end ? t->kcol_hi : end;
+        for (int d = 0; t->n < hi && d < D; d++)
             memset(t->kcol + ((size_t)(t->n >> QI_KV_BLOCK_SHIFT) * D + d) * QI_KV_BLOCK + (t->n & (QI_KV_BLOCK - 1)),
-                   0, sizeof *t->kcol * (size_t)(end - t->n));
-        t->kcol_n = t->n;
+                   0, sizeof *t->kcol * (size_t)(hi - t->n));
+        t->kcol_n = t->kcol_hi = t->n;
     }
     return t->kcol;
 }

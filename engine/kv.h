@@ -67,8 +67,9 @@ typedef struct {
     /* The offload tier's key columns (same layout as kcol) are brought up
      * to date on demand: slots below kcol_n have theirs (every row moved
      * into a slot lowers it to that slot; qi_kv_stream_off_kcols raises it
-     * to n). */
-    int kcol_n;
+     * to n); kcol_hi is one past the highest slot whose columns were
+     * written, so that what a shrink leaves behind is zeroed. */
+    int kcol_n, kcol_hi;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;

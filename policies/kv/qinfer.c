@@ -139,6 +139,8 @@ typedef struct {
     int *wstart;           /* [windows + 1] the windows' starts in that copy */
     qi_kv_sparq_buf w;     /* fetch's scratch: the offloaded tokens' approximate weights */
     qi_kv_scratch fitems;  /* fetch's ranking scratch */
+    uint8_t *fmark;        /* [n] fetched, to write them in slot order; grown on use */
+    size_t fmark_cap;
 } qinfer_policy;
 
 extern const qi_kv_policy_i qi_kv_qinfer_policy;
@@ -153,6 +155,7 @@ static void qinfer_free(qi_kv_policy *pp) {
     qi_kv_scratch_fini(&p->scratch);
     qi_kv_scratch_fini(&p->fitems);
     qi_kv_sparq_buf_free(&p->w);
+    qi_free(p->fmark);
     qi_free(p->wstart);
     qi_free(p);
 }
@@ -400,18 +403,70 @@ static bool qinfer_fetch_off(qi_kv_policy *pp) {
 static int qinfer_fetch(qi_kv_policy *pp, const qi_kv_pick_view *v, int *tokens) {
     qinfer_policy *p = (qinfer_policy *)pp;
     const int n = v->n;
+    if (n < 1) return 0;
     if (v->budget >= n) {
         for (int i = 0; i < n; i++) tokens[i] = i;
         return n;
     }
+    if ((size_t)n > p->fmark_cap) {
+        uint8_t *m = qi_malloc((size_t)n);
+        if (!m) return 0;
+        qi_free(p->fmark);
+        p->fmark = m;
+        p->fmark_cap = (size_t)n;
+    }
     const float *w = qi_kv_scratch_reserve(&p->fitems, n) ? qi_kv_sparq_weights(&p->w, v, p->fetch_dims, NULL, NULL)
                                                           : NULL;
     if (!w) return 0;
-    qi_kv_item *it = p->fitems.items;
-    for (int t = 0; t < n; t++) it[t] = (qi_kv_item){.score = w[t], .pos = t, .slot = t};
-    qi_kv_rank_top_by_score(it, n, v->budget);
-    for (int i = 0; i < v->budget; i++) tokens[i] = it[i].slot;
-    return v->budget;
+    /* The budget's best under qi_kv_rank_top_by_score's order with the
+     * slot as the position (the higher slot wins a tie): the k-th best
+     * weight by a quickselect on a copy of the weights (floats, not
+     * items), then those above it and, from the highest slot down, as many
+     * equal to it as fit. A NaN weight (a model gone wrong) is never
+     * fetched, and may leave fewer fetched. */
+    _Static_assert(sizeof(qi_kv_item) >= sizeof(float), "the ranking scratch holds a float an item");
+    float *restrict x = (float *)(void *)p->fitems.items;
+    uint8_t *restrict mark = p->fmark;
+    memcpy(x, w, sizeof *x * (size_t)n);
+    const int k = v->budget;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) { /* x[k-1] becomes the k-th largest */
+        const int mid = lo + (hi - lo) / 2;
+        float a = x[lo], b = x[mid], c = x[hi]; /* the median of three */
+        if (a < b) { const float t = a; a = b; b = t; }
+        if (b < c) { const float t = b; b = c; c = t; }
+        const float pv = a < b ? a : b;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pv) i++;
+            while (pv > x[j]) j--;
+            if (i <= j) {
+                const float t = x[i];
+                x[i++] = x[j];
+                x[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    const float thr = x[k - 1];
+    int above = 0;
+    for (int t = 0; t < n; t++) { /* in slot order, without a sort */
+        mark[t] = w[t] > thr;
+        above += mark[t];
+    }
+    for (int t = n - 1, tie = k - above; t >= 0 && tie > 0; t--)
+        if (w[t] == thr) {
+            mark[t] = 1;
+            tie--;
+        }
+    int c = 0;
+    for (int t = 0; t < n; t++) { /* no branch: a fifth of the tokens at random */
+        tokens[c] = t;
+        c += mark[t];
+    }
+    return c;
 }
 
 const qi_kv_policy_i qi_kv_qinfer_policy = {

@@ -118,37 +118,63 @@ static bool grow(void **buf, size_t *cap, size_t need, size_t elem) {
 }
 
 /* The r components of the largest |q_d| summed over the group, written to
- * idx[] in ascending order (ties to the lower d). */
+ * idx[] in ascending order (ties to the lower d): one pass keeping the r
+ * best in a list sorted by magnitude (a later d enters only when strictly
+ * larger than the r-th, so the lower d wins a tie), then the list's
+ * components sorted. */
 static void top_components(const float *q, int group, int D, int r, int *idx) {
-    float mag[SPARQ_MAX_D];
-    uint8_t used[SPARQ_MAX_D];
+    float best[SPARQ_MAX_D];
+    int at[SPARQ_MAX_D], k = 0;
     for (int d = 0; d < D; d++) {
         float m = 0.0f;
         for (int h = 0; h < group; h++) m += fabsf(q[(size_t)h * D + d]);
-        mag[d] = m;
-        used[d] = 0;
+        if (k == r && !(m > best[r - 1])) continue;
+        int j = k < r ? k++ : r - 1; /* the slot it takes: a new one, or the r-th's */
+        for (; j > 0 && m > best[j - 1]; j--) {
+            best[j] = best[j - 1];
+            at[j] = at[j - 1];
+        }
+        best[j] = m;
+        at[j] = d;
     }
-    for (int j = 0; j < r; j++) { /* r of at most 1024: selection by passes is cheap beside the scoring */
-        int best = -1;
-        for (int d = 0; d < D; d++)
-            if (!used[d] && (best < 0 || mag[d] > mag[best])) best = d;
-        used[best] = 1;
+    for (int j = 1; j < r; j++) { /* ascending d */
+        const int x = at[j];
+        int i = j;
+        for (; i > 0 && at[i - 1] > x; i--) at[i] = at[i - 1];
+        at[i] = x;
     }
-    for (int d = 0, j = 0; d < D; d++)
-        if (used[d]) idx[j++] = d;
+    memcpy(idx, at, sizeof *idx * (size_t)r);
 }
 
+#if defined(__GNUC__)
+typedef float sparq_v16 __attribute__((vector_size(64))); /* 16 floats: one AVX-512 register, two AVX2 ones */
+#endif
+
 /* acc[t] = sum over j < r, in that order, of w[j] x col[j][t] for t < nt
- * (col rows of nt floats): a plain loop the compiler widens for the
- * vector units the CPU has (one clone per target, chosen at load). */
+ * (col rows of nt floats): 16 tokens at a time with their sums held in one
+ * vector across the r components (GNU C's vector type), the rest one by
+ * one; widened for the vector units the CPU has (one clone per target,
+ * chosen at load). */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void cols_dot(float *restrict acc, const float *restrict col, const float *restrict w, int r, int nt) {
-    for (int t = 0; t < nt; t++) acc[t] = 0.0f;
-    for (int j = 0; j < r; j++) {
-        const float wj = w[j], *cj = col + (size_t)j * nt;
-        for (int t = 0; t < nt; t++) acc[t] += wj * cj[t];
+    int t = 0;
+#if defined(__GNUC__)
+    for (; t + 16 <= nt; t += 16) {
+        sparq_v16 a = {0};
+        for (int j = 0; j < r; j++) {
+            sparq_v16 c;
+            memcpy(&c, col + (size_t)j * nt + t, sizeof c);
+            a += w[j] * c;
+        }
+        memcpy(acc + t, &a, sizeof a);
+    }
+#endif
+    for (; t < nt; t++) {
+        float a = 0.0f;
+        for (int j = 0; j < r; j++) a += w[j] * col[(size_t)j * nt + t];
+        acc[t] = a;
     }
 }
 
@@ -205,8 +231,12 @@ const float *qi_kv_sparq_weights(qi_kv_sparq_buf *b, const qi_kv_pick_view *v, d
      * left out) */
     for (int h = 0; h < G; h++) {
         const float *qh = v->q + (size_t)h * D;
-        double all = 0.0, part = 0.0;
-        for (int d = 0; d < D; d++) all += fabs(qh[d]);
+        double a4[4] = {0.0, 0.0, 0.0, 0.0}, part = 0.0; /* four chains: one would wait on every add */
+        int d = 0;
+        for (; d + 4 <= D; d += 4)
+            for (int l = 0; l < 4; l++) a4[l] += fabs(qh[d + l]);
+        for (; d < D; d++) a4[0] += fabs(qh[d]);
+        const double all = (a4[0] + a4[1]) + (a4[2] + a4[3]);
         for (int j = 0; j < r; j++) part += fabs(qh[idx[j]]);
         const float c = part > 0.0 ? scale * (float)sqrt(all / part) : scale;
         for (int j = 0; j < r; j++) qc[(size_t)h * r + j] = c * qi_fp16_to_f32(qi_f32_to_fp16(qh[idx[j]]));

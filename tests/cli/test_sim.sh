@@ -24,6 +24,14 @@ expect_ok "$Q" synth --help && { grep -q -- "--shapes-only" "$tmp/out" || bad "s
 expect_fail 1 "KV policy 'quest' picks blocks by their keys, and a simulated machine .* computes none" \
   "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p x -n 2 --kv-policy quest --kv-budget 50%
 
+# qinfer's fetch scores offloaded tokens on the host for the CPU's attention: on a simulated machine its
+# default is off (the run goes on), an explicit fetch is refused
+expect_ok "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p x -n 2 --kv-policy qinfer \
+  --kv-budget 50%
+expect_fail 1 "KV policy 'qinfer' fetches offloaded tokens for attention, scoring them on the host, and this layer's attention runs on a simulated machine" \
+  "$Q" generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=81 -p x -n 2 --kv-policy qinfer --kv-budget 50% \
+  --kv-param fetch=0.25
+
 # the what-if density of the CPU's FFN neurons: faster than dense, only with --sim, in (0, 1]
 g=(generate -m "$M" --sim "$P" --devices cpu,gpu --placement ngl=40 -p x -n 4)
 if expect_ok "$Q" "${g[@]}" && cp "$tmp/err" "$tmp/dense.err" && expect_ok "$Q" "${g[@]}" --sim-cold-density 0.25; then
