@@ -80,6 +80,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +244,12 @@ struct qi_engine {
      * their [Hkv] pointers */
     float *pick_mix, *pick_vmean;
     const float **pick_vm;
+    /* a fetching policy's rows besides the working tier's blocks, per
+     * segment [Hkv]: their count and tables (qi_attn_paged_args's x_*),
+     * pointing into pick_kb, pick_vb and pick_pos */
+    int *x_n;
+    const int32_t **x_pos;
+    const uint16_t *const **x_k, *const **x_v;
     /* a device layer's keys staged for the policy's probe
      * (stage_for_probes): rows, block tables, each stream's first entry */
     uint16_t *kstage;
@@ -669,7 +676,8 @@ void qi_engine_free(qi_engine *e) {
                     e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
                     (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->cev_dev, e->kstage,
                     (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s, (void *)e->pick_kb,
-                    (void *)e->pick_vb, e->pick_pos, e->pick_idx, e->pick_mix, e->pick_vmean, (void *)e->pick_vm};
+                    (void *)e->pick_vb, e->pick_pos, e->pick_idx, e->pick_mix, e->pick_vmean, (void *)e->pick_vm,
+                    e->x_n, (void *)e->x_pos, (void *)e->x_k, (void *)e->x_v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -1854,7 +1862,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
-    if (e->picks || e->fetches) { /* a fetching policy's calls point at rows, as a token picker's */
+    if (e->picks || e->fetches) { /* a fetching policy's fetched rows are single tokens, as a token picker's */
         const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
         e->pick_max_blocks = e->pick_tokens || e->fetches ? o->n_ctx : (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* tokens, pages */
         e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
@@ -1864,8 +1872,16 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         e->pick_mix = qi_malloc(sizeof *e->pick_mix * (size_t)o->max_seqs * (size_t)hp->n_head);
         e->pick_vmean = qi_malloc(sizeof *e->pick_vmean * nst * (size_t)hp->head_dim);
         e->pick_vm = qi_malloc(sizeof *e->pick_vm * nst);
+        bool x_ok = true;
+        if (e->fetches) {
+            e->x_n = qi_malloc(sizeof *e->x_n * nst);
+            e->x_pos = qi_malloc(sizeof *e->x_pos * nst);
+            e->x_k = qi_malloc(sizeof *e->x_k * nst);
+            e->x_v = qi_malloc(sizeof *e->x_v * nst);
+            x_ok = e->x_n && e->x_pos && e->x_k && e->x_v;
+        }
         if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx || !e->pick_mix || !e->pick_vmean ||
-            !e->pick_vm) {
+            !e->pick_vm || !x_ok) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the block tables of KV policy '%s'", e->o.kv_policy);
             goto fail;
         }
@@ -2218,23 +2234,27 @@ static qi_status decide_streams(const qi_engine *e, pol_scratch *ps, seq_state *
 }
 
 /* The policy's decisions for a layer's streams, stream k = segment k / Hkv,
- * KV head k % Hkv, shared out over the host threads in ranges of units: a
- * stream each, or a segment's Hkv streams together when the policy decides
- * a layer's KV heads together (ada=). */
+ * KV head k % Hkv, shared out over the host threads by units: a stream
+ * each, or a segment's Hkv streams together when the policy decides a
+ * layer's KV heads together (ada=). Each thread takes the next unit as it
+ * finishes one (streams differ in cost, and a thread may start late), with
+ * its own policy object and scratch: a stream's decision depends on the
+ * stream alone, so the split does not change it. */
 typedef struct {
     qi_engine *e;
     const segment *segs;
     int n_seg, l;
+    atomic_long next; /* the next unit to take */
 } policy_job;
 
 static void policy_work(void *arg, int ith, int nth) {
+    (void)nth;
     policy_job *j = arg;
     qi_engine *e = j->e;
     const int Hkv = e->m->hp.n_head_kv, nh = qi_kv_policy_heads_together(e->pol) ? Hkv : 1;
     pol_scratch *ps = &e->ps[ith];
-    long lo, hi;
-    qi_split((long)j->n_seg * (Hkv / nh), ith, nth, &lo, &hi);
-    for (long u = lo; u < hi; u++) {
+    const long units = (long)j->n_seg * (Hkv / nh);
+    for (long u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < units;) {
         const long k = u * nh; /* the unit's first stream */
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
         const segment *g = &j->segs[i];
@@ -2348,7 +2368,7 @@ static qi_status policy_all(qi_engine *e, const segment *segs, int n_seg, int l,
         e->ps[t].err_k = -1;
         qi_err_clear(&e->ps[t].err);
     }
-    policy_job j = {e, segs, n_seg, l};
+    policy_job j = {e, segs, n_seg, l, 0};
     if (n_streams > 1 && !e->sim)
         qi_backend_cpu_host_run(e->be, policy_work, &j);
     else
@@ -2459,7 +2479,10 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
     size_t need = 0;
     for (int i = 0; i < n_seg; i++) {
         int mx = 0;
-        for (int hk = 0; hk < Hkv; hk++) mx = e->acall[i].n_slots[hk] > mx ? e->acall[i].n_slots[hk] : mx;
+        for (int hk = 0; hk < Hkv; hk++) {
+            const int n = e->acall[i].n_slots[hk] + (e->acall[i].x_n ? e->acall[i].x_n[hk] : 0);
+            mx = n > mx ? n : mx;
+        }
         e->acall[i].stats_stride = stats_stride(mx);
         need += (size_t)H * (size_t)e->acall[i].stats_stride;
     }
@@ -2656,6 +2679,7 @@ typedef struct {
     const segment *segs;
     int n_seg, l;
     bool fetch; /* fetch_stream, not pick_stream */
+    atomic_long next; /* the next stream to take (policy_work's sharing) */
 } pick_job;
 
 static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
@@ -2720,14 +2744,14 @@ static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_
 }
 
 static void pick_work(void *arg, int ith, int nth) {
+    (void)nth;
     pick_job *j = arg;
     qi_engine *e = j->e;
     const int Hkv = e->m->hp.n_head_kv;
     pol_scratch *ps = &e->ps[ith];
     int *idx = e->pick_idx + (size_t)ith * e->pick_max_blocks;
-    long lo, hi;
-    qi_split((long)j->n_seg * Hkv, ith, nth, &lo, &hi);
-    for (long k = lo; k < hi; k++) {
+    const long streams = (long)j->n_seg * Hkv;
+    for (long k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < streams;) {
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
         qi_status st = (j->fetch ? fetch_stream : pick_stream)(e, ps, idx, j->X, &j->segs[i], i, hk, j->l, &ps->err);
         if (st) {
@@ -2740,9 +2764,16 @@ static void pick_work(void *arg, int ith, int nth) {
 
 static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err) {
     const bool fetch = fetch_layer(e, l);
+    const int Hkv = e->m->hp.n_head_kv;
     for (int i = 0; i < n_seg; i++) /* slot s is row s mod 2^shift of kb[s >> shift] */
-        if (segs[i].n == 1) {
-            e->acall[i].shift = e->pick_tokens || fetch ? 0 : QI_KV_PAGE_SHIFT;
+        if (segs[i].n == 1 && fetch) { /* the working tier's blocks as they are, and the fetched rows */
+            qi_attn_paged_args *a = &e->acall[i];
+            a->x_n = e->x_n + (size_t)i * Hkv;
+            a->x_pos = e->x_pos + (size_t)i * Hkv;
+            a->x_k = e->x_k + (size_t)i * Hkv;
+            a->x_v = e->x_v + (size_t)i * Hkv;
+        } else if (segs[i].n == 1) {
+            e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
             if (e->pick_tokens) { /* the shares the policy estimates (1: none), the means */
                 e->acall[i].mix = e->pick_mix + (size_t)i * e->m->hp.n_head;
                 e->acall[i].vmean = e->pick_vm + (size_t)i * e->m->hp.n_head_kv;
@@ -2752,7 +2783,7 @@ static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *se
         e->ps[t].err_k = -1;
         qi_err_clear(&e->ps[t].err);
     }
-    pick_job j = {e, X, segs, n_seg, l, fetch};
+    pick_job j = {e, X, segs, n_seg, l, fetch, 0};
     if ((long)n_seg * e->m->hp.n_head_kv > 1)
         qi_backend_cpu_host_run(e->be, pick_work, &j);
     else
@@ -2772,10 +2803,12 @@ static qi_status pick_blocks(qi_engine *e, const dev_state *X, const segment *se
 /* A fetching policy's layer l (qinfer fetch=), after the step's K/V rows
  * are written: on each decode segment, every stream's offloaded tokens
  * that the policy fetches for this step's query (scored from the offload
- * tier's key columns, brought up to date here), at most what the layer's
- * budget leaves beside the working tokens, and the segment's attention
- * call pointed at rows: the whole working tier in slot order, then the
- * fetched rows, so that its statistics' first slots are the working
+ * tier's key columns, brought up to date here, and the rows of its newest
+ * block, not yet full), at most what the layer's
+ * budget leaves beside the working tokens. The segment's attention call
+ * keeps the working tier's block table as attend_prepare made it and
+ * takes the fetched rows as extra rows (qi_attn_paged_args's x_*), after
+ * the table's slots, so that its statistics' first slots are the working
  * tier's as the policy's view reads them. Nothing moves between tiers.
  * Shared out over the host threads as the picks are. */
 static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_state *X, const segment *g, int i,
@@ -2789,32 +2822,29 @@ static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev
     const int room = qi_kv_policy_layer_budget(e->pol, l, resolve_budget(e, g->pos0)) - w->n;
     int n = 0;
     if (room > 0 && o->n > 0) {
+        int with_cols = 0;
+        const uint16_t *cols = qi_kv_stream_off_kcols(sm, &with_cols);
         const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
                                    .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D,
                                    .scale = e->acall[i].scale, .n = o->n, .block = 1, .n_blocks = o->n,
                                    .newest = o->n - 1, .budget = room, .tail = 1,
                                    .k_blk = (const uint16_t *const *)o->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
-                                   .k_cols = qi_kv_stream_off_kcols(sm)};
+                                   .k_cols = cols, .k_tail = o->n - with_cols};
         qi_status st = qi_kv_policy_fetch(ps->pol, &v, idx, &n, err);
         if (st) return st;
     }
     const size_t r = (size_t)i * Hkv + hk;
     const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
     int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
-    for (int j = 0; j < w->n; j++) {
-        kb[j] = qi_kv_k_row(w, j, D);
-        vb[j] = qi_kv_v_row(w, j, D);
-    }
-    memcpy(pos, w->pos, sizeof *pos * (size_t)w->n);
     for (int j = 0; j < n; j++) {
-        kb[w->n + j] = qi_kv_k_row(o, idx[j], D);
-        vb[w->n + j] = qi_kv_v_row(o, idx[j], D);
-        pos[w->n + j] = o->pos[idx[j]];
+        kb[j] = qi_kv_k_row(o, idx[j], D);
+        vb[j] = qi_kv_v_row(o, idx[j], D);
+        pos[j] = o->pos[idx[j]];
     }
-    e->a_nslots[r] = w->n + n;
-    e->a_pos[r] = pos;
-    e->a_kb[r] = (const uint16_t *const *)kb;
-    e->a_vb[r] = (const uint16_t *const *)vb;
+    e->x_n[r] = n;
+    e->x_pos[r] = pos;
+    e->x_k[r] = (const uint16_t *const *)kb;
+    e->x_v[r] = (const uint16_t *const *)vb;
     sm->attended = w->n + n;
     return QI_OK;
 }

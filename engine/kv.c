@@ -215,10 +215,10 @@ void qi_kv_stream_keep_kcols(qi_kv_stream *s) {
     s->kcols = true;
 }
 
-/* The key columns of t's slots i0..n-1 from their rows (a block's columns
+/* The key columns of t's slots i0..end-1 from their rows (a block's columns
  * zeroed when its first slot is written). */
-static void tier_kcols(const qi_kv_tier *t, int D, int i0) {
-    for (int i = i0 < 0 ? 0 : i0; i < t->n; i++) {
+static void tier_kcols(const qi_kv_tier *t, int D, int i0, int end) {
+    for (int i = i0 < 0 ? 0 : i0; i < end; i++) {
         uint16_t *c = t->kcol + (size_t)(i >> QI_KV_BLOCK_SHIFT) * D * QI_KV_BLOCK;
         if ((i & (QI_KV_BLOCK - 1)) == 0) memset(c, 0, sizeof *c * (size_t)D * QI_KV_BLOCK);
         const uint16_t *k = qi_kv_k_row(t, i, D);
@@ -237,7 +237,7 @@ static void kcols_from(qi_kv_stream *s, int i0) {
         const uint16_t *v = qi_kv_v_row(t, i, D);
         for (int d = 0; d < D; d++) t->vsum[d] += qi_fp16_to_f32(v[d]);
     }
-    tier_kcols(t, D, i0);
+    tier_kcols(t, D, i0, t->n);
 }
 
 void qi_kv_stream_keep_off_kcols(qi_kv_stream *s) {
@@ -245,20 +245,13 @@ void qi_kv_stream_keep_off_kcols(qi_kv_stream *s) {
     s->off_kcols = true;
 }
 
-const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s) {
+const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s, int *n_cols) {
     qi_kv_tier *t = &s->off;
     QI_ASSERT(s->off_kcols);
-    const int D = s->op->D;
-    if (t->kcol_n != t->n) { /* rows moved in from kcol_n on, or the tier shrank */
-        tier_kcols(t, D, t->kcol_n);
-        /* the last block's slots past n: zeros (a block is zeroed when its
-         * first slot is written, so only what a shrink left behind) */
-        const int end = (t->n + QI_KV_BLOCK - 1) & ~(QI_KV_BLOCK - 1), hi = t->kcol_hi < end ? t->kcol_hi : end;
-        for (int d = 0; t->n < hi && d < D; d++)
-            memset(t->kcol + ((size_t)(t->n >> QI_KV_BLOCK_SHIFT) * D + d) * QI_KV_BLOCK + (t->n & (QI_KV_BLOCK - 1)),
-                   0, sizeof *t->kcol * (size_t)(hi - t->n));
-        t->kcol_n = t->kcol_hi = t->n;
-    }
+    const int full = t->n & ~(QI_KV_BLOCK - 1);
+    if (t->kcol_n < full) tier_kcols(t, s->op->D, t->kcol_n, full); /* rows moved in from kcol_n on */
+    t->kcol_n = full;
+    *n_cols = full;
     return t->kcol;
 }
 

@@ -65,11 +65,10 @@ typedef struct {
      * widened), for their mean (SparQ's mean-value term) */
     float *vsum;
     /* The offload tier's key columns (same layout as kcol) are brought up
-     * to date on demand: slots below kcol_n have theirs (every row moved
-     * into a slot lowers it to that slot; qi_kv_stream_off_kcols raises it
-     * to n); kcol_hi is one past the highest slot whose columns were
-     * written, so that what a shrink leaves behind is zeroed. */
-    int kcol_n, kcol_hi;
+     * to date on demand, for its whole blocks: slots below kcol_n have
+     * theirs (every row moved into a slot lowers it to that slot;
+     * qi_kv_stream_off_kcols raises it to n rounded down to a block). */
+    int kcol_n;
 } qi_kv_tier;
 
 typedef struct qi_kv_pool qi_kv_pool;
@@ -126,10 +125,14 @@ void qi_kv_stream_keep_kcols(qi_kv_stream *s);
  * offloaded tokens on a few components to fetch some of them back for one
  * step (kv_policy.h's fetch()): called on an empty stream. They are not
  * kept up to date as rows move (a stream may offload a token every step
- * and never be read); qi_kv_stream_off_kcols brings them up to date from
- * the lowest slot that changed, and returns them. */
+ * and never be read); qi_kv_stream_off_kcols brings those of the tier's
+ * whole blocks up to date from the lowest slot that changed, and returns
+ * them, *n_cols the slots they cover: n rounded down to a block. The
+ * newest block's tokens, the block not yet full, are read by rows: a token
+ * written into the columns touches D cache lines, a block transposed
+ * whole touches each line once. */
 void qi_kv_stream_keep_off_kcols(qi_kv_stream *s);
-const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s);
+const uint16_t *qi_kv_stream_off_kcols(qi_kv_stream *s, int *n_cols);
 /* The bounds of the pages holding working slots i0..n-1, from the rows
  * as they now are: slots past i0 in i0's page are merged into its bounds
  * (i0 not a page's first slot) and every later page's are recomputed; and

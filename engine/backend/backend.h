@@ -165,6 +165,17 @@ typedef struct {
      * the softmax over all the parts, exp(score - tot_m) / tot_l rounded to
      * fp16 as the whole attention rounds it. */
     const float *tot_m, *tot_l;
+    /* Rows besides the block table's (NULL: none; whole attention only,
+     * and only on the host's devices, the CPU and testdev): the offloaded
+     * tokens a policy fetches for one step (kv_policy.h's fetch()). KV head
+     * hk's slots n_slots[hk] .. n_slots[hk] + x_n[hk] - 1 are the rows
+     * x_k[hk][j] and x_v[hk][j] (D fp16 values each) at positions
+     * x_pos[hk][j]. They join the table's slots in one softmax, their
+     * statistics follow the table's (stats_stride >= n_slots + x_n), and
+     * the output is the table's slots' weighted values plus theirs. */
+    const int *x_n;
+    const int32_t *const *x_pos;
+    const uint16_t *const *const *x_k, *const *const *x_v;
 } qi_attn_paged_args;
 
 /* The most partial results one merge takes. */

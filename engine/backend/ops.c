@@ -80,11 +80,17 @@ static qi_status attn_check(qi_backend *b, const char *op, const qi_attn_paged_a
     OP_CHECK(!a->part_m || (!a->stats && !a->tot_m), "a partial result with statistics");
     OP_CHECK(!a->tot_m || a->stats, "a statistics pass without statistics");
     OP_CHECK(!a->mix || (a->vmean && !a->part_m && !a->tot_m), "a mix without mean values, or in a partial result");
+    OP_CHECK(!a->x_n || (a->x_pos && a->x_k && a->x_v), "extra rows without their tables");
+    OP_CHECK(!a->x_n || (!a->part_m && !a->tot_m), "extra rows in a partial result");
+    OP_CHECK(!a->x_n || b->info.kind == QI_DEV_CPU || b->info.kind == QI_DEV_TEST,
+             "extra rows (fetched tokens) on a device other than the host's");
     for (int hk = 0; hk < a->Hkv; hk++) {
-        OP_CHECK(a->n_slots[hk] >= 0, "KV head %d with %d slots", hk, a->n_slots[hk]);
-        OP_CHECK(!a->stats || a->n_slots[hk] <= a->stats_stride, "KV head %d: %d slots in a statistics row of %d", hk,
-                 a->n_slots[hk], a->stats_stride);
+        const int nx = a->x_n ? a->x_n[hk] : 0;
+        OP_CHECK(a->n_slots[hk] >= 0 && nx >= 0, "KV head %d with %d slots and %d extra rows", hk, a->n_slots[hk], nx);
+        OP_CHECK(!a->stats || a->n_slots[hk] + nx <= a->stats_stride, "KV head %d: %d slots in a statistics row of %d",
+                 hk, a->n_slots[hk] + nx, a->stats_stride);
         OP_CHECK(a->n_slots[hk] == 0 || (a->pos[hk] && a->k_blk[hk] && a->v_blk[hk]), "KV head %d has no table", hk);
+        OP_CHECK(nx == 0 || (a->x_pos[hk] && a->x_k[hk] && a->x_v[hk]), "KV head %d has no extra rows' table", hk);
     }
     return QI_OK;
 }

@@ -53,7 +53,7 @@
 #include "qinfer/params.h"
 #include "qinfer/status.h"
 
-#define QI_KV_POLICY_VERSION 8u
+#define QI_KV_POLICY_VERSION 9u
 
 enum { QI_KV_WORKING = 0, QI_KV_OFFLOADED = 1 };            /* tier[] values */
 enum { QI_KV_KEEP = 0, QI_KV_OFFLOAD = 1, QI_KV_DROP = 2 }; /* fate[] values */
@@ -127,6 +127,10 @@ typedef struct {
      * newest token hold zeros. A few components of every key are read
      * without the rest. */
     const uint16_t *k_cols;
+    /* The newest k_tail tokens have no columns (0: every token has them):
+     * their keys are read from k_blk. A fetch's view of the offload tier
+     * shows its newest block, not yet full, this way (kv.h). */
+    int k_tail;
     /* Out, optional (NULL: not asked): a token picker may write here, per
      * query head of the group, its estimate of the share of the head's
      * attention the tokens it picked hold; attention then gives the rest

@@ -361,19 +361,21 @@ static void qinfer_select(qi_kv_policy *pp, const qi_kv_view *v, uint8_t *fate) 
      * filler before the question in place of the voted tokens; this one
      * starts at the judgement's own window and grows with new tokens. */
     int32_t newest_off = INT32_MIN; /* without offload, whatever else is offloaded is not this policy's */
-    for (int i = 0; p->offload && i < v->n; i++)
-        if (v->tier[i] == QI_KV_OFFLOADED && v->pos[i] > newest_off) newest_off = v->pos[i];
+    for (int i = 0; p->offload && i < v->n; i++) {
+        const int32_t q = v->pos[i];
+        newest_off = v->tier[i] == QI_KV_OFFLOADED && q > newest_off ? q : newest_off;
+    }
     int in_reach = 0;
-    for (int i = 0; i < v->n; i++) {
-        if (fate[i] != QI_KV_UNDECIDED) continue;
-        if (v->tier[i] == QI_KV_OFFLOADED || v->pos[i] <= newest_off) fate[i] = QI_KV_SET_ASIDE;
-        else in_reach++;
+    for (int i = 0; i < v->n; i++) { /* no branch on the fates, scattered over the slots */
+        const bool u = fate[i] == QI_KV_UNDECIDED;
+        const bool aside = u && (v->tier[i] == QI_KV_OFFLOADED || v->pos[i] <= newest_off);
+        fate[i] = aside ? QI_KV_SET_ASIDE : fate[i];
+        in_reach += u && !aside;
     }
     if (recent > in_reach) recent = in_reach;
     const int heavy = budget - sinks - recent;
     qi_kv_rank_mark_by_pos(v, fate, recent, true, QI_KV_KEEP);
-    for (int i = 0; i < v->n; i++)
-        if (fate[i] == QI_KV_SET_ASIDE) fate[i] = QI_KV_UNDECIDED;
+    for (int i = 0; i < v->n; i++) fate[i] = fate[i] == QI_KV_SET_ASIDE ? QI_KV_UNDECIDED : fate[i];
     if (heavy > 0) {
         /* m > budget, so the older region holds r > heavy >= 1 tokens */
         qi_kv_item *it = p->scratch.items;
@@ -392,6 +394,59 @@ static bool qinfer_fetch_off(qi_kv_policy *pp) {
     if (p->fetch_set && p->fetch > 0) return false;
     p->fetch = 0.0;
     return true;
+}
+
+/* The k-th largest (1 <= k <= n) of w[0..n), a NaN counting below every
+ * number, found in scratch a and b (n floats each) by a quickselect whose
+ * partitions have no data-dependent branch: each element is written to
+ * both ends of the other buffer and only one end advances, so a pass costs
+ * the same whatever the weights (a branchy one mispredicts half its
+ * comparisons on softmax weights). A pass splits off the elements above
+ * the pivot, then those equal to it, so runs of equal weights (zeros that
+ * underflowed) end it at once. */
+static float kth_largest(const float *w, float *restrict a, float *restrict b, int n, int k) {
+    for (int t = 0; t < n; t++) a[t] = w[t] == w[t] ? w[t] : -INFINITY;
+    const float *cur = a; /* the candidates, in buffer a (in_a) or b */
+    bool in_a = true;
+    for (int m = n;;) {
+        float *out = in_a ? b : a, *back = in_a ? a : b; /* the other buffer; cur's, free once read through */
+        float p0 = cur[0], p1 = cur[m / 2], p2 = cur[m - 1]; /* the median of three */
+        if (p0 < p1) { const float t = p0; p0 = p1; p1 = t; }
+        if (p1 < p2) { const float t = p1; p1 = p2; p2 = t; }
+        const float pv = p0 < p1 ? p0 : p1;
+        int g = 0, l = m - 1;
+        for (int i = 0; i < m; i++) { /* above the pivot to out's front, the rest to its back */
+            const float e = cur[i];
+            const int up = e > pv;
+            out[g] = e;
+            out[l] = e;
+            g += up;
+            l -= 1 - up;
+        }
+        if (k <= g) { /* among those above */
+            cur = out;
+            in_a = !in_a;
+            m = g;
+            continue;
+        }
+        k -= g;
+        const float *rest = out + g;
+        const int mr = m - g;
+        int q = 0;
+        l = mr - 1;
+        for (int i = 0; i < mr; i++) { /* equal to the pivot to the front, below it to the back */
+            const float e = rest[i];
+            const int eq = e == pv;
+            back[q] = e;
+            back[l] = e;
+            q += eq;
+            l -= 1 - eq;
+        }
+        if (k <= q) return pv;
+        k -= q;
+        cur = back + q;
+        m = mr - q;
+    }
 }
 
 /* The offloaded tokens of the largest approximate weight for this step's
@@ -420,37 +475,14 @@ static int qinfer_fetch(qi_kv_policy *pp, const qi_kv_pick_view *v, int *tokens)
     if (!w) return 0;
     /* The budget's best under qi_kv_rank_top_by_score's order with the
      * slot as the position (the higher slot wins a tie): the k-th best
-     * weight by a quickselect on a copy of the weights (floats, not
-     * items), then those above it and, from the highest slot down, as many
-     * equal to it as fit. A NaN weight (a model gone wrong) is never
-     * fetched, and may leave fewer fetched. */
-    _Static_assert(sizeof(qi_kv_item) >= sizeof(float), "the ranking scratch holds a float an item");
+     * weight (kth_largest), then those above it and, from the highest slot
+     * down, as many equal to it as fit. A NaN weight (a model gone wrong)
+     * is never fetched, and may leave fewer fetched. */
+    _Static_assert(sizeof(qi_kv_item) >= 2 * sizeof(float), "the ranking scratch holds two floats an item");
     float *restrict x = (float *)(void *)p->fitems.items;
     uint8_t *restrict mark = p->fmark;
-    memcpy(x, w, sizeof *x * (size_t)n);
     const int k = v->budget;
-    int lo = 0, hi = n - 1;
-    while (lo < hi) { /* x[k-1] becomes the k-th largest */
-        const int mid = lo + (hi - lo) / 2;
-        float a = x[lo], b = x[mid], c = x[hi]; /* the median of three */
-        if (a < b) { const float t = a; a = b; b = t; }
-        if (b < c) { const float t = b; b = c; c = t; }
-        const float pv = a < b ? a : b;
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (x[i] > pv) i++;
-            while (pv > x[j]) j--;
-            if (i <= j) {
-                const float t = x[i];
-                x[i++] = x[j];
-                x[j--] = t;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
-    }
-    const float thr = x[k - 1];
+    const float thr = kth_largest(w, x, x + n, n, k);
     int above = 0;
     for (int t = 0; t < n; t++) { /* in slot order, without a sort */
         mark[t] = w[t] > thr;

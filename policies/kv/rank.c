@@ -42,9 +42,8 @@ static int64_t kth_position(const qi_kv_view *v, const uint8_t *fate, int k, boo
     for (int shift = bits > 0 ? (bits - 1) / 8 * 8 : 0; shift >= 0; shift -= 8) {
         int hist[256] = {0};
         for (int i = 0; i < v->n; i++) {
-            if (fate[i] != QI_KV_UNDECIDED) continue;
             const uint64_t d = (uint64_t)((int64_t)v->pos[i] - lo);
-            if ((d & mask) == prefix) hist[(d >> shift) & 255]++;
+            hist[(d >> shift) & 255] += fate[i] == QI_KV_UNDECIDED && (d & mask) == prefix;
         }
         int digit = 0;
         for (int j = 0; j < 256; j++) {
@@ -68,16 +67,27 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
      * the k oldest 0 .. k - 1 (sinks). Whatever the guess g, if exactly k
      * tokens lie at g or beyond, they are the k newest (oldest), and
      * marking from P = g gives the same set as from the k-th position. */
-    const int64_t g = newest ? (int64_t)v->cur_pos - k + 1 : (int64_t)k - 1;
+    const int64_t g64 = newest ? (int64_t)v->cur_pos - k + 1 : (int64_t)k - 1;
+    const int32_t g = g64 < INT32_MIN ? INT32_MIN : g64 > INT32_MAX ? INT32_MAX : (int32_t)g64; /* same counts */
+    /* The loops here have no branch on a token's fate (a policy's earlier
+     * marks leave the undecided tokens scattered over the slots, and a
+     * branch on each would be mispredicted half the time), and they are
+     * simple enough for the compiler to vectorise. */
+    const int32_t *pos = v->pos;
+    const int n = v->n;
     int c = 0, at_g = 0;
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (int i = 0; i < v->n; i++) {
-        if (fate[i] != QI_KV_UNDECIDED) continue;
-        if (v->pos[i] < lo) lo = v->pos[i];
-        if (v->pos[i] > hi) hi = v->pos[i];
-        at_g += newest ? v->pos[i] >= g : v->pos[i] <= g;
-        c++;
-    }
+    if (newest)
+        for (int i = 0; i < n; i++) {
+            const int u = fate[i] == QI_KV_UNDECIDED;
+            c += u;
+            at_g += u & (pos[i] >= g);
+        }
+    else
+        for (int i = 0; i < n; i++) {
+            const int u = fate[i] == QI_KV_UNDECIDED;
+            c += u;
+            at_g += u & (pos[i] <= g);
+        }
     if (c == 0) return;
     if (k >= c) {
         qi_kv_rank_finish(v, fate, to);
@@ -86,26 +96,40 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
     /* The threshold position P: newest, the largest with k tokens at P or
      * newer; oldest, the smallest with k tokens at P or older (or the
      * guess, when it holds exactly k). */
-    lo = at_g == k ? g : kth_position(v, fate, k, newest, lo, hi);
+    int32_t P = g;
+    if (at_g != k) {
+        int32_t lo = INT32_MAX, hi = INT32_MIN;
+        for (int i = 0; i < n; i++) {
+            const int u = fate[i] == QI_KV_UNDECIDED;
+            lo = u && pos[i] < lo ? pos[i] : lo;
+            hi = u && pos[i] > hi ? pos[i] : hi;
+        }
+        P = (int32_t)kth_position(v, fate, k, newest, lo, hi);
+    }
     /* Everything strictly beyond P, then ties at P by slot: the larger slot
      * counts as newer. */
     int left = k;
-    for (int i = 0; i < v->n; i++) {
-        if (fate[i] != QI_KV_UNDECIDED) continue;
-        if (newest ? v->pos[i] > lo : v->pos[i] < lo) {
-            fate[i] = to;
-            left--;
+    if (newest)
+        for (int i = 0; i < n; i++) {
+            const int take = fate[i] == QI_KV_UNDECIDED && pos[i] > P;
+            fate[i] = take ? to : fate[i];
+            left -= take;
         }
-    }
+    else
+        for (int i = 0; i < n; i++) {
+            const int take = fate[i] == QI_KV_UNDECIDED && pos[i] < P;
+            fate[i] = take ? to : fate[i];
+            left -= take;
+        }
     if (newest) {
-        for (int i = v->n - 1; i >= 0 && left > 0; i--)
-            if (fate[i] == QI_KV_UNDECIDED && v->pos[i] == lo) {
+        for (int i = n - 1; i >= 0 && left > 0; i--)
+            if (fate[i] == QI_KV_UNDECIDED && pos[i] == P) {
                 fate[i] = to;
                 left--;
             }
     } else {
-        for (int i = 0; i < v->n && left > 0; i++)
-            if (fate[i] == QI_KV_UNDECIDED && v->pos[i] == lo) {
+        for (int i = 0; i < n && left > 0; i++)
+            if (fate[i] == QI_KV_UNDECIDED && pos[i] == P) {
                 fate[i] = to;
                 left--;
             }
@@ -113,8 +137,7 @@ void qi_kv_rank_mark_by_pos(const qi_kv_view *v, uint8_t *fate, int k, bool newe
 }
 
 void qi_kv_rank_finish(const qi_kv_view *v, uint8_t *fate, uint8_t to) {
-    for (int i = 0; i < v->n; i++)
-        if (fate[i] == QI_KV_UNDECIDED) fate[i] = to;
+    for (int i = 0; i < v->n; i++) fate[i] = fate[i] == QI_KV_UNDECIDED ? to : fate[i];
 }
 
 qi_status qi_kv_scratch_init(qi_kv_scratch *s, int cap, qi_err *err) {

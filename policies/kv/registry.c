@@ -179,7 +179,8 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
     if (!p->iface->pick) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' picks no blocks", name);
     if (v->n < 1 || v->block < 1 || v->n_blocks != (v->n + v->block - 1) / v->block || v->budget < 1 ||
         v->newest != v->n_blocks - 1 || v->group < 1 || v->D < 1 || !v->q || !blocks ||
-        (p->iface->pick_tokens ? !v->k_blk || !v->k_cols || v->block != 1 : !v->bounds))
+        (p->iface->pick_tokens ? !v->k_blk || !v->k_cols || v->block != 1 : !v->bounds) || v->k_tail < 0 ||
+        v->k_tail > v->n)
         return QI_ERR(err, QI_ERR_INVALID,
                       "KV policy '%s': bad pick view (n %d, block %d, n_blocks %d, newest %d, budget %d)", name,
                       v->n, v->block, v->n_blocks, v->newest, v->budget);
@@ -231,7 +232,7 @@ qi_status qi_kv_policy_fetch(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok
     *n_out = 0;
     if (!qi_kv_policy_fetches(p)) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' fetches no tokens", name);
     if (v->n < 0 || v->budget < 0 || v->group < 1 || v->D < 1 || !v->q || !tokens ||
-        (v->n > 0 && (!v->k_blk || !v->k_cols)))
+        (v->n > 0 && (!v->k_blk || !v->k_cols)) || v->k_tail < 0 || v->k_tail > v->n)
         return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad fetch view (n %d, budget %d)", name, v->n,
                       v->budget);
     if (v->n == 0 || v->budget == 0) return QI_OK;

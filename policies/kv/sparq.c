@@ -212,9 +212,10 @@ const float *qi_kv_sparq_weights(qi_kv_sparq_buf *b, const qi_kv_pick_view *v, d
                                  size_t *head_stride) {
     const int n = v->n, D = v->D, G = v->group, rows = 1 << v->k_shift;
     const size_t stride = (size_t)n + (size_t)rows; /* one head's scores, n rounded up to whole blocks */
-    if (D > SPARQ_MAX_D ||
-        !grow((void **)&b->buf, &b->cap, (size_t)G * stride + (size_t)n + ((size_t)D << v->k_shift) + (size_t)G * D,
-              sizeof(float)))
+    const size_t gath = ((size_t)D << v->k_shift) / 2 + 1; /* floats that hold [D][a block] fp16 values */
+    if (D > SPARQ_MAX_D || !grow((void **)&b->buf, &b->cap,
+                                 (size_t)G * stride + (size_t)n + ((size_t)D << v->k_shift) + (size_t)G * D + gath,
+                                 sizeof(float)))
         return NULL;
     long r = lround(dims * D);
     if (r < 1) r = 1;
@@ -224,8 +225,10 @@ const float *qi_kv_sparq_weights(qi_kv_sparq_buf *b, const qi_kv_pick_view *v, d
     const float scale = v->scale > 0.0f ? v->scale : 1.0f;
     const qi_kernels *K = qi_kernels_get();
     /* sc: [G][stride] each head's scores; sum: [n]; colf: [r][a block]
-     * widened columns; qc: [G][r] each head's scaled components */
+     * widened columns; qc: [G][r] each head's scaled components; g16: [r][a
+     * block] the chosen components of a block read by rows */
     float *sc = b->buf, *sum = sc + (size_t)G * stride, *colf = sum + n, *qc = colf + ((size_t)D << v->k_shift);
+    uint16_t *g16 = (uint16_t *)(void *)(qc + (size_t)G * D);
     /* each head's chosen components: in fp16, as attention rounds the
      * query, times its temperature (SparQ's correction for the components
      * left out) */
@@ -243,22 +246,35 @@ const float *qi_kv_sparq_weights(qi_kv_sparq_buf *b, const qi_kv_pick_view *v, d
     }
     /* the scores, a block at a time from the key columns: each chosen
      * component's column widened once and added into every head's scores,
-     * so only r of every key's D values are read */
+     * so only r of every key's D values are read. A block with tokens
+     * past the columns (the view's k_tail) has its chosen components
+     * gathered from the rows into the same layout, so the arithmetic is
+     * the same. */
+    const int nc = n - v->k_tail; /* tokens with columns */
     const int lines = (int)(((size_t)rows * sizeof(uint16_t) + 63) / 64); /* cache lines per column */
     const int ahead = SPARQ_AHEAD;
-    for (int bl = 0; bl < ahead && (long)bl * rows < n; bl++) /* the columns lie scattered: fetch them early */
+    for (int bl = 0; bl < ahead && (long)(bl + 1) * rows <= nc; bl++) /* the columns lie scattered: fetch early */
         for (int j = 0; j < r; j++)
             for (int l = 0; l < lines; l++)
                 __builtin_prefetch(v->k_cols + ((size_t)bl * D + (size_t)idx[j]) * rows + (size_t)l * 32);
     for (int bl = 0; (long)bl * rows < n; bl++) {
-        const int nt = n - bl * rows < rows ? n - bl * rows : rows;
-        if ((long)(bl + ahead) * rows < n)
+        const int t0 = bl * rows, nt = n - t0 < rows ? n - t0 : rows;
+        if ((long)(bl + ahead + 1) * rows <= nc)
             for (int j = 0; j < r; j++)
                 for (int l = 0; l < lines; l++)
                     __builtin_prefetch(v->k_cols + ((size_t)(bl + ahead) * D + (size_t)idx[j]) * rows +
                                        (size_t)l * 32);
-        for (int j = 0; j < r; j++) /* widened: [r][nt] */
-            K->f16_to_f32(v->k_cols + ((size_t)bl * D + (size_t)idx[j]) * rows, colf + (size_t)j * nt, nt);
+        if (t0 + nt <= nc)
+            for (int j = 0; j < r; j++) /* widened: [r][nt] */
+                K->f16_to_f32(v->k_cols + ((size_t)bl * D + (size_t)idx[j]) * rows, colf + (size_t)j * nt, nt);
+        else { /* by rows */
+            const size_t mask = (size_t)rows - 1;
+            for (int t = 0; t < nt; t++) {
+                const uint16_t *k = v->k_blk[(size_t)(t0 + t) >> v->k_shift] + ((size_t)(t0 + t) & mask) * D;
+                for (int j = 0; j < r; j++) g16[(size_t)j * nt + t] = k[idx[j]];
+            }
+            K->f16_to_f32(g16, colf, (int)r * nt);
+        }
         for (int h = 0; h < G; h++)
             cols_dot(sc + (size_t)h * stride + (size_t)bl * rows, colf, qc + (size_t)h * r, (int)r, nt);
     }

@@ -515,7 +515,46 @@ typedef struct {
     float *stats0; /* [H][stride] the statistics before the call (not zero: they are added to) */
     float *mix, *vm; /* with the mean-value term: [T][H] shares, [Hkv][D] means */
     const float *vmp[PG_MAX_HKV];
+    /* with extra rows (fetched tokens): per KV head their count, positions
+     * and rows, each row its own allocation */
+    int x_n[PG_MAX_HKV];
+    int32_t *x_pos[PG_MAX_HKV];
+    const int32_t *cx_pos[PG_MAX_HKV];
+    uint16_t **xk[PG_MAX_HKV], **xv[PG_MAX_HKV];
+    const uint16_t *const *cxk[PG_MAX_HKV], *const *cxv[PG_MAX_HKV];
 } pg_call;
+
+/* Extra rows on call c: 0..39 a KV head, scattered in memory, at
+ * positions before the first query (some inside a window's reach, some
+ * not) or, for a prompt's later queries, after it. */
+static void pg_call_extra(pg_call *c, uint64_t *rng) {
+    const qi_attn_paged_args *a = &c->a;
+    for (int hk = 0; hk < a->Hkv; hk++) {
+        const int nx = (int)(qi_test_rand(rng) % 40); /* past 16: whole gathered runs */
+        c->x_n[hk] = nx;
+        c->x_pos[hk] = malloc(sizeof(int32_t) * (size_t)(nx + 1));
+        c->xk[hk] = malloc(sizeof(uint16_t *) * (size_t)(nx + 1));
+        c->xv[hk] = malloc(sizeof(uint16_t *) * (size_t)(nx + 1));
+        for (int j = 0; j < nx; j++) {
+            c->x_pos[hk][j] = a->T > 0 ? a->q_pos[0] - 1 - (int32_t)(qi_test_rand(rng) % 30) +
+                                             (int32_t)(qi_test_rand(rng) % 4 == 0 ? a->T + 1 : 0)
+                                       : 0;
+            c->xk[hk][j] = malloc(sizeof(uint16_t) * (size_t)a->D);
+            c->xv[hk][j] = malloc(sizeof(uint16_t) * (size_t)a->D);
+            for (int d = 0; d < a->D; d++) {
+                c->xk[hk][j][d] = qi_f32_to_fp16(randn(rng) * 2.0f);
+                c->xv[hk][j][d] = qi_f32_to_fp16(randn(rng));
+            }
+        }
+        c->cx_pos[hk] = c->x_pos[hk];
+        c->cxk[hk] = (const uint16_t *const *)c->xk[hk];
+        c->cxv[hk] = (const uint16_t *const *)c->xv[hk];
+    }
+    c->a.x_n = c->x_n;
+    c->a.x_pos = c->cx_pos;
+    c->a.x_k = c->cxk;
+    c->a.x_v = c->cxv;
+}
 
 /* The mean-value term on call c: shares in [0, 1.25) (1 and more: none),
  * random means. */
@@ -565,7 +604,7 @@ static void pg_call_init(pg_call *c, uint64_t *rng, int T, int H, int Hkv, int D
         c->cpos[hk] = pos;
         c->ckb[hk] = (const uint16_t *const *)c->kb[hk];
         c->cvb[hk] = (const uint16_t *const *)c->vb[hk];
-        stride = n + 3 > stride ? n + 3 : stride; /* rows longer than the slots: the tail stays as it was */
+        stride = n + 3 + 40 > stride ? n + 3 + 40 : stride; /* past the slots and extra rows: the tail stays as it was */
     }
     c->a = (qi_attn_paged_args){.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos = c->q_pos, .n_swa = n_swa,
                                 .scale = 1.0f / sqrtf((float)D), .q = c->q, .n_slots = c->n_slots, .pos = c->cpos,
@@ -586,6 +625,15 @@ static void pg_call_fini(pg_call *c) {
         free(c->kb[hk]);
         free(c->vb[hk]);
         free(c->pos[hk]);
+    }
+    for (int hk = 0; c->a.x_n && hk < c->a.Hkv; hk++) {
+        for (int j = 0; j < c->x_n[hk]; j++) {
+            free(c->xk[hk][j]);
+            free(c->xv[hk][j]);
+        }
+        free(c->xk[hk]);
+        free(c->xv[hk]);
+        free(c->x_pos[hk]);
     }
     free(c->q_pos);
     free(c->q);
@@ -608,27 +656,35 @@ static void ref_attention_paged(const qi_attn_paged_args *a, float *out, float *
     uint16_t q16[128];
     for (int t = 0; t < a->T; t++)
         for (int h = 0; h < a->H; h++) {
-            const int hk = h / group, n = a->n_slots[hk];
+            const int hk = h / group, n = a->n_slots[hk], nx = a->x_n ? a->x_n[hk] : 0;
             const int32_t qpos = a->q_pos[t], *pos = a->pos[hk];
-            float *s = malloc(sizeof(float) * (size_t)(n + 1));
-            uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)(n + 1));
+            float *s = malloc(sizeof(float) * (size_t)(n + nx + 1));
+            uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)(n + nx + 1));
             const float *q = a->q + ((long)t * a->H + h) * D;
             for (int d = 0; d < D; d++) q16[d] = qi_f32_to_fp16(q[d]);
             for (int i0 = 0; i0 < n; i0 += B)
                 qi_k_attn_scores_ref(ord, D, q16, a->k_blk[hk][i0 >> a->shift], (size_t)D, n - i0 < B ? n - i0 : B,
                                      s + i0);
-            for (int i = 0; i < n; i++) {
+            for (int j = 0; j < nx; j++) /* extra rows: slots n.., one row at a time */
+                qi_k_attn_scores_ref(ord, D, q16, a->x_k[hk][j], (size_t)D, 1, s + n + j);
+            for (int i = 0; i < n + nx; i++) {
+                const int32_t p = i < n ? pos[i] : a->x_pos[hk][i - n];
                 s[i] *= a->scale;
-                if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
+                if (p > qpos || (a->n_swa > 0 && qpos - p >= a->n_swa)) s[i] = -INFINITY;
             }
-            qi_k_softmax_f16_ref(n, s, w16);
+            qi_k_softmax_f16_ref(n + nx, s, w16);
             float *o = out + ((long)t * a->H + h) * D;
             qi_k_attn_values_blk_ref(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, o);
+            if (nx) { /* plus the extra rows' weighted values, in 16 lanes */
+                float xo[128];
+                qi_k_attn_values_blk_ref(QI_K_ORD_GEMM, D, w16 + n, a->x_v[hk], 0, (size_t)D, nx, xo);
+                for (int d = 0; d < D; d++) o[d] += xo[d];
+            }
             const float w = a->mix ? a->mix[t * a->H + h] : 1.0f;
             if (w < 1.0f) /* the mean-value term */
                 for (int d = 0; d < D; d++) o[d] = w * o[d] + (1.0f - w) * a->vmean[hk][d];
             if (stats)
-                for (int i = 0; i < n; i++) stats[(long)h * a->stats_stride + i] += qi_fp16_to_f32(w16[i]);
+                for (int i = 0; i < n + nx; i++) stats[(long)h * a->stats_stride + i] += qi_fp16_to_f32(w16[i]);
             free(s);
             free(w16);
         }
@@ -637,7 +693,8 @@ static void ref_attention_paged(const qi_attn_paged_args *a, float *out, float *
 /* PG_CALLS calls of one shape, T and statistics varying by call (decode
  * rows, prompt chunks, an empty call), every third shape with the
  * mean-value term (shares below 1 blend the means in, 1 and more leave the
- * output), on 1..4 threads: attention_paged_n,
+ * output), half the shapes with extra rows (a fetching policy's: 0 to 39 a
+ * KV head, each row on its own), on 1..4 threads: attention_paged_n,
  * and each call through attention_paged, against the reference, outputs
  * and statistics bit for bit, guard floats around each intact. */
 START_TEST(test_attention_paged) {
@@ -656,6 +713,7 @@ START_TEST(test_attention_paged) {
             const bool stats = mode == 0 || (mode == 2 && k % 2 == 0);
             pg_call_init(&c[k], &rng, Ts[k], H, Hkv, D, n_swa, stats);
             if (i % 3 == 0) pg_call_mix(&c[k], &rng); /* SparQ's mean-value term on every third shape */
+            if (i % 4 == 1 || i % 4 == 2) pg_call_extra(&c[k], &rng); /* fetched rows on half the shapes */
             a[k] = c[k].a;
             want_out[k] = malloc(sizeof(float) * (size_t)(pg_out_len(&a[k]) + 1));
             want_stats[k] = NULL;
@@ -666,8 +724,9 @@ START_TEST(test_attention_paged) {
             ref_attention_paged(&a[k], want_out[k], want_stats[k]);
         }
         char what[160];
-        snprintf(what, sizeof what, "paged attention H=%d Hkv=%d D=%d n_swa=%d, stats %s%s", H, Hkv, D, n_swa,
-                 mode == 0 ? "on all" : mode == 1 ? "on none" : "on calls 0, 2, 4", i % 3 == 0 ? ", mean values" : "");
+        snprintf(what, sizeof what, "paged attention H=%d Hkv=%d D=%d n_swa=%d, stats %s%s%s", H, Hkv, D, n_swa,
+                 mode == 0 ? "on all" : mode == 1 ? "on none" : "on calls 0, 2, 4", i % 3 == 0 ? ", mean values" : "",
+                 i % 4 == 1 || i % 4 == 2 ? ", extra rows" : "");
         for (int nt = 1; nt <= MAX_THREADS; nt++)
             for (int together = 0; together < 2; together++) {
                 gbuf go[PG_CALLS], gs[PG_CALLS];

@@ -2123,6 +2123,31 @@ static void ts_cols(tsparq *t) {
     t->v.k_cols = t->cols;
 }
 
+/* The newest `tail` tokens shown without columns (the view's k_tail), and
+ * their columns poisoned (fp16 NaNs) to catch a read of them; ts_cols
+ * restores both. */
+static void ts_tail(tsparq *t, int tail) {
+    const int n = t->v.n, D = t->v.D, rows = 1 << t->v.k_shift;
+    for (int i = n - tail; i < n; i++)
+        for (int d = 0; d < D; d++) t->cols[((size_t)(i / rows) * D + d) * rows + i % rows] = 0x7e00;
+    t->v.k_tail = tail;
+}
+
+/* The same choice, bit for bit, with a random tail of tokens read by rows
+ * (kv.h's offload tier shows its newest block so): got tokens in want[]. */
+static void expect_same_with_tail(tsparq *t, qi_kv_policy *p, bool fetch, const int *want, int got, uint64_t *rng) {
+    static int again[SQ_MAXN];
+    ts_tail(t, (int)(qi_test_rand(rng) % (unsigned)(t->v.n + 1)));
+    int n2 = -1;
+    qi_err e = {0};
+    ck_assert_msg((fetch ? qi_kv_policy_fetch : qi_kv_policy_pick)(p, &t->v, again, &n2, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(n2 == got && memcmp(again, want, sizeof *want * (size_t)got) == 0,
+                  "%s with the newest %d of %d tokens by rows: another choice", qi_kv_policy_name(p), t->v.k_tail,
+                  t->v.n);
+    t->v.k_tail = 0;
+    ts_cols(t);
+}
+
 static void ts_fill(tsparq *t, int n, int group, int D, int shift, int budget, float scale, uint64_t *rng) {
     ck_assert(n >= 1 && n <= SQ_MAXN && group <= SQ_MAXG && D <= SQ_MAXD);
     for (int i = 0; i < group * D; i++) t->q[i] = 2.0f * qi_test_randf(rng) - 1.0f;
@@ -2192,7 +2217,8 @@ static void sparq_oracle_scores(const tsparq *t, double dims, double *score) {
  * 1 to 700 tokens in blocks of 4 and of 64 rows, groups of 1 to 4 heads,
  * 1 to 80 values per head (and three views of 16 heads of 128), dims from one component to all of them,
  * budgets from 1 to past the cache. The pick is the newest token and
- * budget - 1 others in ascending order; every other token it reads scores,
+ * budget - 1 others in ascending order, the same with a random number of
+ * the newest tokens' keys shown by rows alone; every other token it reads scores,
  * by the oracle, at least as well as every token it leaves, up to the
  * float rounding of the scores (1e-5 of the largest); a budget that covers
  * the cache reads every token. */
@@ -2219,6 +2245,7 @@ START_TEST(sparq_pick_matches_oracle) {
             ck_assert_msg(qi_kv_policy_pick(pol[f], &t.v, t.picked, &got, &e) == QI_OK, "%s", e.msg);
             const int want = budget < n ? budget : n;
             ck_assert_msg(got == want, "trial %d %s: %d tokens picked, want %d", trial, spec[f], got, want);
+            expect_same_with_tail(&t, pol[f], false, t.picked, got, &rng);
             ck_assert_int_eq(t.picked[got - 1], n - 1);
             for (int j = 1; j < got; j++) ck_assert(t.picked[j] > t.picked[j - 1]);
             if (got == n) {
@@ -2423,16 +2450,20 @@ static void expect_kcols(const qi_kv_stream *s, int D, const char *when) {
         }
 }
 
-/* The offload tier's columns, brought up to date on demand: every slot's
- * equal its row, a block's slots past the last zero. */
+/* The offload tier's columns, brought up to date on demand for its whole
+ * blocks: every slot's there equal its row. off_cols_seen: the most slots
+ * checked at once. */
+static int off_cols_seen;
 static void expect_off_kcols(qi_kv_stream *s, int D, const char *when) {
     const qi_kv_tier *t = &s->off;
-    const uint16_t *kc = qi_kv_stream_off_kcols(s);
-    ck_assert(kc == t->kcol && t->kcol_n == t->n);
-    for (int i = 0; i < ((t->n + QI_KV_BLOCK - 1) / QI_KV_BLOCK) * QI_KV_BLOCK; i++)
+    int nc = -1;
+    const uint16_t *kc = qi_kv_stream_off_kcols(s, &nc);
+    ck_assert(kc == t->kcol && nc == (t->n / QI_KV_BLOCK) * QI_KV_BLOCK && t->kcol_n == nc);
+    off_cols_seen = nc > off_cols_seen ? nc : off_cols_seen;
+    for (int i = 0; i < nc; i++)
         for (int d = 0; d < D; d++) {
             const uint16_t c = kc[((size_t)(i / QI_KV_BLOCK) * D + d) * QI_KV_BLOCK + i % QI_KV_BLOCK];
-            const uint16_t want = i < t->n ? qi_kv_k_row(t, i, D)[d] : 0;
+            const uint16_t want = qi_kv_k_row(t, i, D)[d];
             ck_assert_msg(c == want, "%s: offloaded slot %d component %d: column 0x%04x, row 0x%04x", when, i, d, c,
                           want);
         }
@@ -2500,6 +2531,7 @@ START_TEST(quest_bounds_follow_the_rows) {
     expect_bounds(&s, D, "after a swap");
     expect_kcols(&s, D, "after a swap");
     expect_off_kcols(&s, D, "after a swap");
+    ck_assert_int_ge(off_cols_seen, QI_KV_BLOCK); /* a whole block was checked */
     /* the check sees a stale bound: one row changed behind the cache's back */
     ck_assert(!bounds_stale(&s, D));
     qi_kv_k_row(&s.work, 1, D)[0] = qi_f32_to_fp16(100.0f);
@@ -2521,7 +2553,9 @@ END_TEST
  * of an offload tier (the token-pick views above; fetch has no newest
  * token to keep): budgets from 0 to past the tier, dims from one
  * component to all. The fetch is min(budget, n) distinct tokens in
- * ascending order, and every token fetched scores, by the oracle, at
+ * ascending order, the same with a random number of the newest tokens'
+ * keys shown by rows alone (as the cache shows its newest block), and
+ * every token fetched scores, by the oracle, at
  * least as well as every token left, up to the float rounding of the
  * scores (1e-5 of the largest). */
 START_TEST(qinfer_fetch_matches_oracle) {
@@ -2549,6 +2583,7 @@ START_TEST(qinfer_fetch_matches_oracle) {
             ck_assert_msg(qi_kv_policy_fetch(pol[f], &t.v, t.picked, &got, &e) == QI_OK, "%s", e.msg);
             const int want = budget < n ? budget : n;
             ck_assert_msg(got == want, "trial %d %s: %d tokens fetched, want %d", trial, spec[f], got, want);
+            expect_same_with_tail(&t, pol[f], true, t.picked, got, &rng);
             for (int j = 1; j < got; j++) ck_assert(t.picked[j] > t.picked[j - 1]);
             if (got == 0 || got == n) {
                 none += got == 0;
@@ -2666,6 +2701,21 @@ START_TEST(qinfer_fetch_leaves_room) {
     ck_assert_int_eq(n, 0);
     ck_assert_int_eq(qi_kv_policy_fetch(fresh, &t.v, t.picked, &n, NULL), QI_OK);
     ck_assert(n == 2 && t.picked[0] == 2 && t.picked[1] == 5); /* scored once memory is back */
+    /* every key the same, so every weight: the ties go to the newest slots, with or without a tail by rows */
+    for (int i = 0; i < 8 * 4; i++) t.keys[i] = qi_f32_to_fp16(0.25f);
+    ts_cols(&t);
+    t.v.budget = 3;
+    for (int tail = 0; tail <= 8; tail += 4) {
+        ts_tail(&t, tail);
+        ck_assert_int_eq(qi_kv_policy_fetch(all, &t.v, t.picked, &n, NULL), QI_OK);
+        ck_assert(n == 3 && t.picked[0] == 5 && t.picked[1] == 6 && t.picked[2] == 7);
+        ts_cols(&t);
+    }
+    t.v.k_tail = 9; /* a tail past the tier */
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    t.v.k_tail = -1;
+    ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    t.v.k_tail = 0;
     t.v.k_cols = NULL;
     ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
     ts_cols(&t);

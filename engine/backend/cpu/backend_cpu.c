@@ -418,6 +418,22 @@ typedef struct {
     long total; /* pairs over all the calls */
 } attp_job;
 
+/* Rows rows[0..m) of D fp16 values one after another into g: copies of a
+ * size the compiler knows for the usual head sizes (a call per row costs
+ * more than the copy). */
+static void gather_rows(uint16_t *restrict g, const uint16_t *const *rows, int m, int D) {
+#define GATHER_AS(DD)                                                                                         \
+    for (int j = 0; j < m; j++) memcpy(g + (size_t)j * (DD), rows[j], sizeof *g * (DD));                      \
+    return
+    switch (D) {
+    case 64: GATHER_AS(64);
+    case 128: GATHER_AS(128);
+    case 256: GATHER_AS(256);
+    default: GATHER_AS((size_t)D);
+    }
+#undef GATHER_AS
+}
+
 /* One (query, head) of a call, in one of three modes (backend.h):
  * attention (out, and stats when given), a partial (out normalised over
  * the call's slots, and their max score and sum of exponentials), or the
@@ -435,7 +451,8 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
      * with zeros, and a zero weight adds nothing to an output or a
      * statistic. */
     int n = a->n_slots[hk];
-    while (n > 0 && pos[n - 1] > qpos) n--;
+    const int nx = a->x_n ? a->x_n[hk] : 0; /* extra rows: the table's slots are all kept, theirs follow */
+    while (nx == 0 && n > 0 && pos[n - 1] > qpos) n--;
     uint16_t q16[1024];
     const float *q = a->q + th * D;
     K->f32_to_f16(q, q16, D);
@@ -451,10 +468,30 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
         K->attn_scores(ord, D, q16, k0, (size_t)D, m, s + i0);
         i0 += m;
     }
+    /* the extra rows (fetched tokens) after the table's: scattered single
+     * rows, gathered into a run for one kernel call in the VEC order (each
+     * dot on its own there, so the scores are those of one call per row) */
+    const int32_t *xpos = nx ? a->x_pos[hk] : NULL;
+    if (nx) {
+        const uint16_t *const *xk = a->x_k[hk];
+        enum { GATHER = 4096 };
+        uint16_t g[GATHER];
+        const int per = ord == QI_K_ORD_VEC && D <= GATHER ? GATHER / D : 1;
+        for (int j0 = 0; j0 < nx; j0 += per) {
+            const int m = nx - j0 < per ? nx - j0 : per;
+            if (per == 1) {
+                K->attn_scores(ord, D, q16, xk[j0], (size_t)D, 1, s + n + j0);
+                continue;
+            }
+            gather_rows(g, xk + j0, m, D);
+            K->attn_scores(ord, D, q16, g, (size_t)D, m, s + n + j0);
+        }
+    }
     float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n + nx; i++) {
+        const int32_t p = i < n ? pos[i] : xpos[i - n];
         s[i] *= a->scale;
-        if (pos[i] > qpos || (a->n_swa > 0 && qpos - pos[i] >= a->n_swa)) s[i] = -INFINITY;
+        if (p > qpos || (a->n_swa > 0 && qpos - p >= a->n_swa)) s[i] = -INFINITY;
         mx = s[i] > mx ? s[i] : mx;
     }
     if (a->tot_m) {
@@ -483,18 +520,23 @@ static void attp_one(const qi_attn_paged_args *a, cpu_ctx *c, int t, int h, floa
         K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, out);
         return;
     } else {
-        K->softmax_f16(n, s, w16);
+        K->softmax_f16(n + nx, s, w16);
         float *out = a->out + th * D;
         K->attn_values_blk(ord, D, w16, a->v_blk[hk], a->shift, (size_t)D, n, out);
+        if (nx) { /* plus the extra rows', summed in 16 lanes (their own order: no reference to keep) */
+            float xo[1024];
+            K->attn_values_blk(QI_K_ORD_GEMM, D, w16 + n, a->x_v[hk], 0, (size_t)D, nx, xo);
+            for (int d = 0; d < D; d++) out[d] += xo[d];
+        }
         if (a->mix && a->mix[th] < 1.0f) { /* the unread weight on the mean value */
             const float w = a->mix[th] > 0.0f ? a->mix[th] : 0.0f, *vm = a->vmean[hk];
             for (int d = 0; d < D; d++) out[d] = w * out[d] + (1.0f - w) * vm[d];
         }
     }
-    if (a->stats) {
+    if (a->stats) { /* the extra rows' after the table's slots, all kept then */
         float *st = a->stats + (long)h * a->stats_stride, wf[256];
-        for (int i0 = 0; i0 < n; i0 += 256) {
-            const int m = n - i0 < 256 ? n - i0 : 256;
+        for (int i0 = 0; i0 < n + nx; i0 += 256) {
+            const int m = n + nx - i0 < 256 ? n + nx - i0 : 256;
             K->f16_to_f32(w16 + i0, wf, m);
             for (int i = 0; i < m; i++) st[i0 + i] += wf[i];
         }
@@ -531,8 +573,10 @@ static void attp_check(const cpu_ctx *c, const qi_attn_paged_args *a) {
     QI_ASSERT(a->D <= 1024 && a->H % a->Hkv == 0);
     QI_ASSERT(!a->part_m || (a->part_l && !a->stats && !a->tot_m));
     QI_ASSERT(!a->tot_m || (a->tot_l && a->stats));
-    for (int hk = 0; hk < a->Hkv; hk++)
-        QI_ASSERT(a->n_slots[hk] <= c->att_len && (!a->stats || a->n_slots[hk] <= a->stats_stride));
+    for (int hk = 0; hk < a->Hkv; hk++) {
+        const int n = a->n_slots[hk] + (a->x_n ? a->x_n[hk] : 0);
+        QI_ASSERT(n <= c->att_len && (!a->stats || n <= a->stats_stride));
+    }
 }
 
 static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a);
@@ -540,7 +584,7 @@ static void blas_attention_paged(cpu_ctx *c, const qi_attn_paged_args *a);
 static void cpu_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     cpu_ctx *c = C(b);
     attp_check(c, a);
-    if (c->attn_blas && a->T >= 2 && !a->part_m && !a->tot_m) {
+    if (c->attn_blas && a->T >= 2 && !a->part_m && !a->tot_m && !a->x_n) {
         blas_attention_paged(c, a);
         return;
     }
@@ -555,7 +599,7 @@ static void cpu_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, in
     bool any_blas = false;
     for (int i = 0; i < n; i++) {
         attp_check(c, &a[i]);
-        any_blas |= c->attn_blas && a[i].T >= 2 && !a[i].part_m && !a[i].tot_m;
+        any_blas |= c->attn_blas && a[i].T >= 2 && !a[i].part_m && !a[i].tot_m && !a[i].x_n;
         j.total += attp_items(&a[i]);
     }
     if (any_blas) {
