@@ -1055,8 +1055,8 @@ static void unit_bytes(const qi_layer *ly, int unit, size_t *gb, size_t *ub, siz
 /* The swap worker's copy (qi_neuron_copy_fn), in the engine's thread
  * between steps: unit u of layer l into fast slot s, its gate and up rows
  * (unit rows each, one copy) and its block of every row of down (one
- * copy a row: the slot's blocks are strided in the matrix), queued on the
- * fast device's stream. */
+ * strided copy: the slot's blocks are a column of blocks in the matrix),
+ * queued on the fast device's stream. */
 static int live_copy(void *ctx, int l, int u, int s) {
     qi_engine *e = ctx;
     const qi_layer *ly = &e->m->layers[l];
@@ -1071,10 +1071,10 @@ static int live_copy(void *ctx, int l, int u, int s) {
                                  (const char *)ly->w_gate.data + (size_t)u * gb, gb, &e->live_err);
     if (!st) st = qi_dev_upload(b, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)u * ub,
                                 ub, &e->live_err);
-    for (int64_t r = 0; r < ly->w_down.n_rows && !st; r++)
-        st = qi_dev_upload(b, qi_view_of(buf, down_off + (size_t)r * drow + (size_t)s * blk),
-                           (const char *)ly->w_down.data + (size_t)r * ly->w_down.row_bytes + (size_t)u * blk, blk,
-                           &e->live_err);
+    if (!st)
+        st = qi_dev_upload_2d(b, qi_view_of(buf, down_off + (size_t)s * blk), (size_t)drow,
+                              (const char *)ly->w_down.data + (size_t)u * blk, (size_t)ly->w_down.row_bytes, blk,
+                              (size_t)ly->w_down.n_rows, &e->live_err);
     if (st) {
         if (!e->live_st) e->live_st = st;
         return -1;

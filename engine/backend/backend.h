@@ -78,6 +78,14 @@ void *qi_buf_ptr(qi_backend *b, qi_view v, size_t n, qi_err *err);
  * synchronise, says when). */
 qi_status qi_dev_copy(qi_backend *b, qi_view dst, qi_view src, size_t n, qi_err *err);
 qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err);
+/* A strided upload, as one command of b's stream: height rows of width
+ * bytes, row r from src + r x spitch to dst.off + r x dpitch of dst.buf
+ * (pitches at least width; the rows' extent inside the buffer). For
+ * blocks strided in a matrix, such as a neuron's quantisation block in
+ * every row of a down projection, where one upload a row would pay the
+ * link's latency once a row. */
+qi_status qi_dev_upload_2d(qi_backend *b, qi_view dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, qi_err *err);
 /* The device whose stream a copy from src's buffers to dst's goes on: the
  * one that is not host-visible (src when both are), so the copy is
  * ordered with that device's ops; NULL when neither is host-visible (two
@@ -253,6 +261,11 @@ typedef struct {
     void *(*buf_mem)(qi_backend *b, size_t n);
     void (*buf_release)(qi_backend *b, void *mem);
     void (*copy)(qi_backend *b, void *dst, const void *src, size_t n);
+    /* Optional (NULL: height copies of width bytes): height rows of width
+     * bytes, row r from src + r x spitch to dst + r x dpitch, as one queued
+     * copy (cudaMemcpy2DAsync: one launch, not one a row). */
+    void (*copy_2d)(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                    size_t height);
     void (*mark)(qi_backend *b, qi_event *ev);
     void (*wait)(qi_backend *b, qi_event *ev);
     void (*drain)(qi_backend *b);

@@ -6,6 +6,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -124,6 +125,26 @@ qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, q
     qi_status st = check_view(b, dst, n, false, err);
     if (st) return st;
     if (n && !injected(b, n)) b->iface->copy(b, (char *)dst.buf->mem + dst.off, src, n);
+    return QI_OK;
+}
+
+qi_status qi_dev_upload_2d(qi_backend *b, qi_view dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, qi_err *err) {
+    if (dpitch < width || spitch < width)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided upload of %zu-byte rows with pitches %zu and %zu",
+                      b->info.name, width, dpitch, spitch);
+    if (!width || !height) return QI_OK;
+    if (height - 1 > (SIZE_MAX - width) / dpitch)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided upload of %zu rows of pitch %zu overflows", b->info.name,
+                      height, dpitch);
+    qi_status st = check_view(b, dst, dpitch * (height - 1) + width, false, err);
+    if (st) return st;
+    if (injected(b, width * height)) return QI_OK;
+    char *d = (char *)dst.buf->mem + dst.off;
+    if (b->iface->copy_2d)
+        b->iface->copy_2d(b, d, dpitch, src, spitch, width, height);
+    else
+        for (size_t r = 0; r < height; r++) b->iface->copy(b, d + r * dpitch, (const char *)src + r * spitch, width);
     return QI_OK;
 }
 

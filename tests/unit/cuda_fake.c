@@ -95,6 +95,13 @@ static int f_memcpy_async(void *ctx, void *dst, const void *src, size_t n, void 
     F.clock_ms += 1;
     return 0;
 }
+static int f_memcpy_2d_async(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t height, void *s) {
+    ENTRY("memcpy_2d_async");
+    for (size_t r = 0; r < height; r++) memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    F.clock_ms += 1;
+    return 0;
+}
 typedef struct {
     double t;
 } f_event;
@@ -298,7 +305,8 @@ static const qi_cuk k_fake_kernels = {
 const qi_cuda_rt qi_fake_cuda_rt = {
     .name = "fake runtime", .ctx = &F, .init = f_init, .dev_malloc = f_dev_malloc, .dev_free = f_dev_free,
     .host_malloc = f_host_malloc, .host_free = f_host_free, .stream_create = f_stream_create,
-    .stream_destroy = f_stream_destroy, .memcpy_async = f_memcpy_async, .event_create = f_event_create,
+    .stream_destroy = f_stream_destroy, .memcpy_async = f_memcpy_async,
+    .memcpy_2d_async = f_memcpy_2d_async, .event_create = f_event_create,
     .event_destroy = f_event_destroy, .event_record = f_event_record, .event_sync = f_event_sync,
     .event_elapsed = f_event_elapsed, .stream_sync = f_stream_sync, .blas_create = f_blas_create,
     .blas_destroy = f_blas_destroy, .error_string = f_error_string, .k = &k_fake_kernels,

@@ -428,6 +428,22 @@ START_TEST(test_failures) {
                   "%s", e.msg);
     qi_err_clear(&e);
     ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK); /* once */
+    /* a strided upload: one cudaMemcpy2DAsync, its rows where they belong */
+    float col[8];
+    for (int i = 0; i < 8; i++) col[i] = (float)i + 0.5f;
+    ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(bx, sizeof(float)), 8 * sizeof(float), col, 2 * sizeof(float),
+                                      sizeof(float), 4, &e),
+                     QI_OK);
+    float back[64];
+    ck_assert_int_eq(qi_dev_download(b, back, qi_view_of(bx, 0), sizeof back, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+    for (int r = 0; r < 4; r++) ck_assert(back[1 + 8 * r] == col[2 * r] && back[8 * r] == 0.0f);
+    fail_next("memcpy_2d_async", 1, 700);
+    ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(bx, 0), 64, x, 64, 16, 3, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "cudaMemcpy2DAsync(") && strstr(e.msg, "3 x 16 bytes) failed"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_dev_upload(b, qi_view_of(bx, 0), x, sizeof x, &e), QI_OK); /* zeros again */
     /* a kernel, with its arguments */
     qi_err_clear(&e);
     fail_next("scale", 1, 719);

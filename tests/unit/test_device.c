@@ -12,6 +12,7 @@
  *   - round trips host -> cpu -> testdev -> cpu -> host keep every byte;
  *   - failures inside the stream stick: an injected copy failure is
  *     returned by the next synchronise, once, naming the device;
+ *   - a strided upload writes its column of blocks and nothing else;
  *   - event times are ordered;
  *   - ops on testdev equal the CPU's bit for bit (a matmul and an
  *     attention over its own buffers).
@@ -229,6 +230,44 @@ START_TEST(test_sticky_failure) {
 }
 END_TEST
 
+/* A strided upload (qi_dev_upload_2d): a column of 3-byte blocks out of
+ * rows of 11 into rows of 7, on both devices: those bytes written, every
+ * other byte of the buffer as it was; pitches under the width and an
+ * extent past the buffer refused; nothing to copy is no command; an
+ * injected failure stops it as one command. */
+START_TEST(test_upload_2d) {
+    enum { H = 9, SP = 11, DP = 7, W = 3, OFF = 2 };
+    unsigned char src[H * SP], want[H * DP + OFF], got[H * DP + OFF];
+    for (int i = 0; i < H * SP; i++) src[i] = (unsigned char)(i * 7 + 1);
+    for (int which = 0; which < 2; which++) {
+        qi_backend *b = make(which, 0);
+        qi_err e = {0};
+        qi_buf *x = NULL;
+        ck_assert_int_eq(qi_buf_alloc(b, sizeof want, "x", &x, &e), QI_OK);
+        memset(want, 0xAB, sizeof want);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), want, sizeof want, &e), QI_OK);
+        for (int r = 0; r < H; r++) memcpy(want + OFF + r * DP, src + 4 + r * SP, W);
+        ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(x, OFF), DP, src + 4, SP, W, H, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_download(b, got, qi_view_of(x, 0), sizeof got, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "%s: strided upload", which ? "testdev" : "cpu");
+        ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(x, OFF), W - 1, src, SP, W, H, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "pitches"), "%s", e.msg);
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(x, OFF + DP), DP, src, SP, W, H, &e), QI_ERR_INVALID);
+        qi_err_clear(&e);
+        qi_dev_inject_fail(b, 1); /* nothing to copy: no command, so the failure waits for the next */
+        ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(x, 0), DP, src, SP, W, 0, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload_2d(b, qi_view_of(x, 0), DP, src, SP, W, H, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(x, 0), src, 1, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+        ck_assert_msg(strstr(e.msg, "injected failure of a 27-byte copy"), "%s", e.msg);
+        qi_buf_free(x);
+        qi_backend_free(b);
+    }
+}
+END_TEST
+
 /* testdev's ops are the CPU's arithmetic: a matmul and an attention on its
  * own buffers give the CPU's bits. */
 START_TEST(test_ops_equal_cpu) {
@@ -329,6 +368,7 @@ static Suite *device_suite(void) {
     tcase_add_test(tc, test_stream_order);
     tcase_add_test(tc, test_round_trip_and_events);
     tcase_add_test(tc, test_sticky_failure);
+    tcase_add_test(tc, test_upload_2d);
     tcase_add_test(tc, test_ops_equal_cpu);
     tcase_add_test(tc, test_op_checks);
     suite_add_tcase(s, tc);

@@ -233,7 +233,7 @@ START_TEST(test_overlap) {
 END_TEST
 
 /* Copies: the link's latency and bandwidth in their direction; nothing
- * computed comes back (zeros). */
+ * computed comes back (zeros); a strided upload pays one latency. */
 START_TEST(test_copies) {
     machine M;
     machine_open(&M, NULL, 0);
@@ -255,6 +255,11 @@ START_TEST(test_copies) {
     ck_assert_double_eq_tol(qi_sim_now(M.sim), up + down, (up + down) * 1e-12);
     for (size_t i = 0; i < n; i += 4097) ck_assert_uint_eq(h[i], 0);
     ck_assert_double_eq_tol(qi_sim_busy(M.gpu, QI_SIM_OP_CLASSES), up + down, (up + down) * 1e-12);
+    /* a strided upload of 256 rows of 32 bytes is one copy: one latency, not 256 */
+    ck_assert_int_eq(qi_dev_upload_2d(M.gpu, qi_view_of(gb, 0), 4096, h, 64, 32, 256, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
+    const double strided = 2e-5 + 32.0 * 256 / (1e10 * M.par.link);
+    ck_assert_double_eq_tol(qi_sim_now(M.sim), up + down + strided, (up + down + strided) * 1e-12);
     /* a GPU buffer is not the host's: a view of it given to the CPU is refused */
     ck_assert_ptr_null(qi_buf_ptr(M.cpu, qi_view_of(gb, 0), 8, &e));
     qi_buf_free(gb);

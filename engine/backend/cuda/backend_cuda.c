@@ -452,6 +452,14 @@ static void cu_copy(qi_backend *b, void *dst, const void *src, size_t n) {
            dst, src, n);
 }
 
+static void cu_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    cu_ctx *c = C(b);
+    failed(b, c->rt->memcpy_2d_async(c->rx, dst, dpitch, src, spitch, width, height, c->stream), false,
+           "cudaMemcpy2DAsync(dst=%p, pitch %zu, src=%p, pitch %zu, %zu x %zu bytes)", dst, dpitch, src, spitch,
+           height, width);
+}
+
 static void *ev_get(qi_backend *b) {
     cu_ctx *c = C(b);
     if (c->n_pool) return c->pool[--c->n_pool];
@@ -552,6 +560,7 @@ static const qi_backend_i k_cuda_iface = {
     .buf_mem = cu_buf_mem,
     .buf_release = cu_buf_release,
     .copy = cu_copy,
+    .copy_2d = cu_copy_2d,
     .mark = cu_mark,
     .wait = cu_wait,
     .drain = cu_drain,

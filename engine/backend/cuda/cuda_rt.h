@@ -32,6 +32,9 @@ typedef struct qi_cuda_rt {
     int (*stream_destroy)(void *ctx, void *s);
     /* n bytes between any two addresses (device, pinned or pageable host), queued on s */
     int (*memcpy_async)(void *ctx, void *dst, const void *src, size_t n, void *s);
+    /* height rows of width bytes, pitches dpitch and spitch, queued on s as one copy */
+    int (*memcpy_2d_async)(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, void *s);
     int (*event_create)(void *ctx, void **e); /* with timing */
     int (*event_destroy)(void *ctx, void *e);
     int (*event_record)(void *ctx, void *e, void *s);

@@ -45,6 +45,11 @@ static int rt_memcpy_async(void *ctx, void *dst, const void *src, size_t n, void
     (void)ctx;
     return (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s);
 }
+static int rt_memcpy_2d_async(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, void *s) {
+    (void)ctx;
+    return (int)cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, (cudaStream_t)s);
+}
 static int rt_event_create(void *ctx, void **e) {
     (void)ctx;
     return (int)cudaEventCreate((cudaEvent_t *)e);
@@ -99,6 +104,7 @@ const qi_cuda_rt *qi_cuda_rt_default(void) {
         .stream_create = rt_stream_create,
         .stream_destroy = rt_stream_destroy,
         .memcpy_async = rt_memcpy_async,
+        .memcpy_2d_async = rt_memcpy_2d_async,
         .event_create = rt_event_create,
         .event_destroy = rt_event_destroy,
         .event_record = rt_event_record,

@@ -478,27 +478,33 @@ static bool in_dev(const sim_dev *d, const void *p) {
     return (const char *)p >= d->base && (const char *)p < d->base + d->len;
 }
 
-static void sim_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+/* height rows of width bytes (pitches dpitch, spitch) as one copy: one
+ * latency or launch, the bytes at the path's bandwidth */
+static void sim_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height) {
     sim_dev *d = S(b);
     const qi_hwprofile *pr = &d->sim->prof;
     const qi_sim_params *p = &d->sim->par;
+    const double n = (double)width * (double)height;
     double dur;
     if (!d->gpu) {
         /* host to host: the bytes are real (the engine reads what it copies
          * within host memory), at the host's bandwidth */
-        memmove(dst, src, n);
-        dur = 2.0 * (double)n / (pr->cpu_mem_bw.value * p->memory[0][2]);
+        for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+        dur = 2.0 * n / (pr->cpu_mem_bw.value * p->memory[0][2]);
     } else if (in_dev(d, dst) && in_dev(d, src)) {
-        dur = 2.0 * (double)n / (pr->gpu_mem_bw.value * p->memory[1][2]) + pr->gpu_launch.value;
+        dur = 2.0 * n / (pr->gpu_mem_bw.value * p->memory[1][2]) + pr->gpu_launch.value;
     } else if (in_dev(d, dst)) {
-        dur = pr->link_latency.value + (double)n / (pr->link_h2d_bw.value * p->link);
+        dur = pr->link_latency.value + n / (pr->link_h2d_bw.value * p->link);
     } else {
         /* to the host: nothing was computed, so the host gets zeros */
-        memset(dst, 0, n);
-        dur = pr->link_latency.value + (double)n / (pr->link_d2h_bw.value * p->link);
+        for (size_t r = 0; r < height; r++) memset((char *)dst + r * dpitch, 0, width);
+        dur = pr->link_latency.value + n / (pr->link_d2h_bw.value * p->link);
     }
     advance(b, QI_SIM_OP_CLASSES, dur * noise(d->sim));
 }
+
+static void sim_copy(qi_backend *b, void *dst, const void *src, size_t n) { sim_copy_2d(b, dst, n, src, n, n, 1); }
 
 /* A marker completes when the stream reaches it, which is no earlier than
  * the host issued it: an idle GPU's clock is behind the host's. */
@@ -583,6 +589,7 @@ static const qi_backend_i k_sim_iface = {
     .buf_mem = sim_buf_mem,
     .buf_release = sim_buf_release,
     .copy = sim_copy,
+    .copy_2d = sim_copy_2d,
     .mark = sim_mark,
     .wait = sim_wait,
     .drain = sim_drain,
