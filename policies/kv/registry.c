@@ -182,8 +182,8 @@ qi_status qi_kv_policy_pick(qi_kv_policy *p, const qi_kv_pick_view *v, int *bloc
         (p->iface->pick_tokens ? !v->k_blk || !v->k_cols || v->block != 1 : !v->bounds) || v->k_tail < 0 ||
         v->k_tail > v->n)
         return QI_ERR(err, QI_ERR_INVALID,
-                      "KV policy '%s': bad pick view (n %d, block %d, n_blocks %d, newest %d, budget %d)", name,
-                      v->n, v->block, v->n_blocks, v->newest, v->budget);
+                      "KV policy '%s': bad pick view (n %d, block %d, n_blocks %d, newest %d, budget %d, k_tail %d)",
+                      name, v->n, v->block, v->n_blocks, v->newest, v->budget, v->k_tail);
     qi_kv_pick_view lv = *v;
     lv.budget = qi_kv_policy_layer_budget(p, v->layer, v->budget);
     const int n = p->iface->pick(p, &lv, blocks);
@@ -233,8 +233,8 @@ qi_status qi_kv_policy_fetch(qi_kv_policy *p, const qi_kv_pick_view *v, int *tok
     if (!qi_kv_policy_fetches(p)) return QI_ERR(err, QI_ERR_UNSUPPORTED, "KV policy '%s' fetches no tokens", name);
     if (v->n < 0 || v->budget < 0 || v->group < 1 || v->D < 1 || !v->q || !tokens ||
         (v->n > 0 && (!v->k_blk || !v->k_cols)) || v->k_tail < 0 || v->k_tail > v->n)
-        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad fetch view (n %d, budget %d)", name, v->n,
-                      v->budget);
+        return QI_ERR(err, QI_ERR_INVALID, "KV policy '%s': bad fetch view (n %d, budget %d, k_tail %d)", name,
+                      v->n, v->budget, v->k_tail);
     if (v->n == 0 || v->budget == 0) return QI_OK;
     const int n = p->iface->fetch(p, v, tokens);
     if (n < 0 || n > v->budget || n > v->n)

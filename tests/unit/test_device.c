@@ -349,6 +349,32 @@ START_TEST(test_op_checks) {
     ck_assert_int_eq(qi_backend_attention(b, &bad, 1, &e), QI_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "3 heads over 2 KV heads"), "%s", e.msg);
     qi_err_clear(&e);
+    /* extra rows (a fetch's): without their tables, in a partial result, or a negative count */
+    const int one[1] = {1}, minus[1] = {-1};
+    const int32_t p0[1] = {0};
+    const int32_t *pp[1] = {p0};
+    const uint16_t row[4] = {0}, *rows[1] = {row}, *const *rt[1] = {rows};
+    float pm[1], pl[1];
+    qi_attn_paged_args xa = {.T = 1, .H = 1, .Hkv = 1, .D = 4, .q = x, .out = y, .q_pos = qpos, .n_slots = one,
+                             .pos = pp, .k_blk = rt, .v_blk = rt, .x_n = one};
+    ck_assert_int_eq(qi_backend_attention(b, &xa, 1, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "extra rows without their tables"), "%s", e.msg);
+    qi_err_clear(&e);
+    xa.x_pos = pp;
+    xa.x_k = xa.x_v = rt;
+    xa.part_m = pm;
+    xa.part_l = pl;
+    ck_assert_int_eq(qi_backend_attention(b, &xa, 1, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "extra rows in a partial result"), "%s", e.msg);
+    qi_err_clear(&e);
+    xa.part_m = xa.part_l = NULL;
+    xa.x_n = minus;
+    ck_assert_int_eq(qi_backend_attention(b, &xa, 1, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "-1 extra rows"), "%s", e.msg);
+    qi_err_clear(&e);
+    xa.x_n = one; /* well formed: one slot and one extra row, all zeros */
+    ck_assert_int_eq(qi_backend_attention(b, &xa, 1, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
     /* the second op from now fails, the first and third run */
     qi_dev_inject_op_fail(b, 2);
     ck_assert_int_eq(qi_backend_scale(b, x, 8, 1.0f, &e), QI_OK);

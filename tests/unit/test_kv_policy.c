@@ -2713,6 +2713,8 @@ START_TEST(qinfer_fetch_leaves_room) {
     }
     t.v.k_tail = 9; /* a tail past the tier */
     ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "k_tail 9"), "%s", e.msg);
+    qi_err_clear(&e);
     t.v.k_tail = -1;
     ck_assert_int_eq(qi_kv_policy_fetch(one, &t.v, t.picked, &n, &e), QI_ERR_INVALID);
     t.v.k_tail = 0;

@@ -260,6 +260,20 @@ START_TEST(test_copies) {
     ck_assert_int_eq(qi_dev_synchronize(M.gpu, &e), QI_OK);
     const double strided = 2e-5 + 32.0 * 256 / (1e10 * M.par.link);
     ck_assert_double_eq_tol(qi_sim_now(M.sim), up + down + strided, (up + down + strided) * 1e-12);
+    /* extra rows (a fetch's, scored on the host) are the host's devices' alone */
+    {
+        const int one[1] = {1};
+        const int32_t p0[1] = {0};
+        const int32_t *pp[1] = {p0};
+        const uint16_t row[4] = {0}, *rows[1] = {row}, *const *rt[1] = {rows};
+        float q[4] = {0}, o[4];
+        const qi_attn_paged_args xa = {.T = 1, .H = 1, .Hkv = 1, .D = 4, .q = q, .out = o, .q_pos = p0,
+                                       .n_slots = one, .pos = pp, .k_blk = rt, .v_blk = rt, .x_n = one,
+                                       .x_pos = pp, .x_k = rt, .x_v = rt};
+        ck_assert_int_eq(qi_backend_attention(M.gpu, &xa, 1, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "extra rows (fetched tokens) on a device other than the host's"), "%s", e.msg);
+        qi_err_clear(&e);
+    }
     /* a GPU buffer is not the host's: a view of it given to the CPU is refused */
     ck_assert_ptr_null(qi_buf_ptr(M.cpu, qi_view_of(gb, 0), 8, &e));
     qi_buf_free(gb);
