@@ -287,11 +287,13 @@ struct qi_engine {
     qi_colw *ns_cw;         /* [n_layer] with cats: the CPU side's down in column form */
     qi_engine_neuron_rp *ns_rp; /* [n_layer] with opts.neuron_active */
     float *ns_obs;          /* [R][n_ff] the fast side's activations, copied back */
-    /* opts.neuron_swap_every: the live state (units as its neurons), the
-     * generation each layer's cold side was gathered at, a layer's
-     * activity per unit, the steps and what was copied; a copy's failure */
+    /* opts.neuron_swap_every: the live state (units as its neurons); per
+     * layer [n_layer][n_units] the unit in each fast slot, the unit at each
+     * position of the cold side and each unit's cold position (-1: in a
+     * slot); a layer's activity per unit, the steps and what was copied; a
+     * copy's failure */
     qi_neuron_live *live;
-    uint64_t *ns_gen;
+    int32_t *ns_hot, *ns_cold, *ns_cpos;
     double *ns_feed;
     long live_steps;
     qi_engine_neuron_swaps swaps;
@@ -643,7 +645,9 @@ void qi_engine_free(qi_engine *e) {
     if (e->ns_buf)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
     qi_neuron_live_free(e->live);
-    qi_free(e->ns_gen);
+    qi_free(e->ns_hot);
+    qi_free(e->ns_cold);
+    qi_free(e->ns_cpos);
     qi_free(e->ns_feed);
     if (e->ns_cw)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
@@ -1052,33 +1056,59 @@ static void unit_bytes(const qi_layer *ly, int unit, size_t *gb, size_t *ub, siz
     *blk = qi_type_get(ly->w_down.type)->size;
 }
 
+/* Unit u of layer l's model bytes into position k of the cold side, in
+ * place: its gate and up rows and its block of every row of down, and
+ * those columns of down's column form under cats. The CPU computes on the
+ * gathered bytes as they are (live_setup checks), so nothing else moves. */
+static qi_status cold_put(qi_engine *e, int l, int k, int u, qi_err *err) {
+    const qi_layer *ly = &e->m->layers[l];
+    qi_ffn_split *sp = &e->ns[l];
+    size_t gb, ub, blk;
+    unit_bytes(ly, sp->unit, &gb, &ub, &blk);
+    memcpy((char *)sp->gate[0].data + (size_t)k * gb, (const char *)ly->w_gate.data + (size_t)u * gb, gb);
+    memcpy((char *)sp->up[0].data + (size_t)k * ub, (const char *)ly->w_up.data + (size_t)u * ub, ub);
+    for (int64_t r = 0; r < ly->w_down.n_rows; r++)
+        memcpy((char *)sp->down[0].data + (size_t)r * sp->down[0].row_bytes + (size_t)k * blk,
+               (const char *)ly->w_down.data + (size_t)r * ly->w_down.row_bytes + (size_t)u * blk, blk);
+    return e->ns_cw[l].codes ? qi_colw_update(&e->ns_cw[l], &sp->down[0], (int64_t)k * sp->unit, sp->unit, err)
+                             : QI_OK;
+}
+
 /* The swap worker's copy (qi_neuron_copy_fn), in the engine's thread
- * between steps: unit u of layer l into fast slot s, its gate and up rows
- * (unit rows each, one copy) and its block of every row of down (one
- * strided copy: the slot's blocks are a column of blocks in the matrix),
- * queued on the fast device's stream. */
-static int live_copy(void *ctx, int l, int u, int s) {
+ * between steps: unit a of layer l into fast slot s, whose unit b has just
+ * left it. a's gate and up rows (one copy each) and its block of every row
+ * of down (one strided copy: the slot's blocks are a column of blocks in
+ * the matrix) are queued on the fast device's stream, ordered before the
+ * next step's ops; b takes a's position on the cold side, in place. So a
+ * swap moves two units' bytes, whatever the layer's size. */
+static int live_copy(void *ctx, int l, int a, int s) {
     qi_engine *e = ctx;
     const qi_layer *ly = &e->m->layers[l];
     const qi_ffn_split *sp = &e->ns[l];
-    qi_backend *b = e->dev[e->o.neuron_dev].be;
+    const size_t nu = (size_t)sp->n_units;
+    int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
+    const int b = hot[s], k = cpos[a];
+    QI_ASSERT(b >= 0 && k >= 0 && cpos[b] < 0);
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
     qi_buf *buf = e->ns_buf[l][1];
     size_t gb, ub, blk;
     unit_bytes(ly, sp->unit, &gb, &ub, &blk);
     const size_t up_off = e->ns_off[l][1], down_off = e->ns_off[l][2];
     const uint64_t drow = sp->down[1].row_bytes;
-    qi_status st = qi_dev_upload(b, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
-                                 (const char *)ly->w_gate.data + (size_t)u * gb, gb, &e->live_err);
-    if (!st) st = qi_dev_upload(b, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)u * ub,
+    qi_status st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
+                                 (const char *)ly->w_gate.data + (size_t)a * gb, gb, &e->live_err);
+    if (!st) st = qi_dev_upload(fb, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)a * ub,
                                 ub, &e->live_err);
     if (!st)
-        st = qi_dev_upload_2d(b, qi_view_of(buf, down_off + (size_t)s * blk), (size_t)drow,
-                              (const char *)ly->w_down.data + (size_t)u * blk, (size_t)ly->w_down.row_bytes, blk,
+        st = qi_dev_upload_2d(fb, qi_view_of(buf, down_off + (size_t)s * blk), (size_t)drow,
+                              (const char *)ly->w_down.data + (size_t)a * blk, (size_t)ly->w_down.row_bytes, blk,
                               (size_t)ly->w_down.n_rows, &e->live_err);
-    if (st) {
+    if (!st) st = cold_put(e, l, k, b, &e->live_err);
+    if (st) { /* b is now on neither side: the engine stops (live_round) */
         if (!e->live_st) e->live_st = st;
         return -1;
     }
+    hot[s] = a, cold[k] = b, cpos[a] = -1, cpos[b] = k;
     e->swaps.swaps++;
     e->swaps.bytes += (double)(gb + ub + blk * (size_t)ly->w_down.n_rows);
     return 0;
@@ -1086,10 +1116,13 @@ static int live_copy(void *ctx, int l, int u, int s) {
 
 static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
     const int L = e->m->hp.n_layer;
+    const size_t n = (size_t)L * (size_t)nu;
     uint64_t *nb = qi_malloc(sizeof *nb * (size_t)L);
-    e->ns_gen = qi_calloc((size_t)L, sizeof *e->ns_gen);
+    e->ns_hot = qi_malloc(sizeof(int32_t) * n);
+    e->ns_cold = qi_malloc(sizeof(int32_t) * n);
+    e->ns_cpos = qi_malloc(sizeof(int32_t) * n);
     e->ns_feed = qi_malloc(sizeof(double) * (size_t)nu);
-    if (!nb || !e->ns_gen || !e->ns_feed) {
+    if (!nb || !e->ns_hot || !e->ns_cold || !e->ns_cpos || !e->ns_feed) {
         qi_free(nb);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the swap worker");
     }
@@ -1099,7 +1132,18 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
         size_t gb, ub, blk;
         unit_bytes(ly, unit, &gb, &ub, &blk);
         nb[l] = gb + ub + blk * (uint64_t)ly->w_down.n_rows;
-        /* a swap copies a unit's rows and blocks as the file has them */
+        /* both sides in the mask's order: slots and cold positions by unit */
+        int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
+        for (int u = 0, s = 0, k = 0; u < nu; u++) {
+            hot[u] = cold[u] = -1;
+            if (e->ns_mask[(size_t)l * nu + u]) {
+                hot[s++] = u, cpos[u] = -1;
+            } else {
+                cold[k] = u, cpos[u] = k++;
+            }
+        }
+        /* a swap copies a unit's rows and blocks as the file has them, and
+         * rewrites the CPU's gathered bytes in place */
         for (int i = 0; i < 3 && e->ns[l].n[1]; i++) {
             const qi_weight *w = i == 0 ? &e->ns[l].gate[1] : i == 1 ? &e->ns[l].up[1] : &e->ns[l].down[1];
             if (w->data && qi_dev_weight_size(fb, w, true) != (size_t)(w->row_bytes * (uint64_t)w->n_rows)) {
@@ -1108,65 +1152,36 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
                               "and device %s keeps weights in a form of its own", qi_dev_info_get(fb)->name);
             }
         }
+        if (e->ns_buf[l][0]) {
+            qi_free(nb);
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons rewrites the cold side's bytes in place, and "
+                          "the cpu keeps layer %d's cold weights in a form of its own", l);
+        }
     }
     qi_status st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy,
                                          NULL, e, &e->live, err);
     qi_free(nb);
-    if (st) return st;
-    for (int l = 0; l < L; l++) {
-        qi_neuron_live_view v;
-        qi_neuron_live_begin(e->live, l, &v);
-        e->ns_gen[l] = v.gen;
-        qi_neuron_live_end(e->live, l);
-    }
-    return QI_OK;
-}
-
-/* After a round of swaps: each layer whose state changed gathers its cold
- * side again (the units in no slot), and its column form under cats. */
-static qi_status live_regather(qi_engine *e, qi_err *err) {
-    const int L = e->m->hp.n_layer;
-    const bool copy = !qi_gguf_shapes_only(e->m->gguf);
-    qi_status st = QI_OK;
-    uint8_t *mask = NULL;
-    for (int l = 0; l < L && !st; l++) {
-        qi_neuron_live_view v;
-        qi_neuron_live_begin(e->live, l, &v);
-        if (v.gen != e->ns_gen[l] && e->ns[l].n[1]) {
-            if (!mask && !(mask = qi_malloc((size_t)v.n_ff))) st = QI_ERR(err, QI_ERR_NOMEM, "out of memory regathering");
-            for (int u = 0; u < v.n_ff && !st; u++) mask[u] = v.where[u] >= 0;
-            qi_ffn_split ns;
-            if (!st && !(st = qi_ffn_split_build(&e->m->layers[l], mask, copy, &ns, err))) {
-                QI_ASSERT(ns.n[1] == e->ns[l].n[1]); /* a swap keeps the slots */
-                qi_ffn_split_free(&e->ns[l]);
-                e->ns[l] = ns;
-                qi_buf_free(e->ns_buf[l][0]);
-                const qi_weight w[3] = {ns.gate[0], ns.up[0], ns.down[0]};
-                st = ns.n[0] ? neuron_prepare(e, 0, l, w, e->ns_w[l][0], &e->ns_buf[l][0], NULL, err) : QI_OK;
-                if (!st && e->ns_cw[l].codes) {
-                    qi_colw_free(&e->ns_cw[l]);
-                    st = qi_colw_build(&ns.down[0], &e->ns_cw[l], err);
-                }
-            }
-            e->ns_gen[l] = v.gen;
-        }
-        qi_neuron_live_end(e->live, l);
-    }
-    qi_free(mask);
     return st;
 }
 
-/* Between steps: a round of swaps every neuron_swap_every steps, its
- * copies waited for. */
+/* Between steps: a round of swaps every neuron_swap_every steps. Its
+ * copies are waited for, so that a failure stops the step that made it;
+ * a failed swap leaves a unit on neither side, so the engine then fails
+ * for good. */
 static qi_status live_round(qi_engine *e, qi_err *err) {
     if (!e->live || ++e->live_steps % e->o.neuron_swap_every) return QI_OK;
-    e->live_st = QI_OK;
+    const double t0 = now_s();
     qi_err_clear(&e->live_err);
     qi_neuron_live_rebalance(e->live);
     e->swaps.rounds++;
-    qi_status st = qi_dev_synchronize(e->dev[e->o.neuron_dev].be, err);
-    if (!st && e->live_st) st = QI_ERR(err, e->live_st, "a neuron swap's copy: %s", e->live_err.msg);
-    return st ? st : live_regather(e, err);
+    qi_err se = {0};
+    const qi_status st = qi_dev_synchronize(e->dev[e->o.neuron_dev].be, &se);
+    if (st && !e->live_st) {
+        e->live_st = st;
+        e->live_err = se;
+    }
+    e->swaps.seconds += now_s() - t0;
+    return e->live_st ? QI_ERR(err, e->live_st, "a neuron swap's copy: %s", e->live_err.msg) : QI_OK;
 }
 
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out) { *out = e->swaps; }
@@ -1232,6 +1247,20 @@ static bool unit_bytes_eq(const qi_layer *ly, const qi_ffn_split *sp, const char
     return true;
 }
 
+/* The cold side's column form (cats) against one made afresh from its
+ * down: equal byte for byte. */
+static qi_status colw_check(const qi_colw *c, const qi_weight *down, int l, qi_err *err) {
+    qi_colw f;
+    qi_status st = qi_colw_build(down, &f, err);
+    if (st) return st;
+    const size_t groups = (size_t)(f.n_in / f.group) * (size_t)f.n_out * sizeof(float);
+    if (memcmp(c->codes, f.codes, f.col_bytes * (size_t)f.n_in) || memcmp(c->scale, f.scale, groups) ||
+        (f.min && memcmp(c->min, f.min, groups)))
+        st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's column form is not its down's", l);
+    qi_colw_free(&f);
+    return st;
+}
+
 qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
     if (!e->ns || qi_gguf_shapes_only(e->m->gguf)) return QI_OK;
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
@@ -1267,15 +1296,28 @@ qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
                                               s, slot[s]))
                 st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's slot %d does not hold unit %d", l, s,
                             slot[s]);
-        /* the cold side: the units in no slot, in order */
-        for (int u = 0, k = 0; u < nu && !st; u++) {
-            bool in = false;
-            for (int s = 0; s < n1 && !in; s++) in = slot[s] == u;
-            if (in) continue;
-            if (!unit_bytes_eq(ly, sp, sp->gate[0].data, sp->up[0].data, sp->down[0].data, sp->down[0].row_bytes, k, u))
-                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's unit %d is not the model's unit %d", l, k, u);
-            k++;
+        /* the cold side's positions: the units in no slot, in order, or
+         * where swaps put them; every unit in exactly one place */
+        uint8_t *seen = qi_calloc((size_t)nu, 1);
+        if (!st && !seen) st = QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
+        for (int s = 0; s < n1 && !st; s++) seen[slot[s]] = 1;
+        for (int k = 0, u = 0; k < sp->n[0] / sp->unit && !st; k++) {
+            while (!e->live && u < nu && seen[u]) u++;
+            const int cu = e->live ? e->ns_cold[(size_t)l * nu + k] : u++;
+            if (cu < 0 || cu >= nu || seen[cu])
+                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's position %d holds unit %d, which is "
+                            "elsewhere too", l, k, cu);
+            else if (!unit_bytes_eq(ly, sp, sp->gate[0].data, sp->up[0].data, sp->down[0].data, sp->down[0].row_bytes,
+                                    k, cu))
+                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's unit %d is not the model's unit %d", l, k,
+                            cu);
+            else
+                seen[cu] = 1;
         }
+        for (int u = 0; u < nu && !st; u++)
+            if (!seen[u]) st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: unit %d is on neither side", l, u);
+        if (!st && e->ns_cw[l].codes) st = colw_check(&e->ns_cw[l], &sp->down[0], l, err);
+        qi_free(seen);
         qi_free(host);
         qi_free(slot);
     }
@@ -3175,26 +3217,21 @@ static qi_status ffn_sim_sparse(qi_engine *e, const dev_state *M, const qi_weigh
 }
 
 /* The swap worker's window of layer l: each unit's |act| summed over the
- * rows, the cold side's from M's activations (its units in order) and
- * the hot side's from the copy in ns_obs (slot order). */
+ * rows, the cold side's from M's activations (by cold position) and the
+ * hot side's from the copy in ns_obs (by slot). */
 static qi_status live_feed(qi_engine *e, int l, const float *cold, int rows, qi_err *err) {
     const qi_ffn_split *sp = &e->ns[l];
     const int unit = sp->unit, n0 = sp->n[0], n1 = sp->n[1];
-    qi_neuron_live_view v;
-    qi_neuron_live_begin(e->live, l, &v);
-    memset(e->ns_feed, 0, sizeof(double) * (size_t)sp->n_units);
-    for (int k = 0, u = 0; u < sp->n_units; u++) {
-        if (v.where[u] >= 0) continue;
-        for (int t = 0; t < rows; t++)
-            for (int j = 0; j < unit; j++) e->ns_feed[u] += fabsf(cold[(size_t)t * n0 + (size_t)k * unit + j]);
-        k++;
+    const size_t nu = (size_t)sp->n_units;
+    memset(e->ns_feed, 0, sizeof(double) * nu);
+    for (int side = 0; side < 2; side++) {
+        const int32_t *at = (side ? e->ns_hot : e->ns_cold) + (size_t)l * nu;
+        const int n = side ? n1 : n0;
+        const float *a = side ? e->ns_obs : cold;
+        for (int k = 0; k < n / unit; k++)
+            for (int t = 0; t < rows; t++)
+                for (int j = 0; j < unit; j++) e->ns_feed[at[k]] += fabsf(a[(size_t)t * n + (size_t)k * unit + j]);
     }
-    for (int s = 0; s < v.n_slots; s++) {
-        if (v.slot[s] < 0) continue;
-        for (int t = 0; t < rows; t++)
-            for (int j = 0; j < unit; j++) e->ns_feed[v.slot[s]] += fabsf(e->ns_obs[(size_t)t * n1 + (size_t)s * unit + j]);
-    }
-    qi_neuron_live_end(e->live, l);
     return qi_neuron_live_feed(e->live, l, e->ns_feed, rows, err);
 }
 
@@ -3389,6 +3426,9 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
 
 qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     if (n_tokens) *n_tokens = 0;
+    if (e->live_st) /* a unit on neither side: the FFN's sum would miss it */
+        return QI_ERR(err, e->live_st, "a neuron swap failed earlier, and the split is incomplete: %s",
+                      e->live_err.msg);
     for (int i = 0; i < e->o.max_seqs; i++) e->seqs[i].n_logits = 0;
     int T = 0;
     const int n_seg = schedule(e, &T);

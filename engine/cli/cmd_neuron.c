@@ -295,8 +295,9 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
     if (k->neuron_fast && k->neuron_swap_every) {
         qi_engine_neuron_swaps sw;
         qi_engine_neuron_swaps_get(e, &sw);
-        printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied)\n", sw.rounds,
-               sw.swaps, sw.bytes / 1048576.0);
+        printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied), %.1f ms in "
+               "the rounds (%.3f ms a round)\n",
+               sw.rounds, sw.swaps, sw.bytes / 1048576.0, 1e3 * sw.seconds, sw.rounds ? 1e3 * sw.seconds / sw.rounds : 0.0);
     }
     if (!k->neuron_fast || k->neuron_active <= 0.0f) return;
     printf("hot neurons against those active in this run (|act| > %g), per layer:\n"

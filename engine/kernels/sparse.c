@@ -36,6 +36,36 @@ static bool has_min(uint32_t type) {
     return type == QI_TYPE_Q4_1 || type == QI_TYPE_Q5_1 || type == QI_TYPE_Q4_K || type == QI_TYPE_Q5_K;
 }
 
+/* Columns [j0, j0 + n) of c from the same columns of w, every row: the
+ * codes of w's blocks there (whole blocks: j0 and n multiples of the
+ * type's block) and their groups' scales and offsets. code, sc and mn hold
+ * n and n / G entries. */
+static void fill_cols(qi_colw *c, const qi_weight *w, int64_t j0, int64_t n, int8_t *code, float *sc, float *mn) {
+    const qi_type_info *ti = qi_type_get(w->type);
+    const size_t src_off = (size_t)(j0 / (int64_t)ti->blck) * ti->size, n_out = (size_t)c->n_out;
+    const size_t g0 = (size_t)(j0 / c->group), groups = (size_t)(n / c->group);
+    for (int64_t i = 0; i < c->n_out; i++) {
+        const bool ok = qi_row_codes(w->type, (const char *)w->data + (uint64_t)i * w->row_bytes + src_off, n, code,
+                                     sc, mn);
+        QI_ASSERT(ok);
+        for (size_t g = 0; g < groups; g++) {
+            c->scale[(g0 + g) * n_out + (size_t)i] = sc[g];
+            if (c->min) c->min[(g0 + g) * n_out + (size_t)i] = mn[g];
+        }
+        const int64_t ch = i / 32, k = i % 32;
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *col = c->codes + (size_t)(j0 + j) * c->col_bytes;
+            if (c->bits == 8) {
+                col[i] = (uint8_t)code[j];
+            } else {
+                const uint8_t v = (uint8_t)(code[j] + c->bias);
+                uint8_t *byte = col + 16 * ch + (k & 15);
+                *byte = (uint8_t)(k < 16 ? (*byte & 0xf0) | v : (*byte & 0x0f) | (v << 4));
+            }
+        }
+    }
+}
+
 qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err) {
     memset(out, 0, sizeof *out);
     if (!qi_colw_supported(w))
@@ -59,27 +89,28 @@ qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err) {
         return QI_ERR(err, QI_ERR_NOMEM, "sparse matmul: out of memory for the column form of a %lld x %lld matrix",
                       (long long)n_out, (long long)n_in);
     }
-    for (int64_t i = 0; i < n_out; i++) {
-        const bool ok = qi_row_codes(w->type, (const char *)w->data + (uint64_t)i * w->row_bytes, n_in, code, sc, mn);
-        QI_ASSERT(ok);
-        for (size_t g = 0; g < groups; g++) {
-            c.scale[g * (size_t)n_out + (size_t)i] = sc[g];
-            if (c.min) c.min[g * (size_t)n_out + (size_t)i] = mn[g];
-        }
-        const int64_t ch = i / 32, k = i % 32;
-        for (int64_t j = 0; j < n_in; j++) {
-            uint8_t *col = c.codes + (size_t)j * c.col_bytes;
-            if (c.bits == 8) {
-                col[i] = (uint8_t)code[j];
-            } else {
-                const uint8_t v = (uint8_t)(code[j] + c.bias);
-                uint8_t *byte = col + 16 * ch + (k & 15);
-                *byte = (uint8_t)(k < 16 ? (*byte & 0xf0) | v : (*byte & 0x0f) | (v << 4));
-            }
-        }
-    }
+    fill_cols(&c, w, 0, n_in, code, sc, mn);
     qi_free(code), qi_free(sc), qi_free(mn);
     *out = c;
+    return QI_OK;
+}
+
+qi_status qi_colw_update(qi_colw *c, const qi_weight *w, int64_t j0, int64_t n, qi_err *err) {
+    const qi_type_info *ti = qi_type_get(w->type);
+    if (!c->codes || !ti || w->type != c->type || w->n_rows != c->n_out || w->n_cols != c->n_in || n < 1 || j0 < 0 ||
+        j0 + n > c->n_in || j0 % (int64_t)ti->blck || n % (int64_t)ti->blck)
+        return QI_ERR(err, QI_ERR_INVALID, "sparse matmul: columns [%lld, %lld) of a %s matrix of %lld x %lld cannot "
+                      "update a column form of %lld x %lld (whole blocks of the same type and shape only)",
+                      (long long)j0, (long long)(j0 + n), ti ? ti->name : "?", (long long)w->n_rows,
+                      (long long)w->n_cols, (long long)c->n_out, (long long)c->n_in);
+    int8_t *code = qi_malloc((size_t)n);
+    float *sc = qi_malloc(sizeof(float) * (size_t)(n / c->group)), *mn = qi_malloc(sizeof(float) * (size_t)(n / c->group));
+    if (!code || !sc || !mn) {
+        qi_free(code), qi_free(sc), qi_free(mn);
+        return QI_ERR(err, QI_ERR_NOMEM, "sparse matmul: out of memory updating %lld columns", (long long)n);
+    }
+    fill_cols(c, w, j0, n, code, sc, mn);
+    qi_free(code), qi_free(sc), qi_free(mn);
     return QI_OK;
 }
 

@@ -62,6 +62,12 @@ bool qi_colw_supported(const qi_weight *w);
 /* The column form of w (host memory, qi_colw_free). QI_ERR_UNSUPPORTED for
  * a matrix qi_colw_supported refuses, QI_ERR_NOMEM. */
 qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err);
+/* Columns [j0, j0 + n) of c made again from w, the matrix c was built
+ * from with those columns' bytes changed since (a neuron swap puts another
+ * neuron's blocks there): whole blocks of w's type. QI_ERR_INVALID for
+ * another type or shape or columns not whole blocks inside it,
+ * QI_ERR_NOMEM. Afterwards c is w's column form as qi_colw_build makes it. */
+qi_status qi_colw_update(qi_colw *c, const qi_weight *w, int64_t j0, int64_t n, qi_err *err);
 void qi_colw_free(qi_colw *c);
 /* Bytes it holds. */
 size_t qi_colw_bytes(const qi_colw *c);

@@ -176,7 +176,7 @@ expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q"
 if full_runs && ((have_corpus)); then
   # the qinfer policy's swaps between steps (decode mode: a step a token)
   if expect_ok "$Q" "${PPL[@]}" --decode --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 1; then
-    grep -Eq "^neuron swaps: [0-9]+ rounds, [0-9]+ units moved to the second device \([0-9.]+ MiB copied\)$" "$tmp/out" ||
+    grep -Eq "^neuron swaps: [0-9]+ rounds, [0-9]+ units moved to the second device \([0-9.]+ MiB copied\), [0-9.]+ ms in the rounds \([0-9.]+ ms a round\)$" "$tmp/out" ||
       bad "no swaps line: $(cat "$tmp/out")"
   fi
 fi

@@ -19,9 +19,11 @@
  *     the cold side within rounding of its dense reading of the same
  *     zeroed activations, a batch equal to its sequences alone;
  *   - swaps: the qinfer policy's swaps between steps, started from an
- *     activity that inverts the heat: after every step each unit is on
- *     one side with its own bytes (qi_engine_neuron_check), the logits
- *     within the split's rounding of the unsplit ones;
+ *     activity that inverts the heat, on a dense cold side and a cats one:
+ *     after every step each unit is on one side with its own bytes, the
+ *     cats side's column form its down's (qi_engine_neuron_check), the
+ *     dense run's logits within the split's rounding of the unsplit ones;
+ *     a copy that fails stops its step and every later one;
  *   - refusals: a fast device out of range, a split layer's MLP off the
  *     CPU, teal and repack beside a split, a fast device too small for
  *     the hot neurons (naming them and the device), a new plan;
@@ -387,12 +389,15 @@ START_TEST(cold_cats) {
 }
 END_TEST
 
-/* The qinfer policy's swaps, run by the engine between steps: a starting
- * activity that calls the hot units cold and the cold ones hot, so the
- * first rounds swap; after every step each unit is on one side with its
- * own bytes (qi_engine_neuron_check), and the logits stay within the
- * split's rounding of the unsplit ones. */
-START_TEST(swaps) {
+/* The qinfer policy's swaps, run by the engine between steps, from a
+ * starting activity that calls the hot units cold and the cold ones hot,
+ * so the first rounds swap; with sp, cats on the cold side (its column
+ * form rewritten by each swap). After every step each unit is on one side
+ * with its own bytes, the column form too (qi_engine_neuron_check); the
+ * dense run's logits stay within the split's rounding of the unsplit ones.
+ * fail_at > 0: the fast device's fail_at-th copy from round 2 on fails,
+ * which must stop that step and every later one. */
+static void swap_run(const qi_sparsity *sp, long fail_at) {
     const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
     uint8_t *mask = calloc((size_t)L * nu, 1);
     double *act = malloc(sizeof(double) * (size_t)L * nu);
@@ -411,6 +416,7 @@ START_TEST(swaps) {
     qi_err e = {0};
     ck_assert_int_eq(qi_engine_create(g_smol, &o, &dense, &e), QI_OK);
     opts(&o, "cpu,testdev", mask, 1);
+    o.sparsity = sp;
     o.neuron_swap_every = 1;
     o.neuron_live = &lo;
     o.neuron_activity = act;
@@ -426,7 +432,25 @@ START_TEST(swaps) {
     }
     double maxd = 0.0, maxw = 0.0;
     for (int g = 0; g < 8; g++) {
-        for (int k = 0; k < 2; k++) ck_assert_msg(qi_engine_step(both[k], &nt, &e) == QI_OK, "%s", e.msg);
+        if (fail_at > 0 && g == 1) qi_engine_inject_fail(eng, 1, 0, fail_at);
+        for (int k = 0; k < 2; k++) {
+            qi_err_clear(&e);
+            const qi_status st = qi_engine_step(both[k], &nt, &e);
+            if (k == 1 && fail_at > 0 && g >= 1) { /* this step's round failed, or an earlier one */
+                ck_assert_msg(st == QI_ERR_BACKEND, "step %d after a failed copy: %d (%s)", g, st, e.msg);
+                ck_assert_msg(strstr(e.msg, g == 1 ? "a neuron swap's copy" : "failed earlier"), "step %d: %s", g, e.msg);
+                continue;
+            }
+            ck_assert_msg(st == QI_OK, "%s", e.msg);
+        }
+        if (fail_at > 0 && g >= 1) {
+            const float *a = qi_engine_seq_logits(dense, id[0], -1);
+            int best = 0;
+            for (int v = 0; v < V; v++) best = a[v] > a[best] ? v : best;
+            const int32_t t = best;
+            ck_assert_int_eq(qi_engine_seq_feed(dense, id[0], &t, 1, false, &e), QI_OK);
+            continue;
+        }
         ck_assert_msg(qi_engine_neuron_check(eng, &e) == QI_OK, "step %d: %s", g, e.msg);
         const float *a = qi_engine_seq_logits(dense, id[0], -1), *b = qi_engine_seq_logits(eng, id[1], -1);
         int best = 0;
@@ -440,20 +464,33 @@ START_TEST(swaps) {
     }
     qi_engine_neuron_swaps sw;
     qi_engine_neuron_swaps_get(eng, &sw);
-    fprintf(stderr, "swaps: %ld rounds, %ld units moved, %.0f bytes; logits within %g of %g\n", sw.rounds, sw.swaps,
-            sw.bytes, maxd, maxw);
-    ck_assert_int_eq(sw.rounds, 8);
-    ck_assert_int_gt(sw.swaps, L);
-    ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
+    fprintf(stderr, "swaps%s%s: %ld rounds, %ld units moved, %.0f bytes; logits within %g of %g\n", sp ? ", cold cats" : "",
+            fail_at ? ", a copy failing" : "", sw.rounds, sw.swaps, sw.bytes, maxd, maxw);
+    if (!fail_at) {
+        ck_assert_int_eq(sw.rounds, 8);
+        ck_assert_int_gt(sw.swaps, L);
+        if (!sp) ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
+    }
     qi_engine_free(dense);
     qi_engine_free(eng);
     /* refusals: no rule, a simulated machine */
     o.neuron_live = NULL;
     qi_engine *x = NULL;
+    qi_err_clear(&e);
     ck_assert_int_eq(qi_engine_create(g_smol, &o, &x, &e), QI_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(e.msg, "the rule's options"));
     free(mask);
     free(act);
+}
+
+START_TEST(swaps) {
+    swap_run(NULL, 0);
+    const qi_sparsity sp = cats_at(0.5f);
+    swap_run(&sp, 0);
+    /* a step's own copies on the fast device: per layer the input, the
+     * activations back and the partial product back; then the round's
+     * uploads, three a swap: the second of the first swap fails */
+    swap_run(NULL, 3L * g_smol->hp.n_layer + 2);
 }
 END_TEST
 

@@ -9,6 +9,8 @@
  *     double product, on random inputs with random masks
  *     at every density from 0 to 1, edge sizes (one group, a partial last
  *     group in the row range, 1..70 tokens, rows in ranges);
+ *   - columns updated in place (qi_colw_update) equal a column form built
+ *     afresh, byte for byte, for every type; bad column ranges refused;
  *   - the union of active columns over a batch; matrices without a
  *     column form refused.
  */
@@ -98,6 +100,50 @@ START_TEST(column_form_exact) {
             check_values(&w, "random bytes");
             free((void *)w.data);
         }
+    }
+}
+END_TEST
+
+/* Columns rewritten in place (a neuron swap moves another neuron's blocks
+ * into a position of a gathered down): the updated column form equals one
+ * built afresh, byte for byte; columns that are not whole blocks of the
+ * same shape are refused. */
+START_TEST(column_update) {
+    uint64_t st = 19;
+    for (int k = 0; k < N_TYPES; k++) {
+        const uint32_t t = k_types[k];
+        const int64_t blk = t == QI_TYPE_Q4_K || t == QI_TYPE_Q5_K || t == QI_TYPE_Q6_K ? 256 : 32;
+        const int64_t n_out = 64, n_in = 3 * blk;
+        qi_weight w = make_weight(t, n_out, n_in, &st), v = make_weight(t, n_out, n_in, &st);
+        qi_colw c, f;
+        qi_err e = {0};
+        ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+        const size_t bb = qi_type_get(t)->size;
+        for (int round = 0; round < 3; round++) {
+            const int64_t b = round % 3; /* block b of every row from v's block (2 - b) */
+            for (int64_t r = 0; r < n_out; r++)
+                memcpy((char *)w.data + (size_t)r * w.row_bytes + (size_t)b * bb,
+                       (const char *)v.data + (size_t)r * v.row_bytes + (size_t)(2 - b) * bb, bb);
+            ck_assert_msg(qi_colw_update(&c, &w, b * blk, blk, &e) == QI_OK, "%s", e.msg);
+            ck_assert_int_eq(qi_colw_build(&w, &f, &e), QI_OK);
+            const size_t groups = (size_t)(n_in / c.group) * (size_t)n_out * sizeof(float);
+            ck_assert_msg(memcmp(c.codes, f.codes, c.col_bytes * (size_t)n_in) == 0, "%s codes, block %lld", tname(t),
+                          (long long)b);
+            ck_assert_msg(memcmp(c.scale, f.scale, groups) == 0, "%s scales", tname(t));
+            ck_assert(!c.min == !f.min);
+            if (c.min) ck_assert_msg(memcmp(c.min, f.min, groups) == 0, "%s offsets", tname(t));
+            qi_colw_free(&f);
+        }
+        /* refusals: part of a block, past the end, another shape */
+        ck_assert_int_eq(qi_colw_update(&c, &w, blk / 2, blk, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "whole blocks"), "%s", e.msg);
+        ck_assert_int_eq(qi_colw_update(&c, &w, 2 * blk, 2 * blk, NULL), QI_ERR_INVALID);
+        qi_weight x = w;
+        x.n_rows = 32;
+        ck_assert_int_eq(qi_colw_update(&c, &x, 0, blk, NULL), QI_ERR_INVALID);
+        qi_colw_free(&c);
+        free((void *)w.data);
+        free((void *)v.data);
     }
 }
 END_TEST
@@ -235,6 +281,7 @@ int main(void) {
     TCase *tc = tcase_create("sparse");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, column_form_exact);
+    tcase_add_test(tc, column_update);
     tcase_add_test(tc, unsupported);
     tcase_add_test(tc, active_union);
     tcase_add_test(tc, product_against_reference);

@@ -132,7 +132,9 @@ typedef struct {
      * sides, the hot side's copied back) to the live state and makes one
      * round of swaps in its own thread, between steps: a hot unit's slot
      * refilled with a cold unit's rows and blocks copied to the fast
-     * device, the cold side gathered again. neuron_live: the rule's
+     * device, the unit it held written into the cold unit's place on the
+     * CPU's side (both in place: a swap moves two units' bytes, however
+     * large the layer). neuron_live: the rule's
      * options (ratio, slow_s, link_bw, ...); neuron_activity [n_layer *
      * units]: each unit's starting activity per token (the profile's).
      * Not on a simulated machine (it computes no activations). 0: the
@@ -253,11 +255,13 @@ typedef struct {
     long long hit, active;
 } qi_engine_neuron_rp;
 bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out);
-/* With opts.neuron_swap_every: rounds of swaps made, units swapped, and
- * the bytes copied to the fast device for them, so far (zeros without). */
+/* With opts.neuron_swap_every: rounds of swaps made, units swapped, the
+ * bytes copied to the fast device for them, and the host's wall seconds
+ * in the rounds (the rule, the copies queued and waited for, the cold
+ * side rewritten), so far (zeros without). */
 typedef struct {
     long rounds, swaps;
-    double bytes;
+    double bytes, seconds;
 } qi_engine_neuron_swaps;
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out);
 /* The qinfer neuron policy's start-up calibration timer (a
@@ -274,7 +278,8 @@ double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch);
  * each unit on exactly one side (the swaps' live state consistent), the
  * fast device's slot s holding its unit's gate and up rows and down
  * blocks byte for byte (copied back), the cold side's gathered matrices
- * the other units' in order. QI_ERR_BACKEND naming the first layer and
+ * the other units' (in order, or where swaps put them), its column form
+ * under cats the one its down gives. QI_ERR_BACKEND naming the first layer and
  * unit at fault; QI_OK without a split or for a model of shapes only. */
 qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
