@@ -233,6 +233,10 @@ void qi_event_free(qi_event *ev) {
         ev->dev->iface->ev_release(ev->dev, ev); /* its marker points at the device's, not at ev */
     else
         wait_done(ev); /* a queued marker still points at it (not a wait of the host's) */
+    /* wait_done may have seen done while the completer is still in its
+     * broadcast: it has left the mutex once we have held it */
+    pthread_mutex_lock(&ev->mu);
+    pthread_mutex_unlock(&ev->mu);
     pthread_mutex_destroy(&ev->mu);
     pthread_cond_destroy(&ev->cv);
     qi_free(ev);
