@@ -80,6 +80,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +296,21 @@ struct qi_engine {
     qi_neuron_live *live;
     int32_t *ns_hot, *ns_cold, *ns_cpos;
     double *ns_feed;
+    /* with neuron_swap_worker: each layer's spare cold position (-1:
+     * none), zeros for a slot's gate rows, the activity summed since the
+     * last feed [n_layer][n_units] and its tokens; swaps and live_st are
+     * then written by the worker's thread too, under swap_mu */
+    int32_t *ns_spare;
+    void *ns_zero;
+    double *ns_acc;
+    long *ns_acc_tok;
+    pthread_mutex_t swap_mu;
+    bool swap_mu_made;
+    /* tests (qi_engine_neuron_check_steps): every split layer checked as a
+     * step reads it; the worker's pause inside each swap */
+    bool ns_check_steps;
+    int ns_stall_us;
+    atomic_long ns_mid; /* swaps.mid, read by the worker's pause */
     long live_steps;
     qi_engine_neuron_swaps swaps;
     qi_status live_st;
@@ -615,6 +631,7 @@ static qi_kv_pool *split_pool(const qi_engine *e, int l) {
 
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
+    if (e->live) qi_neuron_live_stop(e->live); /* its swaps write what is freed below */
     if (e->seqs) {
         for (int i = 0; i < e->o.max_seqs; i++) {
             seq_state *s = &e->seqs[i];
@@ -648,6 +665,11 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ns_hot);
     qi_free(e->ns_cold);
     qi_free(e->ns_cpos);
+    qi_free(e->ns_spare);
+    qi_free(e->ns_zero);
+    qi_free(e->ns_acc);
+    qi_free(e->ns_acc_tok);
+    if (e->swap_mu_made) pthread_mutex_destroy(&e->swap_mu);
     qi_free(e->ns_feed);
     if (e->ns_cw)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
@@ -1074,55 +1096,167 @@ static qi_status cold_put(qi_engine *e, int l, int k, int u, qi_err *err) {
                              : QI_OK;
 }
 
-/* The swap worker's copy (qi_neuron_copy_fn), in the engine's thread
- * between steps: unit a of layer l into fast slot s, whose unit b has just
- * left it. a's gate and up rows (one copy each) and its block of every row
- * of down (one strided copy: the slot's blocks are a column of blocks in
- * the matrix) are queued on the fast device's stream, ordered before the
- * next step's ops; b takes a's position on the cold side, in place. So a
- * swap moves two units' bytes, whatever the layer's size. */
-static int live_copy(void *ctx, int l, int a, int s) {
-    qi_engine *e = ctx;
+/* A swap's failure: the first is kept, and every later step is refused
+ * (a unit may be on neither side). From either thread. */
+static void swap_failed(qi_engine *e, qi_status st, const qi_err *se) {
+    if (e->swap_mu_made) pthread_mutex_lock(&e->swap_mu);
+    if (!e->live_st) {
+        e->live_st = st;
+        e->live_err = *se;
+    }
+    if (e->swap_mu_made) pthread_mutex_unlock(&e->swap_mu);
+}
+
+static qi_status swap_state(qi_engine *e, qi_err *out) {
+    if (e->swap_mu_made) pthread_mutex_lock(&e->swap_mu);
+    const qi_status st = e->live_st;
+    if (st && out) *out = e->live_err;
+    if (e->swap_mu_made) pthread_mutex_unlock(&e->swap_mu);
+    return st;
+}
+
+/* Uploads of unit u of layer l into fast slot s, queued on the fast
+ * device's stream (ordered before the ops queued after them): which of
+ * its gate rows (one copy), up rows (one copy) and block of every row of
+ * down (one strided copy: the slot's blocks are a column of blocks in the
+ * matrix). u < 0: zeros into the gate rows. */
+static qi_status slot_put(qi_engine *e, int l, int u, int s, bool gate, bool up_down, qi_err *err) {
     const qi_layer *ly = &e->m->layers[l];
     const qi_ffn_split *sp = &e->ns[l];
-    const size_t nu = (size_t)sp->n_units;
-    int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
-    const int b = hot[s], k = cpos[a];
-    QI_ASSERT(b >= 0 && k >= 0 && cpos[b] < 0);
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
     qi_buf *buf = e->ns_buf[l][1];
     size_t gb, ub, blk;
     unit_bytes(ly, sp->unit, &gb, &ub, &blk);
-    const size_t up_off = e->ns_off[l][1], down_off = e->ns_off[l][2];
-    const uint64_t drow = sp->down[1].row_bytes;
-    qi_status st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
-                                 (const char *)ly->w_gate.data + (size_t)a * gb, gb, &e->live_err);
-    if (!st) st = qi_dev_upload(fb, qi_view_of(buf, up_off + (size_t)s * ub), (const char *)ly->w_up.data + (size_t)a * ub,
-                                ub, &e->live_err);
-    if (!st)
-        st = qi_dev_upload_2d(fb, qi_view_of(buf, down_off + (size_t)s * blk), (size_t)drow,
-                              (const char *)ly->w_down.data + (size_t)a * blk, (size_t)ly->w_down.row_bytes, blk,
-                              (size_t)ly->w_down.n_rows, &e->live_err);
-    if (!st) st = cold_put(e, l, k, b, &e->live_err);
-    if (st) { /* b is now on neither side: the engine stops (live_round) */
-        if (!e->live_st) e->live_st = st;
+    qi_status st = QI_OK;
+    if (gate)
+        st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
+                           u < 0 ? e->ns_zero : (const char *)ly->w_gate.data + (size_t)u * gb, gb, err);
+    if (!st && up_down)
+        st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][1] + (size_t)s * ub),
+                           (const char *)ly->w_up.data + (size_t)u * ub, ub, err);
+    if (!st && up_down)
+        st = qi_dev_upload_2d(fb, qi_view_of(buf, e->ns_off[l][2] + (size_t)s * blk), (size_t)sp->down[1].row_bytes,
+                              (const char *)ly->w_down.data + (size_t)u * blk, (size_t)ly->w_down.row_bytes, blk,
+                              (size_t)ly->w_down.n_rows, err);
+    return st;
+}
+
+static void swap_count(qi_engine *e, int l) {
+    const qi_layer *ly = &e->m->layers[l];
+    size_t gb, ub, blk;
+    unit_bytes(ly, e->ns[l].unit, &gb, &ub, &blk);
+    if (e->swap_mu_made) pthread_mutex_lock(&e->swap_mu);
+    e->swaps.swaps++;
+    e->swaps.bytes += (double)(gb + ub + blk * (size_t)ly->w_down.n_rows);
+    if (e->swap_mu_made) pthread_mutex_unlock(&e->swap_mu);
+}
+
+/* The swap's copy (qi_neuron_copy_fn). Between steps, in the engine's
+ * thread: unit a of layer l into fast slot s, whose unit b has just left
+ * it, all of a's bytes queued at once, and b written into a's position
+ * on the cold side, in place. So a swap moves two units' bytes, whatever
+ * the layer's size. With the background worker (no hold on the layer: a
+ * step may be computing it): a's up rows and down blocks only; the slot's
+ * gate rows stay zero until live_enter. */
+static int live_copy(void *ctx, int l, int a, int s) {
+    qi_engine *e = ctx;
+    const size_t nu = (size_t)e->ns[l].n_units;
+    qi_err se = {0};
+    if (swap_state(e, NULL)) return -1;
+    if (e->o.neuron_swap_worker) {
+        const qi_status st = slot_put(e, l, a, s, false, true, &se);
+        if (st) swap_failed(e, st, &se);
+        if (e->ns_stall_us > 0) { /* tests: until a step has met the layer mid-swap, or stall_us */
+            const long mid0 = atomic_load(&e->ns_mid);
+            const double t0 = now_s();
+            const struct timespec ts = {0, 50000};
+            while (atomic_load(&e->ns_mid) == mid0 && now_s() - t0 < 1e-6 * e->ns_stall_us) nanosleep(&ts, NULL);
+        }
+        return st ? -1 : 0;
+    }
+    int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
+    const int b = hot[s], k = cpos[a];
+    QI_ASSERT(b >= 0 && k >= 0 && cpos[b] < 0);
+    qi_status st = slot_put(e, l, a, s, true, true, &se);
+    if (!st) st = cold_put(e, l, k, b, &se);
+    if (st) { /* b is now on neither side: the engine stops */
+        swap_failed(e, st, &se);
         return -1;
     }
     hot[s] = a, cold[k] = b, cpos[a] = -1, cpos[b] = k;
-    e->swaps.swaps++;
-    e->swaps.bytes += (double)(gb + ub + blk * (size_t)ly->w_down.n_rows);
+    swap_count(e, l);
     return 0;
+}
+
+/* With the background worker, under layer l's write hold (no step is
+ * computing it). Unit b has left slot s: the slot's gate rows zeroed (it
+ * computes act(0) x up = 0 until a unit enters it), b written into the
+ * spare position of the cold side. */
+static void live_leave(void *ctx, int l, int b, int s) {
+    qi_engine *e = ctx;
+    const size_t nu = (size_t)e->ns[l].n_units;
+    int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
+    const int k = e->ns_spare[l];
+    qi_err se = {0};
+    QI_ASSERT(hot[s] == b && cpos[b] < 0);
+    hot[s] = -1;
+    qi_status st = k < 0 ? QI_ERR(&se, QI_ERR_BACKEND, "layer %d: no spare place on the cold side for unit %d", l, b)
+                         : slot_put(e, l, -1, s, true, false, &se);
+    if (!st) st = cold_put(e, l, k, b, &se);
+    if (st) {
+        swap_failed(e, st, &se);
+        return;
+    }
+    cold[k] = b, cpos[b] = k, e->ns_spare[l] = -1;
+}
+
+/* Unit a has entered slot s (its up rows and down blocks already queued):
+ * its gate rows queued, and its cold position made the spare, the gate
+ * rows there zeroed (they compute nothing; down's blocks stay, and so does
+ * the column form, which only the kept neurons' columns are read of). */
+static void live_enter(void *ctx, int l, int a, int s) {
+    qi_engine *e = ctx;
+    const qi_ffn_split *sp = &e->ns[l];
+    const size_t nu = (size_t)sp->n_units;
+    int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
+    const int k = cpos[a];
+    qi_err se = {0};
+    QI_ASSERT(hot[s] == -1 && k >= 0 && e->ns_spare[l] < 0);
+    const qi_status st = slot_put(e, l, a, s, true, false, &se);
+    if (st) {
+        swap_failed(e, st, &se);
+        return;
+    }
+    size_t gb, ub, blk;
+    unit_bytes(&e->m->layers[l], sp->unit, &gb, &ub, &blk);
+    memset((char *)sp->gate[0].data + (size_t)k * gb, 0, gb);
+    hot[s] = a, cpos[a] = -1, cold[k] = -1, e->ns_spare[l] = k;
+    swap_count(e, l);
 }
 
 static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
     const int L = e->m->hp.n_layer;
+    const bool bg = e->o.neuron_swap_worker;
     const size_t n = (size_t)L * (size_t)nu;
     uint64_t *nb = qi_malloc(sizeof *nb * (size_t)L);
     e->ns_hot = qi_malloc(sizeof(int32_t) * n);
-    e->ns_cold = qi_malloc(sizeof(int32_t) * n);
+    e->ns_cold = qi_malloc(sizeof(int32_t) * (n + (size_t)L)); /* a spare position each */
     e->ns_cpos = qi_malloc(sizeof(int32_t) * n);
     e->ns_feed = qi_malloc(sizeof(double) * (size_t)nu);
-    if (!nb || !e->ns_hot || !e->ns_cold || !e->ns_cpos || !e->ns_feed) {
+    e->ns_spare = qi_malloc(sizeof(int32_t) * (size_t)L);
+    size_t zb = 0;
+    for (int l = 0; l < L; l++) {
+        size_t gb, ub, blk;
+        unit_bytes(&e->m->layers[l], unit, &gb, &ub, &blk);
+        zb = gb > zb ? gb : zb;
+    }
+    if (bg) {
+        e->ns_zero = qi_calloc(zb ? zb : 1, 1);
+        e->ns_acc = qi_calloc(n, sizeof(double));
+        e->ns_acc_tok = qi_calloc((size_t)L, sizeof(long));
+    }
+    if (!nb || !e->ns_hot || !e->ns_cold || !e->ns_cpos || !e->ns_feed || !e->ns_spare ||
+        (bg && (!e->ns_zero || !e->ns_acc || !e->ns_acc_tok))) {
         qi_free(nb);
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the swap worker");
     }
@@ -1132,9 +1266,11 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
         size_t gb, ub, blk;
         unit_bytes(ly, unit, &gb, &ub, &blk);
         nb[l] = gb + ub + blk * (uint64_t)ly->w_down.n_rows;
-        /* both sides in the mask's order: slots and cold positions by unit */
+        /* both sides in the mask's order: slots and cold positions by
+         * unit, the spare (with the worker) last */
         int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
-        for (int u = 0, s = 0, k = 0; u < nu; u++) {
+        int k = 0;
+        for (int u = 0, s = 0; u < nu; u++) {
             hot[u] = cold[u] = -1;
             if (e->ns_mask[(size_t)l * nu + u]) {
                 hot[s++] = u, cpos[u] = -1;
@@ -1142,6 +1278,7 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
                 cold[k] = u, cpos[u] = k++;
             }
         }
+        e->ns_spare[l] = e->ns[l].spare ? k : -1;
         /* a swap copies a unit's rows and blocks as the file has them, and
          * rewrites the CPU's gathered bytes in place */
         for (int i = 0; i < 3 && e->ns[l].n[1]; i++) {
@@ -1161,30 +1298,49 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
     qi_status st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy,
                                          NULL, e, &e->live, err);
     qi_free(nb);
-    return st;
+    if (st || !bg) return st;
+    if (pthread_mutex_init(&e->swap_mu, NULL))
+        return QI_ERR(err, QI_ERR_BACKEND, "cannot make the swap worker's lock");
+    e->swap_mu_made = true;
+    qi_neuron_live_hooks(e->live, live_leave, live_enter);
+    return qi_neuron_live_start(e->live, err);
 }
 
-/* Between steps: a round of swaps every neuron_swap_every steps. Its
- * copies are waited for, so that a failure stops the step that made it;
- * a failed swap leaves a unit on neither side, so the engine then fails
- * for good. */
+/* Between steps, every neuron_swap_every steps: a round of swaps, its
+ * copies waited for, so that a failure stops the step that made it (a
+ * failed swap leaves a unit on neither side, so the engine then fails for
+ * good); or, with the background worker, the activity summed since the
+ * last time fed to it, which wakes it. */
 static qi_status live_round(qi_engine *e, qi_err *err) {
     if (!e->live || ++e->live_steps % e->o.neuron_swap_every) return QI_OK;
+    if (e->o.neuron_swap_worker) {
+        const int L = e->m->hp.n_layer;
+        const qi_status st = qi_neuron_live_feed_all(e->live, e->ns_acc, e->ns_acc_tok, err);
+        memset(e->ns_acc, 0, sizeof(double) * (size_t)L * (size_t)e->m->hp.n_ff / (size_t)qi_engine_neuron_unit(e->m));
+        memset(e->ns_acc_tok, 0, sizeof(long) * (size_t)L);
+        return st;
+    }
     const double t0 = now_s();
-    qi_err_clear(&e->live_err);
     qi_neuron_live_rebalance(e->live);
     e->swaps.rounds++;
     qi_err se = {0};
     const qi_status st = qi_dev_synchronize(e->dev[e->o.neuron_dev].be, &se);
-    if (st && !e->live_st) {
-        e->live_st = st;
-        e->live_err = se;
-    }
+    if (st) swap_failed(e, st, &se);
     e->swaps.seconds += now_s() - t0;
-    return e->live_st ? QI_ERR(err, e->live_st, "a neuron swap's copy: %s", e->live_err.msg) : QI_OK;
+    return swap_state(e, &se) ? QI_ERR(err, e->live_st, "a neuron swap's copy: %s", se.msg) : QI_OK;
 }
 
-void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out) { *out = e->swaps; }
+void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out) {
+    qi_engine *m = (qi_engine *)e; /* the lock only */
+    if (m->swap_mu_made) pthread_mutex_lock(&m->swap_mu);
+    *out = e->swaps;
+    if (m->swap_mu_made) pthread_mutex_unlock(&m->swap_mu);
+    if (e->o.neuron_swap_worker && e->live) { /* the worker's rounds, not the feeds */
+        qi_neuron_live_stats ls;
+        qi_neuron_live_stats_get(e->live, &ls);
+        out->rounds = ls.rounds;
+    }
+}
 
 double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch) {
     qi_engine *e = engine;
@@ -1261,67 +1417,97 @@ static qi_status colw_check(const qi_colw *c, const qi_weight *down, int l, qi_e
     return st;
 }
 
+/* Layer l's two sides against the model, slot[] the units in the fast
+ * slots (-1: empty, its gate rows then zero: it computes nothing): each
+ * slot's bytes copied back, each cold position's unit (the spare's gate
+ * rows zero), every unit in exactly one place, the column form its
+ * down's. */
+static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *err) {
+    const qi_ffn_split *sp = &e->ns[l];
+    const qi_layer *ly = &e->m->layers[l];
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    const int nu = sp->n_units, n1 = sp->n[1] / sp->unit;
+    const size_t total = qi_buf_size(e->ns_buf[l][1]);
+    char *host = qi_malloc(total);
+    uint8_t *seen = qi_calloc((size_t)nu, 1);
+    qi_status st = !host || !seen ? QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l) : QI_OK;
+    if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)))
+        st = qi_dev_synchronize(fb, err);
+    size_t gb, ub, blk;
+    unit_bytes(ly, sp->unit, &gb, &ub, &blk);
+    const size_t *off = e->ns_off[l];
+    for (int s = 0; s < n1 && !st; s++) {
+        if (slot[s] < 0 && e->o.neuron_swap_worker) { /* emptied by a swap in progress */
+            for (size_t i = 0; i < gb && !st; i++)
+                if (host[off[0] + (size_t)s * gb + i])
+                    st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's empty slot %d computes", l, s);
+            continue;
+        }
+        if (slot[s] < 0 || slot[s] >= nu || seen[slot[s]] ||
+            !unit_bytes_eq(ly, sp, host + off[0], host + off[1], host + off[2], sp->down[1].row_bytes, s, slot[s]))
+            st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's slot %d does not hold unit %d", l, s, slot[s]);
+        else
+            seen[slot[s]] = 1;
+    }
+    /* the cold side's positions: the units in no slot, in order, or where
+     * swaps put them */
+    for (int k = 0, u = 0; k < sp->n[0] / sp->unit && !st; k++) {
+        while (!e->live && u < nu && seen[u]) u++;
+        const int cu = e->live ? e->ns_cold[(size_t)l * nu + k] : u++;
+        if (cu < 0 && e->live && k == e->ns_spare[l]) { /* the spare: zero gate rows, computing nothing */
+            for (size_t i = 0; i < gb && !st; i++)
+                if (((const char *)sp->gate[0].data)[(size_t)k * gb + i])
+                    st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's spare place %d computes", l, k);
+            continue;
+        }
+        if (cu < 0 || cu >= nu || seen[cu])
+            st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's position %d holds unit %d, which is "
+                        "elsewhere too", l, k, cu);
+        else if (!unit_bytes_eq(ly, sp, sp->gate[0].data, sp->up[0].data, sp->down[0].data, sp->down[0].row_bytes, k,
+                                cu))
+            st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's unit %d is not the model's unit %d", l, k, cu);
+        else
+            seen[cu] = 1;
+    }
+    for (int u = 0; u < nu && !st; u++)
+        if (!seen[u]) st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: unit %d is on neither side", l, u);
+    if (!st && e->ns_cw[l].codes) st = colw_check(&e->ns_cw[l], &sp->down[0], l, err);
+    qi_free(seen);
+    qi_free(host);
+    return st;
+}
+
 qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
     if (!e->ns || qi_gguf_shapes_only(e->m->gguf)) return QI_OK;
-    qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    if (e->live) qi_neuron_live_sync(e->live); /* the background worker's swaps of what was fed */
     qi_status st = QI_OK;
     for (int l = 0; l < e->m->hp.n_layer && !st; l++) {
         const qi_ffn_split *sp = &e->ns[l];
         if (!sp->n[1]) continue;
-        const qi_layer *ly = &e->m->layers[l];
-        const int nu = sp->n_units, n1 = sp->n[1] / sp->unit;
-        int32_t *slot = qi_malloc(sizeof(int32_t) * (size_t)nu);
-        char *host = NULL;
-        const size_t total = qi_buf_size(e->ns_buf[l][1]);
-        if (!slot || !(host = qi_malloc(total))) {
-            qi_free(slot);
-            return QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
-        }
-        /* the units in the slots: the live state's, or the mask's in order */
+        const int nu = sp->n_units;
+        /* the units in the slots: the live state's (held still), or the
+         * mask's in order */
         if (e->live) {
             qi_neuron_live_view v;
             qi_neuron_live_begin(e->live, l, &v);
             st = qi_neuron_live_view_check(&v, l, err);
-            for (int s = 0; s < n1; s++) slot[s] = v.slot[s];
+            if (!st) st = check_layer(e, l, v.slot, err);
             qi_neuron_live_end(e->live, l);
-        } else {
-            for (int u = 0, s = 0; u < nu; u++)
-                if (e->ns_mask[(size_t)l * nu + u]) slot[s++] = u;
+            continue;
         }
-        if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)))
-            st = qi_dev_synchronize(fb, err);
-        const size_t *off = e->ns_off[l];
-        for (int s = 0; s < n1 && !st; s++)
-            if (slot[s] < 0 || !unit_bytes_eq(ly, sp, host + off[0], host + off[1], host + off[2], sp->down[1].row_bytes,
-                                              s, slot[s]))
-                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the fast device's slot %d does not hold unit %d", l, s,
-                            slot[s]);
-        /* the cold side's positions: the units in no slot, in order, or
-         * where swaps put them; every unit in exactly one place */
-        uint8_t *seen = qi_calloc((size_t)nu, 1);
-        if (!st && !seen) st = QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
-        for (int s = 0; s < n1 && !st; s++) seen[slot[s]] = 1;
-        for (int k = 0, u = 0; k < sp->n[0] / sp->unit && !st; k++) {
-            while (!e->live && u < nu && seen[u]) u++;
-            const int cu = e->live ? e->ns_cold[(size_t)l * nu + k] : u++;
-            if (cu < 0 || cu >= nu || seen[cu])
-                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's position %d holds unit %d, which is "
-                            "elsewhere too", l, k, cu);
-            else if (!unit_bytes_eq(ly, sp, sp->gate[0].data, sp->up[0].data, sp->down[0].data, sp->down[0].row_bytes,
-                                    k, cu))
-                st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's unit %d is not the model's unit %d", l, k,
-                            cu);
-            else
-                seen[cu] = 1;
-        }
-        for (int u = 0; u < nu && !st; u++)
-            if (!seen[u]) st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: unit %d is on neither side", l, u);
-        if (!st && e->ns_cw[l].codes) st = colw_check(&e->ns_cw[l], &sp->down[0], l, err);
-        qi_free(seen);
-        qi_free(host);
+        int32_t *slot = qi_malloc(sizeof(int32_t) * (size_t)nu);
+        if (!slot) return QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
+        for (int u = 0, s = 0; u < nu; u++)
+            if (e->ns_mask[(size_t)l * nu + u]) slot[s++] = u;
+        st = check_layer(e, l, slot, err);
         qi_free(slot);
     }
     return st;
+}
+
+void qi_engine_neuron_check_steps(qi_engine *e, bool on, int stall_us) {
+    e->ns_check_steps = on;
+    e->ns_stall_us = stall_us;
 }
 
 /* opts.neuron_fast: checked against the model, the plan and the other
@@ -1366,6 +1552,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
         return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_every %d is negative", e->o.neuron_swap_every);
     if (e->o.neuron_swap_every > 0 && (!e->o.neuron_live || !e->o.neuron_activity))
         return QI_ERR(err, QI_ERR_INVALID, "swapping neurons needs the rule's options and each unit's activity");
+    if (e->o.neuron_swap_worker && e->o.neuron_swap_every < 1)
+        return QI_ERR(err, QI_ERR_INVALID, "the background swap worker needs neuron_swap_every (how often to feed it)");
     if (e->o.neuron_swap_every > 0 && e->o.sim)
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons follows the activations, and a simulated machine "
                       "(%s) computes none", e->o.sim);
@@ -1396,7 +1584,8 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
             return QI_ERR(err, QI_ERR_UNSUPPORTED, "the neuron split runs layer %d's cold neurons on the cpu, and the "
                           "plan puts its MLP on %s: leave the MLPs of split layers on the cpu", l,
                           p->devices[p->layers[l].mlp_dev]);
-        if ((st = qi_ffn_split_build(&m->layers[l], mask, copy, &e->ns[l], err))) return st;
+        if ((st = qi_ffn_split_build_spare(&m->layers[l], mask, copy, e->o.neuron_swap_worker ? 1 : 0, &e->ns[l], err)))
+            return st;
         for (int s = 0; s < 2; s++) {
             const qi_weight w[3] = {e->ns[l].gate[s], e->ns[l].up[s], e->ns[l].down[s]};
             if (e->ns[l].n[s] &&
@@ -3217,42 +3406,41 @@ static qi_status ffn_sim_sparse(qi_engine *e, const dev_state *M, const qi_weigh
 }
 
 /* The swap worker's window of layer l: each unit's |act| summed over the
- * rows, the cold side's from M's activations (by cold position) and the
- * hot side's from the copy in ns_obs (by slot). */
-static qi_status live_feed(qi_engine *e, int l, const float *cold, int rows, qi_err *err) {
+ * rows, the cold side's from M's activations (by cold position; the spare
+ * computes nothing) and the hot side's from the copy in ns_obs (by slot,
+ * slot[] the live view's: an empty slot computes nothing). Fed at once,
+ * or with the background worker summed until live_round feeds it. */
+static qi_status live_feed(qi_engine *e, int l, const float *cold, const int32_t *slot, int rows, qi_err *err) {
     const qi_ffn_split *sp = &e->ns[l];
     const int unit = sp->unit, n0 = sp->n[0], n1 = sp->n[1];
     const size_t nu = (size_t)sp->n_units;
-    memset(e->ns_feed, 0, sizeof(double) * nu);
+    double *feed = e->o.neuron_swap_worker ? e->ns_acc + (size_t)l * nu : e->ns_feed;
+    if (!e->o.neuron_swap_worker) memset(feed, 0, sizeof(double) * nu);
     for (int side = 0; side < 2; side++) {
-        const int32_t *at = (side ? e->ns_hot : e->ns_cold) + (size_t)l * nu;
+        const int32_t *at = side ? slot : e->ns_cold + (size_t)l * nu;
         const int n = side ? n1 : n0;
         const float *a = side ? e->ns_obs : cold;
-        for (int k = 0; k < n / unit; k++)
+        for (int k = 0; k < n / unit; k++) {
+            if (at[k] < 0) continue;
             for (int t = 0; t < rows; t++)
-                for (int j = 0; j < unit; j++) e->ns_feed[at[k]] += fabsf(a[(size_t)t * n + (size_t)k * unit + j]);
+                for (int j = 0; j < unit; j++) feed[at[k]] += fabsf(a[(size_t)t * n + (size_t)k * unit + j]);
+        }
     }
-    return qi_neuron_live_feed(e->live, l, e->ns_feed, rows, err);
+    if (e->o.neuron_swap_worker) {
+        e->ns_acc_tok[l] += rows;
+        return QI_OK;
+    }
+    return qi_neuron_live_feed(e->live, l, feed, rows, err);
 }
 
-/* The MLP block of a layer whose neurons are split (opts.neuron_fast):
- * the norm on the CPU (M), its result copied to the fast device (F), each
- * side's neurons computed at once (F's queued first, so that the host's
- * part overlaps it), F's partial product copied back and added to M's,
- * then the residual as in mlp_block. */
-static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
-    const qi_hparams *hp = &e->m->hp;
-    const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev], *F = &e->dev[e->o.neuron_dev];
+/* Both sides of split layer l's FFN from the normed input (in M->xn and
+ * F->xn): F's queued first, so that the host's part overlaps it, each
+ * side's partial product left in its xn; the active neurons counted and
+ * the activity fed, by slot[] (the live view's) on the fast side. */
+static qi_status mlp_split_sides(qi_engine *e, int l, int rows, bool gelu, const dev_state *M, const dev_state *F,
+                                 const int32_t *slot, qi_err *err) {
     const qi_ffn_split *sp = &e->ns[l];
-    const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
-    const size_t nb = sizeof(float) * (size_t)rows * (size_t)hp->n_embd;
     qi_status st;
-    xfer x;
-    OP(qi_backend_rmsnorm(M->be, M->x, M->layers[l].ffn_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
-    /* the host overwrites M->xn below: it waits for the copy */
-    if ((st = xfer_begin(e, &x, F->be, M->be, err)) ||
-        (st = xfer_copy(e, &x, act_view(F, F->xn), act_view(M, M->xn), nb, err)) || (st = xfer_end(e, &x, true, err)))
-        return st;
     e->cur_slot = 1;
     st = ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
     e->cur_slot = 0;
@@ -3273,7 +3461,54 @@ static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
         if (sp->n[0]) count_active(e, l, M->gate, rows, sp->n[0], false);
         count_active(e, l, e->ns_obs, rows, sp->n[1], true);
     }
-    if (e->live && (st = live_feed(e, l, M->gate, rows, err))) return st;
+    return e->live ? live_feed(e, l, M->gate, slot, rows, err) : QI_OK;
+}
+
+/* The MLP block of a layer whose neurons are split (opts.neuron_fast):
+ * the norm on the CPU (M), its result copied to the fast device (F), each
+ * side's neurons computed at once (F's queued first, so that the host's
+ * part overlaps it), F's partial product copied back and added to M's,
+ * then the residual as in mlp_block. */
+static qi_status mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev], *F = &e->dev[e->o.neuron_dev];
+    const qi_ffn_split *sp = &e->ns[l];
+    const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
+    const size_t nb = sizeof(float) * (size_t)rows * (size_t)hp->n_embd;
+    qi_status st;
+    xfer x;
+    OP(qi_backend_rmsnorm(M->be, M->x, M->layers[l].ffn_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
+    /* the host overwrites M->xn below: it waits for the copy */
+    if ((st = xfer_begin(e, &x, F->be, M->be, err)) ||
+        (st = xfer_copy(e, &x, act_view(F, F->xn), act_view(M, M->xn), nb, err)) || (st = xfer_end(e, &x, true, err)))
+        return st;
+    /* the layer held still while both sides compute it and its activity is
+     * read (with the background worker, the time waited for its hold is
+     * what the swaps cost this thread) */
+    qi_neuron_live_view v = {0};
+    if (e->live) {
+        const double t0 = e->o.neuron_swap_worker ? now_s() : 0.0;
+        qi_neuron_live_begin(e->live, l, &v);
+        if (e->o.neuron_swap_worker) {
+            pthread_mutex_lock(&e->swap_mu);
+            e->swaps.seconds += now_s() - t0;
+            pthread_mutex_unlock(&e->swap_mu);
+        }
+    }
+    if (e->o.neuron_swap_worker)
+        for (int s = 0; s < sp->n[1] / sp->unit; s++)
+            if (v.slot[s] < 0) {
+                e->swaps.mid++; /* this thread's alone */
+                atomic_fetch_add(&e->ns_mid, 1);
+                break;
+            }
+    if (e->live && e->ns_check_steps && (st = check_layer(e, l, v.slot, err))) {
+        qi_neuron_live_end(e->live, l);
+        return st;
+    }
+    st = mlp_split_sides(e, l, rows, gelu, M, F, v.slot, err);
+    if (e->live) qi_neuron_live_end(e->live, l);
+    if (st) return st;
     float *to = sp->n[0] ? M->nr : M->xn;
     if ((st = xfer_begin(e, &x, M->be, F->be, err)) ||
         (st = xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = xfer_end(e, &x, false, err)))
@@ -3426,9 +3661,10 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
 
 qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     if (n_tokens) *n_tokens = 0;
-    if (e->live_st) /* a unit on neither side: the FFN's sum would miss it */
-        return QI_ERR(err, e->live_st, "a neuron swap failed earlier, and the split is incomplete: %s",
-                      e->live_err.msg);
+    qi_err se = {0};
+    const qi_status sst = e->live ? swap_state(e, &se) : QI_OK;
+    if (sst) /* a unit on neither side: the FFN's sum would miss it */
+        return QI_ERR(err, sst, "a neuron swap failed earlier, and the split is incomplete: %s", se.msg);
     for (int i = 0; i < e->o.max_seqs; i++) e->seqs[i].n_logits = 0;
     int T = 0;
     const int n_seg = schedule(e, &T);
@@ -3455,6 +3691,9 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     const qi_status fin = finish_step(e, st ? &fe : err); /* the first failure is the one reported */
     if (!st) st = fin;
     if (!st) st = live_round(e, err);
+    /* a device's failure with the background worker: one of its uploads,
+     * maybe, so the split can no longer be trusted */
+    if (st == QI_ERR_BACKEND && e->live && e->o.neuron_swap_worker) swap_failed(e, st, err);
     if (e->o.profile) { /* the ops' device times are in (finish_step); the rest of the step is "other" */
         double after = 0.0;
         for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];

@@ -19,6 +19,11 @@ void qi_ffn_split_free(qi_ffn_split *s) {
 }
 
 qi_status qi_ffn_split_build(const qi_layer *ly, const uint8_t *fast, bool copy, qi_ffn_split *out, qi_err *err) {
+    return qi_ffn_split_build_spare(ly, fast, copy, 0, out, err);
+}
+
+qi_status qi_ffn_split_build_spare(const qi_layer *ly, const uint8_t *fast, bool copy, int spare, qi_ffn_split *out,
+                                   qi_err *err) {
     memset(out, 0, sizeof *out);
     const qi_weight *g = &ly->w_gate, *u = &ly->w_up, *d = &ly->w_down;
     const int64_t F = u->n_rows, E = u->n_cols;
@@ -33,10 +38,13 @@ qi_status qi_ffn_split_build(const qi_layer *ly, const uint8_t *fast, bool copy,
                       (long long)F, unit);
     const int nu = (int)(F / unit);
     const size_t blk_bytes = qi_type_get(d->type)->size;
-    int n_units[2] = {0, 0};
+    if (spare < 0 || spare > nu)
+        return QI_ERR(err, QI_ERR_INVALID, "%d spare units beside an FFN of %d", spare, nu);
+    int n_units[2] = {spare, 0};
     for (int i = 0; i < nu; i++) n_units[fast[i] ? 1 : 0]++;
     out->unit = unit;
     out->n_units = nu;
+    out->spare = spare;
     size_t total = 0, sz[2][3];
     for (int s = 0; s < 2; s++) {
         out->n[s] = n_units[s] * unit;
@@ -77,6 +85,9 @@ qi_status qi_ffn_split_build(const qi_layer *ly, const uint8_t *fast, bool copy,
             gp += gb;
             upp += ub;
         }
+        const size_t zs = s ? 0 : (size_t)spare; /* units of zero bytes: zero weights */
+        memset(gp, 0, zs * gb);
+        memset(upp, 0, zs * ub);
         /* down: each row's blocks of this side's units, in unit order */
         for (int64_t r = 0; r < E; r++) {
             const char *src = (const char *)d->data + (size_t)r * d->row_bytes;
@@ -86,6 +97,7 @@ qi_status qi_ffn_split_build(const qi_layer *ly, const uint8_t *fast, bool copy,
                     memcpy(dst, src + (size_t)i * blk_bytes, blk_bytes);
                     dst += blk_bytes;
                 }
+            memset(dst, 0, zs * blk_bytes);
         }
     }
     return QI_OK;

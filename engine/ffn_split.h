@@ -31,7 +31,8 @@
 typedef struct {
     int unit;              /* neurons per unit: down's block */
     int n_units;           /* n_ff / unit */
-    int n[2];              /* neurons on side 0 (slow) and 1 (fast) */
+    int n[2];              /* neurons on side 0 (slow) and 1 (fast), side 0's spare units included */
+    int spare;             /* units of zeros after side 0's own (qi_ffn_split_build_spare) */
     qi_weight gate[2], up[2], down[2]; /* each side's gathered matrices (data NULL when the model has none) */
     void *mem;             /* their bytes */
 } qi_ffn_split;
@@ -46,6 +47,13 @@ int qi_ffn_split_unit(const qi_layer *ly);
  * QI_ERR_INVALID (no gate, shapes that do not match, n_ff not a whole
  * number of units), QI_ERR_NOMEM. *out zeroed on failure. */
 qi_status qi_ffn_split_build(const qi_layer *ly, const uint8_t *fast, bool copy, qi_ffn_split *out, qi_err *err);
+/* The same with `spare` units of zero bytes after side 0's own units
+ * (gate and up rows and down blocks of zeros: zero weights, so their
+ * neurons' activations are act(0) x 0 and add nothing), room for a unit
+ * to move into the slow side while another is still leaving it (the
+ * engine's background swaps). QI_ERR_INVALID for spare outside 0..n_units. */
+qi_status qi_ffn_split_build_spare(const qi_layer *ly, const uint8_t *fast, bool copy, int spare, qi_ffn_split *out,
+                                   qi_err *err);
 void qi_ffn_split_free(qi_ffn_split *s); /* zeroed; a zeroed one is a no-op */
 
 #endif

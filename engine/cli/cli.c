@@ -302,6 +302,15 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         }
         return true;
     }
+    if (qi_args_is(a, NULL, "--neuron-swap-worker")) {
+        if (!k->neuron_ok) {
+            qi_cli_error(a->cmd, "option --neuron-swap-worker: qinfer %s takes no neuron split (generate, ppl and "
+                         "bench do)", a->cmd);
+            a->failed = true;
+        }
+        k->neuron_swap_worker = true;
+        return true;
+    }
     if (qi_args_is(a, NULL, "--sim-cold-density")) {
         float v;
         if (!k->neuron_ok) {
@@ -445,6 +454,7 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_dev = 1;
     o->neuron_active = k->neuron_fast ? k->neuron_active : 0.0f;
     o->neuron_swap_every = k->neuron_fast ? k->neuron_swap_every : 0;
+    o->neuron_swap_worker = k->neuron_fast && k->neuron_swap_worker;
     o->sim_cold_density = k->sim_cold_density;
     o->neuron_live = &k->neuron_live;
     o->neuron_activity = k->neuron_act;

@@ -281,6 +281,9 @@ void qi_cli_neuron_help(void) {
            "      --neuron-swap-every N  (qinfer policy) every N steps, feed each layer's activity to\n"
            "                          the policy's swap rule and move the hottest cold units into\n"
            "                          the slots of the coldest hot ones (copied between steps)\n"
+           "      --neuron-swap-worker  (with --neuron-swap-every) make those swaps on a background\n"
+           "                          thread while the steps go on (each step sees every unit in one\n"
+           "                          place; which step a swap lands before varies from run to run)\n"
            "      --sim-cold-density D  (with --sim) a what-if the simulator cannot measure: of the\n"
            "                          FFN neurons the CPU computes (a split's cold side, every MLP\n"
            "                          the plan leaves on the CPU), each step reads up's rows and\n"
@@ -295,9 +298,15 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
     if (k->neuron_fast && k->neuron_swap_every) {
         qi_engine_neuron_swaps sw;
         qi_engine_neuron_swaps_get(e, &sw);
-        printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied), %.1f ms in "
-               "the rounds (%.3f ms a round)\n",
-               sw.rounds, sw.swaps, sw.bytes / 1048576.0, 1e3 * sw.seconds, sw.rounds ? 1e3 * sw.seconds / sw.rounds : 0.0);
+        if (k->neuron_swap_worker)
+            printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied) by the "
+                   "background worker; the steps waited %.1f ms for its holds and met a layer mid-swap %ld times\n",
+                   sw.rounds, sw.swaps, sw.bytes / 1048576.0, 1e3 * sw.seconds, sw.mid);
+        else
+            printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied), %.1f ms in "
+                   "the rounds (%.3f ms a round)\n",
+                   sw.rounds, sw.swaps, sw.bytes / 1048576.0, 1e3 * sw.seconds,
+                   sw.rounds ? 1e3 * sw.seconds / sw.rounds : 0.0);
     }
     if (!k->neuron_fast || k->neuron_active <= 0.0f) return;
     printf("hot neurons against those active in this run (|act| > %g), per layer:\n"
@@ -323,10 +332,13 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
         return QI_ERR(err, QI_ERR_INVALID, "option --sim-cold-density is a what-if of a simulated machine (--sim); "
                       "on a real one, cats on the CPU's neurons: --sparsity S --sparsity-mode cats");
     if (!k->neuron_policy) {
-        if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every)
+        if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every ||
+            k->neuron_swap_worker)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",
                           k->neuron_profile ? "--neuron-profile" : k->neuron_budget ? "--neuron-budget"
-                          : k->neuron_active > 0.0f ? "--neuron-active" : "--neuron-swap-every");
+                          : k->neuron_active > 0.0f ? "--neuron-active"
+                          : k->neuron_swap_every    ? "--neuron-swap-every"
+                                                    : "--neuron-swap-worker");
         return QI_OK;
     }
     if (!k->neuron_profile || !k->neuron_budget)
@@ -365,7 +377,10 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
     qi_neuron_split sp;
     qi_status st = qi_neuron_split_make(m, spec, k->neuron_profile, k->neuron_budget, &sp, err);
     if (st) return st;
-    if (k->neuron_swap_every && !sp.has_live) {
+    if (k->neuron_swap_worker && !k->neuron_swap_every) {
+        st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-worker needs --neuron-swap-every N (how often the "
+                    "worker is fed the activity)");
+    } else if (k->neuron_swap_every && !sp.has_live) {
         st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-every: swapping is the qinfer policy's, and the policy "
                     "is %s", sp.policy);
     } else {

@@ -44,6 +44,7 @@ struct qi_neuron_live {
     uint64_t *neuron_bytes;
     qi_neuron_copy_fn copy;
     qi_neuron_swap_fn swap;
+    qi_neuron_move_fn leave, enter;
     void *ctx;
     layer_state *L;
     /* worker scratch, [n_ff + n_slots max] */
@@ -238,9 +239,16 @@ qi_status qi_neuron_live_create(int n_layer, int n_ff, const uint8_t *fast, cons
     return QI_OK;
 }
 
+void qi_neuron_live_hooks(qi_neuron_live *lv, qi_neuron_move_fn leave, qi_neuron_move_fn enter) {
+    QI_ASSERT(!lv->running);
+    lv->leave = leave;
+    lv->enter = enter;
+}
+
 /* ---- feeding ------------------------------------------------------------------------------ */
 
-qi_status qi_neuron_live_feed(qi_neuron_live *lv, int layer, const double *activity, long tokens, qi_err *err) {
+static qi_status check_window(const qi_neuron_live *lv, int layer, const double *activity, long tokens,
+                              qi_err *err) {
     if (layer < 0 || layer >= lv->n_layer)
         return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: layer %d of %d", layer, lv->n_layer);
     if (tokens < 1) return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: a window of %ld tokens", tokens);
@@ -248,10 +256,35 @@ qi_status qi_neuron_live_feed(qi_neuron_live *lv, int layer, const double *activ
         if (!isfinite(activity[j]) || activity[j] < 0)
             return QI_ERR(err, QI_ERR_INVALID, "neuron swap worker: layer %d neuron %d: activity %g", layer, j,
                           activity[j]);
+    return QI_OK;
+}
+
+/* Add a checked window (mu held). */
+static void add_window(qi_neuron_live *lv, int layer, const double *activity, long tokens) {
     layer_state *s = &lv->L[layer];
-    pthread_mutex_lock(&lv->mu);
     for (int j = 0; j < lv->n_ff; j++) s->pend[j] += activity[j];
     s->pend_tokens += tokens;
+}
+
+qi_status qi_neuron_live_feed(qi_neuron_live *lv, int layer, const double *activity, long tokens, qi_err *err) {
+    qi_status st = check_window(lv, layer, activity, tokens, err);
+    if (st) return st;
+    pthread_mutex_lock(&lv->mu);
+    add_window(lv, layer, activity, tokens);
+    lv->fed_seq++;
+    pthread_cond_signal(&lv->fed_cv);
+    pthread_mutex_unlock(&lv->mu);
+    return QI_OK;
+}
+
+qi_status qi_neuron_live_feed_all(qi_neuron_live *lv, const double *activity, const long *tokens, qi_err *err) {
+    for (int l = 0; l < lv->n_layer; l++) {
+        qi_status st = tokens[l] ? check_window(lv, l, activity + (size_t)l * lv->n_ff, tokens[l], err) : QI_OK;
+        if (st) return st;
+    }
+    pthread_mutex_lock(&lv->mu);
+    for (int l = 0; l < lv->n_layer; l++)
+        if (tokens[l]) add_window(lv, l, activity + (size_t)l * lv->n_ff, tokens[l]);
     lv->fed_seq++;
     pthread_cond_signal(&lv->fed_cv);
     pthread_mutex_unlock(&lv->mu);
@@ -334,6 +367,7 @@ static int rebalance_layer(qi_neuron_live *lv, int l, double *t_fast_out, double
         write_begin(s);
         if (b >= 0) s->where[b] = -1;
         s->slot[slot] = -1;
+        if (b >= 0 && lv->leave) lv->leave(lv->ctx, l, b, slot);
         write_end(s);
         /* 2: a's weights into the slot, no hold: no view holds this slot */
         const int rc = lv->copy ? lv->copy(lv->ctx, l, a, slot) : 0;
@@ -342,6 +376,7 @@ static int rebalance_layer(qi_neuron_live *lv, int l, double *t_fast_out, double
             write_begin(s);
             s->slot[slot] = a;
             s->where[a] = slot;
+            if (lv->enter) lv->enter(lv->ctx, l, a, slot);
             write_end(s);
             wf = wf2;
             ws = ws2;

@@ -75,6 +75,13 @@ typedef int (*qi_neuron_copy_fn)(void *ctx, int layer, int neuron, int slot);
 /* Called after every swap (no lock held): for tests and traces. */
 typedef void (*qi_neuron_swap_fn)(void *ctx, int layer, int neuron_in, int neuron_out, int slot);
 
+/* A neuron's move, seen by the engine while no reader can see the layer:
+ * called under the layer's write hold, right after neuron left `slot`
+ * (step 1) or entered it (step 3), so that what a reader computes from
+ * changes with the view (the engine, say, lets the slot compute nothing
+ * while it is empty, and the slow side take the neuron that left). */
+typedef void (*qi_neuron_move_fn)(void *ctx, int layer, int neuron, int slot);
+
 typedef struct qi_neuron_live qi_neuron_live;
 
 /* From a placement: fast[n_layer * n_ff] (1: on the fast device; each
@@ -90,6 +97,9 @@ qi_status qi_neuron_live_create(int n_layer, int n_ff, const uint8_t *fast, cons
 /* Stops the worker if running; NULL is a no-op. */
 void qi_neuron_live_free(qi_neuron_live *lv);
 
+/* The move hooks (either may be NULL), set before the worker starts. */
+void qi_neuron_live_hooks(qi_neuron_live *lv, qi_neuron_move_fn leave, qi_neuron_move_fn enter);
+
 /* Start the background worker (pthreads). Errors: QI_ERR_INVALID when it
  * runs already, QI_ERR_BACKEND when the thread cannot start. */
 qi_status qi_neuron_live_start(qi_neuron_live *lv, qi_err *err);
@@ -103,6 +113,10 @@ void qi_neuron_live_stop(qi_neuron_live *lv);
  * Safe from any thread. Errors: QI_ERR_INVALID (layer out of range, tokens
  * < 1, a value negative or not finite: nothing is added). */
 qi_status qi_neuron_live_feed(qi_neuron_live *lv, int layer, const double *activity, long tokens, qi_err *err);
+/* Windows of every layer at once (activity[n_layer * n_ff], tokens[n_layer],
+ * 0 for a layer not fed): one wake-up of the worker, so one round takes
+ * them all in. The same errors, per layer; nothing is added on one. */
+qi_status qi_neuron_live_feed_all(qi_neuron_live *lv, const double *activity, const long *tokens, qi_err *err);
 /* With the worker running: wait until every window fed before the call
  * has been taken in and its round of swaps made. */
 void qi_neuron_live_sync(qi_neuron_live *lv);

@@ -233,7 +233,16 @@ if FULL then
   local rh = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
     neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform", neuron_budget = "30%", neuron_swap_every = 2 })
   T.ok(math.abs(rh.ppl - rd.ppl) / rd.ppl < 0.02, "a 30% split with swaps within 2% of unsplit: " .. rh.ppl)
+  local rw = qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, decode = true, batch = 2, devices = "cpu,testdev",
+    neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform", neuron_budget = "30%", neuron_swap_every = 2,
+    neuron_swap_worker = true })
+  T.ok(math.abs(rw.ppl - rd.ppl) / rd.ppl < 0.02, "the same swaps by the background worker within 2%: " .. rw.ppl)
 end
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
+  neuron_budget = "30%", neuron_swap_worker = true } end, "needs 'neuron_swap_every'")
+T.raises(function() m:engine { neuron_swap_worker = true } end, "'neuron_swap_worker' without 'neuron_policy'")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
+  neuron_budget = "30%", neuron_swap_every = 2, neuron_swap_worker = 1 } end, "neuron_swap_worker")
 T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform" } end, "neuron_budget")
 T.raises(function() m:engine { neuron_budget = "30%" } end, "without 'neuron_policy'")
 T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "static", neuron_profile = "uniform",

@@ -396,8 +396,16 @@ END_TEST
  * with its own bytes, the column form too (qi_engine_neuron_check); the
  * dense run's logits stay within the split's rounding of the unsplit ones.
  * fail_at > 0: the fast device's fail_at-th copy from round 2 on fails,
- * which must stop that step and every later one. */
-static void swap_run(const qi_sparsity *sp, long fail_at) {
+ * which must stop that step and every later one. worker 1: the swaps made
+ * by the background worker, each step's check waiting for the round its
+ * activity woke; worker 2: the worker racing the steps (no wait; 24
+ * steps, each step's logits within the bound, the check at the end),
+ * pausing inside each swap (until a step has read the layer, 20 ms at
+ * most) while every step checks each layer it reads
+ * (qi_engine_neuron_check_steps): some reads must meet a layer mid-swap,
+ * a slot emptied, and find it computing nothing and the unit that left it
+ * on the cold side. */
+static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
     uint8_t *mask = calloc((size_t)L * nu, 1);
     double *act = malloc(sizeof(double) * (size_t)L * nu);
@@ -418,10 +426,12 @@ static void swap_run(const qi_sparsity *sp, long fail_at) {
     opts(&o, "cpu,testdev", mask, 1);
     o.sparsity = sp;
     o.neuron_swap_every = 1;
+    o.neuron_swap_worker = worker > 0;
     o.neuron_live = &lo;
     o.neuron_activity = act;
     ck_assert_msg(qi_engine_create(g_smol, &o, &eng, &e) == QI_OK, "%s", e.msg);
     ck_assert_int_eq(qi_engine_neuron_check(eng, &e), QI_OK);
+    if (worker == 2) qi_engine_neuron_check_steps(eng, true, 20000);
     int id[2], nt;
     int32_t p[12];
     for (int i = 0; i < 12; i++) p[i] = 300 + 11 * i;
@@ -431,7 +441,8 @@ static void swap_run(const qi_sparsity *sp, long fail_at) {
         ck_assert_int_eq(qi_engine_seq_feed(both[k], id[k], p, 12, false, &e), QI_OK);
     }
     double maxd = 0.0, maxw = 0.0;
-    for (int g = 0; g < 8; g++) {
+    const int steps = worker == 2 ? 24 : 8;
+    for (int g = 0; g < steps; g++) {
         if (fail_at > 0 && g == 1) qi_engine_inject_fail(eng, 1, 0, fail_at);
         for (int k = 0; k < 2; k++) {
             qi_err_clear(&e);
@@ -451,7 +462,8 @@ static void swap_run(const qi_sparsity *sp, long fail_at) {
             ck_assert_int_eq(qi_engine_seq_feed(dense, id[0], &t, 1, false, &e), QI_OK);
             continue;
         }
-        ck_assert_msg(qi_engine_neuron_check(eng, &e) == QI_OK, "step %d: %s", g, e.msg);
+        if (worker < 2 || g == steps - 1)
+            ck_assert_msg(qi_engine_neuron_check(eng, &e) == QI_OK, "step %d: %s", g, e.msg);
         const float *a = qi_engine_seq_logits(dense, id[0], -1), *b = qi_engine_seq_logits(eng, id[1], -1);
         int best = 0;
         for (int v = 0; v < V; v++) {
@@ -464,10 +476,13 @@ static void swap_run(const qi_sparsity *sp, long fail_at) {
     }
     qi_engine_neuron_swaps sw;
     qi_engine_neuron_swaps_get(eng, &sw);
-    fprintf(stderr, "swaps%s%s: %ld rounds, %ld units moved, %.0f bytes; logits within %g of %g\n", sp ? ", cold cats" : "",
-            fail_at ? ", a copy failing" : "", sw.rounds, sw.swaps, sw.bytes, maxd, maxw);
+    fprintf(stderr, "swaps%s%s%s: %ld rounds, %ld units moved, %.0f bytes, %.2f ms of the steps' thread; logits within "
+            "%g of %g; %ld layer reads mid-swap\n", sp ? ", cold cats" : "", fail_at ? ", a copy failing" : "",
+            worker == 1 ? ", background worker" : worker == 2 ? ", background worker racing the steps" : "", sw.rounds,
+            sw.swaps, sw.bytes, 1e3 * sw.seconds, maxd, maxw, sw.mid);
     if (!fail_at) {
-        ck_assert_int_eq(sw.rounds, 8);
+        if (worker < 2) ck_assert_int_eq(sw.rounds, 8);
+        if (worker == 2) ck_assert_msg(sw.mid > 0, "no step met a layer mid-swap");
         ck_assert_int_gt(sw.swaps, L);
         if (!sp) ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
     }
@@ -484,13 +499,23 @@ static void swap_run(const qi_sparsity *sp, long fail_at) {
 }
 
 START_TEST(swaps) {
-    swap_run(NULL, 0);
+    swap_run(NULL, 0, 0);
     const qi_sparsity sp = cats_at(0.5f);
-    swap_run(&sp, 0);
+    swap_run(&sp, 0, 0);
     /* a step's own copies on the fast device: per layer the input, the
      * activations back and the partial product back; then the round's
      * uploads, three a swap: the second of the first swap fails */
-    swap_run(NULL, 3L * g_smol->hp.n_layer + 2);
+    swap_run(NULL, 3L * g_smol->hp.n_layer + 2, 0);
+}
+END_TEST
+
+/* The same swaps made by the background worker while the steps go on. */
+START_TEST(swaps_worker) {
+    swap_run(NULL, 0, 1);
+    const qi_sparsity sp = cats_at(0.5f);
+    swap_run(&sp, 0, 1);
+    swap_run(NULL, 0, 2);
+    swap_run(&sp, 0, 2);
 }
 END_TEST
 
@@ -658,6 +683,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, cold_cats);
     tcase_add_test(tc, swaps);
+    tcase_add_test(tc, swaps_worker);
     tcase_add_test(tc, sim);
     suite_add_tcase(s, tc);
     return s;

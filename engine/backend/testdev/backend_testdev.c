@@ -42,6 +42,7 @@ typedef struct {
     cmd *q;
     long head, n, cap;
     bool busy, hold, stop, started;
+    bool op; /* an op runs on the calling thread: the stream waits */
 } td_ctx;
 
 static td_ctx *T(qi_backend *b) { return (td_ctx *)b->ctx; }
@@ -51,7 +52,7 @@ static void *worker_main(void *arg) {
     td_ctx *c = T(b);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->stop && (c->n == 0 || c->hold)) pthread_cond_wait(&c->cv, &c->mu);
+        while (!c->stop && (c->n == 0 || c->hold || c->op)) pthread_cond_wait(&c->cv, &c->mu);
         if (c->n == 0 && c->stop) break;
         const cmd k = c->q[c->head];
         c->head = (c->head + 1) % c->cap;
@@ -137,69 +138,104 @@ static void td_wait(qi_backend *b, qi_event *ev) { push(b, (cmd){.kind = CMD_WAI
 
 /* ---- ops: the CPU's, after the stream ------------------------------------------- */
 
+/* An op runs on the calling thread, after the commands queued before it
+ * and before any queued while it runs (another host thread's copy, say):
+ * the stream's worker waits for it, as a GPU stream runs its commands one
+ * after another. */
+static qi_backend *op_begin(qi_backend *b) {
+    td_ctx *c = T(b);
+    pthread_mutex_lock(&c->mu);
+    while (c->n > 0 || c->busy || c->op) pthread_cond_wait(&c->idle_cv, &c->mu);
+    c->op = true;
+    pthread_mutex_unlock(&c->mu);
+    return c->inner;
+}
+static void op_end(qi_backend *b) {
+    td_ctx *c = T(b);
+    pthread_mutex_lock(&c->mu);
+    c->op = false;
+    pthread_cond_broadcast(&c->idle_cv);
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
 #define INNER(b) (T(b)->inner)
-#define OP(b) (td_drain(b), INNER(b))
+#define OP(b) op_begin(b)
 
 static void td_matmul(qi_backend *b, const qi_weight *w, const float *x, int T_, float *y) {
     qi_backend *in = OP(b);
     in->iface->matmul(in, w, x, T_, y);
+    op_end(b);
 }
 static void td_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T_) {
     qi_backend *in = OP(b);
     in->iface->matmul_n(in, w, y, n, x, T_);
+    op_end(b);
 }
 static void td_rmsnorm(qi_backend *b, const float *x, const float *w, int T_, int n, float eps, float *y) {
     qi_backend *in = OP(b);
     in->iface->rmsnorm(in, x, w, T_, n, eps, y);
+    op_end(b);
 }
 static void td_rope(qi_backend *b, float *q, int Hq, float *k, int Hk, int T_, int D, int n_rot, const int32_t *pos,
                     float base, float freq_scale, int mode) {
     qi_backend *in = OP(b);
     in->iface->rope(in, q, Hq, k, Hk, T_, D, n_rot, pos, base, freq_scale, mode);
+    op_end(b);
 }
 static void td_attention_paged(qi_backend *b, const qi_attn_paged_args *a) {
     qi_backend *in = OP(b);
     in->iface->attention_paged(in, a);
+    op_end(b);
 }
 static void td_attention_paged_n(qi_backend *b, const qi_attn_paged_args *a, int n) {
     qi_backend *in = OP(b);
     in->iface->attention_paged_n(in, a, n);
+    op_end(b);
 }
 static void td_attention_merge(qi_backend *b, const qi_attn_merge_args *a) {
     qi_backend *in = OP(b);
     in->iface->attention_merge(in, a);
+    op_end(b);
 }
 static void td_swiglu(qi_backend *b, float *gate, const float *up, int T_, int n) {
     qi_backend *in = OP(b);
     in->iface->swiglu(in, gate, up, T_, n);
+    op_end(b);
 }
 static void td_geglu(qi_backend *b, float *gate, const float *up, int T_, int n) {
     qi_backend *in = OP(b);
     in->iface->geglu(in, gate, up, T_, n);
+    op_end(b);
 }
 static void td_get_rows(qi_backend *b, const qi_weight *w, const int32_t *ids, int T_, float *out) {
     qi_backend *in = OP(b);
     in->iface->get_rows(in, w, ids, T_, out);
+    op_end(b);
 }
 static void td_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D) {
     qi_backend *in = OP(b);
     in->iface->kv_write(in, src, dst, n, D);
+    op_end(b);
 }
 static void td_add(qi_backend *b, float *x, const float *y, long n) {
     qi_backend *in = OP(b);
     in->iface->add(in, x, y, n);
+    op_end(b);
 }
 static void td_scale(qi_backend *b, float *x, long n, float s) {
     qi_backend *in = OP(b);
     in->iface->scale(in, x, n, s);
+    op_end(b);
 }
 static void td_softcap(qi_backend *b, float *x, long n, float cap) {
     qi_backend *in = OP(b);
     in->iface->softcap(in, x, n, cap);
+    op_end(b);
 }
 static void td_gather_rows(qi_backend *b, float *x, const int32_t *rows, int n, int width) {
     qi_backend *in = OP(b);
     in->iface->gather_rows(in, x, rows, n, width);
+    op_end(b);
 }
 static qi_status td_reserve(qi_backend *b, size_t scratch_bytes, int max_rows, int max_pos, int Hkv, int D,
                             qi_err *err) {

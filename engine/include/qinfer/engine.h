@@ -140,6 +140,20 @@ typedef struct {
      * Not on a simulated machine (it computes no activations). 0: the
      * split stays as placed. */
     int neuron_swap_every;
+    /* With neuron_swap_every: the rounds made by the live state's
+     * background worker thread instead, while the steps go on. Every N
+     * steps the engine feeds the activity it summed; the worker swaps,
+     * each swap in the live state's three steps: the unit leaving a slot
+     * is written into a spare place of the CPU's side and the slot's gate
+     * rows are zeroed (it then computes nothing), the incoming unit's up
+     * rows and down blocks are uploaded with no hold on the layer, then
+     * its gate rows, and its old place on the CPU's side becomes the
+     * spare (its gate rows zeroed). A step holds each split layer while it
+     * computes its FFN, so every step sees each unit in one place; the
+     * uploads are queued on the fast device's stream between the steps'
+     * ops. Which step a swap lands before depends on the threads' timing,
+     * so runs are not repeatable to the bit. */
+    bool neuron_swap_worker;
     const struct qi_neuron_live_opts *neuron_live;
     const double *neuron_activity;
     /* On a simulated machine (sim): in (0, 1], the share of the FFN
@@ -256,12 +270,15 @@ typedef struct {
 } qi_engine_neuron_rp;
 bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out);
 /* With opts.neuron_swap_every: rounds of swaps made, units swapped, the
- * bytes copied to the fast device for them, and the host's wall seconds
- * in the rounds (the rule, the copies queued and waited for, the cold
- * side rewritten), so far (zeros without). */
+ * bytes copied to the fast device for them, and the engine thread's wall
+ * seconds spent on them: in the rounds between steps (the rule, the
+ * copies queued and waited for, the cold side rewritten), or with
+ * neuron_swap_worker waiting for the worker's holds on a layer (the
+ * worker's own time is not in it), so far (zeros without). */
 typedef struct {
     long rounds, swaps;
     double bytes, seconds;
+    long mid; /* with neuron_swap_worker: a step's reads of a layer with a swap in progress (a slot empty) */
 } qi_engine_neuron_swaps;
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out);
 /* The qinfer neuron policy's start-up calibration timer (a
@@ -282,6 +299,14 @@ double qi_engine_neuron_time(void *engine, int fast, int n_neurons, int batch);
  * under cats the one its down gives. QI_ERR_BACKEND naming the first layer and
  * unit at fault; QI_OK without a split or for a model of shapes only. */
 qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err);
+/* Tests: with on, every step checks each split layer as it reads it, under
+ * the layer's hold, as qi_engine_neuron_check does, except that a slot a
+ * background swap has emptied must compute nothing (its gate rows zero):
+ * the step fails on a layer that would count a unit twice or not at all.
+ * stall_us > 0: the background worker pauses inside each swap (its unit
+ * out of the slot, the incoming one not in) until a step has read the
+ * layer so, or for stall_us at most, so that steps meet layers mid-swap. */
+void qi_engine_neuron_check_steps(qi_engine *e, bool on, int stall_us);
 const char *qi_engine_kv_policy_name(const qi_engine *e);
 /* Whether the policy's budget counts the tokens attention reads on decode
  * steps (a policy that picks blocks, Quest) rather than the tokens held. */
