@@ -273,12 +273,201 @@ qi_sparse_fn qi_sparse_matmul_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? sparse_avx2 : NULL;
 }
+
+/* ---- AVX-512 -------------------------------------------------------------
+ *
+ * A zmm holds 16 rows. 4-bit codes become floats by one permute each:
+ * vpermps reads the low 4 bits of every index, so the 16 bytes of a chunk
+ * (rows 32c + k low, 32c + 16 + k high), widened to dwords, index a table
+ * of code - bias directly, and shifted right by 4 for the high nibbles; no
+ * masking, no conversion. 8-bit codes are widened and converted.
+ *
+ * Within a group the fused multiply-adds of every token run, x zero or
+ * not, for T > 1 (a branch per token and column mispredicts at every
+ * density between the extremes): fma(0, c, acc) is acc + 0, acc exactly,
+ * since acc, a sum started at +0, is never -0 (a sum of exact zero is +0
+ * in round-to-nearest). So each row's arithmetic is still the
+ * reference's. */
+#define T5 __attribute__((target("avx512f,avx2,fma")))
+#define INL inline __attribute__((always_inline))
+
+T5 static INL __m512 nib_table(int bias) {
+    const __m512 k = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_sub_ps(k, _mm512_set1_ps((float)bias));
+}
+
+/* Rows i0 + 32c .. + 31 of column col (4-bit codes) as two vectors. */
+T5 static INL void dec4(const uint8_t *col, int64_t i0, int c, __m512 tbl, __m512 *f0, __m512 *f1) {
+    const __m512i z = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(col + i0 / 2 + 16 * c)));
+    *f0 = _mm512_permutexvar_ps(z, tbl);
+    *f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tbl);
+}
+
+/* Rows i0 + 16l .. + 15 of column col (8-bit codes). */
+T5 static INL __m512 dec8(const uint8_t *col, int64_t i0, int l) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(col + i0 + 16 * l))));
+}
+
+/* One token, rows [i0, i0 + 32 NB) with NB <= 4: 2 NB accumulators and
+ * 2 NB sums of y in registers. */
+T5 static INL void t1_rows(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, float *y, int64_t i0,
+                           const int NB, const int BITS) {
+    const int G = w->group;
+    const size_t n_out = (size_t)w->n_out;
+    const __m512 tbl = nib_table(w->bias);
+    __m512 yv[8], acc[8];
+    for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_setzero_ps();
+    for (int p = 0; p < n_idx;) {
+        const int q = group_end(idx, n_idx, p, G);
+        for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_setzero_ps();
+        float sx = 0.0f;
+        for (int k = p; k < q; k++) {
+            const float xv = x[idx[k]];
+            sx = sx + xv;
+            if (xv == 0.0f) continue;
+            const __m512 xb = _mm512_set1_ps(xv);
+            const uint8_t *col = w->codes + (size_t)idx[k] * w->col_bytes;
+            if (BITS == 8) {
+                for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_fmadd_ps(xb, dec8(col, i0, l), acc[l]);
+            } else {
+                for (int c = 0; c < NB; c++) {
+                    __m512 f0, f1;
+                    dec4(col, i0, c, tbl, &f0, &f1);
+                    acc[2 * c] = _mm512_fmadd_ps(xb, f0, acc[2 * c]);
+                    acc[2 * c + 1] = _mm512_fmadd_ps(xb, f1, acc[2 * c + 1]);
+                }
+            }
+        }
+        const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
+        for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_fmadd_ps(_mm512_loadu_ps(w->scale + g + 16 * l), acc[l], yv[l]);
+        if (w->min) {
+            const __m512 sxb = _mm512_set1_ps(sx);
+            for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_fmadd_ps(_mm512_loadu_ps(w->min + g + 16 * l), sxb, yv[l]);
+        }
+        p = q;
+    }
+    for (int l = 0; l < 2 * NB; l++) _mm512_storeu_ps(y + i0 + 16 * l, yv[l]);
+}
+
+T5 static void t1_avx512(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, float *y, int64_t r0,
+                         int64_t r1) {
+    int64_t i0 = r0;
+    if (w->bits == 8) {
+        for (; i0 + 128 <= r1; i0 += 128) t1_rows(w, x, idx, n_idx, y, i0, 4, 8);
+        switch ((r1 - i0) / 32) {
+        case 3: t1_rows(w, x, idx, n_idx, y, i0, 3, 8); break;
+        case 2: t1_rows(w, x, idx, n_idx, y, i0, 2, 8); break;
+        case 1: t1_rows(w, x, idx, n_idx, y, i0, 1, 8); break;
+        }
+    } else {
+        for (; i0 + 128 <= r1; i0 += 128) t1_rows(w, x, idx, n_idx, y, i0, 4, 4);
+        switch ((r1 - i0) / 32) {
+        case 3: t1_rows(w, x, idx, n_idx, y, i0, 3, 4); break;
+        case 2: t1_rows(w, x, idx, n_idx, y, i0, 2, 4); break;
+        case 1: t1_rows(w, x, idx, n_idx, y, i0, 1, 4); break;
+        }
+    }
+}
+
+/* TT <= 8 tokens, rows [i0, i0 + 32): a column's 32 codes decoded once
+ * for all of them, 2 TT accumulators; y summed in memory (zeroed first),
+ * group after group. */
+T5 static INL void tn_rows(const qi_colw *w, const float *x, size_t x_stride, const int32_t *idx, int n_idx,
+                           float *y, size_t y_stride, int64_t i0, const int TT, const int BITS) {
+    const int G = w->group;
+    const size_t n_out = (size_t)w->n_out;
+    const __m512 tbl = nib_table(w->bias);
+    for (int t = 0; t < TT; t++) {
+        _mm512_storeu_ps(y + (size_t)t * y_stride + (size_t)i0, _mm512_setzero_ps());
+        _mm512_storeu_ps(y + (size_t)t * y_stride + (size_t)i0 + 16, _mm512_setzero_ps());
+    }
+    __m512 acc[8][2];
+    float sx[8];
+    for (int p = 0; p < n_idx;) {
+        const int q = group_end(idx, n_idx, p, G);
+        for (int t = 0; t < TT; t++) {
+            acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+            const float *xt = x + (size_t)t * x_stride;
+            float s = 0.0f;
+            for (int k = p; k < q; k++) s = s + xt[idx[k]];
+            sx[t] = s;
+        }
+        for (int k = p; k < q; k++) {
+            const uint8_t *col = w->codes + (size_t)idx[k] * w->col_bytes;
+            __m512 f0, f1;
+            if (BITS == 8)
+                f0 = dec8(col, i0, 0), f1 = dec8(col, i0, 1);
+            else
+                dec4(col, i0, 0, tbl, &f0, &f1);
+            const float *xj = x + (size_t)idx[k];
+            for (int t = 0; t < TT; t++) {
+                const __m512 xb = _mm512_set1_ps(xj[(size_t)t * x_stride]);
+                acc[t][0] = _mm512_fmadd_ps(xb, f0, acc[t][0]);
+                acc[t][1] = _mm512_fmadd_ps(xb, f1, acc[t][1]);
+            }
+        }
+        const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
+        for (int h = 0; h < 2; h++) {
+            const __m512 s = _mm512_loadu_ps(w->scale + g + 16 * h);
+            const __m512 m = w->min ? _mm512_loadu_ps(w->min + g + 16 * h) : _mm512_setzero_ps();
+            for (int t = 0; t < TT; t++) {
+                float *yt = y + (size_t)t * y_stride + (size_t)i0 + 16 * h;
+                __m512 v = _mm512_fmadd_ps(s, acc[t][h], _mm512_loadu_ps(yt));
+                if (w->min) v = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[t]), v);
+                _mm512_storeu_ps(yt, v);
+            }
+        }
+        p = q;
+    }
+}
+
+#define TN_CASE(TT, B)                                                                                          \
+    case TT: tn_rows(w, xt, x_stride, idx, n_idx, yt, y_stride, i0, TT, B); break
+
+T5 static void tn_avx512(const qi_colw *w, const float *x, size_t x_stride, int T, const int32_t *idx, int n_idx,
+                         float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    for (int64_t i0 = r0; i0 < r1; i0 += 32)
+        for (int t0 = 0; t0 < T; t0 += 8) {
+            const int tt = T - t0 < 8 ? T - t0 : 8;
+            const float *xt = x + (size_t)t0 * x_stride;
+            float *yt = y + (size_t)t0 * y_stride;
+            if (w->bits == 8) {
+                switch (tt) {
+                    TN_CASE(8, 8); TN_CASE(7, 8); TN_CASE(6, 8); TN_CASE(5, 8);
+                    TN_CASE(4, 8); TN_CASE(3, 8); TN_CASE(2, 8); TN_CASE(1, 8);
+                }
+            } else {
+                switch (tt) {
+                    TN_CASE(8, 4); TN_CASE(7, 4); TN_CASE(6, 4); TN_CASE(5, 4);
+                    TN_CASE(4, 4); TN_CASE(3, 4); TN_CASE(2, 4); TN_CASE(1, 4);
+                }
+            }
+        }
+}
+
+T5 static void sparse_avx512(const qi_colw *w, const float *x, size_t x_stride, int T, const int32_t *idx, int n_idx,
+                             float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    if (T == 1)
+        t1_avx512(w, x, idx, n_idx, y, r0, r1);
+    else
+        tn_avx512(w, x, x_stride, T, idx, n_idx, y, y_stride, r0, r1);
+}
+
+qi_sparse_fn qi_sparse_matmul_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+               ? sparse_avx512
+               : NULL;
+}
 #else
 qi_sparse_fn qi_sparse_matmul_avx2(void) { return NULL; }
+qi_sparse_fn qi_sparse_matmul_avx512(void) { return NULL; }
 #endif
 
 qi_sparse_fn qi_sparse_matmul(void) {
     const char *f = getenv("QI_FORCE_REF");
-    qi_sparse_fn s = f && strcmp(f, "1") == 0 ? NULL : qi_sparse_matmul_avx2();
+    if (f && strcmp(f, "1") == 0) return qi_sparse_matmul_ref;
+    qi_sparse_fn s = qi_sparse_matmul_avx512();
+    if (!s) s = qi_sparse_matmul_avx2();
     return s ? s : qi_sparse_matmul_ref;
 }

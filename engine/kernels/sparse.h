@@ -30,7 +30,7 @@
  *       y[t][i] = fma(min[g][i], sx, y[t][i])      (types with an offset)
  *
  * in float. This is the whole contract: qi_sparse_matmul_ref is it in
- * plain C, and the SIMD version computes the same operations per row, so
+ * plain C, and the SIMD versions compute the same operations per row, so
  * the two agree bit for bit (tests/unit/test_sparse.c). It is not the dense
  * matmul's arithmetic (that quantises x to 8 bits and sums in llama.cpp's
  * order): a sparse run is exact only against itself; with nothing to skip
@@ -76,6 +76,8 @@ void qi_sparse_matmul_ref(const qi_colw *w, const float *x, size_t x_stride, int
                           float *y, size_t y_stride, int64_t r0, int64_t r1);
 /* The AVX2 version, NULL when the CPU lacks AVX2/FMA. */
 qi_sparse_fn qi_sparse_matmul_avx2(void);
+/* The AVX-512 version, NULL when the CPU lacks AVX-512F (or AVX2/FMA). */
+qi_sparse_fn qi_sparse_matmul_avx512(void);
 /* The fastest available (the reference when QI_FORCE_REF=1). */
 qi_sparse_fn qi_sparse_matmul(void);
 
