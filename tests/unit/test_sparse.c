@@ -4,11 +4,13 @@
  *     qi_dequantize_row_ref's, for every type with codes, on random rows
  *     (the values of random floats quantised, and random block bytes with
  *     the scale fields made finite);
- *   - the product: the AVX2 version equals the plain-C reference bit for
- *     bit, and the reference is within 2^-17 of sum |x_j| max |w_ij| of a
- *     double product, on random inputs with random masks
- *     at every density from 0 to 1, edge sizes (one group, a partial last
- *     group in the row range, 1..70 tokens, rows in ranges);
+ *   - the product: the AVX2 and AVX-512 versions equal the plain-C
+ *     reference bit for bit (each skipped, and said so, where the CPU
+ *     lacks it), and the reference is within 2^-17 of sum |x_j| max |w_ij|
+ *     of a double product, on random inputs with random masks at every
+ *     density from 0 to 1, edge sizes (one group, a partial last group in
+ *     the row range, 1..70 tokens, rows in ranges, row counts around the
+ *     AVX-512 version's blocks of 128);
  *   - the union of active columns over a batch; matrices without a
  *     column form refused.
  */
@@ -141,6 +143,10 @@ static void random_x(float *x, int T, int64_t n, double density, uint64_t *st) {
         }
 }
 
+/* The SIMD versions, NULL where the CPU lacks one. */
+static qi_sparse_fn simd_fn(int v) { return v == 0 ? qi_sparse_matmul_avx2() : qi_sparse_matmul_avx512(); }
+static const char *const simd_name[2] = {"avx2", "avx512"};
+
 static void check_product(const qi_weight *w, const qi_colw *c, const float *dq, int T, double density,
                           int64_t r0, int64_t r1, uint64_t *st, long *n_checked) {
     const int64_t n_in = w->n_cols, n_out = w->n_rows;
@@ -149,22 +155,30 @@ static void check_product(const qi_weight *w, const qi_colw *c, const float *dq,
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_in);
     const int n_idx = qi_sparse_active(x, (size_t)n_in, T, n_in, idx);
     float *yr = malloc(sizeof(float) * (size_t)(T * n_out)), *ys = malloc(sizeof(float) * (size_t)(T * n_out));
-    for (int64_t i = 0; i < T * n_out; i++) yr[i] = ys[i] = 12345.0f; /* rows outside [r0, r1) stay */
+    for (int64_t i = 0; i < T * n_out; i++) yr[i] = 12345.0f; /* rows outside [r0, r1) stay */
     qi_sparse_matmul_ref(c, x, (size_t)n_in, T, idx, n_idx, yr, (size_t)n_out, r0, r1);
-    const qi_sparse_fn simd = qi_sparse_matmul_avx2();
-    if (simd) simd(c, x, (size_t)n_in, T, idx, n_idx, ys, (size_t)n_out, r0, r1);
+    for (int v = 0; v < 2; v++) {
+        const qi_sparse_fn simd = simd_fn(v);
+        if (!simd) continue;
+        for (int64_t i = 0; i < T * n_out; i++) ys[i] = 12345.0f;
+        simd(c, x, (size_t)n_in, T, idx, n_idx, ys, (size_t)n_out, r0, r1);
+        for (int t = 0; t < T; t++)
+            for (int64_t i = 0; i < n_out; i++) {
+                const float want = yr[t * n_out + i], got = ys[t * n_out + i];
+                ck_assert_msg(memcmp(&got, &want, sizeof got) == 0,
+                              "%s n_out %lld rows [%lld, %lld) T=%d density %.2f: y[%d][%lld] %s %.9g, reference "
+                              "%.9g", tname(w->type), (long long)n_out, (long long)r0, (long long)r1, T, density, t,
+                              (long long)i, simd_name[v], got, want);
+            }
+    }
     for (int t = 0; t < T; t++)
         for (int64_t i = 0; i < n_out; i++) {
             const float got = yr[t * n_out + i];
             if (i < r0 || i >= r1) {
-                ck_assert_msg(got == 12345.0f && (!simd || ys[t * n_out + i] == 12345.0f), "row %lld outside "
-                              "[%lld, %lld) written", (long long)i, (long long)r0, (long long)r1);
+                ck_assert_msg(got == 12345.0f, "row %lld outside [%lld, %lld) written", (long long)i, (long long)r0,
+                              (long long)r1);
                 continue;
             }
-            if (simd)
-                ck_assert_msg(memcmp(&got, &ys[t * n_out + i], sizeof got) == 0,
-                              "%s T=%d density %.2f: y[%d][%lld] avx2 %.9g, reference %.9g", tname(w->type), T,
-                              density, t, (long long)i, ys[t * n_out + i], got);
             double want = 0.0, sx = 0.0, wmax = 0.0;
             for (int64_t j = 0; j < n_in; j++) {
                 want += (double)x[t * n_in + j] * dq[i * n_in + j];
@@ -206,8 +220,43 @@ START_TEST(product_against_reference) {
         qi_colw_free(&c);
         free((void *)w.data);
     }
-    printf("sparse matmul: %ld outputs checked (%s against the reference)\n", n,
-           qi_sparse_matmul_avx2() ? "avx2 bit for bit" : "no avx2 here");
+    for (int v = 0; v < 2; v++)
+        printf("sparse matmul: %ld outputs checked (%s)\n", n,
+               simd_fn(v) ? v ? "avx512 bit for bit against the reference" : "avx2 bit for bit against the reference"
+                          : v ? "avx512 skipped: not on this CPU" : "avx2 skipped: not on this CPU");
+}
+END_TEST
+
+/* Row counts around the AVX-512 version's blocks of 128 rows (one token)
+ * and 32 (more), with ranges starting and ending inside and between them. */
+START_TEST(product_row_blocks) {
+    static const double dens[] = {0.0, 0.3, 0.7, 1.0};
+    static const int Ts[] = {1, 2, 9};
+    static const int64_t outs[] = {32, 128, 160, 224, 256, 288};
+    uint64_t st = 13;
+    long n = 0;
+    for (int k = 0; k < N_TYPES; k++) {
+        const uint32_t t = k_types[k];
+        const bool kq = t == QI_TYPE_Q4_K || t == QI_TYPE_Q5_K || t == QI_TYPE_Q6_K;
+        for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+            const int64_t n_in = kq ? 256 : 64, n_out = outs[o];
+            qi_weight w = make_weight(t, n_out, n_in, &st);
+            qi_colw c;
+            qi_err e = {0};
+            ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+            float *dq = dequant(&w);
+            const int64_t ranges[][2] = {{0, n_out}, {32, n_out}, {0, n_out - 32}, {n_out > 64 ? 64 : 0, n_out}};
+            for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+                        if (ranges[r][0] < ranges[r][1])
+                            check_product(&w, &c, dq, Ts[ti], dens[d], ranges[r][0], ranges[r][1], &st, &n);
+            free(dq);
+            qi_colw_free(&c);
+            free((void *)w.data);
+        }
+    }
+    printf("sparse matmul, row blocks: %ld outputs checked\n", n);
 }
 END_TEST
 
@@ -238,6 +287,7 @@ int main(void) {
     tcase_add_test(tc, unsupported);
     tcase_add_test(tc, active_union);
     tcase_add_test(tc, product_against_reference);
+    tcase_add_test(tc, product_row_blocks);
     tcase_add_test(tc, fault_caught);
     suite_add_tcase(s, tc);
     return qi_test_run_suite(s);
