@@ -308,64 +308,81 @@ T5 static INL __m512 dec8(const uint8_t *col, int64_t i0, int l) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(col + i0 + 16 * l))));
 }
 
-/* One token, rows [i0, i0 + 32 NB) with NB <= 4: 2 NB accumulators and
- * 2 NB sums of y in registers. */
-T5 static INL void t1_rows(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, float *y, int64_t i0,
-                           const int NB, const int BITS) {
-    const int G = w->group;
-    const size_t n_out = (size_t)w->n_out;
+/* Prefetch distance in active columns: the same rows of the column one
+ * group on, so the lines are there when the sweep comes back to those
+ * rows (the columns' lines, a stride apart, are not a stream the hardware
+ * prefetchers follow in a small matrix). */
+#define PF_COLS 32
+
+/* One token, one group's active columns idx[p .. q), rows [i0, i0 + 32 NB)
+ * with NB <= 4: 2 NB accumulators in registers, then y there updated. */
+T5 static INL void t1_group(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, int p, int q, float sx,
+                            float *y, int64_t i0, const int NB, const int BITS) {
     const __m512 tbl = nib_table(w->bias);
-    __m512 yv[8], acc[8];
-    for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_setzero_ps();
-    for (int p = 0; p < n_idx;) {
-        const int q = group_end(idx, n_idx, p, G);
-        for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_setzero_ps();
-        float sx = 0.0f;
-        for (int k = p; k < q; k++) {
-            const float xv = x[idx[k]];
-            sx = sx + xv;
-            if (xv == 0.0f) continue;
-            const __m512 xb = _mm512_set1_ps(xv);
-            const uint8_t *col = w->codes + (size_t)idx[k] * w->col_bytes;
-            if (BITS == 8) {
-                for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_fmadd_ps(xb, dec8(col, i0, l), acc[l]);
-            } else {
-                for (int c = 0; c < NB; c++) {
-                    __m512 f0, f1;
-                    dec4(col, i0, c, tbl, &f0, &f1);
-                    acc[2 * c] = _mm512_fmadd_ps(xb, f0, acc[2 * c]);
-                    acc[2 * c + 1] = _mm512_fmadd_ps(xb, f1, acc[2 * c + 1]);
-                }
+    const size_t off = BITS == 8 ? (size_t)i0 : (size_t)i0 / 2, span = (size_t)(BITS == 8 ? 32 : 16) * NB - 1;
+    __m512 acc[8];
+    for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_setzero_ps();
+    for (int k = p; k < q; k++) {
+        if (k + PF_COLS < n_idx) {
+            const char *pf = (const char *)w->codes + (size_t)idx[k + PF_COLS] * w->col_bytes + off;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + span, _MM_HINT_T0);
+        }
+        const float xv = x[idx[k]];
+        if (xv == 0.0f) continue;
+        const __m512 xb = _mm512_set1_ps(xv);
+        const uint8_t *col = w->codes + (size_t)idx[k] * w->col_bytes;
+        if (BITS == 8) {
+            for (int l = 0; l < 2 * NB; l++) acc[l] = _mm512_fmadd_ps(xb, dec8(col, i0, l), acc[l]);
+        } else {
+            for (int c = 0; c < NB; c++) {
+                __m512 f0, f1;
+                dec4(col, i0, c, tbl, &f0, &f1);
+                acc[2 * c] = _mm512_fmadd_ps(xb, f0, acc[2 * c]);
+                acc[2 * c + 1] = _mm512_fmadd_ps(xb, f1, acc[2 * c + 1]);
             }
         }
-        const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
-        for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_fmadd_ps(_mm512_loadu_ps(w->scale + g + 16 * l), acc[l], yv[l]);
-        if (w->min) {
-            const __m512 sxb = _mm512_set1_ps(sx);
-            for (int l = 0; l < 2 * NB; l++) yv[l] = _mm512_fmadd_ps(_mm512_loadu_ps(w->min + g + 16 * l), sxb, yv[l]);
-        }
-        p = q;
     }
-    for (int l = 0; l < 2 * NB; l++) _mm512_storeu_ps(y + i0 + 16 * l, yv[l]);
+    const size_t g = (size_t)(idx[p] / w->group) * (size_t)w->n_out + (size_t)i0;
+    const __m512 sxb = _mm512_set1_ps(sx);
+    for (int l = 0; l < 2 * NB; l++) {
+        __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(w->scale + g + 16 * l), acc[l], _mm512_loadu_ps(y + i0 + 16 * l));
+        if (w->min) v = _mm512_fmadd_ps(_mm512_loadu_ps(w->min + g + 16 * l), sxb, v);
+        _mm512_storeu_ps(y + i0 + 16 * l, v);
+    }
 }
 
+/* One token: group after group, each over the row range in blocks of 128
+ * rows. A group's columns lie side by side, so the codes are read front
+ * to back, a few kilobytes at a time, as the prefetchers like; sweeping
+ * every column for one block of rows, then the next, touches one line per
+ * column in turn, a stride the prefetchers do not follow (4x slower out
+ * of cache). y waits in memory (L1) between groups. */
 T5 static void t1_avx512(const qi_colw *w, const float *x, const int32_t *idx, int n_idx, float *y, int64_t r0,
                          int64_t r1) {
-    int64_t i0 = r0;
-    if (w->bits == 8) {
-        for (; i0 + 128 <= r1; i0 += 128) t1_rows(w, x, idx, n_idx, y, i0, 4, 8);
-        switch ((r1 - i0) / 32) {
-        case 3: t1_rows(w, x, idx, n_idx, y, i0, 3, 8); break;
-        case 2: t1_rows(w, x, idx, n_idx, y, i0, 2, 8); break;
-        case 1: t1_rows(w, x, idx, n_idx, y, i0, 1, 8); break;
+    for (int64_t i = r0; i < r1; i += 16) _mm512_storeu_ps(y + i, _mm512_setzero_ps());
+    const int nb = (int)((r1 - r0) % 128 / 32);
+    const int64_t e = r1 - 32 * nb;
+    for (int p = 0; p < n_idx;) {
+        const int q = group_end(idx, n_idx, p, w->group);
+        float sx = 0.0f;
+        for (int k = p; k < q; k++) sx = sx + x[idx[k]];
+        if (w->bits == 8) {
+            for (int64_t i0 = r0; i0 < e; i0 += 128) t1_group(w, x, idx, n_idx, p, q, sx, y, i0, 4, 8);
+            switch (nb) {
+            case 3: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 3, 8); break;
+            case 2: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 2, 8); break;
+            case 1: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 1, 8); break;
+            }
+        } else {
+            for (int64_t i0 = r0; i0 < e; i0 += 128) t1_group(w, x, idx, n_idx, p, q, sx, y, i0, 4, 4);
+            switch (nb) {
+            case 3: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 3, 4); break;
+            case 2: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 2, 4); break;
+            case 1: t1_group(w, x, idx, n_idx, p, q, sx, y, e, 1, 4); break;
+            }
         }
-    } else {
-        for (; i0 + 128 <= r1; i0 += 128) t1_rows(w, x, idx, n_idx, y, i0, 4, 4);
-        switch ((r1 - i0) / 32) {
-        case 3: t1_rows(w, x, idx, n_idx, y, i0, 3, 4); break;
-        case 2: t1_rows(w, x, idx, n_idx, y, i0, 2, 4); break;
-        case 1: t1_rows(w, x, idx, n_idx, y, i0, 1, 4); break;
-        }
+        p = q;
     }
 }
 
