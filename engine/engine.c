@@ -457,11 +457,10 @@ static int sp_site(qi_engine *e, int l, int site, float *x, int T, int n) {
     const float t = sp_thr(e, l, site);
     if (t < 0.0f) return -1;
     long z = 0;
-    for (long i = 0; i < (long)T * n; i++)
-        if (fabsf(x[i]) <= t) x[i] = 0.0f, z++;
+    const int k = qi_sparse_threshold(x, (size_t)n, T, n, t, e->sp_idx, &z);
     e->sp_zeroed += (double)z;
     e->sp_seen += (double)T * n;
-    return qi_sparse_active(x, (size_t)n, T, n, e->sp_idx);
+    return k;
 }
 
 typedef struct {
@@ -3035,13 +3034,11 @@ bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out)
  * the neurons kept by some row (the union) in e->sp_idx, their number
  * returned. */
 static int cats_keep(qi_engine *e, float tg, int rows, int n) {
-    const size_t nn = (size_t)rows * (size_t)n;
     long z = 0;
-    for (size_t i = 0; i < nn; i++)
-        if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
+    const int k = qi_sparse_threshold(e->sp_act, (size_t)n, rows, n, tg, e->sp_idx, &z);
     e->sp_zeroed += (double)z;
-    e->sp_seen += (double)nn;
-    return qi_sparse_active(e->sp_act, (size_t)n, rows, n, e->sp_idx);
+    e->sp_seen += (double)rows * n;
+    return k;
 }
 
 /* The MLP block of a gated FFN under opts.sparsity or opts.act_observe,

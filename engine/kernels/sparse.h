@@ -86,4 +86,9 @@ qi_sparse_fn qi_sparse_matmul(void);
  * idx; returns their count. */
 int qi_sparse_active(const float *x, size_t x_stride, int T, int64_t n, int32_t *idx);
 
+/* x[t * x_stride + j] zeroed where |x| <= thr (thr >= 0; NaN is kept),
+ * then qi_sparse_active's list of the columns left, into idx; returns
+ * their count and adds the elements zeroed to *n_zeroed. */
+int qi_sparse_threshold(float *x, size_t x_stride, int T, int64_t n, float thr, int32_t *idx, long *n_zeroed);
+
 #endif

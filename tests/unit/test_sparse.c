@@ -11,8 +11,9 @@
  *     density from 0 to 1, edge sizes (one group, a partial last group in
  *     the row range, 1..70 tokens, rows in ranges, row counts around the
  *     AVX-512 version's blocks of 128);
- *   - the union of active columns over a batch; matrices without a
- *     column form refused.
+ *   - the union of active columns over a batch, the threshold that makes
+ *     it (-0, NaN, values at the threshold); matrices without a column
+ *     form refused.
  */
 #include <check.h>
 #include <math.h>
@@ -130,6 +131,37 @@ START_TEST(active_union) {
     ck_assert_int_eq(idx[2], 7);
     ck_assert_int_eq(qi_sparse_active(&x[2][0], 8, 1, 8, idx), 0);
     ck_assert_int_eq(qi_sparse_active(&x[0][0], 8, 1, 8, idx), 2);
+}
+END_TEST
+
+/* The threshold against its definition: zeroed where |x| <= thr (-0 and
+ * values at the threshold too, NaN kept), then the active columns. */
+START_TEST(threshold_then_active) {
+    uint64_t st = 17;
+    for (int T = 1; T <= 3; T++)
+        for (int rep = 0; rep < 20; rep++) {
+            const int64_t n = 1 + (int64_t)(qi_test_rand(&st) % 200);
+            float *x = malloc(sizeof(float) * (size_t)(T * n)), *want = malloc(sizeof(float) * (size_t)(T * n));
+            int32_t *idx = malloc(sizeof(int32_t) * (size_t)n), *idx_want = malloc(sizeof(int32_t) * (size_t)n);
+            const float thr = rep % 5 == 0 ? 0.0f : 0.5f;
+            for (int64_t i = 0; i < T * n; i++) {
+                const uint64_t u = qi_test_rand(&st) % 8;
+                x[i] = u == 0 ? 0.0f : u == 1 ? -0.0f : u == 2 ? thr : u == 3 ? NAN : qi_test_randf(&st);
+            }
+            long z_want = 0;
+            for (int64_t i = 0; i < T * n; i++) {
+                want[i] = fabsf(x[i]) <= thr ? 0.0f : x[i];
+                z_want += fabsf(x[i]) <= thr;
+            }
+            const int k_want = qi_sparse_active(want, (size_t)n, T, n, idx_want);
+            long z = 7;
+            const int k = qi_sparse_threshold(x, (size_t)n, T, n, thr, idx, &z);
+            ck_assert_int_eq(k, k_want);
+            ck_assert_int_eq(z, 7 + z_want);
+            ck_assert(memcmp(idx, idx_want, sizeof(int32_t) * (size_t)k) == 0);
+            ck_assert(memcmp(x, want, sizeof(float) * (size_t)(T * n)) == 0);
+            free(x), free(want), free(idx), free(idx_want);
+        }
 }
 END_TEST
 
@@ -286,6 +318,7 @@ int main(void) {
     tcase_add_test(tc, column_form_exact);
     tcase_add_test(tc, unsupported);
     tcase_add_test(tc, active_union);
+    tcase_add_test(tc, threshold_then_active);
     tcase_add_test(tc, product_against_reference);
     tcase_add_test(tc, product_row_blocks);
     tcase_add_test(tc, fault_caught);
