@@ -531,29 +531,39 @@ typedef struct {
     float *y;
 } rows_job;
 
-/* Rows of up for cats: each listed row's dot with every token, in the
- * dense matmul's order (the kernels' dots do not depend on how many rows a
- * call takes), so a row computed here equals the dense matmul's bit for
- * bit. */
+/* Rows [r0, r1) of w, every token: y[t][r] = w_r . xq_t, in the dense
+ * matmul's order (the kernels' dots do not depend on how many rows a call
+ * takes), so they equal the dense matmul's bit for bit. */
+static void rows_range(const qi_weight *w, qi_k_gemm_fn gemm, const void *xq, uint64_t qrow_bytes, int T, long r0,
+                       long r1, float *y) {
+    const void *wr = (const char *)w->data + (uint64_t)r0 * w->row_bytes;
+    if (!gemm) {
+        for (long r = r0; r < r1; r++)
+            for (int t = 0; t < T; t++)
+                y[(long)t * w->n_rows + r] = qi_vec_dot_ref(w->type, w->n_cols,
+                                                            (const char *)w->data + (uint64_t)r * w->row_bytes,
+                                                            (const char *)xq + (uint64_t)t * qrow_bytes);
+        return;
+    }
+    for (int t0 = 0; t0 < T; t0 += 32) {
+        const int nt = T - t0 < 32 ? T - t0 : 32;
+        gemm(w->n_cols, wr, w->row_bytes, (int)(r1 - r0), (const char *)xq + (uint64_t)t0 * qrow_bytes, qrow_bytes,
+             nt, y + (long)t0 * w->n_rows + r0, (size_t)w->n_rows);
+    }
+}
+
+/* Rows of up for cats: the listed rows (ascending), each run of
+ * consecutive ones in one call, so the kernels' multi-row paths and
+ * prefetching work as in the dense matmul. */
 static void rows_work(void *arg, int ith, int nth) {
     const rows_job *j = arg;
     long lo, hi;
     qi_split(j->n_rows, ith, nth, &lo, &hi);
-    const qi_weight *w = j->w;
-    for (long k = lo; k < hi; k++) {
-        const int32_t r = j->rows[k];
-        const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
-        if (!j->gemm) {
-            for (int t = 0; t < j->T; t++)
-                j->y[(long)t * w->n_rows + r] =
-                    qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + (uint64_t)t * j->qrow_bytes);
-            continue;
-        }
-        for (int t0 = 0; t0 < j->T; t0 += 32) {
-            const int nt = j->T - t0 < 32 ? j->T - t0 : 32;
-            j->gemm(w->n_cols, wr, w->row_bytes, 1, (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes,
-                    nt, j->y + (long)t0 * w->n_rows + r, (size_t)w->n_rows);
-        }
+    for (long k = lo; k < hi;) {
+        long q = k + 1;
+        while (q < hi && j->rows[q] == j->rows[q - 1] + 1) q++;
+        rows_range(j->w, j->gemm, j->xq, j->qrow_bytes, j->T, j->rows[k], j->rows[q - 1] + 1, j->y);
+        k = q;
     }
 }
 
