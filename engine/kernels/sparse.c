@@ -110,11 +110,19 @@ int qi_sparse_active(const float *x, size_t x_stride, int T, int64_t n, int32_t 
 /* Without branches on the data: at the densities thresholds leave (a
  * quarter to three quarters kept) a branch per element mispredicts about
  * as often as not, which cost more than the rest of a step's bookkeeping. */
+/* qi_sparse_threshold's one-token SIMD part: the first n (a multiple of
+ * 16) elements; NULL where there is none. */
+typedef int (*threshold1_fn)(float *x, int64_t n, float thr, int32_t *idx, long *n_zeroed);
+static threshold1_fn threshold1(void);
+
 int qi_sparse_threshold(float *x, size_t x_stride, int T, int64_t n, float thr, int32_t *idx, long *n_zeroed) {
     long z = 0;
     if (T == 1) {
+        const threshold1_fn f = threshold1();
         int k = 0;
-        for (int64_t j = 0; j < n; j++) {
+        int64_t j = 0;
+        if (f) j = n / 16 * 16, k = f(x, j, thr, idx, &z);
+        for (; j < n; j++) {
             const float v = x[j];
             const int keep = !(fabsf(v) <= thr);
             x[j] = keep ? v : 0.0f;
@@ -501,15 +509,51 @@ T5 static void sparse_avx512(const qi_colw *w, const float *x, size_t x_stride, 
         tn_avx512(w, x, x_stride, T, idx, n_idx, y, y_stride, r0, r1);
 }
 
+/* qi_sparse_threshold for one token, n a multiple of 16: a mask per 16
+ * elements, the kept indices compressed in a register and stored whole
+ * (idx has room: k <= j), since a compressing store to memory is slow on
+ * some CPUs (microcoded on Zen 4). */
+T5 static int threshold1_avx512(float *x, int64_t n, float thr, int32_t *idx, long *n_zeroed) {
+    const __m512 t = _mm512_set1_ps(thr);
+    __m512i jv = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    int k = 0;
+    long z = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        const __m512 v = _mm512_loadu_ps(x + j);
+        const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(v), t, _CMP_NLE_UQ); /* !(|v| <= thr) */
+        _mm512_storeu_ps(x + j, _mm512_maskz_mov_ps(m, v));
+        _mm512_storeu_si512((void *)(idx + k), _mm512_maskz_compress_epi32(m, jv));
+        const int c = __builtin_popcount((unsigned)m);
+        k += c;
+        z += 16 - c;
+        jv = _mm512_add_epi32(jv, step);
+    }
+    *n_zeroed += z;
+    return k;
+}
+
 qi_sparse_fn qi_sparse_matmul_avx512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
                ? sparse_avx512
                : NULL;
 }
+static threshold1_fn threshold1(void) {
+    static threshold1_fn f;
+    static int chosen; /* a race to choose picks the same */
+    if (!__atomic_load_n(&chosen, __ATOMIC_ACQUIRE)) {
+        const char *r = getenv("QI_FORCE_REF");
+        __atomic_store_n(&f, (r && strcmp(r, "1") == 0) || !qi_sparse_matmul_avx512() ? NULL : threshold1_avx512,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&chosen, 1, __ATOMIC_RELEASE);
+    }
+    return __atomic_load_n(&f, __ATOMIC_RELAXED);
+}
 #else
 qi_sparse_fn qi_sparse_matmul_avx2(void) { return NULL; }
 qi_sparse_fn qi_sparse_matmul_avx512(void) { return NULL; }
+static threshold1_fn threshold1(void) { return NULL; }
 #endif
 
 qi_sparse_fn qi_sparse_matmul(void) {
