@@ -24,12 +24,42 @@ void qi_colw_free(qi_colw *c) {
     qi_free(c->codes);
     qi_free(c->scale);
     qi_free(c->min);
+    qi_free(c->scale_h);
+    qi_free(c->min_h);
     memset(c, 0, sizeof *c);
 }
 
 size_t qi_colw_bytes(const qi_colw *c) {
     const size_t groups = c->group ? (size_t)(c->n_in / c->group) : 0;
-    return c->col_bytes * (size_t)c->n_in + groups * (size_t)c->n_out * sizeof(float) * (c->min ? 2 : 1);
+    return c->col_bytes * (size_t)c->n_in + groups * (size_t)c->n_out * (c->scale_h ? 2 : sizeof(float)) *
+                                                (c->min || c->min_h ? 2 : 1);
+}
+
+/* Scale (min) number k of the column form, whichever way it is held. */
+static inline float scale_at(const qi_colw *c, size_t k) {
+    return c->scale_h ? qi_fp16_to_f32(c->scale_h[k]) : c->scale[k];
+}
+static inline float min_at(const qi_colw *c, size_t k) { return c->min_h ? qi_fp16_to_f32(c->min_h[k]) : c->min[k]; }
+static inline bool has_offset(const qi_colw *c) { return c->min || c->min_h; }
+
+/* Every value of f[0 .. n) exactly an fp16 (its bits back through one). */
+static bool all_half(const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float b = qi_fp16_to_f32(qi_f32_to_fp16(f[i]));
+        if (memcmp(&b, &f[i], sizeof b) != 0) return false;
+    }
+    return true;
+}
+
+/* *f (n floats) to fp16 in *h where all are exact, *f freed; false for
+ * no memory. */
+static bool to_half(float **f, uint16_t **h, size_t n) {
+    *h = qi_malloc(n * sizeof **h);
+    if (!*h) return false;
+    for (size_t i = 0; i < n; i++) (*h)[i] = qi_f32_to_fp16((*f)[i]);
+    qi_free(*f);
+    *f = NULL;
+    return true;
 }
 
 static bool has_min(uint32_t type) {
@@ -79,6 +109,13 @@ qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err) {
         }
     }
     qi_free(code), qi_free(sc), qi_free(mn);
+    const size_t ns = groups * (size_t)n_out;
+    if (all_half(c.scale, ns) && (!c.min || all_half(c.min, ns)) &&
+        (!to_half(&c.scale, &c.scale_h, ns) || (c.min && !to_half(&c.min, &c.min_h, ns)))) {
+        qi_colw_free(&c);
+        return QI_ERR(err, QI_ERR_NOMEM, "sparse matmul: out of memory for the column form of a %lld x %lld matrix",
+                      (long long)n_out, (long long)n_in);
+    }
     *out = c;
     return QI_OK;
 }
@@ -92,8 +129,8 @@ static inline int code_at(const qi_colw *c, int64_t i, int64_t j) {
 
 float qi_colw_value(const qi_colw *c, int64_t i, int64_t j) {
     const size_t g = (size_t)(j / c->group) * (size_t)c->n_out + (size_t)i;
-    const float p = c->scale[g] * (float)code_at(c, i, j);
-    return c->min ? p + c->min[g] : p;
+    const float p = scale_at(c, g) * (float)code_at(c, i, j);
+    return has_offset(c) ? p + min_at(c, g) : p;
 }
 
 int qi_sparse_active(const float *x, size_t x_stride, int T, int64_t n, int32_t *idx) {
@@ -173,8 +210,8 @@ void qi_sparse_matmul_ref(const qi_colw *w, const float *x, size_t x_stride, int
                     if (xv != 0.0f) acc = fmaf(xv, (float)code_at(w, i, idx[k]), acc);
                 }
                 float *yi = y + (size_t)t * y_stride + (size_t)i;
-                *yi = fmaf(w->scale[g + (size_t)i], acc, *yi);
-                if (w->min) *yi = fmaf(w->min[g + (size_t)i], sx, *yi);
+                *yi = fmaf(scale_at(w, g + (size_t)i), acc, *yi);
+                if (has_offset(w)) *yi = fmaf(min_at(w, g + (size_t)i), sx, *yi);
             }
         }
         p = q;
@@ -182,7 +219,12 @@ void qi_sparse_matmul_ref(const qi_colw *w, const float *x, size_t x_stride, int
 }
 
 #ifdef QI_SPARSE_X86
-#define T2 __attribute__((target("avx2,fma")))
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+/* 8 scales (offsets) from k on, held as floats (f) or fp16 (h). */
+T2 static inline __m256 ld8(const float *f, const uint16_t *h, size_t k) {
+    return h ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + k))) : _mm256_loadu_ps(f + k);
+}
 
 /* Rows 32c .. 32c + 31 of column j as four vectors of 8 floats. */
 T2 static inline void decode32(const qi_colw *w, int64_t j, int64_t i0, __m256 f[4]) {
@@ -244,8 +286,8 @@ T2 static void sparse64_t1(const qi_colw *w, const float *x, const int32_t *idx,
         const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
         const __m256 sxb = _mm256_set1_ps(sx);
         for (int l = 0; l < 8; l++) {
-            yv[l] = _mm256_fmadd_ps(_mm256_loadu_ps(w->scale + g + 8 * l), acc[l], yv[l]);
-            if (w->min) yv[l] = _mm256_fmadd_ps(_mm256_loadu_ps(w->min + g + 8 * l), sxb, yv[l]);
+            yv[l] = _mm256_fmadd_ps(ld8(w->scale, w->scale_h, g + 8 * l), acc[l], yv[l]);
+            if (has_offset(w)) yv[l] = _mm256_fmadd_ps(ld8(w->min, w->min_h, g + 8 * l), sxb, yv[l]);
         }
         p = q;
     }
@@ -294,10 +336,10 @@ T2 static void sparse_avx2(const qi_colw *w, const float *x, size_t x_stride, in
                 }
             }
             for (int l = 0; l < 4; l++) {
-                const __m256 s = _mm256_loadu_ps(w->scale + g + 8 * l);
+                const __m256 s = ld8(w->scale, w->scale_h, g + 8 * l);
                 for (int t = 0; t < T; t++) yv[t][l] = _mm256_fmadd_ps(s, acc[t][l], yv[t][l]);
-                if (w->min) {
-                    const __m256 m = _mm256_loadu_ps(w->min + g + 8 * l);
+                if (has_offset(w)) {
+                    const __m256 m = ld8(w->min, w->min_h, g + 8 * l);
                     for (int t = 0; t < T; t++) yv[t][l] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[t]), yv[t][l]);
                 }
             }
@@ -310,7 +352,9 @@ T2 static void sparse_avx2(const qi_colw *w, const float *x, size_t x_stride, in
 
 qi_sparse_fn qi_sparse_matmul_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? sparse_avx2 : NULL;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+               ? sparse_avx2
+               : NULL;
 }
 
 /* ---- AVX-512 -------------------------------------------------------------
@@ -327,8 +371,13 @@ qi_sparse_fn qi_sparse_matmul_avx2(void) {
  * since acc, a sum started at +0, is never -0 (a sum of exact zero is +0
  * in round-to-nearest). So each row's arithmetic is still the
  * reference's. */
-#define T5 __attribute__((target("avx512f,avx2,fma")))
+#define T5 __attribute__((target("avx512f,avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
+
+/* 16 scales (offsets) from k on, held as floats (f) or fp16 (h). */
+T5 static INL __m512 ld16(const float *f, const uint16_t *h, size_t k) {
+    return h ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + k))) : _mm512_loadu_ps(f + k);
+}
 
 T5 static INL __m512 nib_table(int bias) {
     const __m512 k = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -385,8 +434,8 @@ T5 static INL void t1_group(const qi_colw *w, const float *x, const int32_t *idx
     const size_t g = (size_t)(idx[p] / w->group) * (size_t)w->n_out + (size_t)i0;
     const __m512 sxb = _mm512_set1_ps(sx);
     for (int l = 0; l < 2 * NB; l++) {
-        __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(w->scale + g + 16 * l), acc[l], _mm512_loadu_ps(y + i0 + 16 * l));
-        if (w->min) v = _mm512_fmadd_ps(_mm512_loadu_ps(w->min + g + 16 * l), sxb, v);
+        __m512 v = _mm512_fmadd_ps(ld16(w->scale, w->scale_h, g + 16 * l), acc[l], _mm512_loadu_ps(y + i0 + 16 * l));
+        if (has_offset(w)) v = _mm512_fmadd_ps(ld16(w->min, w->min_h, g + 16 * l), sxb, v);
         _mm512_storeu_ps(y + i0 + 16 * l, v);
     }
 }
@@ -464,12 +513,12 @@ T5 static INL void tn_rows(const qi_colw *w, const float *x, size_t x_stride, co
         }
         const size_t g = (size_t)(idx[p] / G) * n_out + (size_t)i0;
         for (int h = 0; h < 2; h++) {
-            const __m512 s = _mm512_loadu_ps(w->scale + g + 16 * h);
-            const __m512 m = w->min ? _mm512_loadu_ps(w->min + g + 16 * h) : _mm512_setzero_ps();
+            const __m512 s = ld16(w->scale, w->scale_h, g + 16 * h);
+            const __m512 m = has_offset(w) ? ld16(w->min, w->min_h, g + 16 * h) : _mm512_setzero_ps();
             for (int t = 0; t < TT; t++) {
                 float *yt = y + (size_t)t * y_stride + (size_t)i0 + 16 * h;
                 __m512 v = _mm512_fmadd_ps(s, acc[t][h], _mm512_loadu_ps(yt));
-                if (w->min) v = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[t]), v);
+                if (has_offset(w)) v = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[t]), v);
                 _mm512_storeu_ps(yt, v);
             }
         }
@@ -535,7 +584,8 @@ T5 static int threshold1_avx512(float *x, int64_t n, float thr, int32_t *idx, lo
 
 qi_sparse_fn qi_sparse_matmul_avx512(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c")
                ? sparse_avx512
                : NULL;
 }

@@ -3,7 +3,8 @@
  *   - the column form holds the same matrix: every element equals
  *     qi_dequantize_row_ref's, for every type with codes, on random rows
  *     (the values of random floats quantised, and random block bytes with
- *     the scale fields made finite);
+ *     the scale fields made finite); the legacy types' scales held as
+ *     fp16, and the product the same with them widened to floats;
  *   - the product: the AVX2 and AVX-512 versions equal the plain-C
  *     reference bit for bit (each skipped, and said so, where the CPU
  *     lacks it), and the reference is within 2^-17 of sum |x_j| max |w_ij|
@@ -67,8 +68,13 @@ static void check_values(const qi_weight *w, const char *what) {
                           (long long)i, (long long)j, got, want);
         }
     ck_assert_uint_eq(qi_colw_bytes(&c), c.col_bytes * (size_t)c.n_in +
-                                             (size_t)(c.n_in / c.group) * (size_t)c.n_out * sizeof(float) *
-                                                 (c.min ? 2 : 1));
+                                             (size_t)(c.n_in / c.group) * (size_t)c.n_out *
+                                                 (c.scale_h ? 2 : sizeof(float)) * (c.min || c.min_h ? 2 : 1));
+    /* the legacy types' scales (fp16 in their blocks) are held as fp16 */
+    const uint32_t t = w->type;
+    if (t == QI_TYPE_Q4_0 || t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_0 || t == QI_TYPE_Q5_1 || t == QI_TYPE_Q8_0)
+        ck_assert_msg(c.scale_h && !c.scale && (c.min_h != NULL) == (t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_1),
+                      "%s: scales not held as fp16", tname(t));
     free(d);
     qi_colw_free(&c);
 }
@@ -229,6 +235,23 @@ static void check_product(const qi_weight *w, const qi_colw *c, const float *dq,
     free(x), free(idx), free(yr), free(ys);
 }
 
+/* The same column form with its scales held as floats (c's fp16 ones
+ * widened), to run the float-held code on every type. */
+static qi_colw widened(const qi_colw *c) {
+    qi_colw f = *c;
+    const size_t ns = (size_t)(c->n_in / c->group) * (size_t)c->n_out;
+    f.codes = malloc(c->col_bytes * (size_t)c->n_in);
+    memcpy(f.codes, c->codes, c->col_bytes * (size_t)c->n_in);
+    f.scale = malloc(sizeof(float) * ns);
+    f.min = c->min || c->min_h ? malloc(sizeof(float) * ns) : NULL;
+    for (size_t i = 0; i < ns; i++) {
+        f.scale[i] = c->scale_h ? qi_fp16_to_f32(c->scale_h[i]) : c->scale[i];
+        if (f.min) f.min[i] = c->min_h ? qi_fp16_to_f32(c->min_h[i]) : c->min[i];
+    }
+    f.scale_h = f.min_h = NULL;
+    return f;
+}
+
 START_TEST(product_against_reference) {
     static const double dens[] = {0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0};
     static const int Ts[] = {1, 2, 3, 7, 16, 70};
@@ -248,6 +271,14 @@ START_TEST(product_against_reference) {
                 check_product(&w, &c, dq, Ts[ti], dens[d], 0, n_out, &st, &n);
                 check_product(&w, &c, dq, Ts[ti], dens[d], 32, 64, &st, &n);
             }
+        if (c.scale_h) { /* and held as floats */
+            qi_colw f = widened(&c);
+            ck_assert_uint_eq(qi_colw_bytes(&f), qi_colw_bytes(&c) + (qi_colw_bytes(&c) - c.col_bytes * (size_t)n_in));
+            for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                    check_product(&w, &f, dq, Ts[ti], dens[d], 0, n_out, &st, &n);
+            qi_colw_free(&f);
+        }
         free(dq);
         qi_colw_free(&c);
         free((void *)w.data);
@@ -300,11 +331,13 @@ START_TEST(fault_caught) {
     qi_err e = {0};
     ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
     float *dq = dequant(&w);
-    c.codes[3] ^= 0x10;
-    int bad = 0;
+    c.codes[3] ^= 0x10;                /* column 0 (group 0), one row */
+    c.scale_h[1 * 32 + 7] ^= 0x0400;   /* group 1, row 7: its scale doubled or halved */
+    int bad[2] = {0, 0};
     for (int64_t i = 0; i < 32; i++)
-        for (int64_t j = 0; j < 64; j++) bad += qi_colw_value(&c, i, j) != dq[i * 64 + j];
-    ck_assert_int_eq(bad, 1);
+        for (int64_t j = 0; j < 64; j++) bad[j / 32] += qi_colw_value(&c, i, j) != dq[i * 64 + j];
+    ck_assert_int_eq(bad[0], 1);
+    ck_assert_int_ge(bad[1], 16); /* row 7's elements there whose code is not 0 */
     free(dq);
     qi_colw_free(&c);
     free((void *)w.data);
