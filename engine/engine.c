@@ -554,19 +554,25 @@ static void rows_range(const qi_weight *w, qi_k_gemm_fn gemm, const void *xq, ui
     }
 }
 
-/* Rows of up for cats: the listed rows (ascending), each run of
- * consecutive ones in one call, so the kernels' multi-row paths and
- * prefetching work as in the dense matmul. */
+/* rows_range over the listed rows rows[0 .. n) (ascending), each run of
+ * consecutive ones in one call, so the kernels' multi-row paths work as in
+ * the dense matmul. */
+static void rows_runs(const qi_weight *w, qi_k_gemm_fn gemm, const void *xq, uint64_t qrow_bytes, int T,
+                      const int32_t *rows, long n, float *y) {
+    for (long k = 0; k < n;) {
+        long q = k + 1;
+        while (q < n && rows[q] == rows[q - 1] + 1) q++;
+        rows_range(w, gemm, xq, qrow_bytes, T, rows[k], rows[q - 1] + 1, y);
+        k = q;
+    }
+}
+
+/* Rows of up for cats: the listed rows, split evenly over the threads. */
 static void rows_work(void *arg, int ith, int nth) {
     const rows_job *j = arg;
     long lo, hi;
     qi_split(j->n_rows, ith, nth, &lo, &hi);
-    for (long k = lo; k < hi;) {
-        long q = k + 1;
-        while (q < hi && j->rows[q] == j->rows[q - 1] + 1) q++;
-        rows_range(j->w, j->gemm, j->xq, j->qrow_bytes, j->T, j->rows[k], j->rows[q - 1] + 1, j->y);
-        k = q;
-    }
+    rows_runs(j->w, j->gemm, j->xq, j->qrow_bytes, j->T, j->rows + lo, hi - lo, j->y);
 }
 
 static qi_status rows_run(qi_engine *e, rows_job *j, const float *x) {
@@ -3091,10 +3097,12 @@ static void cats_work(void *arg, int ith, int nth) {
         j->glu(n, act, j->ones + (size_t)t * F + a);
         memset(u, 0, sizeof(float) * (size_t)n);
     }
+    /* the kept neurons of the thread's chunks, listed one after another
+     * from idx + a (this thread's part of idx) */
+    long n_kept = 0;
     for (long c = lo; c < hi; c++) {
         const long c0 = 32 * c, c1 = c0 + 32 < F ? c0 + 32 : F;
         long z = 0;
-        int k = 0;
         for (long i = c0; i < c1; i++) {
             int any = 0;
             for (int t = 0; t < T; t++) {
@@ -3104,18 +3112,12 @@ static void cats_work(void *arg, int ith, int nth) {
                 z += !keep;
                 any |= keep;
             }
-            j->idx[c0 + k] = (int32_t)i;
-            k += any;
+            j->idx[a + n_kept] = (int32_t)i;
+            n_kept += any;
         }
         j->zeroed[c] = z;
-        const int32_t *kept = j->idx + c0;
-        for (int p = 0; p < k;) {
-            int q = p + 1;
-            while (q < k && kept[q] == kept[q - 1] + 1) q++;
-            rows_range(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, kept[p], kept[q - 1] + 1, j->u);
-            p = q;
-        }
     }
+    rows_runs(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, j->idx + a, n_kept, j->u);
     for (int t = 0; t < T; t++) {
         float *g = j->g + (size_t)t * F;
         const float *act = j->act + (size_t)t * F;
