@@ -3069,6 +3069,7 @@ typedef struct {
     uint64_t qrow_bytes;
     int T, F;
     float tg;
+    double max_density; /* up's rows all computed where more are kept */
     float *g, *u, *act; /* [T][F]: gate, up, act(gate) */
     const float *ones;
     int32_t *idx, *cnt; /* chunk c's neurons listed at idx + 32 c, cnt[c] of them */
@@ -3117,7 +3118,12 @@ static void cats_work(void *arg, int ith, int nth) {
         }
         j->zeroed[c] = z;
     }
-    rows_runs(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, j->idx + a, n_kept, j->u);
+    /* many kept: the kernels' runs would be short, slower than the whole
+     * range in one call (the dropped rows' values are zeroed below) */
+    if ((double)n_kept > j->max_density * (double)n)
+        rows_range(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, a, b, j->u);
+    else
+        rows_runs(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, j->idx + a, n_kept, j->u);
     for (int t = 0; t < T; t++) {
         float *g = j->g + (size_t)t * F;
         const float *act = j->act + (size_t)t * F;
@@ -3147,7 +3153,7 @@ static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const
     const int F = e->m->hp.n_ff;
     const qi_kernels *k = qi_kernels_get();
     cats_job j = {.wg = &ly->w_gate, .wu = &ly->w_up, .glu = gelu ? k->geglu : k->swiglu, .xq = e->sp_xq, .T = rows,
-                  .F = F, .tg = tg, .g = M->gate, .u = M->up, .act = e->sp_act, .ones = e->sp_ones, .idx = e->sp_idx,
+                  .F = F, .tg = tg, .max_density = e->o.sparse_max_density, .g = M->gate, .u = M->up, .act = e->sp_act, .ones = e->sp_ones, .idx = e->sp_idx,
                   .cnt = e->sp_cnt, .zeroed = e->sp_zc};
     j.gemm_g = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wg->type] ? k->gemm_wide[j.wg->type] : k->gemm[j.wg->type];
     j.gemm_u = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wu->type] ? k->gemm_wide[j.wu->type] : k->gemm[j.wu->type];
@@ -3168,13 +3174,14 @@ static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const
     e->sp_zeroed += (double)z;
     e->sp_seen += (double)rows * F;
     if (e->o.profile) {
-        long kept = 0; /* up's rows read: those some row keeps */
+        long kept = 0; /* up's rows read: those some row keeps, or all */
         for (size_t i = 0; i < (size_t)F; i++) {
             int any = 0;
             for (int t = 0; t < rows; t++) any |= e->sp_act[(size_t)t * F + i] != 0.0f;
             kept += any;
         }
-        e->prof.matmul_bytes += (double)j.wg->row_bytes * (double)F + (double)j.wu->row_bytes * (double)kept;
+        const double up_rows = (double)kept > j.max_density * F ? F : (double)kept; /* as most threads chose */
+        e->prof.matmul_bytes += (double)j.wg->row_bytes * (double)F + (double)j.wu->row_bytes * up_rows;
     }
     *n_act = total;
     return QI_OK;
