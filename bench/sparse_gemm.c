@@ -10,7 +10,10 @@
  * the median time of each per call and sparse / dense: the share of the
  * dense time a sparse matmul takes at that density.
  *
- *   bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS]
+ * -k picks the sparse kernel (ref, avx2, avx512; default the one the
+ * engine takes).
+ *
+ *   bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,13 +36,14 @@ static double rnd(void) { /* uniform in [0, 1) */
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS]\n"
+    fprintf(f, "usage: bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL]\n"
                "  -t TYPE  weight type with codes: q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K (default q4_1)\n"
                "  -R ROWS  weight rows, a multiple of 32 (default 576)\n"
                "  -n N     columns (inputs), a multiple of the type's block (default 1536)\n"
                "  -T LIST  token counts, comma-separated (default 1,4,16)\n"
                "  -d LIST  shares of non-zero inputs, comma-separated (default 1,0.7,0.5,0.3,0.1)\n"
-               "  -r REPS  repetitions, the two alternating (default 21)\n");
+               "  -r REPS  repetitions, the two alternating (default 21)\n"
+               "  -k KERNEL  sparse kernel: ref, avx2 or avx512 (default the fastest here)\n");
 }
 
 static int parse_list(const char *s, double *out, int cap) {
@@ -56,7 +60,7 @@ static int parse_list(const char *s, double *out, int cap) {
 int main(int argc, char **argv) {
     int R = 576, reps = 21;
     int64_t n = 1536;
-    const char *tl = "1,4,16", *dl = "1,0.7,0.5,0.3,0.1", *type = "q4_1";
+    const char *tl = "1,4,16", *dl = "1,0.7,0.5,0.3,0.1", *type = "q4_1", *kern = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -68,6 +72,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-T") && v) tl = v, i++;
         else if (!strcmp(argv[i], "-d") && v) dl = v, i++;
         else if (!strcmp(argv[i], "-r") && v) reps = atoi(v), i++;
+        else if (!strcmp(argv[i], "-k") && v) kern = v, i++;
         else {
             fprintf(stderr, "bench_sparse_gemm: bad argument '%s'\n", argv[i]);
             usage(stderr);
@@ -100,11 +105,26 @@ int main(int argc, char **argv) {
         return 1;
     }
     const qi_kernels *k = qi_kernels_get();
-    const qi_sparse_fn sp = qi_sparse_matmul();
+    qi_sparse_fn sp = qi_sparse_matmul();
+    if (kern) {
+        sp = !strcmp(kern, "ref")      ? qi_sparse_matmul_ref
+             : !strcmp(kern, "avx2")   ? qi_sparse_matmul_avx2()
+             : !strcmp(kern, "avx512") ? qi_sparse_matmul_avx512()
+                                       : NULL;
+        if (!sp) {
+            fprintf(stderr, "bench_sparse_gemm: no sparse kernel '%s' on this CPU (ref, avx2, avx512)\n", kern);
+            return 2;
+        }
+    }
+    const char *sp_name = sp == qi_sparse_matmul_ref      ? "ref"
+                          : sp == qi_sparse_matmul_avx512() ? "avx512"
+                          : sp == qi_sparse_matmul_avx2()   ? "avx2"
+                                                            : "?";
     const uint32_t dt = qi_vec_dot_type(t);
     uint64_t qrb = 0;
     qi_type_row_bytes(dt, (uint64_t)n, &qrb);
-    printf("%s %d x %lld, one thread, kernels %s; median of %d, alternating\n", type, R, (long long)n, k->name, reps);
+    printf("%s %d x %lld, one thread, dense kernels %s, sparse %s; median of %d, alternating\n", type, R, (long long)n,
+           k->name, sp_name, reps);
     printf("| tokens | non-zero | dense us | sparse us | active cols | sparse/dense |\n|---:|---:|---:|---:|---:|---:|\n");
     for (int a = 0; a < n_tok; a++) {
         const int T = (int)tok[a];

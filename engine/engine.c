@@ -186,11 +186,13 @@ struct qi_engine {
     /* opts.sparsity: [n_layer][SP_W_COUNT] column forms (zeroed where the
      * mode reads the matrix dense or it has none); scratch sized for the
      * step's rows: active columns, act(gate), ones, a step's activations
-     * quantised for the rows of up that cats computes; zeroed / seen
-     * activations over the thresholded sites */
+     * quantised for the rows of up that cats computes, per 32 neurons the
+     * count kept and zeroed (cats_ffn); zeroed / seen activations over the
+     * thresholded sites */
     qi_colw *sp_w;
     qi_sparsity sp;         /* opts.sparsity's copy (e->o.sparsity points here), its thr owned */
-    int32_t *sp_idx;
+    int32_t *sp_idx, *sp_cnt;
+    long *sp_zc;
     float *sp_act, *sp_ones;
     void *sp_xq;
     double sp_zeroed, sp_seen;
@@ -475,11 +477,10 @@ static int sp_site(qi_engine *e, int l, int site, float *x, int T, int n) {
     const float t = sp_thr(e, l, site);
     if (t < 0.0f) return -1;
     long z = 0;
-    for (long i = 0; i < (long)T * n; i++)
-        if (fabsf(x[i]) <= t) x[i] = 0.0f, z++;
+    const int k = qi_sparse_threshold(x, (size_t)n, T, n, t, e->sp_idx, &z);
     e->sp_zeroed += (double)z;
     e->sp_seen += (double)T * n;
-    return qi_sparse_active(x, (size_t)n, T, n, e->sp_idx);
+    return k;
 }
 
 typedef struct {
@@ -550,30 +551,46 @@ typedef struct {
     float *y;
 } rows_job;
 
-/* Rows of up for cats: each listed row's dot with every token, in the
- * dense matmul's order (the kernels' dots do not depend on how many rows a
- * call takes), so a row computed here equals the dense matmul's bit for
- * bit. */
+/* Rows [r0, r1) of w, every token: y[t][r] = w_r . xq_t, in the dense
+ * matmul's order (the kernels' dots do not depend on how many rows a call
+ * takes), so they equal the dense matmul's bit for bit. */
+static void rows_range(const qi_weight *w, qi_k_gemm_fn gemm, const void *xq, uint64_t qrow_bytes, int T, long r0,
+                       long r1, float *y) {
+    const void *wr = (const char *)w->data + (uint64_t)r0 * w->row_bytes;
+    if (!gemm) {
+        for (long r = r0; r < r1; r++)
+            for (int t = 0; t < T; t++)
+                y[(long)t * w->n_rows + r] = qi_vec_dot_ref(w->type, w->n_cols,
+                                                            (const char *)w->data + (uint64_t)r * w->row_bytes,
+                                                            (const char *)xq + (uint64_t)t * qrow_bytes);
+        return;
+    }
+    for (int t0 = 0; t0 < T; t0 += 32) {
+        const int nt = T - t0 < 32 ? T - t0 : 32;
+        gemm(w->n_cols, wr, w->row_bytes, (int)(r1 - r0), (const char *)xq + (uint64_t)t0 * qrow_bytes, qrow_bytes,
+             nt, y + (long)t0 * w->n_rows + r0, (size_t)w->n_rows);
+    }
+}
+
+/* rows_range over the listed rows rows[0 .. n) (ascending), each run of
+ * consecutive ones in one call, so the kernels' multi-row paths work as in
+ * the dense matmul. */
+static void rows_runs(const qi_weight *w, qi_k_gemm_fn gemm, const void *xq, uint64_t qrow_bytes, int T,
+                      const int32_t *rows, long n, float *y) {
+    for (long k = 0; k < n;) {
+        long q = k + 1;
+        while (q < n && rows[q] == rows[q - 1] + 1) q++;
+        rows_range(w, gemm, xq, qrow_bytes, T, rows[k], rows[q - 1] + 1, y);
+        k = q;
+    }
+}
+
+/* Rows of up for cats: the listed rows, split evenly over the threads. */
 static void rows_work(void *arg, int ith, int nth) {
     const rows_job *j = arg;
     long lo, hi;
     qi_split(j->n_rows, ith, nth, &lo, &hi);
-    const qi_weight *w = j->w;
-    for (long k = lo; k < hi; k++) {
-        const int32_t r = j->rows[k];
-        const void *wr = (const char *)w->data + (uint64_t)r * w->row_bytes;
-        if (!j->gemm) {
-            for (int t = 0; t < j->T; t++)
-                j->y[(long)t * w->n_rows + r] =
-                    qi_vec_dot_ref(w->type, w->n_cols, wr, (const char *)j->xq + (uint64_t)t * j->qrow_bytes);
-            continue;
-        }
-        for (int t0 = 0; t0 < j->T; t0 += 32) {
-            const int nt = j->T - t0 < 32 ? j->T - t0 : 32;
-            j->gemm(w->n_cols, wr, w->row_bytes, 1, (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes, j->qrow_bytes,
-                    nt, j->y + (long)t0 * w->n_rows + r, (size_t)w->n_rows);
-        }
-    }
+    rows_runs(j->w, j->gemm, j->xq, j->qrow_bytes, j->T, j->rows + lo, hi - lo, j->y);
 }
 
 static qi_status rows_run(qi_engine *e, rows_job *j, const float *x) {
@@ -654,7 +671,7 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ps);
     if (e->sp_w)
         for (int i = 0; i < e->m->hp.n_layer * SP_W_COUNT; i++) qi_colw_free(&e->sp_w[i]);
-    void *sp[] = {e->sp_w, e->sp_idx, e->sp_act, e->sp_ones, e->sp_xq, e->sp.thr};
+    void *sp[] = {e->sp_w, e->sp_idx, e->sp_cnt, e->sp_zc, e->sp_act, e->sp_ones, e->sp_xq, e->sp.thr};
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) qi_free(sp[i]);
     qi_kv_policy_free(e->pol);
     if (e->ns)
@@ -1024,7 +1041,9 @@ static qi_status sparse_setup(qi_engine *e, size_t R, qi_err *err) {
     e->sp_act = qi_malloc(sizeof(float) * R * F);
     e->sp_ones = qi_malloc(sizeof(float) * R * F);
     e->sp_xq = qi_malloc(qi_backend_max_act_row_bytes(e->m) * R);
-    if (!e->sp_idx || !e->sp_act || !e->sp_ones || !e->sp_xq)
+    e->sp_cnt = qi_malloc(sizeof(int32_t) * (F / 32 + 1));
+    e->sp_zc = qi_malloc(sizeof(long) * (F / 32 + 1));
+    if (!e->sp_idx || !e->sp_act || !e->sp_ones || !e->sp_xq || !e->sp_cnt || !e->sp_zc)
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity scratch");
     for (size_t i = 0; i < R * F; i++) e->sp_ones[i] = 1.0f;
     if (!sp || sp->target == 0.0) return QI_OK; /* nothing thresholded: the dense matmuls */
@@ -1404,15 +1423,12 @@ static bool unit_bytes_eq(const qi_layer *ly, const qi_ffn_split *sp, const char
 }
 
 /* The cold side's column form (cats) against one made afresh from its
- * down: equal byte for byte. */
+ * down: the same matrix (qi_colw_same). */
 static qi_status colw_check(const qi_colw *c, const qi_weight *down, int l, qi_err *err) {
     qi_colw f;
     qi_status st = qi_colw_build(down, &f, err);
     if (st) return st;
-    const size_t groups = (size_t)(f.n_in / f.group) * (size_t)f.n_out * sizeof(float);
-    if (memcmp(c->codes, f.codes, f.col_bytes * (size_t)f.n_in) || memcmp(c->scale, f.scale, groups) ||
-        (f.min && memcmp(c->min, f.min, groups)))
-        st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's column form is not its down's", l);
+    if (!qi_colw_same(c, &f)) st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's column form is not its down's", l);
     qi_colw_free(&f);
     return st;
 }
@@ -3266,13 +3282,137 @@ bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out)
  * the neurons kept by some row (the union) in e->sp_idx, their number
  * returned. */
 static int cats_keep(qi_engine *e, float tg, int rows, int n) {
-    const size_t nn = (size_t)rows * (size_t)n;
     long z = 0;
-    for (size_t i = 0; i < nn; i++)
-        if (fabsf(e->sp_act[i]) <= tg) e->sp_act[i] = 0.0f, z++;
+    const int k = qi_sparse_threshold(e->sp_act, (size_t)n, rows, n, tg, e->sp_idx, &z);
     e->sp_zeroed += (double)z;
-    e->sp_seen += (double)nn;
-    return qi_sparse_active(e->sp_act, (size_t)n, rows, n, e->sp_idx);
+    e->sp_seen += (double)rows * n;
+    return k;
+}
+
+typedef struct {
+    const qi_weight *wg, *wu;
+    qi_k_gemm_fn gemm_g, gemm_u;
+    void (*glu)(int64_t n, float *g, const float *u);
+    const void *xq;
+    uint64_t qrow_bytes;
+    int T, F;
+    float tg;
+    double max_density; /* up's rows all computed where more are kept */
+    float *g, *u, *act; /* [T][F]: gate, up, act(gate) */
+    const float *ones;
+    int32_t *idx, *cnt; /* chunk c's neurons listed at idx + 32 c, cnt[c] of them */
+    long *zeroed;       /* [chunk] */
+} cats_job;
+
+/* cats's gate, up and glu for the 32-neuron chunks of one thread, with no
+ * wait between them: whether a neuron is kept depends on its own gate row
+ * alone (over the rows of the step), so each thread thresholds the gate
+ * rows it made and computes the up rows it keeps. Every operation is the
+ * unfused path's, on the same elements: the gate's and up's rows in the
+ * dense matmul's order, the glu on ranges starting at multiples of 16 (as
+ * the backend splits a row). Lists, per chunk, the neurons whose output
+ * is not zero for some row (down's active columns). */
+static void cats_work(void *arg, int ith, int nth) {
+    const cats_job *j = arg;
+    const int F = j->F, T = j->T;
+    long lo, hi;
+    qi_split((F + 31) / 32, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    const long a = 32 * lo, b = 32 * hi < F ? 32 * hi : F, n = b - a;
+    rows_range(j->wg, j->gemm_g, j->xq, j->qrow_bytes, T, a, b, j->g);
+    for (int t = 0; t < T; t++) {
+        float *act = j->act + (size_t)t * F + a, *u = j->u + (size_t)t * F + a;
+        memcpy(act, j->g + (size_t)t * F + a, sizeof(float) * (size_t)n);
+        j->glu(n, act, j->ones + (size_t)t * F + a);
+        memset(u, 0, sizeof(float) * (size_t)n);
+    }
+    /* the kept neurons of the thread's chunks, listed one after another
+     * from idx + a (this thread's part of idx) */
+    long n_kept = 0;
+    for (long c = lo; c < hi; c++) {
+        const long c0 = 32 * c, c1 = c0 + 32 < F ? c0 + 32 : F;
+        long z = 0;
+        for (long i = c0; i < c1; i++) {
+            int any = 0;
+            for (int t = 0; t < T; t++) {
+                float *p = j->act + (size_t)t * F + i;
+                const int keep = !(fabsf(*p) <= j->tg);
+                *p = keep ? *p : 0.0f;
+                z += !keep;
+                any |= keep;
+            }
+            j->idx[a + n_kept] = (int32_t)i;
+            n_kept += any;
+        }
+        j->zeroed[c] = z;
+    }
+    /* many kept: the kernels' runs would be short, slower than the whole
+     * range in one call (the dropped rows' values are zeroed below) */
+    if ((double)n_kept > j->max_density * (double)n)
+        rows_range(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, a, b, j->u);
+    else
+        rows_runs(j->wu, j->gemm_u, j->xq, j->qrow_bytes, T, j->idx + a, n_kept, j->u);
+    for (int t = 0; t < T; t++) {
+        float *g = j->g + (size_t)t * F;
+        const float *act = j->act + (size_t)t * F;
+        j->glu(n, g + a, j->u + (size_t)t * F + a);
+        for (long i = a; i < b; i++) g[i] = act[i] == 0.0f ? 0.0f : g[i];
+    }
+    for (long c = lo; c < hi; c++) {
+        const long c0 = 32 * c, c1 = c0 + 32 < F ? c0 + 32 : F;
+        int k = 0;
+        for (long i = c0; i < c1; i++) {
+            int any = 0;
+            for (int t = 0; t < T; t++) any |= j->g[(size_t)t * F + i] != 0.0f;
+            j->idx[c0 + k] = (int32_t)i;
+            k += any;
+        }
+        j->cnt[c] = k;
+    }
+}
+
+/* cats's gate, up and glu on the CPU in one pass over the threads (the
+ * unfused path's results, bit for bit): M->gate [rows][F] then holds the
+ * glu's output with each row's dropped neurons zeroed, e->sp_act the
+ * thresholded act(gate); returns the count of down's active columns, listed
+ * in e->sp_idx. */
+static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const qi_layer *ly, int rows, bool gelu,
+                          float tg, int *n_act, qi_err *err) {
+    const int F = e->m->hp.n_ff;
+    const qi_kernels *k = qi_kernels_get();
+    cats_job j = {.wg = &ly->w_gate, .wu = &ly->w_up, .glu = gelu ? k->geglu : k->swiglu, .xq = e->sp_xq, .T = rows,
+                  .F = F, .tg = tg, .max_density = e->o.sparse_max_density, .g = M->gate, .u = M->up, .act = e->sp_act, .ones = e->sp_ones, .idx = e->sp_idx,
+                  .cnt = e->sp_cnt, .zeroed = e->sp_zc};
+    j.gemm_g = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wg->type] ? k->gemm_wide[j.wg->type] : k->gemm[j.wg->type];
+    j.gemm_u = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wu->type] ? k->gemm_wide[j.wu->type] : k->gemm[j.wu->type];
+    const uint32_t dt = qi_vec_dot_type(j.wg->type);
+    QI_ASSERT(dt == qi_vec_dot_type(j.wu->type));
+    qi_type_row_bytes(dt, (uint64_t)j.wg->n_cols, &j.qrow_bytes);
+    for (int t = 0; t < rows; t++)
+        qi_quantize_act_row(dt, M->xn + (size_t)t * (size_t)j.wg->n_cols,
+                            (char *)e->sp_xq + (uint64_t)t * j.qrow_bytes, j.wg->n_cols);
+    TIMED(e, b, QI_OP_MATMUL, (qi_backend_cpu_host_run(e->be, cats_work, &j), QI_OK));
+    int total = 0;
+    long z = 0;
+    for (int c = 0; c < (F + 31) / 32; c++) {
+        memmove(e->sp_idx + total, e->sp_idx + 32 * c, sizeof(int32_t) * (size_t)e->sp_cnt[c]);
+        total += e->sp_cnt[c];
+        z += e->sp_zc[c];
+    }
+    e->sp_zeroed += (double)z;
+    e->sp_seen += (double)rows * F;
+    if (e->o.profile) {
+        long kept = 0; /* up's rows read: those some row keeps, or all */
+        for (size_t i = 0; i < (size_t)F; i++) {
+            int any = 0;
+            for (int t = 0; t < rows; t++) any |= e->sp_act[(size_t)t * F + i] != 0.0f;
+            kept += any;
+        }
+        const double up_rows = (double)kept > j.max_density * F ? F : (double)kept; /* as most threads chose */
+        e->prof.matmul_bytes += (double)j.wg->row_bytes * (double)F + (double)j.wu->row_bytes * up_rows;
+    }
+    *n_act = total;
+    return QI_OK;
 }
 
 /* The MLP block of a gated FFN under opts.sparsity or opts.act_observe,
@@ -3292,7 +3432,13 @@ static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
     const int n_in = sp_site(e, l, QI_SITE_FFN_IN, M->xn, rows, E);
-    if (tg < 0.0f && !e->o.act_observe) {
+    int n_act = -1;
+    const bool fused = tg >= 0.0f && n_in < 0 && !e->o.act_observe && !e->o.ffn_observe &&
+                       sp_thr(e, l, QI_SITE_FFN_ACT) < 0.0f && !ly->w_gate.packed && !ly->w_up.packed &&
+                       qi_vec_dot_type(ly->w_gate.type) == qi_vec_dot_type(ly->w_up.type);
+    if (fused) {
+        OP(cats_ffn(e, b, M, ly, rows, gelu, tg, &n_act, err));
+    } else if (tg < 0.0f && !e->o.act_observe) {
         static const int wi[2] = {SP_W_GATE, SP_W_UP};
         OP(mm_site(e, b, l, wi, gu, gu_out, 2, M->xn, rows, n_in, err));
     } else {
@@ -3307,26 +3453,30 @@ static qi_status mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
             static const int wi_up[1] = {SP_W_UP};
             OP(mm_site(e, b, l, wi_up, &gu[1], &gu_out[1], 1, M->xn, rows, n_in, err));
         } else {
-            const int n_act = cats_keep(e, tg, rows, F);
-            if ((double)n_act <= e->o.sparse_max_density * F) {
+            const int n_keep = cats_keep(e, tg, rows, F);
+            if ((double)n_keep <= e->o.sparse_max_density * F) {
                 memset(M->up, 0, sizeof(float) * n);
-                OP(mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp_idx, n_act, M->up, err));
+                OP(mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp_idx, n_keep, M->up, err));
             } else {
                 OP(matmul(e, b, &ly->w_up, M->xn, rows, M->up, err));
             }
         }
     }
-    OP(qi_backend_glu(b, gelu, M->gate, M->up, rows, F, err));
-    if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
-    if (tg >= 0.0f) /* a neuron off for this row, on for another's: zero here */
-        for (size_t i = 0; i < (size_t)rows * (size_t)F; i++)
-            if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+    if (!fused) {
+        OP(qi_backend_glu(b, gelu, M->gate, M->up, rows, F, err));
+        if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
+        if (tg >= 0.0f) /* a neuron off for this row, on for another's: zero here */
+            for (size_t i = 0; i < (size_t)rows * (size_t)F; i++)
+                if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+    }
     if (e->ns_rp) { /* a layer not split, under cats */
         e->ns_rp[l].tokens += rows;
         count_active(e, l, M->gate, rows, F, false);
     }
-    int n_act = sp_site(e, l, QI_SITE_FFN_ACT, M->gate, rows, F);
-    if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp_idx);
+    if (!fused) {
+        n_act = sp_site(e, l, QI_SITE_FFN_ACT, M->gate, rows, F);
+        if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp_idx);
+    }
     static const int wi_down[1] = {SP_W_DOWN};
     const qi_weight *down = &ly->w_down;
     float *const out = M->xn;

@@ -10,7 +10,10 @@
  *           a zero input is a column not read;
  *   scale,  per group g of G consecutive columns (G = qi_code_group: 32, 16
  *   min     for Q6_K) and row i, the row's scale and offset there,
- *           [n_in / G][n_out] floats;
+ *           [n_in / G][n_out] floats, held as fp16 where every one of
+ *           the matrix's is exactly an fp16 value (the legacy types', whose
+ *           blocks store them so): the same floats in half the bytes, a
+ *           quarter of what a q4_1 product reads with every input active;
  *
  * with W[i][j] = scale[g][i] * code[j][i] + min[g][i] exactly
  * (qi_row_codes): the same matrix, no requantisation. 4-bit columns hold
@@ -30,7 +33,7 @@
  *       y[t][i] = fma(min[g][i], sx, y[t][i])      (types with an offset)
  *
  * in float. This is the whole contract: qi_sparse_matmul_ref is it in
- * plain C, and the SIMD version computes the same operations per row, so
+ * plain C, and the SIMD versions compute the same operations per row, so
  * the two agree bit for bit (tests/unit/test_sparse.c). It is not the dense
  * matmul's arithmetic (that quantises x to 8 bits and sums in llama.cpp's
  * order): a sparse run is exact only against itself; with nothing to skip
@@ -53,8 +56,10 @@ typedef struct {
     int group, bits, bias; /* qi_code_group, qi_code_bits, qi_code_bias */
     size_t col_bytes;      /* bytes of one column's codes */
     uint8_t *codes;        /* [n_in][col_bytes] */
-    float *scale;          /* [n_in / group][n_out] */
-    float *min;            /* the same, or NULL for types without offsets */
+    float *scale;          /* [n_in / group][n_out], or NULL where scale_h holds them */
+    float *min;            /* the same, or NULL (no offsets, or min_h holds them) */
+    uint16_t *scale_h;     /* the scales as fp16 where all are exact in it, else NULL */
+    uint16_t *min_h;       /* the offsets so, with scale_h, for types with offsets */
 } qi_colw;
 
 /* Whether w can be turned round: a type with codes and n_rows % 32 == 0. */
@@ -66,8 +71,13 @@ qi_status qi_colw_build(const qi_weight *w, qi_colw *out, qi_err *err);
  * from with those columns' bytes changed since (a neuron swap puts another
  * neuron's blocks there): whole blocks of w's type. QI_ERR_INVALID for
  * another type or shape or columns not whole blocks inside it,
- * QI_ERR_NOMEM. Afterwards c is w's column form as qi_colw_build makes it. */
+ * QI_ERR_NOMEM. Afterwards c is w's column form: qi_colw_same as one
+ * qi_colw_build makes (its scales turned back to floats if the new ones
+ * are not all exact in fp16). */
 qi_status qi_colw_update(qi_colw *c, const qi_weight *w, int64_t j0, int64_t n, qi_err *err);
+/* The same matrix: codes byte for byte, and every scale and offset the
+ * same float, whichever way each form holds them. */
+bool qi_colw_same(const qi_colw *a, const qi_colw *b);
 void qi_colw_free(qi_colw *c);
 /* Bytes it holds. */
 size_t qi_colw_bytes(const qi_colw *c);
@@ -82,6 +92,8 @@ void qi_sparse_matmul_ref(const qi_colw *w, const float *x, size_t x_stride, int
                           float *y, size_t y_stride, int64_t r0, int64_t r1);
 /* The AVX2 version, NULL when the CPU lacks AVX2/FMA. */
 qi_sparse_fn qi_sparse_matmul_avx2(void);
+/* The AVX-512 version, NULL when the CPU lacks AVX-512F (or AVX2/FMA). */
+qi_sparse_fn qi_sparse_matmul_avx512(void);
 /* The fastest available (the reference when QI_FORCE_REF=1). */
 qi_sparse_fn qi_sparse_matmul(void);
 
@@ -89,5 +101,10 @@ qi_sparse_fn qi_sparse_matmul(void);
  * ascending j where some row is not zero (the union over the batch), into
  * idx; returns their count. */
 int qi_sparse_active(const float *x, size_t x_stride, int T, int64_t n, int32_t *idx);
+
+/* x[t * x_stride + j] zeroed where |x| <= thr (thr >= 0; NaN is kept),
+ * then qi_sparse_active's list of the columns left, into idx; returns
+ * their count and adds the elements zeroed to *n_zeroed. */
+int qi_sparse_threshold(float *x, size_t x_stride, int T, int64_t n, float thr, int32_t *idx, long *n_zeroed);
 
 #endif

@@ -3,16 +3,21 @@
  *   - the column form holds the same matrix: every element equals
  *     qi_dequantize_row_ref's, for every type with codes, on random rows
  *     (the values of random floats quantised, and random block bytes with
- *     the scale fields made finite);
- *   - the product: the AVX2 version equals the plain-C reference bit for
- *     bit, and the reference is within 2^-17 of sum |x_j| max |w_ij| of a
- *     double product, on random inputs with random masks
- *     at every density from 0 to 1, edge sizes (one group, a partial last
- *     group in the row range, 1..70 tokens, rows in ranges);
+ *     the scale fields made finite); the legacy types' scales held as
+ *     fp16, and the product the same with them widened to floats;
+ *   - the product: the AVX2 and AVX-512 versions equal the plain-C
+ *     reference bit for bit (each skipped, and said so, where the CPU
+ *     lacks it), and the reference is within 2^-17 of sum |x_j| max |w_ij|
+ *     of a double product, on random inputs with random masks at every
+ *     density from 0 to 1, edge sizes (one group, a partial last group in
+ *     the row range, 1..70 tokens, rows in ranges, row counts around the
+ *     AVX-512 version's blocks of 128);
  *   - columns updated in place (qi_colw_update) equal a column form built
- *     afresh, byte for byte, for every type; bad column ranges refused;
- *   - the union of active columns over a batch; matrices without a
- *     column form refused.
+ *     afresh, byte for byte (qi_colw_equal), for every type; bad column
+ *     ranges refused;
+ *   - the union of active columns over a batch, the threshold that makes
+ *     it (-0, NaN, values at the threshold); matrices without a column
+ *     form refused.
  */
 #include <check.h>
 #include <math.h>
@@ -66,8 +71,13 @@ static void check_values(const qi_weight *w, const char *what) {
                           (long long)i, (long long)j, got, want);
         }
     ck_assert_uint_eq(qi_colw_bytes(&c), c.col_bytes * (size_t)c.n_in +
-                                             (size_t)(c.n_in / c.group) * (size_t)c.n_out * sizeof(float) *
-                                                 (c.min ? 2 : 1));
+                                             (size_t)(c.n_in / c.group) * (size_t)c.n_out *
+                                                 (c.scale_h ? 2 : sizeof(float)) * (c.min || c.min_h ? 2 : 1));
+    /* the legacy types' scales (fp16 in their blocks) are held as fp16 */
+    const uint32_t t = w->type;
+    if (t == QI_TYPE_Q4_0 || t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_0 || t == QI_TYPE_Q5_1 || t == QI_TYPE_Q8_0)
+        ck_assert_msg(c.scale_h && !c.scale && (c.min_h != NULL) == (t == QI_TYPE_Q4_1 || t == QI_TYPE_Q5_1),
+                      "%s: scales not held as fp16", tname(t));
     free(d);
     qi_colw_free(&c);
 }
@@ -126,12 +136,18 @@ START_TEST(column_update) {
                        (const char *)v.data + (size_t)r * v.row_bytes + (size_t)(2 - b) * bb, bb);
             ck_assert_msg(qi_colw_update(&c, &w, b * blk, blk, &e) == QI_OK, "%s", e.msg);
             ck_assert_int_eq(qi_colw_build(&w, &f, &e), QI_OK);
-            const size_t groups = (size_t)(n_in / c.group) * (size_t)n_out * sizeof(float);
-            ck_assert_msg(memcmp(c.codes, f.codes, c.col_bytes * (size_t)n_in) == 0, "%s codes, block %lld", tname(t),
+            ck_assert_msg(qi_colw_same(&c, &f), "%s: block %lld updated is not the column form built afresh", tname(t),
                           (long long)b);
-            ck_assert_msg(memcmp(c.scale, f.scale, groups) == 0, "%s scales", tname(t));
-            ck_assert(!c.min == !f.min);
-            if (c.min) ck_assert_msg(memcmp(c.min, f.min, groups) == 0, "%s offsets", tname(t));
+            ck_assert(!c.scale_h == !f.scale_h); /* the same storage too */
+            /* and a changed scale or code is told apart */
+            const uint16_t h0 = c.scale_h ? c.scale_h[0] : 0;
+            const float s0 = c.scale_h ? 0.0f : c.scale[0];
+            if (c.scale_h) c.scale_h[0] ^= 1; else c.scale[0] = nextafterf(s0, INFINITY);
+            ck_assert(!qi_colw_same(&c, &f));
+            if (c.scale_h) c.scale_h[0] = h0; else c.scale[0] = s0;
+            c.codes[c.col_bytes * (size_t)b * (size_t)blk] ^= 1;
+            ck_assert(!qi_colw_same(&c, &f));
+            c.codes[c.col_bytes * (size_t)b * (size_t)blk] ^= 1;
             qi_colw_free(&f);
         }
         /* refusals: part of a block, past the end, another shape */
@@ -145,6 +161,32 @@ START_TEST(column_update) {
         free((void *)w.data);
         free((void *)v.data);
     }
+    /* a q4_K matrix whose scales all happen to be fp16 (every packed
+     * sub-block scale and offset 1) is held as fp16; a column of ordinary
+     * scales turns it back to floats, still the matrix built afresh */
+    const int64_t n_out = 64, n_in = 512;
+    qi_weight w = make_weight(QI_TYPE_Q4_K, n_out, n_in, &st), v = make_weight(QI_TYPE_Q4_K, n_out, n_in, &st);
+    const size_t bb = qi_type_get(QI_TYPE_Q4_K)->size;
+    for (int64_t r = 0; r < n_out; r++)
+        for (int b = 0; b < 2; b++) {
+            unsigned char *p = (unsigned char *)w.data + (size_t)r * w.row_bytes + (size_t)b * bb;
+            memset(p + 4, 0x01, 12);
+        }
+    qi_colw c, f;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+    ck_assert_ptr_nonnull(c.scale_h);
+    for (int64_t r = 0; r < n_out; r++)
+        memcpy((char *)w.data + (size_t)r * w.row_bytes + bb, (const char *)v.data + (size_t)r * v.row_bytes, bb);
+    ck_assert_msg(qi_colw_update(&c, &w, 256, 256, &e) == QI_OK, "%s", e.msg);
+    ck_assert_ptr_null(c.scale_h);
+    ck_assert_ptr_nonnull(c.scale);
+    ck_assert_int_eq(qi_colw_build(&w, &f, &e), QI_OK);
+    ck_assert_msg(qi_colw_same(&c, &f), "q4_K widened: not the column form built afresh");
+    qi_colw_free(&c);
+    qi_colw_free(&f);
+    free((void *)w.data);
+    free((void *)v.data);
 }
 END_TEST
 
@@ -177,6 +219,37 @@ START_TEST(active_union) {
 }
 END_TEST
 
+/* The threshold against its definition: zeroed where |x| <= thr (-0 and
+ * values at the threshold too, NaN kept), then the active columns. */
+START_TEST(threshold_then_active) {
+    uint64_t st = 17;
+    for (int T = 1; T <= 3; T++)
+        for (int rep = 0; rep < 20; rep++) {
+            const int64_t n = 1 + (int64_t)(qi_test_rand(&st) % 200);
+            float *x = malloc(sizeof(float) * (size_t)(T * n)), *want = malloc(sizeof(float) * (size_t)(T * n));
+            int32_t *idx = malloc(sizeof(int32_t) * (size_t)n), *idx_want = malloc(sizeof(int32_t) * (size_t)n);
+            const float thr = rep % 5 == 0 ? 0.0f : 0.5f;
+            for (int64_t i = 0; i < T * n; i++) {
+                const uint64_t u = qi_test_rand(&st) % 8;
+                x[i] = u == 0 ? 0.0f : u == 1 ? -0.0f : u == 2 ? thr : u == 3 ? NAN : qi_test_randf(&st);
+            }
+            long z_want = 0;
+            for (int64_t i = 0; i < T * n; i++) {
+                want[i] = fabsf(x[i]) <= thr ? 0.0f : x[i];
+                z_want += fabsf(x[i]) <= thr;
+            }
+            const int k_want = qi_sparse_active(want, (size_t)n, T, n, idx_want);
+            long z = 7;
+            const int k = qi_sparse_threshold(x, (size_t)n, T, n, thr, idx, &z);
+            ck_assert_int_eq(k, k_want);
+            ck_assert_int_eq(z, 7 + z_want);
+            ck_assert(memcmp(idx, idx_want, sizeof(int32_t) * (size_t)k) == 0);
+            ck_assert(memcmp(x, want, sizeof(float) * (size_t)(T * n)) == 0);
+            free(x), free(want), free(idx), free(idx_want);
+        }
+}
+END_TEST
+
 /* x[T][n_in] with each element zero with probability 1 - density (the
  * zeros shared by no token in particular). */
 static void random_x(float *x, int T, int64_t n, double density, uint64_t *st) {
@@ -187,6 +260,10 @@ static void random_x(float *x, int T, int64_t n, double density, uint64_t *st) {
         }
 }
 
+/* The SIMD versions, NULL where the CPU lacks one. */
+static qi_sparse_fn simd_fn(int v) { return v == 0 ? qi_sparse_matmul_avx2() : qi_sparse_matmul_avx512(); }
+static const char *const simd_name[2] = {"avx2", "avx512"};
+
 static void check_product(const qi_weight *w, const qi_colw *c, const float *dq, int T, double density,
                           int64_t r0, int64_t r1, uint64_t *st, long *n_checked) {
     const int64_t n_in = w->n_cols, n_out = w->n_rows;
@@ -195,22 +272,30 @@ static void check_product(const qi_weight *w, const qi_colw *c, const float *dq,
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_in);
     const int n_idx = qi_sparse_active(x, (size_t)n_in, T, n_in, idx);
     float *yr = malloc(sizeof(float) * (size_t)(T * n_out)), *ys = malloc(sizeof(float) * (size_t)(T * n_out));
-    for (int64_t i = 0; i < T * n_out; i++) yr[i] = ys[i] = 12345.0f; /* rows outside [r0, r1) stay */
+    for (int64_t i = 0; i < T * n_out; i++) yr[i] = 12345.0f; /* rows outside [r0, r1) stay */
     qi_sparse_matmul_ref(c, x, (size_t)n_in, T, idx, n_idx, yr, (size_t)n_out, r0, r1);
-    const qi_sparse_fn simd = qi_sparse_matmul_avx2();
-    if (simd) simd(c, x, (size_t)n_in, T, idx, n_idx, ys, (size_t)n_out, r0, r1);
+    for (int v = 0; v < 2; v++) {
+        const qi_sparse_fn simd = simd_fn(v);
+        if (!simd) continue;
+        for (int64_t i = 0; i < T * n_out; i++) ys[i] = 12345.0f;
+        simd(c, x, (size_t)n_in, T, idx, n_idx, ys, (size_t)n_out, r0, r1);
+        for (int t = 0; t < T; t++)
+            for (int64_t i = 0; i < n_out; i++) {
+                const float want = yr[t * n_out + i], got = ys[t * n_out + i];
+                ck_assert_msg(memcmp(&got, &want, sizeof got) == 0,
+                              "%s n_out %lld rows [%lld, %lld) T=%d density %.2f: y[%d][%lld] %s %.9g, reference "
+                              "%.9g", tname(w->type), (long long)n_out, (long long)r0, (long long)r1, T, density, t,
+                              (long long)i, simd_name[v], got, want);
+            }
+    }
     for (int t = 0; t < T; t++)
         for (int64_t i = 0; i < n_out; i++) {
             const float got = yr[t * n_out + i];
             if (i < r0 || i >= r1) {
-                ck_assert_msg(got == 12345.0f && (!simd || ys[t * n_out + i] == 12345.0f), "row %lld outside "
-                              "[%lld, %lld) written", (long long)i, (long long)r0, (long long)r1);
+                ck_assert_msg(got == 12345.0f, "row %lld outside [%lld, %lld) written", (long long)i, (long long)r0,
+                              (long long)r1);
                 continue;
             }
-            if (simd)
-                ck_assert_msg(memcmp(&got, &ys[t * n_out + i], sizeof got) == 0,
-                              "%s T=%d density %.2f: y[%d][%lld] avx2 %.9g, reference %.9g", tname(w->type), T,
-                              density, t, (long long)i, ys[t * n_out + i], got);
             double want = 0.0, sx = 0.0, wmax = 0.0;
             for (int64_t j = 0; j < n_in; j++) {
                 want += (double)x[t * n_in + j] * dq[i * n_in + j];
@@ -227,6 +312,23 @@ static void check_product(const qi_weight *w, const qi_colw *c, const float *dq,
             (*n_checked)++;
         }
     free(x), free(idx), free(yr), free(ys);
+}
+
+/* The same column form with its scales held as floats (c's fp16 ones
+ * widened), to run the float-held code on every type. */
+static qi_colw widened(const qi_colw *c) {
+    qi_colw f = *c;
+    const size_t ns = (size_t)(c->n_in / c->group) * (size_t)c->n_out;
+    f.codes = malloc(c->col_bytes * (size_t)c->n_in);
+    memcpy(f.codes, c->codes, c->col_bytes * (size_t)c->n_in);
+    f.scale = malloc(sizeof(float) * ns);
+    f.min = c->min || c->min_h ? malloc(sizeof(float) * ns) : NULL;
+    for (size_t i = 0; i < ns; i++) {
+        f.scale[i] = c->scale_h ? qi_fp16_to_f32(c->scale_h[i]) : c->scale[i];
+        if (f.min) f.min[i] = c->min_h ? qi_fp16_to_f32(c->min_h[i]) : c->min[i];
+    }
+    f.scale_h = f.min_h = NULL;
+    return f;
 }
 
 START_TEST(product_against_reference) {
@@ -248,12 +350,55 @@ START_TEST(product_against_reference) {
                 check_product(&w, &c, dq, Ts[ti], dens[d], 0, n_out, &st, &n);
                 check_product(&w, &c, dq, Ts[ti], dens[d], 32, 64, &st, &n);
             }
+        if (c.scale_h) { /* and held as floats */
+            qi_colw f = widened(&c);
+            ck_assert_uint_eq(qi_colw_bytes(&f), qi_colw_bytes(&c) + (qi_colw_bytes(&c) - c.col_bytes * (size_t)n_in));
+            for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                    check_product(&w, &f, dq, Ts[ti], dens[d], 0, n_out, &st, &n);
+            qi_colw_free(&f);
+        }
         free(dq);
         qi_colw_free(&c);
         free((void *)w.data);
     }
-    printf("sparse matmul: %ld outputs checked (%s against the reference)\n", n,
-           qi_sparse_matmul_avx2() ? "avx2 bit for bit" : "no avx2 here");
+    for (int v = 0; v < 2; v++)
+        printf("sparse matmul: %ld outputs checked (%s)\n", n,
+               simd_fn(v) ? v ? "avx512 bit for bit against the reference" : "avx2 bit for bit against the reference"
+                          : v ? "avx512 skipped: not on this CPU" : "avx2 skipped: not on this CPU");
+}
+END_TEST
+
+/* Row counts around the AVX-512 version's blocks of 128 rows (one token)
+ * and 32 (more), with ranges starting and ending inside and between them. */
+START_TEST(product_row_blocks) {
+    static const double dens[] = {0.0, 0.3, 0.7, 1.0};
+    static const int Ts[] = {1, 2, 9};
+    static const int64_t outs[] = {32, 128, 160, 224, 256, 288};
+    uint64_t st = 13;
+    long n = 0;
+    for (int k = 0; k < N_TYPES; k++) {
+        const uint32_t t = k_types[k];
+        const bool kq = t == QI_TYPE_Q4_K || t == QI_TYPE_Q5_K || t == QI_TYPE_Q6_K;
+        for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+            const int64_t n_in = kq ? 256 : 64, n_out = outs[o];
+            qi_weight w = make_weight(t, n_out, n_in, &st);
+            qi_colw c;
+            qi_err e = {0};
+            ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
+            float *dq = dequant(&w);
+            const int64_t ranges[][2] = {{0, n_out}, {32, n_out}, {0, n_out - 32}, {n_out > 64 ? 64 : 0, n_out}};
+            for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+                        if (ranges[r][0] < ranges[r][1])
+                            check_product(&w, &c, dq, Ts[ti], dens[d], ranges[r][0], ranges[r][1], &st, &n);
+            free(dq);
+            qi_colw_free(&c);
+            free((void *)w.data);
+        }
+    }
+    printf("sparse matmul, row blocks: %ld outputs checked\n", n);
 }
 END_TEST
 
@@ -265,11 +410,13 @@ START_TEST(fault_caught) {
     qi_err e = {0};
     ck_assert_int_eq(qi_colw_build(&w, &c, &e), QI_OK);
     float *dq = dequant(&w);
-    c.codes[3] ^= 0x10;
-    int bad = 0;
+    c.codes[3] ^= 0x10;                /* column 0 (group 0), one row */
+    c.scale_h[1 * 32 + 7] ^= 0x0400;   /* group 1, row 7: its scale doubled or halved */
+    int bad[2] = {0, 0};
     for (int64_t i = 0; i < 32; i++)
-        for (int64_t j = 0; j < 64; j++) bad += qi_colw_value(&c, i, j) != dq[i * 64 + j];
-    ck_assert_int_eq(bad, 1);
+        for (int64_t j = 0; j < 64; j++) bad[j / 32] += qi_colw_value(&c, i, j) != dq[i * 64 + j];
+    ck_assert_int_eq(bad[0], 1);
+    ck_assert_int_ge(bad[1], 16); /* row 7's elements there whose code is not 0 */
     free(dq);
     qi_colw_free(&c);
     free((void *)w.data);
@@ -284,7 +431,9 @@ int main(void) {
     tcase_add_test(tc, column_update);
     tcase_add_test(tc, unsupported);
     tcase_add_test(tc, active_union);
+    tcase_add_test(tc, threshold_then_active);
     tcase_add_test(tc, product_against_reference);
+    tcase_add_test(tc, product_row_blocks);
     tcase_add_test(tc, fault_caught);
     suite_add_tcase(s, tc);
     return qi_test_run_suite(s);

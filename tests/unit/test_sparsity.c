@@ -15,7 +15,8 @@
  *     the same zeroed activations differ by well under the sparsity's own
  *     effect; a batch under sparsity equals
  *     its sequences run alone bit for bit (the union of active columns
- *     changes no row's sums); plans off the CPU, --repack and thresholds
+ *     changes no row's sums), and an observer, which takes cats's unfused
+ *     path, changes no logit; plans off the CPU, --repack and thresholds
  *     for another layer count are refused.
  */
 #include <check.h>
@@ -326,8 +327,23 @@ START_TEST(engine_sparse_modes) {
         ck_assert_int_eq(run(&o, false, b, &e), QI_OK);
         ck_assert_msg(memcmp(a, b, sizeof(float) * n) == 0, "%s: batched differs from alone",
                       qi_sparsity_mode_name((qi_sparsity_mode)mode));
-        o.sparse_max_density = 0.0; /* the same zeroed activations, dense matmuls */
+        /* an observer takes cats's unfused path (gate, act, up, glu one
+         * after another): the same logits */
+        static obs ob;
+        memset(&ob, 0, sizeof ob);
+        o.act_observe = observe;
+        o.act_observe_ctx = &ob;
         ck_assert_int_eq(run(&o, true, b, &e), QI_OK);
+        ck_assert_msg(memcmp(a, b, sizeof(float) * n) == 0, "%s: observed differs",
+                      qi_sparsity_mode_name((qi_sparsity_mode)mode));
+        o.sparse_max_density = 0.0; /* the same zeroed activations, dense matmuls */
+        float *c = malloc(sizeof(float) * n);
+        ck_assert_int_eq(run(&o, true, c, &e), QI_OK);
+        o.act_observe = NULL;
+        ck_assert_int_eq(run(&o, true, b, &e), QI_OK);
+        ck_assert_msg(memcmp(c, b, sizeof(float) * n) == 0, "%s, dense matmuls: observed differs",
+                      qi_sparsity_mode_name((qi_sparsity_mode)mode));
+        free(c);
         const double kl_paths = mean_kl(b, a, n / g_model->hp.n_vocab, g_model->hp.n_vocab);
         const double kl_dense = mean_kl(dense, a, n / g_model->hp.n_vocab, g_model->hp.n_vocab);
         printf("%s 0.5: sparse vs dense matmuls KL %.2e nats; vs no sparsity %.2e\n",
