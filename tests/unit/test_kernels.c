@@ -174,7 +174,7 @@ START_TEST(test_golden_block_dots) {
         for (int k = 0; k < n_tabs; k++) {
             float got = NAN;
             tabs[k]->gemm[t](g->n, g->w, 0, 1, g->a, 0, 1, &got, 1);
-            ck_assert_msg(same_float(got, g->s), "%s %s n=%lld: %.9g, llama.cpp %.9g",
+            qi_check_msg(same_float(got, g->s), "%s %s n=%lld: %.9g, llama.cpp %.9g",
                           tabs[k]->name, qi_type_get(t)->name, (long long)g->n, got, g->s);
         }
     }
@@ -246,7 +246,7 @@ START_TEST(test_golden_k_matmul) {
                 qi_k_gemm_fn g = wide ? tabs[k]->gemm_wide[t] : tabs[k]->gemm[t];
                 g(768, w, wb, 2, a, ab, n_tok, y, 2);
                 for (int i = 0; i < 2 * n_tok; i++)
-                    ck_assert_msg(f32_bits(y[i]) == gold[ti][wide][i], "%s %s, %d tokens: token %d row %d: %.9g (%08x), llama.cpp %08x",
+                    qi_check_msg(f32_bits(y[i]) == gold[ti][wide][i], "%s %s, %d tokens: token %d row %d: %.9g (%08x), llama.cpp %08x",
                                   tabs[k]->name, qi_type_get(t)->name, n_tok, i / 2, i % 2, y[i], f32_bits(y[i]), gold[ti][wide][i]);
             }
             free(w);
@@ -337,14 +337,14 @@ START_TEST(test_gemm_variants) {
                 rf(n, w, wb, n_w, a, ab, n_a, ref, ys);
                 for (int j = 0; j < n_a; j++)
                     for (int r = n_w; r < n_w + 2; r++)
-                        ck_assert_msg(ref[(size_t)j * ys + r] == -12345.0f, "guard %d,%d overwritten", j, r);
+                        qi_check_msg(ref[(size_t)j * ys + r] == -12345.0f, "guard %d,%d overwritten", j, r);
                 for (int k = 0; k < n_simd; k++) {
                     qi_k_gemm_fn sf = wide ? simd[k]->gemm_wide[t] : simd[k]->gemm[t];
                     ck_assert_msg(sf != NULL, "%s lacks %s", simd[k]->name, qi_type_get(t)->name);
                     for (size_t i = 0; i < ys * (size_t)n_a; i++) got[i] = -12345.0f;
                     sf(n, w, wb, n_w, a, ab, n_a, got, ys);
                     const long d = first_diff(ref, got, (long)(ys * (size_t)n_a));
-                    ck_assert_msg(d < 0, "%s %s%s n=%lld %dx%d: token %ld row %ld: ref %.9g, got %.9g",
+                    qi_check_msg(d < 0, "%s %s%s n=%lld %dx%d: token %ld row %ld: ref %.9g, got %.9g",
                                   simd[k]->name, qi_type_get(t)->name, wide ? " (wide)" : "", (long long)n, n_w,
                                   n_a, d / (long)ys, d % (long)ys, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
                 }
@@ -385,7 +385,8 @@ START_TEST(test_gemm_ref_is_dot_ref) {
             if (!g) continue;
             g(n, w, wb, 3, a, ab, 2, y, 3);
             for (int j = 0; j < 2; j++)
-                for (int r = 0; r < 3; r++) ck_assert(same_float(y[j * 3 + r], dot(n, w + r * wb, a + j * ab)));
+                for (int r = 0; r < 3; r++)
+                    qi_check_msg(same_float(y[j * 3 + r], dot(n, w + r * wb, a + j * ab)), "token %d row %d", j, r);
         }
         free(w);
         free(a);
@@ -467,7 +468,7 @@ START_TEST(test_attn_scores_variants) {
             for (int v = 0; v < n_simd; v++) {
                 simd[v]->attn_scores((qi_k_order)ord, D, q16, k + D, stride, n_pos, got);
                 const long d = first_diff(ref, got, n_pos);
-                ck_assert_msg(d < 0, "%s D=%d n_pos=%d ord=%d: position %ld: %.9g vs %.9g", simd[v]->name,
+                qi_check_msg(d < 0, "%s D=%d n_pos=%d ord=%d: position %ld: %.9g vs %.9g", simd[v]->name,
                               D, n_pos, ord, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
             }
             /* GEMM really is another order whenever tinyBLAS accepts D */
@@ -500,7 +501,7 @@ START_TEST(test_attn_values_variants) {
             for (int k = 0; k < n_simd; k++) {
                 simd[k]->attn_values((qi_k_order)ord, D, w16, v + 2 * D, stride, n_pos, got);
                 const long d = first_diff(ref, got, D);
-                ck_assert_msg(d < 0, "%s D=%d n_pos=%d ord=%d: dim %ld: %.9g vs %.9g", simd[k]->name, D,
+                qi_check_msg(d < 0, "%s D=%d n_pos=%d ord=%d: dim %ld: %.9g vs %.9g", simd[k]->name, D,
                               n_pos, ord, d, d >= 0 ? ref[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
             }
         }
@@ -562,7 +563,7 @@ START_TEST(test_softmax_variants) {
             memcpy(s2, s, sizeof(float) * (size_t)n);
             simd[k]->softmax_f16(n, s2, got);
             for (int i = 0; i < n; i++)
-                ck_assert_msg(ref[i] == got[i], "%s n=%d i=%d: %04x vs %04x", simd[k]->name, n, i, ref[i], got[i]);
+                qi_check_msg(ref[i] == got[i], "%s n=%d i=%d: %04x vs %04x", simd[k]->name, n, i, ref[i], got[i]);
         }
         double sum = 0.0;
         for (int i = 0; i < n; i++) sum += qi_fp16_to_f32(ref[i]);
@@ -604,7 +605,7 @@ START_TEST(test_exp_sum_variants) {
             const double gsum = simd[k]->exp_sum(n, got, max);
             ck_assert_msg(gsum == sum, "%s n=%d: sum %.17g vs %.17g", simd[k]->name, n, gsum, sum);
             for (int i = 0; i < n; i++)
-                ck_assert_msg(!memcmp(&ref[i], &got[i], sizeof(float)), "%s n=%d i=%d: %.9g vs %.9g", simd[k]->name,
+                qi_check_msg(!memcmp(&ref[i], &got[i], sizeof(float)), "%s n=%d i=%d: %.9g vs %.9g", simd[k]->name,
                               n, i, ref[i], got[i]);
         }
     }
@@ -669,7 +670,8 @@ START_TEST(test_rope_variants) {
                 memcpy(ref, x, sizeof(float) * (size_t)n);
                 qi_k_rope_ref(ref, n_heads, D, n_pairs, neox, cs, sn);
                 for (int h = 0; h < n_heads; h++)
-                    for (int i = 2 * n_pairs; i < D; i++) ck_assert(f32_bits(ref[h * D + i]) == f32_bits(x[h * D + i]));
+                    for (int i = 2 * n_pairs; i < D; i++)
+                        qi_check_msg(f32_bits(ref[h * D + i]) == f32_bits(x[h * D + i]), "head %d dim %d", h, i);
                 for (int k = 0; k < n_simd; k++) {
                     memcpy(got, x, sizeof(float) * (size_t)n);
                     simd[k]->rope(got, n_heads, D, n_pairs, neox, cs, sn);
@@ -720,7 +722,7 @@ START_TEST(test_geglu_variants) {
             long d = -1;
             for (int64_t i = 0; i < n && d < 0; i++)
                 if (memcmp(&want[i], &got[i], 4) && !(isnan(want[i]) && isnan(got[i]))) d = (long)i;
-            ck_assert_msg(d < 0, "%s off=%lld i=%ld: x=%.9g: %.9g vs %.9g", simd[k]->name, (long long)off, d,
+            qi_check_msg(d < 0, "%s off=%lld i=%ld: x=%.9g: %.9g vs %.9g", simd[k]->name, (long long)off, d,
                           d >= 0 ? g[d] : 0.0f, d >= 0 ? want[d] : 0.0f, d >= 0 ? got[d] : 0.0f);
             free(want);
         }
@@ -878,11 +880,11 @@ static long packed_case(uint32_t t, int64_t n, int n_w, int n_a, int raw0, uint6
         for (int j = 0; j < n_a; j++) {
             for (int r = 0; r < n_w; r++) {
                 const size_t i = (size_t)j * ys + (size_t)r;
-                ck_assert_msg(same_float(ref[i], got[i]), "%s packed %s n=%lld %dx%d: token %d row %d: ref %.9g, got %.9g",
+                qi_check_msg(same_float(ref[i], got[i]), "%s packed %s n=%lld %dx%d: token %d row %d: ref %.9g, got %.9g",
                               tabs[k]->name, qi_type_get(t)->name, (long long)n, n_w, n_a, j, r, ref[i], got[i]);
             }
             for (int r = n_w; r < n_w + 2; r++)
-                ck_assert_msg(got[(size_t)j * ys + r] == -12345.0f, "%s packed %s: guard %d,%d overwritten",
+                qi_check_msg(got[(size_t)j * ys + r] == -12345.0f, "%s packed %s: guard %d,%d overwritten",
                               tabs[k]->name, qi_type_get(t)->name, j, r);
         }
     }
@@ -971,7 +973,7 @@ START_TEST(test_quantize_q8_variants) {
                     memset(got, 0xa5, bytes);
                     simd[k]->quantize_q8(x, got, n, with_sum);
                     for (size_t i = 0; i < bytes; i++)
-                        ck_assert_msg(ref[i] == got[i], "%s n=%lld sum=%d rep %d: byte %zu: %02x vs %02x",
+                        qi_check_msg(ref[i] == got[i], "%s n=%lld sum=%d rep %d: byte %zu: %02x vs %02x",
                                       simd[k]->name, (long long)n, with_sum, rep, i, ref[i], got[i]);
                 }
                 free(x);
@@ -997,7 +999,7 @@ START_TEST(test_f16_to_f32_variants) {
             simd[k]->f16_to_f32(x, got, len);
             for (int64_t i = 0; i < n; i++) {
                 const float want = i < len ? ref[i] : -7.0f;
-                ck_assert_msg(memcmp(&want, &got[i], sizeof(float)) == 0, "%s n=%lld: element %lld (%04x): %a vs %a",
+                qi_check_msg(memcmp(&want, &got[i], sizeof(float)) == 0, "%s n=%lld: element %lld (%04x): %a vs %a",
                               simd[k]->name, (long long)len, (long long)i, x[i], want, got[i]);
             }
         }
@@ -1039,7 +1041,7 @@ START_TEST(test_f32_to_f16_variants) {
             simd[k]->f32_to_f16(x, got, len);
             for (int64_t i = 0; i < n; i++) {
                 const uint16_t want = i < len ? ref[i] : 0x1234;
-                ck_assert_msg(want == got[i], "%s n=%lld: element %lld (%a): %04x vs %04x", simd[k]->name,
+                qi_check_msg(want == got[i], "%s n=%lld: element %lld (%a): %04x vs %04x", simd[k]->name,
                               (long long)len, (long long)i, (double)x[i], want, got[i]);
             }
         }
