@@ -1121,7 +1121,7 @@ static void swap_failed(qi_engine *e, qi_status st, const qi_err *se) {
     if (e->swap_mu_made) pthread_mutex_lock(&e->swap_mu);
     if (!e->live_st) {
         e->live_st = st;
-        e->live_err = *se;
+        if (se) e->live_err = *se; /* a step's err may be NULL */
     }
     if (e->swap_mu_made) pthread_mutex_unlock(&e->swap_mu);
 }
