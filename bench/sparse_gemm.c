@@ -11,9 +11,12 @@
  * dense time a sparse matmul takes at that density.
  *
  * -k picks the sparse kernel (ref, avx2, avx512; default the one the
- * engine takes).
+ * engine takes). -c C makes C matrices of that shape (each in both forms)
+ * and times a pass over all of them, per matrix: with C times the bytes
+ * past the last-level cache, every matrix comes from memory, as a decode
+ * step's layers do; one matrix (the default) stays in the caches.
  *
- *   bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL]
+ *   bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL] [-c COPIES]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -36,14 +39,16 @@ static double rnd(void) { /* uniform in [0, 1) */
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL]\n"
+    fprintf(f, "usage: bench_sparse_gemm [-t TYPE] [-R ROWS] [-n N] [-T LIST] [-d LIST] [-r REPS] [-k KERNEL] [-c COPIES]\n"
                "  -t TYPE  weight type with codes: q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K (default q4_1)\n"
                "  -R ROWS  weight rows, a multiple of 32 (default 576)\n"
                "  -n N     columns (inputs), a multiple of the type's block (default 1536)\n"
                "  -T LIST  token counts, comma-separated (default 1,4,16)\n"
                "  -d LIST  shares of non-zero inputs, comma-separated (default 1,0.7,0.5,0.3,0.1)\n"
                "  -r REPS  repetitions, the two alternating (default 21)\n"
-               "  -k KERNEL  sparse kernel: ref, avx2 or avx512 (default the fastest here)\n");
+               "  -k KERNEL  sparse kernel: ref, avx2 or avx512 (default the fastest here)\n"
+               "  -c COPIES  matrices of that shape, timed as a pass over all of them (default 1: in\n"
+               "             cache; enough to pass the last-level cache: from memory, as in decode)\n");
 }
 
 static int parse_list(const char *s, double *out, int cap) {
@@ -58,7 +63,7 @@ static int parse_list(const char *s, double *out, int cap) {
 }
 
 int main(int argc, char **argv) {
-    int R = 576, reps = 21;
+    int R = 576, reps = 21, C = 1;
     int64_t n = 1536;
     const char *tl = "1,4,16", *dl = "1,0.7,0.5,0.3,0.1", *type = "q4_1", *kern = NULL;
     for (int i = 1; i < argc; i++) {
@@ -73,6 +78,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-d") && v) dl = v, i++;
         else if (!strcmp(argv[i], "-r") && v) reps = atoi(v), i++;
         else if (!strcmp(argv[i], "-k") && v) kern = v, i++;
+        else if (!strcmp(argv[i], "-c") && v) C = atoi(v), i++;
         else {
             fprintf(stderr, "bench_sparse_gemm: bad argument '%s'\n", argv[i]);
             usage(stderr);
@@ -85,24 +91,35 @@ int main(int argc, char **argv) {
     double tok[16], dens[16];
     const int n_tok = parse_list(tl, tok, 16), n_dens = parse_list(dl, dens, 16);
     if (t == QI_TYPE_COUNT || qi_code_group(t) == 0 || R < 32 || R % 32 || qi_row_bytes(t, n) == 0 || reps < 1 ||
-        n_tok < 1 || n_dens < 1) {
+        n_tok < 1 || n_dens < 1 || C < 1 || C > 4096) {
         fprintf(stderr, "bench_sparse_gemm: need a type with codes, ROWS a positive multiple of 32, N a multiple "
-                        "of the type's block, REPS >= 1, and the lists as numbers\n");
+                        "of the type's block, REPS >= 1, COPIES in 1..4096, and the lists as numbers\n");
         return 2;
     }
     const size_t rb = qi_row_bytes(t, n);
-    unsigned char *data = malloc(rb * (size_t)R);
+    unsigned char **data = calloc((size_t)C, sizeof *data);
+    qi_colw *c = calloc((size_t)C, sizeof *c);
     float *row = malloc(sizeof(float) * (size_t)n);
-    for (int i = 0; i < R; i++) {
-        for (int64_t j = 0; j < n; j++) row[j] = (float)(2.0 * rnd() - 1.0);
-        qi_quantize_row_ref(t, row, data + (size_t)i * rb, n);
-    }
-    const qi_weight w = {.type = t, .n_cols = n, .n_rows = R, .row_bytes = rb, .data = data};
-    qi_colw c;
-    qi_err e = {0};
-    if (qi_colw_build(&w, &c, &e) != QI_OK) {
-        fprintf(stderr, "bench_sparse_gemm: %s\n", e.msg);
+    if (!data || !c || !row) {
+        fprintf(stderr, "bench_sparse_gemm: out of memory\n");
         return 1;
+    }
+    for (int m = 0; m < C; m++) {
+        data[m] = malloc(rb * (size_t)R);
+        if (!data[m]) {
+            fprintf(stderr, "bench_sparse_gemm: out of memory for %d matrices\n", C);
+            return 1;
+        }
+        for (int i = 0; i < R; i++) {
+            for (int64_t j = 0; j < n; j++) row[j] = (float)(2.0 * rnd() - 1.0);
+            qi_quantize_row_ref(t, row, data[m] + (size_t)i * rb, n);
+        }
+        const qi_weight w = {.type = t, .n_cols = n, .n_rows = R, .row_bytes = rb, .data = data[m]};
+        qi_err e = {0};
+        if (qi_colw_build(&w, &c[m], &e) != QI_OK) {
+            fprintf(stderr, "bench_sparse_gemm: %s\n", e.msg);
+            return 1;
+        }
     }
     const qi_kernels *k = qi_kernels_get();
     qi_sparse_fn sp = qi_sparse_matmul();
@@ -123,8 +140,12 @@ int main(int argc, char **argv) {
     const uint32_t dt = qi_vec_dot_type(t);
     uint64_t qrb = 0;
     qi_type_row_bytes(dt, (uint64_t)n, &qrb);
-    printf("%s %d x %lld, one thread, dense kernels %s, sparse %s; median of %d, alternating\n", type, R, (long long)n,
+    printf("%s %d x %lld, one thread, dense kernels %s, sparse %s; median of %d, alternating", type, R, (long long)n,
            k->name, sp_name, reps);
+    if (C > 1)
+        printf("; a pass over %d matrices (%.1f MiB dense, %.1f MiB column form), time per matrix", C,
+               (double)rb * R * C / 1048576.0, (double)qi_colw_bytes(&c[0]) * C / 1048576.0);
+    printf("\n");
     printf("| tokens | non-zero | dense us | sparse us | active cols | sparse/dense |\n|---:|---:|---:|---:|---:|---:|\n");
     for (int a = 0; a < n_tok; a++) {
         const int T = (int)tok[a];
@@ -138,20 +159,25 @@ int main(int argc, char **argv) {
             const int nr = reps > 256 ? 256 : reps;
             for (int r = 0; r < nr; r++) {
                 double t0 = bench_now();
-                for (int tt = 0; tt < T; tt++) qi_quantize_act_row(dt, x + (size_t)tt * n, (char *)xq + tt * qrb, n);
-                k->gemm[t] ? k->gemm[t](n, data, rb, R, xq, qrb, T, y, (size_t)R) : (void)0;
-                td[r] = bench_now() - t0;
+                for (int m = 0; m < C; m++) {
+                    for (int tt = 0; tt < T; tt++)
+                        qi_quantize_act_row(dt, x + (size_t)tt * n, (char *)xq + tt * qrb, n);
+                    k->gemm[t] ? k->gemm[t](n, data[m], rb, R, xq, qrb, T, y, (size_t)R) : (void)0;
+                }
+                td[r] = (bench_now() - t0) / C;
                 t0 = bench_now();
-                n_idx = qi_sparse_active(x, (size_t)n, T, n, idx);
-                sp(&c, x, (size_t)n, T, idx, n_idx, y, (size_t)R, 0, R);
-                ts[r] = bench_now() - t0;
+                for (int m = 0; m < C; m++) {
+                    n_idx = qi_sparse_active(x, (size_t)n, T, n, idx);
+                    sp(&c[m], x, (size_t)n, T, idx, n_idx, y, (size_t)R, 0, R);
+                }
+                ts[r] = (bench_now() - t0) / C;
             }
             const double md = bench_median(td, nr), ms = bench_median(ts, nr);
             printf("| %d | %.2f | %.1f | %.1f | %d | %.3f |\n", T, dens[b], 1e6 * md, 1e6 * ms, n_idx, ms / md);
         }
         free(x), free(y), free(xq), free(idx);
     }
-    qi_colw_free(&c);
-    free(data), free(row);
+    for (int m = 0; m < C; m++) qi_colw_free(&c[m]), free(data[m]);
+    free(c), free(data), free(row);
     return 0;
 }
