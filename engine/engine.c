@@ -196,6 +196,7 @@ struct qi_engine {
     float *sp_act, *sp_ones;
     void *sp_xq;
     double sp_zeroed, sp_seen;
+    bool sp_paused;         /* qi_engine_sparsity_pause: steps run the dense path */
     qi_backend *be;         /* the CPU device, dev[0].be */
     qi_sim *sim;            /* opts.sim: the simulated machine its devices are (NULL: real ones) */
     qi_kv_pool *pool;       /* the CPU's KV pool: its attention layers' working tiers, every offload tier */
@@ -465,7 +466,7 @@ static qi_status matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const f
 /* ---- activation sparsity (opts.sparsity, opts.act_observe) ------------------ */
 
 static float sp_thr(const qi_engine *e, int l, int site) {
-    return e->o.sparsity ? e->o.sparsity->thr[(size_t)l * QI_SITE_COUNT + (size_t)site] : -1.0f;
+    return e->o.sparsity && !e->sp_paused ? e->o.sparsity->thr[(size_t)l * QI_SITE_COUNT + (size_t)site] : -1.0f;
 }
 
 /* The activations x [T][n] at a site of layer l (on the CPU, where every
@@ -524,7 +525,8 @@ static qi_status sp_run(qi_engine *e, sp_job *j) {
  * x: the same activations, the dense arithmetic). */
 static qi_status mm_site(qi_engine *e, qi_backend *b, int l, const int *wi, const qi_weight *const *w, float *const *y,
                          int n, const float *x, int T, int n_idx, qi_err *err) {
-    bool sparse = n_idx >= 0 && e->sp_w && (double)n_idx <= e->o.sparse_max_density * (double)w[0]->n_cols;
+    bool sparse = n_idx >= 0 && e->sp_w && !e->sp_paused &&
+                  (double)n_idx <= e->o.sparse_max_density * (double)w[0]->n_cols;
     sp_job j = {.n_w = n, .x = x, .T = T, .idx = e->sp_idx, .n_idx = n_idx, .fn = qi_sparse_matmul()};
     for (int i = 0; i < n && sparse; i++) {
         j.w[i] = &e->sp_w[(size_t)l * SP_W_COUNT + (size_t)wi[i]];
@@ -616,6 +618,12 @@ static qi_status mm_rows(qi_engine *e, qi_backend *b, const qi_weight *w, const 
 }
 
 double qi_engine_sparsity_measured(const qi_engine *e) { return e->sp_seen > 0 ? e->sp_zeroed / e->sp_seen : -1.0; }
+
+void qi_engine_sparsity_pause(qi_engine *e, bool paused) { e->sp_paused = paused && e->sp_w; }
+
+/* Whether a step's sites go through the sparsity path: under opts.sparsity
+ * not paused, or with an observer (which sees every step). */
+static bool sp_path(const qi_engine *e) { return (e->sp_w && !e->sp_paused) || e->o.act_observe; }
 
 void qi_engine_opts_default(qi_engine_opts *o) {
     memset(o, 0, sizeof *o);
@@ -3179,7 +3187,7 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
     OP(norm_rows(b, hp, A->x, &ly->attn_norm, &ly->attn_norm_b, T, E, A->xn, err));
     const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const qkv_out[3] = {A->q, A->k, A->v};
-    if (e->sp_w || e->o.act_observe) {
+    if (sp_path(e)) {
         static const int wi[3] = {SP_W_Q, SP_W_K, SP_W_V};
         OP(mm_site(e, b, l, wi, qkv, qkv_out, 3, A->xn, T, sp_site(e, l, QI_SITE_ATTN_IN, A->xn, T, E), err));
     } else {
@@ -3195,7 +3203,7 @@ static qi_status attention_block(qi_engine *e, const segment *segs, int n_seg, i
                            hp->rope_mode, err));
     if (hp->q_scale > 0) OP(qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err));
     OP(attend_all(e, segs, n_seg, T, l, err));
-    if (e->sp_w || e->o.act_observe) {
+    if (sp_path(e)) {
         static const int wi[1] = {SP_W_O};
         const qi_weight *wo = &ly->wo;
         float *const out = A->xn;
@@ -3595,7 +3603,7 @@ static qi_status mlp_split_sides(qi_engine *e, int l, int rows, bool gelu, const
     st = ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
     e->cur_slot = 0;
     if (st) return st;
-    if (sp->n[0] && (st = e->sp_w                        ? ffn_side_cats(e, M, l, rows, gelu, err)
+    if (sp->n[0] && (st = e->sp_w && !e->sp_paused       ? ffn_side_cats(e, M, l, rows, gelu, err)
                           : e->o.sim_cold_density > 0.0 ? ffn_sim_sparse(e, M, &e->ns_w[l][0][0], &e->ns_w[l][0][1],
                                                                          &e->ns_w[l][0][2], sp->n[0], rows, gelu, err)
                                                         : ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
@@ -3688,7 +3696,7 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     }
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
-    if (e->sp_w || e->o.act_observe) return mlp_sparse(e, l, rows, err);
+    if (sp_path(e)) return mlp_sparse(e, l, rows, err);
     OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
     OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
     if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));

@@ -269,7 +269,7 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
     }
     qi_engine_prof before;
     qi_engine_profile(e, &before);
-    double t_dec = qi_engine_now(e), t_prev = t_dec;
+    double t_dec = qi_engine_now(e), t_prev = t_dec, pair_first = 0;
     out->prefill_s = t_dec - t0;
     for (int i = 0; i < o->n_gen; i++) {
         for (int b = 0; b < o->batch; b++) {
@@ -288,7 +288,13 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
             if ((st = qi_engine_seq_feed(e, ids[b], &tok[b], 1, false, err))) goto done;
         }
         if (o->tick && (st = o->tick(o->tick_ctx, e, o->batch, o->n_prompt + i, o->n_gen - i, err))) goto done;
-        if ((st = qi_engine_step(e, &n, err))) goto done;
+        /* ab_dense: pair i / 2 runs sparse first when even, dense first when odd */
+        const int dense = (i & 1) ^ ((i >> 1) & 1);
+        if (o->ab_dense) qi_engine_sparsity_pause(e, dense);
+        const double t_step = qi_engine_now(e);
+        st = qi_engine_step(e, &n, err);
+        if (o->ab_dense) qi_engine_sparsity_pause(e, false);
+        if (st) goto done;
         if (n != o->batch) {
             st = QI_ERR(err, QI_ERR_BACKEND, "a decode step ran %d tokens, not one for each of %d sequences", n,
                         o->batch);
@@ -297,6 +303,17 @@ qi_status qi_measure_decode(qi_engine *e, const qi_model *m, const qi_decode_opt
         double t = qi_engine_now(e);
         if (t - t_prev > out->itl_max_s) out->itl_max_s = t - t_prev;
         t_prev = t;
+        if (o->ab_dense) {
+            out->ab_s[dense] += t - t_step;
+            out->ab_steps[dense]++;
+            if (i & 1) { /* the pair's second step: its first was the other side */
+                const double mine = t - t_step;
+                const double sparse_s = dense ? pair_first : mine, dense_s = dense ? mine : pair_first;
+                if (o->ab_ratio) o->ab_ratio[out->ab_pairs] = dense_s > 0 ? sparse_s / dense_s : NAN;
+                out->ab_pairs++;
+            }
+            pair_first = t - t_step;
+        }
     }
     out->decode_s = t_prev - t_dec;
     qi_engine_profile(e, &out->prof);

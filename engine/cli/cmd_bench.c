@@ -133,6 +133,12 @@ static void help(void) {
         "                        to stderr; the timers cost a little\n"
         QI_CLI_CUPTI_HELP
         "                        (each row's timed repetitions, not its warm-up)\n"
+        "      --vs-dense        with --sparsity: each batched row's steps alternate between\n"
+        "                        the sparse path and the dense one in the same engine (in\n"
+        "                        pairs, the order turned each pair), and a line gives the\n"
+        "                        median sparse / dense step time over the pairs with its\n"
+        "                        quartiles: a comparison the machine's drift does not blur.\n"
+        "                        The row's t/s is then its sparse steps'\n"
         "  -h, --help            this help\n\n"
         "The KV cache, activation sparsity and neuron split of the batched rows (the pp/tg\n"
         "rows keep every token and run dense and unsplit; -b 1,2 gives a batch-1 row, tg@b1,\n"
@@ -312,6 +318,12 @@ typedef struct {
     double *ts; /* [n_reps] tokens/s */
     double *secs; /* [n_reps] seconds of each repetition's timed part (in ts's allocation) */
     double mean, sd;
+    /* --vs-dense: every pair's sparse / dense step time over the
+     * repetitions, and each side's seconds and steps */
+    double *ab_ratio;
+    int ab_pairs;
+    double ab_s[2];
+    int ab_steps[2];
 } bench_test;
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
@@ -344,6 +356,7 @@ typedef struct {
     int kv_budget;
     long replans;
     bool cupti; /* --cupti: CUPTI's records of each test's repetitions beside the events' */
+    bool vs_dense; /* --vs-dense: the batched rows' steps alternate with the dense path */
 } bench_runner;
 
 static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err) {
@@ -368,27 +381,39 @@ static void prof_add(qi_engine_prof *acc, const qi_engine_prof *p) {
 /* One batched run, as qi_measure_decode defines it (Lua's qinfer.throughput
  * runs the same function): fresh sequences with distinct prompts (untimed
  * here), then n_gen steps of one random token each; *secs is the steps. */
-static qi_status run_once_batch(bench_runner *r, const bench_test *t, double *secs, qi_err *err) {
+static qi_status run_once_batch(bench_runner *r, bench_test *t, double *secs, qi_err *err) {
     const int V = r->m->hp.n_vocab;
     for (int b = 0; b < t->batch; b++) {
         int32_t *p = r->toks + (size_t)b * (size_t)t->depth;
         p[0] = first_token(r->m);
         for (int i = 1; i < t->depth; i++) p[i] = random_token(V);
     }
+    const bool ab = r->vs_dense && t->ab_ratio; /* a timed repetition, not the warm-up */
     const qi_decode_opts o = {.batch = t->batch, .n_gen = t->n_gen, .prompts = r->toks, .n_prompt = t->depth,
                               .prompt_stride = t->depth, .greedy = false, .seed = random_token(V) + 1u,
-                              .tick = r->policy ? place_tick : NULL, .tick_ctx = r};
+                              .tick = r->policy ? place_tick : NULL, .tick_ctx = r, .ab_dense = r->vs_dense,
+                              .ab_ratio = ab ? t->ab_ratio + t->ab_pairs : NULL};
     if (r->policy) qi_placement_ctl_init(&r->ctl, r->policy, 2.0); /* each run plans afresh, the policy keeps what it learnt */
     qi_decode_result res;
     qi_status st = qi_measure_decode(r->eng, r->m, &o, &res, err);
     if (st) return st;
     *secs = res.decode_s;
+    if (r->vs_dense) { /* the row's rate is the sparse steps' */
+        *secs = res.ab_s[0] * t->n_gen / (res.ab_steps[0] ? res.ab_steps[0] : 1);
+        if (ab) {
+            t->ab_pairs += res.ab_pairs;
+            for (int k = 0; k < 2; k++) {
+                t->ab_s[k] += res.ab_s[k];
+                t->ab_steps[k] += res.ab_steps[k];
+            }
+        }
+    }
     prof_add(&r->prof, &res.prof);
     return QI_OK;
 }
 
 /* One run of a test on an emptied context; *secs is the timed part. */
-static qi_status run_once(bench_runner *r, const bench_test *t, double *secs, qi_err *err) {
+static qi_status run_once(bench_runner *r, bench_test *t, double *secs, qi_err *err) {
     if (t->engine) return run_once_batch(r, t, secs, err);
     const qi_model *m = r->m;
     qi_ctx *ctx = r->ctx;
@@ -419,11 +444,17 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
     const char *cmd = "bench";
     double n_tok = t->n_prompt > 0 ? t->n_prompt : (double)t->n_gen * t->batch;
     double secs;
+    double *ab_ratio = t->ab_ratio;
+    t->ab_ratio = NULL; /* the warm-up's pairs are not kept */
     for (int i = 0; i < n_warmup; i++) {
         fprintf(stderr, "qinfer %s: %s warm-up %d/%d\n", cmd, t->name, i + 1, n_warmup);
         qi_status st = run_once(r, t, &secs, err);
-        if (st) return st;
+        if (st) {
+            t->ab_ratio = ab_ratio;
+            return st;
+        }
     }
+    t->ab_ratio = ab_ratio;
     memset(&r->prof, 0, sizeof r->prof); /* the profile covers the timed repetitions */
     /* --cupti: CUPTI and the engine's events over the same repetitions */
     qi_engine *eng = r->eng ? r->eng : r->ctx ? qi_ctx_engine(r->ctx) : NULL;
@@ -465,6 +496,26 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
 }
 
 /* ---- output ---------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return isnan(x) ? !isnan(y) : isnan(y) ? -1 : (x > y) - (x < y);
+}
+
+/* --vs-dense's line for a batched row (to stdout under md, else stderr, so
+ * that csv and json keep their fields). */
+static void print_vs_dense(FILE *f, const bench_test *t) {
+    if (!t->engine || t->ab_pairs < 1 || !t->ab_steps[0] || !t->ab_steps[1]) return;
+    qsort(t->ab_ratio, (size_t)t->ab_pairs, sizeof(double), cmp_double);
+    const double sp = t->ab_s[0] / t->ab_steps[0], de = t->ab_s[1] / t->ab_steps[1];
+    fprintf(f,
+            "%s against its dense path (--vs-dense, steps alternating in one engine): a sparse step takes %.3fx "
+            "a dense one (median of %d pairs, quartiles %.3f-%.3f); mean step %.3f ms sparse, %.3f ms dense: "
+            "%.3fx the dense rate\n",
+            t->name, qi_measure_percentile(t->ab_ratio, t->ab_pairs, 50), t->ab_pairs,
+            qi_measure_percentile(t->ab_ratio, t->ab_pairs, 25), qi_measure_percentile(t->ab_ratio, t->ab_pairs, 75),
+            1e3 * sp, 1e3 * de, sp > 0 ? de / sp : NAN);
+}
 
 /* Everything a row says besides its test. */
 typedef struct {
@@ -916,7 +967,7 @@ int qi_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *model_arg = "smollm2-135m", *db_file = NULL, *out_arg = "md";
     int n_prompt = 512, n_gen = 128, n_reps = 5, n_warmup = 1, probe_mib = -1, depth = -1;
     int n_threads = qi_n_physical_cores();
-    bool repack = false, profile = false, cupti = false;
+    bool repack = false, profile = false, cupti = false, vs_dense = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
     bool attn_blas = false;
     qi_cli_kv kv;
@@ -949,6 +1000,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--attn-blas")) attn_blas = true;
         else if (qi_args_is(&a, NULL, "--profile")) profile = true;
         else if (qi_args_is(&a, NULL, "--cupti")) cupti = true;
+        else if (qi_args_is(&a, NULL, "--vs-dense")) vs_dense = true;
         else qi_args_unknown(&a);
     }
     if (a.failed) return QI_EXIT_USAGE;
@@ -978,6 +1030,11 @@ int qi_cmd_bench(int argc, char **argv) {
     if (place_policy && (!batched || n_prompt > 0 || n_gen == 0)) {
         qi_cli_error(cmd, "--placement %s: a placement policy runs on the batched rows only: give --batch, and -p 0",
                      kv.placement);
+        return QI_EXIT_USAGE;
+    }
+    if (vs_dense && (!batched || !kv.sparsity_given)) {
+        qi_cli_error(cmd, "--vs-dense compares the batched rows' activation sparsity with their dense path: give "
+                          "--sparsity S (above 0) and --batch");
         return QI_EXIT_USAGE;
     }
     if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
@@ -1160,7 +1217,13 @@ int qi_cmd_bench(int argc, char **argv) {
             goto fail;
         }
         tests[i].secs = tests[i].ts + n_reps;
+        if (vs_dense && tests[i].engine &&
+            !(tests[i].ab_ratio = qi_calloc((size_t)n_reps * (size_t)(n_gen / 2 + 1), sizeof(double)))) {
+            QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     }
+    run.vs_dense = vs_dense;
     for (int i = 0; i < n_tests; i++) {
         bench_test *t = &tests[i];
         if (t->engine) {
@@ -1192,6 +1255,7 @@ int qi_cmd_bench(int argc, char **argv) {
     if (fmt == OUT_MD) print_md(&bi, tests, n_tests);
     else print_rows(fmt, &bi, tests, n_tests);
     fflush(stdout);
+    for (int i = 0; i < n_tests; i++) print_vs_dense(fmt == OUT_MD ? stdout : stderr, &tests[i]);
 #ifdef QI_HAVE_SQLITE
     const bench_settings bs = {.repack = repack, .n_warmup = n_warmup, .devices = kv.devices,
                                .placement = kv.placement, .sim_params = &kv.sim_params, .sim_cal = kv.sim_cal};
@@ -1205,7 +1269,7 @@ done:
 #ifdef QI_HAVE_SQLITE
     qi_db_close(db);
 #endif
-    for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts);
+    for (int i = 0; i < n_tests; i++) qi_free(tests[i].ts), qi_free(tests[i].ab_ratio);
     qi_free(run.toks);
     qi_placement_policy_free(run.policy);
     qi_engine_free(run.eng);

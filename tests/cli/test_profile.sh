@@ -6,7 +6,8 @@
 # tokens) prints a row per layer and a summary, and writes a profile file
 # whose header and neuron lines agree with the model (30 layers x 1536
 # neurons) and the run; --sparsity-out writes an activation-sparsity
-# calibration that ppl --sparsity reads (0: the dense perplexity exactly).
+# calibration that ppl --sparsity reads (0: the dense perplexity exactly),
+# and bench --vs-dense, its steps alternating with the dense path, reads.
 # Exits 77 (skip) after the flag checks when the model is not cached;
 # QI_TEST_ERRORS_ONLY=1 runs the errors only (lib.sh), and the one run whose
 # file they read. Usage: test_profile.sh PATH/TO/qinfer
@@ -102,7 +103,18 @@ if expect_ok "$Q" profile "${M[@]}" -f devil --tokens 128 --ctx 64 --sparsity-ou
           bad "$mode 0.3: $(grep sparsity "$tmp/out")"
       fi
     done
+    # bench --vs-dense: 8 steps a row, in 4 pairs of a sparse and a dense step
+    if expect_ok "$Q" bench "${M[@]}" -p 0 -n 8 -b 1,2 -r 1 --warmup 0 --probe-mib 0 --sparsity 0.3 \
+      --sparsity-calib "$f" --vs-dense; then
+      for row in "tg8 @ b1" "tg8 @ b2"; do
+        grep -Eq "^$row against its dense path .*: a sparse step takes [0-9.]+x a dense one \(median of 4 pairs" \
+          "$tmp/out" && ok || bad "bench --vs-dense: no line for $row: $(grep against "$tmp/out")"
+      done
+    fi
   fi
+  expect_fail 2 "--vs-dense compares the batched rows' activation sparsity" "$Q" bench "${M[@]}" -b 1,2 --vs-dense
+  expect_fail 2 "--vs-dense compares the batched rows' activation sparsity" "$Q" bench "${M[@]}" --sparsity 0.3 \
+    --sparsity-calib "$f" --vs-dense
   expect_fail 2 "option --sparsity needs --sparsity-calib FILE" "$Q" "${P[@]}" --sparsity 0.3
   expect_fail 2 "option --sparsity-calib without --sparsity" "$Q" "${P[@]}" --sparsity-calib "$f"
   expect_fail 1 "activation sparsity runs on the CPU only" "$Q" "${P[@]}" --sparsity 0.3 --sparsity-calib "$f" \

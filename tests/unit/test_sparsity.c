@@ -17,7 +17,12 @@
  *     its sequences run alone bit for bit (the union of active columns
  *     changes no row's sums), and an observer, which takes cats's unfused
  *     path, changes no logit; plans off the CPU, --repack and thresholds
- *     for another layer count are refused.
+ *     for another layer count are refused;
+ *   - paused (qi_engine_sparsity_pause), a sparse engine gives the dense
+ *     logits bit for bit and counts nothing zeroed; a decode measurement
+ *     alternating the two (ab_dense) runs half its steps each way, in
+ *     pairs, and reads a weight byte count between the sparse and the
+ *     dense engine's.
  */
 #include <check.h>
 #include <math.h>
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include "qinfer/engine.h"
+#include "qinfer/measure.h"
 #include "qinfer/model.h"
 #include "qinfer/sparsity.h"
 #include "testutil.h"
@@ -209,6 +215,8 @@ static void observe(void *ctx, int layer, int site, const float *x, int rows, in
 /* NSEQ sequences (prompts of 20, 45, 70 tokens) then STEPS greedy decode
  * steps fed the same tokens, batched together (batch) or one at a time;
  * every row's logits into out [NSEQ][STEPS + 1][V]. */
+static bool g_pause; /* run() pauses the sparsity of the engines it makes */
+
 static qi_status run(const qi_engine_opts *base, bool batch, float *out, qi_err *e) {
     const int V = g_model->hp.n_vocab;
     qi_engine_opts o = *base;
@@ -219,6 +227,7 @@ static qi_status run(const qi_engine_opts *base, bool batch, float *out, qi_err 
         qi_engine *eng = NULL;
         qi_status st = qi_engine_create(g_model, &o, &eng, e);
         if (st) return st;
+        if (g_pause) qi_engine_sparsity_pause(eng, true);
         const int n = batch ? NSEQ : 1;
         int ids[NSEQ];
         for (int s = s0; s < s0 + n; s++) {
@@ -242,7 +251,9 @@ static qi_status run(const qi_engine_opts *base, bool batch, float *out, qi_err 
                 if (k < STEPS) ck_assert_int_eq(qi_engine_seq_feed(eng, ids[i], &t, 1, false, e), QI_OK);
             }
         }
-        if (o.sparsity && o.sparsity->target > 0) {
+        if (g_pause) {
+            ck_assert(qi_engine_sparsity_measured(eng) == -1.0); /* paused steps count nothing */
+        } else if (o.sparsity && o.sparsity->target > 0) {
             /* thresholds from the dense model's activations zero more
              * downstream, where the zeroed inputs shrink the activations
              * (why the calibration can be run under sparsity) */
@@ -362,6 +373,75 @@ START_TEST(engine_sparse_modes) {
 }
 END_TEST
 
+/* The weight bytes a batch-1 decode of 16 steps reads on an engine of
+ * opts o, alternating sparse and dense steps or not. */
+static double decode_bytes(const qi_engine_opts *base, bool ab, qi_decode_result *res) {
+    qi_engine_opts o = *base;
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    o.max_seqs = 1;
+    o.profile = true;
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    const int32_t prompt[4] = {1, 200, 300, 400};
+    double ratio[8];
+    for (int i = 0; i < 8; i++) ratio[i] = -1.0;
+    const qi_decode_opts d = {.batch = 1, .n_gen = 16, .prompts = prompt, .n_prompt = 4, .seed = 7,
+                              .ab_dense = ab, .ab_ratio = ab ? ratio : NULL};
+    ck_assert_msg(qi_measure_decode(eng, g_model, &d, res, &e) == QI_OK, "%s", e.msg);
+    if (ab) {
+        ck_assert_int_eq(res->ab_steps[0], 8);
+        ck_assert_int_eq(res->ab_steps[1], 8);
+        ck_assert_int_eq(res->ab_pairs, 8);
+        for (int i = 0; i < 8; i++) ck_assert_msg(ratio[i] > 0.0 && isfinite(ratio[i]), "pair %d: %g", i, ratio[i]);
+        ck_assert(res->ab_s[0] > 0.0 && res->ab_s[1] > 0.0);
+        ck_assert(fabs(res->ab_s[0] + res->ab_s[1] - res->decode_s) <= res->decode_s);
+    } else {
+        ck_assert_int_eq(res->ab_pairs, 0);
+    }
+    /* the measurement leaves the engine unpaused: one more step is sparse */
+    const double z = qi_engine_sparsity_measured(eng);
+    ck_assert(base->sparsity ? z > 0.0 : z == -1.0);
+    qi_engine_free(eng);
+    return res->prof.matmul_bytes;
+}
+
+START_TEST(engine_paused) {
+    const size_t n = n_logits();
+    float *dense = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    qi_err e = {0};
+    ck_assert_int_eq(run(&o, true, dense, &e), QI_OK);
+    qi_decode_result r;
+    const double b_dense = decode_bytes(&o, false, &r);
+    for (int mode = QI_SPARSITY_TEAL; mode <= QI_SPARSITY_CATS; mode++) {
+        const char *name = qi_sparsity_mode_name((qi_sparsity_mode)mode);
+        qi_sparsity sp;
+        ck_assert_int_eq(qi_sparsity_load(g_calib, (qi_sparsity_mode)mode, 0.5, g_model->hp.n_layer, &sp, &e), QI_OK);
+        qi_engine_opts_default(&o);
+        o.sparsity = &sp;
+        o.sparse_max_density = 1.0;
+        g_pause = true;
+        ck_assert_int_eq(run(&o, true, got, &e), QI_OK);
+        g_pause = false;
+        ck_assert_msg(memcmp(dense, got, sizeof(float) * n) == 0, "%s paused: not the dense logits", name);
+        const double b_sparse = decode_bytes(&o, false, &r), b_ab = decode_bytes(&o, true, &r);
+        printf("%s 0.5: weight bytes of 16 steps: dense %.0f, sparse %.0f, alternating %.0f\n", name, b_dense,
+               b_sparse, b_ab);
+        /* half the steps each way: the mean of the two, but for the
+         * activations, which differ step by step */
+        ck_assert_msg(b_sparse < b_ab && b_ab < b_dense, "%s: %g not between %g and %g", name, b_ab, b_sparse,
+                      b_dense);
+        ck_assert_msg(fabs(b_ab - 0.5 * (b_sparse + b_dense)) < 0.25 * (b_dense - b_sparse), "%s: %g, not about "
+                      "half way between %g and %g", name, b_ab, b_sparse, b_dense);
+        qi_sparsity_free(&sp);
+    }
+    free(dense), free(got);
+}
+END_TEST
+
 START_TEST(engine_refusals) {
     qi_sparsity sp;
     qi_err e = {0};
@@ -411,6 +491,7 @@ int main(void) {
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, engine_dense_and_observed);
     tcase_add_test(tc, engine_sparse_modes);
+    tcase_add_test(tc, engine_paused);
     tcase_add_test(tc, engine_refusals);
     suite_add_tcase(s, tc);
     const int rc = qi_test_run_suite(s);

@@ -255,6 +255,12 @@ void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out);
 /* Under opts.sparsity: the share of the thresholded sites' activations
  * zeroed so far, over every step (-1 before any, or without sparsity). */
 double qi_engine_sparsity_measured(const qi_engine *e);
+/* Under opts.sparsity: while paused, steps take the dense path, as the
+ * engine made without opts.sparsity does (the same logits bit for bit,
+ * given the same cache), and count nothing towards the share zeroed; a
+ * measurement alternates the two within one engine (qi_measure_decode's
+ * ab_dense). Without opts.sparsity a no-op. */
+void qi_engine_sparsity_pause(qi_engine *e, bool paused);
 /* With opts.neuron_active: layer l's FFN over every step so far, the rows
  * it ran (tokens), its neurons on the fast device (n_fast; 0 where the
  * layer is not split or runs off the CPU) and the (row, neuron) pairs

@@ -117,6 +117,17 @@ typedef struct {
      * (qi_placement_ctl_tick); a failure ends the measurement. */
     qi_status (*tick)(void *ctx, qi_engine *e, int batch, int context, int left, qi_err *err);
     void *tick_ctx;
+    /* Under the engine's opts.sparsity: the timed steps alternate between
+     * the sparse path and the dense one (qi_engine_sparsity_pause) in
+     * pairs, sparse then dense, then dense then sparse, and so on (the
+     * order turned each pair, so neither side is always the later, longer
+     * context), both sides in the same engine, cache and threads. The
+     * result's ab fields then hold each side's time and, into ab_ratio
+     * (room for n_gen / 2, or NULL), each pair's sparse / dense step
+     * time: a comparison that the machine's drift over seconds does not
+     * blur. */
+    bool ab_dense;
+    double *ab_ratio;
 } qi_decode_opts;
 
 typedef struct {
@@ -127,6 +138,10 @@ typedef struct {
     double seq_tokens_per_s; /* n_gen / decode_s (each sequence's) */
     double itl_max_s;   /* the longest step */
     qi_engine_prof prof; /* the engine's profile over the n_gen steps alone (zero unless it profiles) */
+    /* ab_dense: the seconds of the sparse and of the dense steps, their
+     * counts, and the pairs (ratios written to ab_ratio) */
+    double ab_s[2];
+    int ab_steps[2], ab_pairs;
 } qi_decode_result;
 
 /* Adds o->batch sequences to e, runs their prompts (timed as prefill_s),
