@@ -18,11 +18,16 @@
 --   sparsity.measured  share of the thresholded activations zeroed (1)
 --   decode.tokens_per_s  batch-1 decode rate, qinfer.throughput
 --                      (n_gen tokens after a 32-token prompt)     (tok/s)
+--   decode.sparse_over_dense  (sparsity above 0) a sparse step's time over
+--                      a dense one's, the median over pairs of steps
+--                      alternating in one engine (vs_dense), with
+--   decode.sparse_over_dense_q1, _q3  its quartiles              (1)
 --   ppl.seconds        time of the perplexity run                  (s)
 --
--- Decode speed is timed `repetitions` times per configuration, and the
--- sparsities of a model and mode run one after another: for ratios against
--- the dense row, compare rows of one run (the machine's load moves).
+-- Decode speed is timed `repetitions` times per configuration. The rows'
+-- rates move with the machine's load; decode.sparse_over_dense does not
+-- (each pair's two steps run back to back): it is the speed figure to
+-- compare.
 --
 --   qinfer run experiments/sparsity_sweep.lua -t 2            -> results/sparsity_sweep.db
 --   qinfer run experiments/sparsity_sweep.lua --set model=smollm2-135m --set mode=teal
@@ -70,7 +75,12 @@ return {
     ctx.metric("sparsity.measured", r.sparsity < 0 and 0 or r.sparsity, "1")
     ctx.metric("ppl.seconds", r.seconds, "s")
     local t = qinfer.throughput(m, { batch = 1, n_gen = cfg.n_gen, prompt = 32, sparsity = sp.sparsity,
-      sparsity_mode = sp.sparsity_mode, sparsity_calib = sp.sparsity_calib })
+      sparsity_mode = sp.sparsity_mode, sparsity_calib = sp.sparsity_calib, vs_dense = cfg.sparsity > 0 })
     ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")
+    if t.vs_dense then
+      ctx.metric("decode.sparse_over_dense", t.vs_dense.ratio_median, "1")
+      ctx.metric("decode.sparse_over_dense_q1", t.vs_dense.ratio_q1, "1")
+      ctx.metric("decode.sparse_over_dense_q3", t.vs_dense.ratio_q3, "1")
+    end
   end,
 }

@@ -278,12 +278,14 @@ fig_ppl_budget() {
 # ---- sparsity_sweep: perplexity and decode rate against the target sparsity --------------------
 fig_sparsity() {
   local db=$db_dir/sparsity_sweep.db exp=sparsity_sweep metric fig ylab fity
-  for metric in ppl.value decode.tokens_per_s; do
-    if [[ $metric == ppl.value ]]; then
-      fig=ppl_vs_sparsity ylab="perplexity (lower is better)" fity=1
-    else
-      fig=decode_vs_sparsity ylab="batch-1 decode rate (tokens/s)" fity=0
-    fi
+  local heading
+  for metric in ppl.value decode.tokens_per_s decode.sparse_over_dense; do
+    case $metric in
+      ppl.value) fig=ppl_vs_sparsity ylab="perplexity (lower is better)" fity=1 heading=Perplexity ;;
+      decode.tokens_per_s) fig=decode_vs_sparsity ylab="batch-1 decode rate (tokens/s)" fity=0 heading="Decode rate" ;;
+      *) fig=sparse_over_dense_vs_sparsity ylab="sparse / dense step time (paired steps; below 1 is faster)" fity=1
+         heading="Sparse over dense decode step time" ;;
+    esac
     check "$fig" "$db" "$exp" sparsity_sweep.lua "$metric" || continue
     series_data "$db" "$exp" "$metric" "$(cfg model) || ' ' || $(cfg mode)" "round($(cfg sparsity) * 100, 3)" ||
       { fail "$fig" "$db: $(head -1 "$work/sql.err")"; continue; }
@@ -292,7 +294,7 @@ fig_sparsity() {
     [[ $sim == 1 ]] && mark=" (simulated)"
     render "$fig" sparsity_sweep.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
       "titles=$(gp_str "$(cat "$work/series.titles")")" "ylab=$(gp_str "$ylab")" "fity=$fity" \
-      "heading=$(gp_title "$([[ $metric == ppl.value ]] && echo Perplexity || echo "Decode rate") against activation sparsity (teal, cats)$mark")" \
+      "heading=$(gp_title "$heading against activation sparsity (teal, cats)$mark")" \
       "subline=$(gp_title "$(models "$db" "$exp"), devil corpus, decode mode; $(hardware "$db" "$exp"); mean and sample sd over repetitions")"
   done
 }

@@ -284,18 +284,29 @@ static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int
     return qi_placement_ctl_tick(&p->ctl, e, p->m, &wl, NULL, err);
 }
 
-/* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, kv_...})
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return isnan(x) ? !isnan(y) : isnan(y) ? -1 : (x > y) - (x < y);
+}
+
+/* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, vs_dense=false, kv_...})
  * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt,
- *     device1_peak_bytes (with two devices or more: the second's peak memory)}
+ *     device1_peak_bytes (with two devices or more: the second's peak memory),
+ *     vs_dense = {pairs, ratio_median, ratio_q1, ratio_q3, sparse_step_s, dense_step_s}}
  * qi_measure_decode, as bench's batched rows: batch sequences get the
  * prompt (a text, or that many pseudo-random ids after BOS, distinct per
  * sequence); ttft_s is the prefill of all of them until each one's first
  * token; then n_gen steps of greedy decoding, one token per sequence each:
  * tpot_s is a step's mean time and tokens_per_s the aggregate rate,
- * batch * n_gen / decode_s. */
+ * batch * n_gen / decode_s. vs_dense (with sparsity) alternates the steps
+ * with the dense path in pairs (qi_measure_decode's ab_dense, as bench
+ * --vs-dense): the figures above are then the sparse steps', and
+ * vs_dense holds the pairs' sparse / dense step time (median, quartiles)
+ * and each side's mean step. */
 static int l_throughput(lua_State *L) {
     lq_model *mb = lq_check_model(L, 1);
-    static const char *const keys[] = {"batch", "n_gen", "prompt", "n_ctx", "replan", "bucket", LQ_ENGINE_KEYS, NULL};
+    static const char *const keys[] = {"batch",    "n_gen",        "prompt", "n_ctx", "replan", "bucket",
+                                       "vs_dense", LQ_ENGINE_KEYS, NULL};
     lq_opts_check(L, 2, 2, keys);
     const qi_model *m = mb->m;
     int batch = (int)lq_opt_int(L, 2, 2, "batch", 1, 1, 256);
@@ -353,12 +364,25 @@ static int l_throughput(lua_State *L) {
         eo.o.placement = "all-cpu";
         eo.o.profile = eo.o.profile || pr.replan; /* the block times it learns from */
     }
+    const bool vs_dense = lq_opt_bool(L, 2, 2, "vs_dense", false);
+    if (vs_dense && !(eo.o.sparsity && eo.o.sparsity->target > 0))
+        return luaL_argerror(L, 2, "option 'vs_dense': compares activation sparsity with the dense path: give "
+                                   "sparsity (above 0)");
+    double *ratio = vs_dense ? lua_newuserdatauv(L, sizeof(double) * (size_t)(n_gen / 2 + 1), 0) : NULL;
     if (qi_engine_create(m, &eo.o, &s->engine, &err)) return lq_fail(L, &err);
     const qi_decode_opts o = {.batch = batch, .n_gen = n_gen, .prompts = s->ids, .n_prompt = (int)n_prompt,
                               .prompt_stride = per_seq ? (int)n_prompt : 0, .greedy = true,
-                              .tick = policy ? place_tick : NULL, .tick_ctx = &pr};
+                              .tick = policy ? place_tick : NULL, .tick_ctx = &pr, .ab_dense = vs_dense,
+                              .ab_ratio = ratio};
     qi_decode_result r;
     if (qi_measure_decode(s->engine, m, &o, &r, &err)) return lq_fail(L, &err);
+    if (vs_dense) { /* the figures of the sparse steps */
+        const double per_step = r.ab_steps[0] ? r.ab_s[0] / r.ab_steps[0] : NAN;
+        r.decode_s = per_step * n_gen;
+        r.tpot_s = per_step;
+        r.tokens_per_s = qi_measure_rate((double)batch * n_gen, r.decode_s);
+        r.seq_tokens_per_s = qi_measure_rate(n_gen, r.decode_s);
+    }
     lq_note_plan(L, s->engine);
     lua_createtable(L, 0, 14);
     if (policy) {
@@ -380,6 +404,17 @@ static int l_throughput(lua_State *L) {
     lq_set_int(L, "batch", batch);
     lq_set_int(L, "n_gen", n_gen);
     lq_set_int(L, "n_prompt", (lua_Integer)n_prompt);
+    if (vs_dense && r.ab_pairs > 0 && r.ab_steps[1] > 0) {
+        qsort(ratio, (size_t)r.ab_pairs, sizeof(double), cmp_double);
+        lua_createtable(L, 0, 6);
+        lq_set_int(L, "pairs", r.ab_pairs);
+        lq_set_num(L, "ratio_median", qi_measure_percentile(ratio, r.ab_pairs, 50));
+        lq_set_num(L, "ratio_q1", qi_measure_percentile(ratio, r.ab_pairs, 25));
+        lq_set_num(L, "ratio_q3", qi_measure_percentile(ratio, r.ab_pairs, 75));
+        lq_set_num(L, "sparse_step_s", r.ab_s[0] / r.ab_steps[0]);
+        lq_set_num(L, "dense_step_s", r.ab_s[1] / r.ab_steps[1]);
+        lua_setfield(L, -2, "vs_dense");
+    }
     return 1;
 }
 

@@ -210,7 +210,18 @@ if FULL then
       sparsity_calib = calib })
     T.ok(rs.decode and rs.sparsity > 0 and rs.sparsity < 1 and rs.ppl > 0, mode .. ": zeroed " .. rs.sparsity)
   end
+  -- vs_dense: 8 steps in 4 pairs of a sparse and a dense step
+  local ta = qinfer.throughput(m, { batch = 1, n_gen = 8, prompt = 4, sparsity = 0.3, sparsity_calib = calib,
+    vs_dense = true })
+  local v = ta.vs_dense
+  T.ok(v and v.pairs == 4, "vs_dense: 4 pairs")
+  T.ok(v.ratio_q1 <= v.ratio_median and v.ratio_median <= v.ratio_q3 and v.ratio_q1 > 0, "vs_dense: quartiles in order")
+  T.ok(v.sparse_step_s > 0 and v.dense_step_s > 0, "vs_dense: both sides' steps timed")
+  T.ok(math.abs(ta.tpot_s - v.sparse_step_s) < 1e-12, "vs_dense: the row's figures are the sparse steps'")
 end
+T.raises(function() qinfer.throughput(m, { n_gen = 8, vs_dense = true }) end, "option 'vs_dense'")
+T.raises(function() qinfer.throughput(m, { n_gen = 8, sparsity = 0.3, sparsity_calib = calib, vs_dense = 1 }) end,
+  "vs_dense")
 T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 0.3 }) end, "sparsity_calib")
 T.raises(function() qinfer.perplexity(m, "devil", { ctx = 64, chunks = 2, sparsity = 1.5, sparsity_calib = calib }) end,
   "option 'sparsity'")
