@@ -497,24 +497,19 @@ static qi_status run_test(bench_runner *r, bench_test *t, int n_warmup, qi_err *
 
 /* ---- output ---------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return isnan(x) ? !isnan(y) : isnan(y) ? -1 : (x > y) - (x < y);
-}
-
 /* --vs-dense's line for a batched row (to stdout under md, else stderr, so
  * that csv and json keep their fields). */
 static void print_vs_dense(FILE *f, const bench_test *t) {
     if (!t->engine || t->ab_pairs < 1 || !t->ab_steps[0] || !t->ab_steps[1]) return;
-    qsort(t->ab_ratio, (size_t)t->ab_pairs, sizeof(double), cmp_double);
+    qi_measure_summary sm; /* sorts the ratios */
+    qi_measure_summarize(t->ab_ratio, t->ab_pairs, &sm);
     const double sp = t->ab_s[0] / t->ab_steps[0], de = t->ab_s[1] / t->ab_steps[1];
     fprintf(f,
             "%s against its dense path (--vs-dense, steps alternating in one engine): a sparse step takes %.3fx "
-            "a dense one (median of %d pairs, quartiles %.3f-%.3f); mean step %.3f ms sparse, %.3f ms dense: "
+            "a dense one (median of %ld pairs, quartiles %.3f-%.3f); mean step %.3f ms sparse, %.3f ms dense: "
             "%.3fx the dense rate\n",
-            t->name, qi_measure_percentile(t->ab_ratio, t->ab_pairs, 50), t->ab_pairs,
-            qi_measure_percentile(t->ab_ratio, t->ab_pairs, 25), qi_measure_percentile(t->ab_ratio, t->ab_pairs, 75),
-            1e3 * sp, 1e3 * de, sp > 0 ? de / sp : NAN);
+            t->name, sm.median, sm.n, qi_measure_percentile(t->ab_ratio, sm.n, 25),
+            qi_measure_percentile(t->ab_ratio, sm.n, 75), 1e3 * sp, 1e3 * de, sp > 0 ? de / sp : NAN);
 }
 
 /* Everything a row says besides its test. */

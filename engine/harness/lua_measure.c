@@ -284,11 +284,6 @@ static qi_status place_tick(void *ctx, qi_engine *e, int batch, int context, int
     return qi_placement_ctl_tick(&p->ctl, e, p->m, &wl, NULL, err);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return isnan(x) ? !isnan(y) : isnan(y) ? -1 : (x > y) - (x < y);
-}
-
 /* qinfer.throughput(model, {batch=1, n_gen=32, prompt=32|text, vs_dense=false, kv_...})
  * -> {tokens_per_s, per_seq_tokens_per_s, ttft_s, tpot_s, decode_s, batch, n_gen, n_prompt,
  *     device1_peak_bytes (with two devices or more: the second's peak memory),
@@ -405,12 +400,13 @@ static int l_throughput(lua_State *L) {
     lq_set_int(L, "n_gen", n_gen);
     lq_set_int(L, "n_prompt", (lua_Integer)n_prompt);
     if (vs_dense && r.ab_pairs > 0 && r.ab_steps[1] > 0) {
-        qsort(ratio, (size_t)r.ab_pairs, sizeof(double), cmp_double);
+        qi_measure_summary sm; /* sorts the ratios */
+        qi_measure_summarize(ratio, r.ab_pairs, &sm);
         lua_createtable(L, 0, 6);
-        lq_set_int(L, "pairs", r.ab_pairs);
-        lq_set_num(L, "ratio_median", qi_measure_percentile(ratio, r.ab_pairs, 50));
-        lq_set_num(L, "ratio_q1", qi_measure_percentile(ratio, r.ab_pairs, 25));
-        lq_set_num(L, "ratio_q3", qi_measure_percentile(ratio, r.ab_pairs, 75));
+        lq_set_int(L, "pairs", sm.n);
+        lq_set_num(L, "ratio_median", sm.median);
+        lq_set_num(L, "ratio_q1", qi_measure_percentile(ratio, sm.n, 25));
+        lq_set_num(L, "ratio_q3", qi_measure_percentile(ratio, sm.n, 75));
         lq_set_num(L, "sparse_step_s", r.ab_s[0] / r.ab_steps[0]);
         lq_set_num(L, "dense_step_s", r.ab_s[1] / r.ab_steps[1]);
         lua_setfield(L, -2, "vs_dense");
