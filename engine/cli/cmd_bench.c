@@ -108,10 +108,11 @@ static void help(void) {
         "  -m, --model MODEL     GGUF path or cached short name (default smollm2-135m)\n"
         "  -p, --n-prompt N      prompt tokens for the pp test (default 512; 0 = no pp test)\n"
         "  -n, --n-gen N         decoded tokens for the tg test (default 128; 0 = no tg test)\n"
-        "  -b, --batch LIST      batch sizes, a comma list of 1..%d (default 1: no batched\n"
-        "                        rows); each size B adds a tg<N> @ b<B> row: B sequences\n"
-        "                        with a prompt of --depth tokens each, then N steps of\n"
-        "                        one token for every sequence\n"
+        "  -b, --batch LIST      batch sizes, a comma list of 1..%d (default none: no\n"
+        "                        batched rows); each size B adds a tg<N> @ b<B> row: B\n"
+        "                        sequences with a prompt of --depth tokens each, then N\n"
+        "                        steps of one token for every sequence (-b 1: tg<N> @ b1,\n"
+        "                        the batched engine's batch-1 row)\n"
         "  -d, --depth N         prompt tokens of each sequence of the batched rows, run\n"
         "                        untimed before the steps (default %d); rows then read\n"
         "                        tg<N> @ b<B> d<N> when N is not the default. A KV\n"
@@ -141,7 +142,7 @@ static void help(void) {
         "                        The row's t/s is then its sparse steps'\n"
         "  -h, --help            this help\n\n"
         "The KV cache, activation sparsity and neuron split of the batched rows (the pp/tg\n"
-        "rows keep every token and run dense and unsplit; -b 1,2 gives a batch-1 row, tg@b1,\n"
+        "rows keep every token and run dense and unsplit; -b 1 gives a batch-1 row, tg@b1,\n"
         "that takes them):\n",
         MAX_BATCH, BATCH_PROMPT,
 #ifdef QI_HAVE_SQLITE
@@ -964,6 +965,7 @@ int qi_cmd_bench(int argc, char **argv) {
     int n_threads = qi_n_physical_cores();
     bool repack = false, profile = false, cupti = false, vs_dense = false;
     int batches[MAX_BATCHES] = {1}, n_batches = 1;
+    bool batch_given = false;
     bool attn_blas = false;
     qi_cli_kv kv;
     qi_cli_kv_init(&kv);
@@ -980,6 +982,7 @@ int qi_cmd_bench(int argc, char **argv) {
         else if (qi_args_is(&a, "-b", "--batch")) {
             const char *list = qi_args_str(&a);
             if (list && !parse_batches(cmd, list, batches, &n_batches)) a.failed = true;
+            batch_given = list != NULL;
         }
         else if (qi_args_is(&a, "-m", "--model")) model_arg = qi_args_str(&a);
         else if (qi_args_is(&a, "-p", "--n-prompt")) qi_args_int(&a, 0, 1 << 20, &n_prompt);
@@ -1010,8 +1013,8 @@ int qi_cmd_bench(int argc, char **argv) {
         qi_cli_error(cmd, "nothing to run: -p and -n are both 0");
         return QI_EXIT_USAGE;
     }
-    /* Batched rows unless the list is the default, batch 1 alone. */
-    const bool batched = n_batches > 1 || batches[0] != 1;
+    /* Batched rows where --batch gives their sizes. */
+    const bool batched = batch_given;
     if (batched && n_gen == 0) {
         qi_cli_error(cmd, "--batch: the batched rows decode -n tokens, and -n is 0");
         return QI_EXIT_USAGE;
@@ -1034,6 +1037,11 @@ int qi_cmd_bench(int argc, char **argv) {
     }
     if (!batched && (strcmp(kv.policy, "full") || kv.budget_tokens || kv.budget_frac > 0 || kv.params.n)) {
         qi_cli_error(cmd, "the KV policy flags apply to the batched rows only: add --batch");
+        return QI_EXIT_USAGE;
+    }
+    if (!batched && (kv.sparsity_given || (kv.neuron_policy && strcmp(kv.neuron_policy, "none")))) {
+        qi_cli_error(cmd, "%s applies to the batched rows only: add --batch (-b 1: the batch-1 row, tg@b1)",
+                     kv.sparsity_given ? "--sparsity" : "--neuron-policy");
         return QI_EXIT_USAGE;
     }
 #ifndef QI_HAVE_SQLITE

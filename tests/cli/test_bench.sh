@@ -40,6 +40,10 @@ expect_fail 2 "--depth applies to the batched rows only" "$Q" bench -d 64
 expect_fail 2 "not an integer in 1.." "$Q" bench --batch 2 -d 0
 expect_fail 2 "not an integer" "$Q" bench --batch 2 --depth 1k
 expect_fail 2 "apply to the batched rows only" "$Q" bench --kv-policy window --kv-budget 8
+expect_fail 2 "--sparsity applies to the batched rows only: add --batch" "$Q" bench --sparsity 0.3 \
+  --sparsity-calib "$tmp/none.spc"
+expect_fail 2 "--neuron-policy applies to the batched rows only: add --batch" "$Q" bench --neuron-policy static \
+  --neuron-profile uniform --neuron-budget 30% --devices cpu,testdev
 expect_fail 2 "unknown policy" "$Q" bench --batch 4 --kv-policy nope
 ((sqlite)) || expect_fail 2 "built without SQLite" "$Q" bench --db "$tmp/x.db"
 # --cupti needs a CUDA device in the run
@@ -157,6 +161,10 @@ EOF
         && ok || bad "profile shares of $test: $line"
     done
     grep -q "profile of tg8 over" "$tmp/err" && bad "a profile line for the single-sequence row"
+  fi
+  # -b 1 alone: the batch-1 row of the batched engine beside tg8
+  if expect_ok "$Q" bench -m smollm2-135m -t 2 -p 0 -n 4 -r 1 --warmup 0 -b 1 --probe-mib 0; then
+    grep -q "| *tg4 @ b1 |" "$tmp/out" && grep -q "| *tg4 |" "$tmp/out" && ok || bad "-b 1: $(cat "$tmp/out")"
   fi
   # --depth: the batched rows' prompts, in their names and the depth field; a
   # budget of half the sequence then evicts from the prompt on.
