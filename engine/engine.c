@@ -463,15 +463,6 @@ static qi_status matmul(qi_engine *e, qi_backend *b, const qi_weight *w, const f
     return matmul_n(e, b, &w, &y, 1, x, T, err);
 }
 
-/* gate = act(x . wg^T) * (x . wu^T), up = x . wu^T (qi_backend_matmul_glu;
- * the glu's time counted with the matmuls') */
-static qi_status matmul_glu(qi_engine *e, qi_backend *b, const qi_weight *wg, const qi_weight *wu, bool gelu,
-                            const float *x, int T, float *gate, float *up, qi_err *err) {
-    TIMED(e, b, QI_OP_MATMUL, qi_backend_matmul_glu(b, wg, wu, gelu, x, T, gate, up, err));
-    if (e->o.profile) e->prof.matmul_bytes += (double)wg->row_bytes * wg->n_rows + (double)wu->row_bytes * wu->n_rows;
-    return QI_OK;
-}
-
 /* ---- activation sparsity (opts.sparsity, opts.act_observe) ------------------ */
 
 static float sp_thr(const qi_engine *e, int l, int site) {
@@ -3706,7 +3697,8 @@ static qi_status mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
     if (sp_path(e)) return mlp_sparse(e, l, rows, err);
-    OP(matmul_glu(e, b, gu[0], gu[1], hp->ffn_act == QI_FFN_GEGLU_TANH, M->xn, rows, gu_out[0], gu_out[1], err));
+    OP(matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
+    OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
     if (e->o.ffn_observe) OP(observe_ffn(e, b, l, M->gate, rows, err));
     if (e->ns_rp && M == &e->dev[0]) { /* a layer not split: nothing on the fast side */
         e->ns_rp[l].tokens += rows;

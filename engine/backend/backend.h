@@ -304,16 +304,9 @@ typedef struct {
      * freed, let its marker go (without waiting for it). */
     void (*ev_sync)(qi_backend *b, qi_event *ev);
     void (*ev_release)(qi_backend *b, qi_event *ev);
-    /* Optional (NULL: matmul_n of the two, then the glu): a gated FFN's
-     * first half, gate[T][n] = act(x . Wg^T) * (x . Wu^T) with up[T][n]
-     * left holding x . Wu^T, the same results bit for bit as matmul_n and
-     * swiglu (geglu with gelu), in one pass of the workers instead of two
-     * (wg and wu of n rows and equal columns). */
-    void (*matmul_glu)(qi_backend *b, const qi_weight *wg, const qi_weight *wu, bool gelu, const float *x, int T,
-                       float *gate, float *up);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 17u
+#define QI_BACKEND_VERSION 16u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -346,10 +339,6 @@ qi_status qi_backend_attention(qi_backend *b, const qi_attn_paged_args *a, int n
 qi_status qi_backend_attention_merge(qi_backend *b, const qi_attn_merge_args *a, qi_err *err);
 /* gate = act(gate) * up: GELU (tanh) with gelu, else SiLU */
 qi_status qi_backend_glu(qi_backend *b, bool gelu, float *gate, const float *up, int T, int n, qi_err *err);
-/* gate = act(x . wg^T) * (x . wu^T), up = x . wu^T: the iface's matmul_glu,
- * or matmul_n and the glu where the device has none */
-qi_status qi_backend_matmul_glu(qi_backend *b, const qi_weight *wg, const qi_weight *wu, bool gelu, const float *x,
-                                int T, float *gate, float *up, qi_err *err);
 qi_status qi_backend_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D, qi_err *err);
 qi_status qi_backend_add(qi_backend *b, float *x, const float *y, long n, qi_err *err);
 qi_status qi_backend_scale(qi_backend *b, float *x, long n, float s, qi_err *err);

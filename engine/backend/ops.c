@@ -123,23 +123,6 @@ qi_status qi_backend_glu(qi_backend *b, bool gelu, float *gate, const float *up,
     return QI_OK;
 }
 
-qi_status qi_backend_matmul_glu(qi_backend *b, const qi_weight *wg, const qi_weight *wu, bool gelu, const float *x,
-                                int T, float *gate, float *up, qi_err *err) {
-    if (!b->iface->matmul_glu) {
-        const qi_weight *w[2] = {wg, wu};
-        float *const y[2] = {gate, up};
-        qi_status st = qi_backend_matmul_n(b, w, y, 2, x, T, err);
-        return st ? st : qi_backend_glu(b, gelu, gate, up, T, (int)wg->n_rows, err);
-    }
-    OP_ENTER("matmul and glu");
-    OP_CHECK(x && T >= 0 && gate && up, "input of %d rows", T);
-    OP_CHECK(weight_ok(wg) && weight_ok(wu), "a weight has no data");
-    OP_CHECK(wg->n_rows == wu->n_rows && wg->n_cols == wu->n_cols, "gate of %lld x %lld, up of %lld x %lld",
-             (long long)wg->n_rows, (long long)wg->n_cols, (long long)wu->n_rows, (long long)wu->n_cols);
-    if (T) b->iface->matmul_glu(b, wg, wu, gelu, x, T, gate, up);
-    return QI_OK;
-}
-
 qi_status qi_backend_kv_write(qi_backend *b, const float *const *src, uint16_t *const *dst, int n, int D, qi_err *err) {
     OP_ENTER("kv write");
     OP_CHECK(n >= 0 && D > 0 && (n == 0 || (src && dst)), "%d rows of %d", n, D);

@@ -210,68 +210,6 @@ static void cpu_matmul(qi_backend *b, const qi_weight *w, const float *x, int T,
     cpu_matmul_n(b, &w, &y, 1, x, T);
 }
 
-typedef struct {
-    mm_job mm; /* gate (0) and up (1) */
-    void (*glu)(int64_t n, float *g, const float *u);
-} mmglu_job;
-
-/* A thread's neurons, in 16-row units (a packed group; a ggml SIMD chunk
- * of the glu): its rows of gate and of up, then the glu over them, row by
- * row. A row's dot products are the kernels' whatever range holds it, and
- * the glu, restarted at a multiple of 16, the backend's glu_work's. */
-static void mmglu_rows(void *arg, int ith, int nth) {
-    mmglu_job *j = arg;
-    const long n = j->mm.w[0]->n_rows;
-    long lo, hi;
-    qi_split((n + 15) / 16, ith, nth, &lo, &hi);
-    lo *= 16;
-    hi = hi * 16 < n ? hi * 16 : n;
-    if (lo >= hi) return;
-    mm_range(&j->mm, 0, lo, hi);
-    mm_range(&j->mm, 1, lo, hi);
-    for (int t = 0; t < j->mm.T; t++) j->glu(hi - lo, j->mm.y[0] + (long)t * n + lo, j->mm.y[1] + (long)t * n + lo);
-}
-
-static void cpu_swiglu(qi_backend *b, float *gate, const float *up, int T, int n);
-static void cpu_geglu(qi_backend *b, float *gate, const float *up, int T, int n);
-
-static void cpu_matmul_glu(qi_backend *b, const qi_weight *wg, const qi_weight *wu, bool gelu, const float *x, int T,
-                           float *gate, float *up) {
-    cpu_ctx *c = C(b);
-    const uint32_t dt = qi_vec_dot_type(wg->type);
-    if (dt != qi_vec_dot_type(wu->type)) { /* two quantisations of x: the two passes */
-        const qi_weight *w[2] = {wg, wu};
-        float *const y[2] = {gate, up};
-        cpu_matmul_n(b, w, y, 2, x, T);
-        (gelu ? cpu_geglu : cpu_swiglu)(b, gate, up, T, (int)wg->n_rows);
-        return;
-    }
-    mmglu_job j = {.mm = {.x = x, .T = T, .n_cols = wg->n_cols, .dot_type = dt, .xq = c->scratch, .n_w = 2},
-                   .glu = gelu ? c->k->geglu : c->k->swiglu};
-    const qi_weight *w[2] = {wg, wu};
-    float *const y[2] = {gate, up};
-    for (int i = 0; i < 2; i++) {
-        j.mm.w[i] = w[i];
-        j.mm.y[i] = y[i];
-        j.mm.gemm[i] = T >= QI_K_WIDE_MIN && c->k->gemm_wide[w[i]->type] ? c->k->gemm_wide[w[i]->type]
-                                                                         : c->k->gemm[w[i]->type];
-        if (w[i]->packed && c->k->gemm_packed[w[i]->type]) {
-            j.mm.gemm[i] = c->k->gemm_packed[w[i]->type];
-            j.mm.packed[i] = true;
-        }
-        j.mm.n_rows += w[i]->n_rows;
-    }
-    uint64_t rb = 0;
-    qi_type_row_bytes(dt, (uint64_t)wg->n_cols, &rb);
-    j.mm.qrow_bytes = rb;
-    QI_ASSERT(rb * (uint64_t)T <= c->scratch_bytes); /* sized by reserve() */
-    if ((long)T * wg->n_cols >= MM_QUANT_POOL_MIN)
-        qi_pool_run(c->pool, mm_quantize, &j.mm);
-    else
-        mm_quantize(&j.mm, 0, 1);
-    qi_pool_run(c->pool, mmglu_rows, &j);
-}
-
 /* ---- element-wise ops ------------------------------------------------------ */
 
 /* Rows per pass of rmsnorm. Each row's sum of squares is one chain of
@@ -974,7 +912,6 @@ static const qi_backend_i k_cpu_iface = {
     .name = "cpu",
     .matmul = cpu_matmul,
     .matmul_n = cpu_matmul_n,
-    .matmul_glu = cpu_matmul_glu,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention_paged = cpu_attention_paged,
