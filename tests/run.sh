@@ -27,43 +27,40 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 
 asan_pid=
 if ((fast == 0)); then
-  # The sanitizer build compiles beside the Release one, at the lowest
-  # priority (nice 19): it takes the cycles that one leaves idle (its
-  # serial steps: nvcc, the links) and the rest once it is done, before
-  # any test starts. Beside the Release tests instead, it held a core
-  # (below) while they ran, and an engine test of two threads took twice
-  # its time beside it (test_engine: 16 s, alone 7.6 s): compiling takes
-  # the cycles it is given, a test's spinning thread pool wastes them.
-  # Its output goes to build-asan/build.log, shown if it fails.
-  # setsid gives it a session of its own, and with it (where the kernel
-  # groups tasks by session, sched_autogroup) a scheduling group that the
-  # scheduler weighs as much as the tests' whole session, whatever its
-  # tasks' nice: so the group itself is set to nice 19 too.
+  # The sanitizer build starts first and compiles beside the Release build,
+  # then beside the Release tests. It runs in a session of its own
+  # (setsid), and where the kernel groups tasks by session
+  # (sched_autogroup) the scheduler weighs that session as much as the
+  # tests' whole one, whatever its tasks' nice: so it takes about a core
+  # while it runs, and an engine test of two threads beside it takes up to
+  # twice its time (test_engine: 16 s, alone 7.6 s). It needs some 700 s
+  # of CPU (the AVX kernels under the sanitizers), and the tests leave
+  # few idle cycles (their thread pools spin), so lower still (its group
+  # at nice 19) it got almost none and its 6 minutes came after the tests;
+  # started before the Release build, more of it is done beside that
+  # build, which loses nothing by sharing. Its output goes to
+  # build-asan/build.log, shown if it fails.
   # Without the CUDA sources: the sanitizers watch host code, and the CUDA
   # device's host logic (backend_cuda.c) is built and tested either way;
   # nor the benchmarks, which no test runs (the Release build builds them).
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_SANITIZE=ON -DQI_CUDA=OFF -DQI_BUILD_BENCH=OFF >/dev/null
-  setsid -w sh -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null; exec nice -n 19 cmake --build build-asan -j"$1"' \
-    sh "$jobs" >build-asan/build.log 2>&1 &
+  setsid -w nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
   asan_pid=$!
-  # a failed Release build stops it too (its own process group)
+  # a failed Release stage stops the build too (its own process group)
   trap '[[ -n $asan_pid ]] && kill -- -"$asan_pid" 2>/dev/null' EXIT
 fi
 
 cmake --build build -j"$jobs"
 stage "Release build done"
 
-if ((fast == 0)); then
-  wait "$asan_pid" || { tail -n 50 build-asan/build.log; asan_pid=; echo "== sanitizer build failed"; exit 1; }
-  asan_pid=
-  stage "sanitizer build done (what was left of it after the Release build)"
-fi
-
 (cd build && ctest --output-on-failure -j"$jobs")
 stage "Release tests done"
 
 if ((fast == 0)); then
-  echo "== AddressSanitizer + UBSan tests"
+  echo "== AddressSanitizer + UBSan build and tests"
+  wait "$asan_pid" || { tail -n 50 build-asan/build.log; asan_pid=; echo "== sanitizer build failed"; exit 1; }
+  asan_pid=
+  stage "sanitizer build done (what was left of it after the Release tests)"
   (cd build-asan && QI_TEST_QUICK=1 QI_TEST_ERRORS_ONLY=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
   stage "sanitizer tests done"
