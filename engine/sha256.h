@@ -18,5 +18,11 @@ void qi_sha256_init(qi_sha256 *s);
 void qi_sha256_update(qi_sha256 *s, const void *data, size_t len);
 void qi_sha256_final(qi_sha256 *s, char hex[65]);
 qi_status qi_sha256_file(const char *path, char hex[65], qi_err *err);
+/* 1 when the blocks go through the CPU's SHA instructions (x86 SHA-NI,
+ * chosen by CPUID on first use), 0 for the portable C */
+int qi_sha256_accelerated(void);
+/* portable != 0: the portable C from now on (the tests compare the two);
+ * 0: back to the CPU's instructions where it has them */
+void qi_sha256_set_portable(int portable);
 
 #endif

@@ -24,16 +24,22 @@ stage() { echo "== $1 ($((SECONDS - t0)) s)"; t0=$SECONDS; }
 
 echo "== Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$jobs"
-stage "Release build done"
 
 asan_pid=
 if ((fast == 0)); then
-  # The sanitizer build compiles beside the Release tests, at the lowest
-  # priority (nice 19): it takes the cycles they leave idle (entries that
-  # hold both cores without keeping both busy, the single-threaded tail)
-  # and yields the rest, so the tests run as they would alone. Its output
-  # goes to build-asan/build.log, shown if it fails.
+  # The sanitizer build starts first and compiles beside the Release build,
+  # then beside the Release tests. It runs in a session of its own
+  # (setsid), and where the kernel groups tasks by session
+  # (sched_autogroup) the scheduler weighs that session as much as the
+  # tests' whole one, whatever its tasks' nice: so it takes about a core
+  # while it runs, and an engine test of two threads beside it takes up to
+  # twice its time (test_engine: 16 s, alone 7.6 s). It needs some 700 s
+  # of CPU (the AVX kernels under the sanitizers), and the tests leave
+  # few idle cycles (their thread pools spin), so lower still (its group
+  # at nice 19) it got almost none and its 6 minutes came after the tests;
+  # started before the Release build, more of it is done beside that
+  # build, which loses nothing by sharing. Its output goes to
+  # build-asan/build.log, shown if it fails.
   # Without the CUDA sources: the sanitizers watch host code, and the CUDA
   # device's host logic (backend_cuda.c) is built and tested either way;
   # nor the benchmarks, which no test runs (the Release build builds them).
@@ -43,6 +49,9 @@ if ((fast == 0)); then
   # a failed Release stage stops the build too (its own process group)
   trap '[[ -n $asan_pid ]] && kill -- -"$asan_pid" 2>/dev/null' EXIT
 fi
+
+cmake --build build -j"$jobs"
+stage "Release build done"
 
 (cd build && ctest --output-on-failure -j"$jobs")
 stage "Release tests done"

@@ -20,7 +20,9 @@ static void hash_str(const char *s, char hex[65]) {
     qi_sha256_final(&h, hex);
 }
 
-START_TEST(sha256_vectors) {
+/* the known-answer vectors, through whichever compression function is
+ * selected (qi_sha256_set_portable) */
+static void sha256_check_vectors(void) {
     char hex[65];
     hash_str("", hex);
     ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -41,6 +43,35 @@ START_TEST(sha256_vectors) {
     }
     qi_sha256_final(&h, hex);
     ck_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+/* The vectors through the portable C and through the CPU's SHA
+ * instructions (where it has them), then the two on random data of every
+ * length up to a few blocks and at odd offsets, fed in odd pieces. */
+START_TEST(sha256_vectors) {
+    qi_sha256_set_portable(1);
+    ck_assert_int_eq(qi_sha256_accelerated(), 0);
+    sha256_check_vectors();
+    qi_sha256_set_portable(0);
+    printf("sha256: %s\n", qi_sha256_accelerated() ? "SHA-NI and portable C" : "portable C only");
+    sha256_check_vectors();
+    static unsigned char data[4096 + 16];
+    uint64_t r = 7;
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)qi_test_rand(&r);
+    for (size_t len = 0; len <= 4096; len += len < 300 ? 1 : 61) {
+        const size_t off = len % 13, piece = 1 + len % 157;
+        char want[65], got[65];
+        for (int ni = 0; ni < 2; ni++) {
+            qi_sha256_set_portable(!ni);
+            qi_sha256 h;
+            qi_sha256_init(&h);
+            for (size_t at = 0; at < len; at += piece)
+                qi_sha256_update(&h, data + off + at, len - at < piece ? len - at : piece);
+            qi_sha256_final(&h, ni ? got : want);
+        }
+        ck_assert_msg(strcmp(want, got) == 0, "length %zu: portable %s, accelerated %s", len, want, got);
+    }
+    qi_sha256_set_portable(0);
 }
 END_TEST
 
