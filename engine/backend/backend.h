@@ -28,9 +28,10 @@ typedef struct qi_backend qi_backend;
  * raw pointer of one device in another's op; the device resolves a view of
  * its own buffer (qi_buf_ptr) and refuses anybody else's.
  *
- * Each device has one stream: copies and uploads/downloads are queued on
- * it and run in order, and may return before they have run (a device may
- * run them on a worker, as a GPU's copy engine does). Events mark points
+ * Each device has a main stream: copies and uploads/downloads are queued
+ * on it and run in order with its ops, and may return before they have
+ * run (a device may run them on a worker, as a GPU's copy engine does);
+ * some devices have a copy stream beside it (below). Events mark points
  * in a stream: the host waits for one (qi_event_sync), another device's
  * stream waits for one (qi_event_wait), and two completed events give the
  * device time between them. A failure inside the stream is recorded, the
@@ -104,7 +105,8 @@ qi_status qi_dev_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, 
 
 /* An event at the current end of b's stream. */
 qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err);
-/* b's later work (copies and ops) runs after ev, an event of any device. */
+/* b's later work (copies and ops) runs after ev, an event of any device
+ * (or of b's copy stream, below). */
 qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err);
 /* The host waits for ev. */
 void qi_event_sync(qi_event *ev);
@@ -120,6 +122,34 @@ void qi_dev_fail(qi_backend *b, qi_status st, const qi_err *e);
  * b from now fails inside the stream (not performed; recorded as the
  * device's failure); 0 turns it off. */
 void qi_dev_inject_fail(qi_backend *b, long n);
+
+/* The copy stream. A device may have a second stream for copies (a GPU's
+ * copy engine): what is queued there runs beside the main stream's ops
+ * and copies, ordered with them only by events, so a long upload does not
+ * hold up the ops queued after it. The functions below name the stream
+ * they queue on (the ones above all use QI_STREAM_MAIN); on a device with
+ * one stream (the CPU, the simulated devices) QI_STREAM_COPY is that
+ * stream, and its events order nothing more than stream order does. The
+ * device's failure record, injected failures and qi_dev_synchronize (which
+ * waits for both streams) are shared. The bytes a copy-stream upload
+ * writes must not be read by an op, nor written by the main stream, until
+ * the main stream has waited for an event recorded after it
+ * (qi_event_wait). Either stream may be fed from any host thread. */
+typedef enum { QI_STREAM_MAIN = 0, QI_STREAM_COPY = 1 } qi_stream;
+/* Whether b runs QI_STREAM_COPY beside its main stream. */
+bool qi_dev_has_copy_stream(const qi_backend *b);
+qi_status qi_dev_upload_on(qi_backend *b, qi_stream s, qi_view dst, const void *src, size_t n, qi_err *err);
+qi_status qi_dev_upload_2d_on(qi_backend *b, qi_stream s, qi_view dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, qi_err *err);
+/* Within b's memory, on its main stream: height rows of width bytes from
+ * src.off + r x spitch to dst.off + r x dpitch (both views b's buffers;
+ * the rows' extents inside them). */
+qi_status qi_dev_copy_2d(qi_backend *b, qi_view dst, size_t dpitch, qi_view src, size_t spitch, size_t width,
+                         size_t height, qi_err *err);
+/* An event at the current end of b's stream s, and stream s of b made to
+ * wait for ev (of any device and stream). */
+qi_status qi_event_record_on(qi_backend *b, qi_stream s, qi_event **out, qi_err *err);
+qi_status qi_event_wait_on(qi_backend *b, qi_stream s, qi_event *ev, qi_err *err);
 
 /* Attention of one sequence over a paged cache (engine/kv.c): KV head hk
  * holds n_slots[hk] tokens, slot i at row i & (2^shift - 1) of block
@@ -304,9 +334,23 @@ typedef struct {
      * freed, let its marker go (without waiting for it). */
     void (*ev_sync)(qi_backend *b, qi_event *ev);
     void (*ev_release)(qi_backend *b, qi_event *ev);
+    /* Optional (all NULL: the device has one stream, and work asked of
+     * its copy stream goes on that one): the copy stream (see the top).
+     * cs_copy and cs_copy_2d queue as copy and copy_2d do (cs_copy_2d
+     * NULL: height cs_copy calls), cs_mark an event marker at its end,
+     * cs_wait makes it wait for an event of any device or stream; the
+     * main stream's wait is then also given this device's own copy-stream
+     * events (qi_event_device, qi_event_stream), and drain waits for both
+     * streams. Any of them, and mark, wait, copy and copy_2d, may be
+     * called from another host thread than the one issuing ops. */
+    void (*cs_copy)(qi_backend *b, void *dst, const void *src, size_t n);
+    void (*cs_copy_2d)(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height);
+    void (*cs_mark)(qi_backend *b, qi_event *ev);
+    void (*cs_wait)(qi_backend *b, qi_event *ev);
 } qi_backend_i;
 
-#define QI_BACKEND_VERSION 16u
+#define QI_BACKEND_VERSION 17u
 
 struct qi_backend {
     const qi_backend_i *iface;
@@ -361,6 +405,9 @@ void qi_event_complete(qi_event *ev, double t);
 double qi_event_time(const qi_event *ev);
 /* A device's own slot in an event (NULL until the device's mark sets it). */
 void **qi_event_impl(qi_event *ev);
+/* The device and the stream an event was recorded on. */
+qi_backend *qi_event_device(const qi_event *ev);
+qi_stream qi_event_stream(const qi_event *ev);
 /* A clock for device timelines, in seconds. */
 double qi_dev_now(void);
 
@@ -392,7 +439,8 @@ void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int
 /* A second CPU device for tests and CI ("testdev"): its own buffers up to
  * capacity bytes (0: no limit), which other devices' ops cannot address,
  * and a stream run by a worker thread of its own, so copies complete
- * later than they are queued and only events order them. Its ops are the
+ * later than they are queued and only events order them, with a copy
+ * stream beside it run by another. Its ops are the
  * CPU backend's arithmetic on n_threads threads, run after its stream has
  * drained, so results equal the CPU's bit for bit. Every copy first fills
  * its destination with 0xff bytes (NaN as fp32 and fp16), so a read that
@@ -400,8 +448,17 @@ void qi_backend_cpu_host_run(qi_backend *cpu, void (*fn)(void *ctx, int ith, int
 /* flags: QI_CPU_REPACK prepares its weights as a CPU with it does (the
  * rows and their packed form), so its results stay the CPU's. */
 qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err);
-/* Tests: hold the worker (queued work waits) or let it go. */
+/* Tests: hold the workers of both streams (queued work waits) or let
+ * them go. testdev has a copy stream, run by a worker of its own. */
 void qi_testdev_hold(qi_backend *b, bool hold);
+/* Tests: from now each copy on testdev's copy stream, its destination
+ * filled with 0xff, waits until `ops` more of the device's ops have run
+ * (us microseconds at most; 0: no wait) before writing it, so an op that
+ * reads what a copy-stream copy writes without waiting for its event
+ * meets the NaN. */
+void qi_testdev_slow_copies(qi_backend *b, long ops, int us);
+/* The copies testdev's stream s has run. */
+long qi_testdev_copies(qi_backend *b, qi_stream s);
 
 /* The CUDA device (cuda/backend_cuda.c): GPU `ordinal` of this build's
  * runtime, its memory counted against capacity bytes (0: the GPU's; a

@@ -2,7 +2,8 @@
  * buffers with capacity accounting, views checked against their device,
  * queued copies, events and the sticky failure record. The devices
  * themselves supply memory, a stream and markers (buf_mem, copy, mark,
- * wait, drain); everything checked or counted is done here once.
+ * wait, drain) and, where they have one, a copy stream (cs_copy, cs_mark,
+ * cs_wait); everything checked or counted is done here once.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +23,7 @@ struct qi_buf {
 
 struct qi_event {
     qi_backend *dev;
+    qi_stream stream;
     atomic_int done;
     double t;
     pthread_mutex_t mu;
@@ -121,30 +123,78 @@ qi_backend *qi_dev_copy_stream(qi_backend *dst, qi_backend *src) {
     return NULL;
 }
 
-qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err) {
+bool qi_dev_has_copy_stream(const qi_backend *b) { return b->iface->cs_copy != NULL; }
+
+/* The stream work asked of s goes on: the main one where b has no other. */
+static qi_stream stream_of(const qi_backend *b, qi_stream s) {
+    return s == QI_STREAM_COPY && qi_dev_has_copy_stream(b) ? QI_STREAM_COPY : QI_STREAM_MAIN;
+}
+
+static void queue_copy(qi_backend *b, qi_stream s, void *dst, const void *src, size_t n) {
+    (stream_of(b, s) == QI_STREAM_COPY ? b->iface->cs_copy : b->iface->copy)(b, dst, src, n);
+}
+
+static void queue_copy_2d(qi_backend *b, qi_stream s, char *d, size_t dpitch, const char *src, size_t spitch,
+                          size_t width, size_t height) {
+    const bool cs = stream_of(b, s) == QI_STREAM_COPY;
+    void (*c2)(qi_backend *, void *, size_t, const void *, size_t, size_t, size_t) =
+        cs ? b->iface->cs_copy_2d : b->iface->copy_2d;
+    if (c2)
+        c2(b, d, dpitch, src, spitch, width, height);
+    else
+        for (size_t r = 0; r < height; r++) queue_copy(b, s, d + r * dpitch, src + r * spitch, width);
+}
+
+qi_status qi_dev_upload_on(qi_backend *b, qi_stream s, qi_view dst, const void *src, size_t n, qi_err *err) {
     qi_status st = check_view(b, dst, n, false, err);
     if (st) return st;
-    if (n && !injected(b, n)) b->iface->copy(b, (char *)dst.buf->mem + dst.off, src, n);
+    if (n && !injected(b, n)) queue_copy(b, s, (char *)dst.buf->mem + dst.off, src, n);
+    return QI_OK;
+}
+
+qi_status qi_dev_upload(qi_backend *b, qi_view dst, const void *src, size_t n, qi_err *err) {
+    return qi_dev_upload_on(b, QI_STREAM_MAIN, dst, src, n, err);
+}
+
+static qi_status check_pitches(const qi_backend *b, size_t dpitch, size_t spitch, size_t width, qi_err *err) {
+    if (dpitch < width || spitch < width)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided copy of %zu-byte rows with pitches %zu and %zu",
+                      b->info.name, width, dpitch, spitch);
+    return QI_OK;
+}
+
+/* Rows of a strided copy (height > 0) against a view: their extent in it. */
+static qi_status check_rows(const qi_backend *b, qi_view v, size_t pitch, size_t width, size_t height, qi_err *err) {
+    if (height - 1 > (SIZE_MAX - width) / pitch)
+        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided copy of %zu rows of pitch %zu overflows", b->info.name,
+                      height, pitch);
+    return check_view(b, v, pitch * (height - 1) + width, false, err);
+}
+
+qi_status qi_dev_upload_2d_on(qi_backend *b, qi_stream s, qi_view dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, qi_err *err) {
+    qi_status st = check_pitches(b, dpitch, spitch, width, err);
+    if (st || !width || !height) return st;
+    if ((st = check_rows(b, dst, dpitch, width, height, err))) return st;
+    if (injected(b, width * height)) return QI_OK;
+    queue_copy_2d(b, s, (char *)dst.buf->mem + dst.off, dpitch, src, spitch, width, height);
     return QI_OK;
 }
 
 qi_status qi_dev_upload_2d(qi_backend *b, qi_view dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                            size_t height, qi_err *err) {
-    if (dpitch < width || spitch < width)
-        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided upload of %zu-byte rows with pitches %zu and %zu",
-                      b->info.name, width, dpitch, spitch);
-    if (!width || !height) return QI_OK;
-    if (height - 1 > (SIZE_MAX - width) / dpitch)
-        return QI_ERR(err, QI_ERR_INVALID, "%s: a strided upload of %zu rows of pitch %zu overflows", b->info.name,
-                      height, dpitch);
-    qi_status st = check_view(b, dst, dpitch * (height - 1) + width, false, err);
-    if (st) return st;
+    return qi_dev_upload_2d_on(b, QI_STREAM_MAIN, dst, dpitch, src, spitch, width, height, err);
+}
+
+qi_status qi_dev_copy_2d(qi_backend *b, qi_view dst, size_t dpitch, qi_view src, size_t spitch, size_t width,
+                         size_t height, qi_err *err) {
+    qi_status st = check_pitches(b, dpitch, spitch, width, err);
+    if (st || !width || !height) return st;
+    if ((st = check_rows(b, dst, dpitch, width, height, err)) || (st = check_rows(b, src, spitch, width, height, err)))
+        return st;
     if (injected(b, width * height)) return QI_OK;
-    char *d = (char *)dst.buf->mem + dst.off;
-    if (b->iface->copy_2d)
-        b->iface->copy_2d(b, d, dpitch, src, spitch, width, height);
-    else
-        for (size_t r = 0; r < height; r++) b->iface->copy(b, d + r * dpitch, (const char *)src + r * spitch, width);
+    queue_copy_2d(b, QI_STREAM_MAIN, (char *)dst.buf->mem + dst.off, dpitch, (const char *)src.buf->mem + src.off,
+                  spitch, width, height);
     return QI_OK;
 }
 
@@ -180,18 +230,26 @@ qi_status qi_dev_download(qi_backend *b, void *dst, qi_view src, size_t n, qi_er
     return QI_OK;
 }
 
-qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err) {
+qi_status qi_event_record_on(qi_backend *b, qi_stream s, qi_event **out, qi_err *err) {
     *out = NULL;
     qi_event *ev = qi_calloc(1, sizeof *ev);
     if (!ev) return QI_ERR(err, QI_ERR_NOMEM, "%s: out of memory for an event", b->info.name);
     ev->dev = b;
+    ev->stream = stream_of(b, s);
     atomic_init(&ev->done, 0);
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
-    b->iface->mark(b, ev);
+    (ev->stream == QI_STREAM_COPY ? b->iface->cs_mark : b->iface->mark)(b, ev);
     *out = ev;
     return QI_OK;
 }
+
+qi_status qi_event_record(qi_backend *b, qi_event **out, qi_err *err) {
+    return qi_event_record_on(b, QI_STREAM_MAIN, out, err);
+}
+
+qi_backend *qi_event_device(const qi_event *ev) { return ev->dev; }
+qi_stream qi_event_stream(const qi_event *ev) { return ev->stream; }
 
 void qi_event_complete(qi_event *ev, double t) {
     pthread_mutex_lock(&ev->mu);
@@ -219,10 +277,16 @@ void qi_event_sync(qi_event *ev) {
 
 double qi_event_time(const qi_event *ev) { return ev->t; }
 
-qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err) {
+qi_status qi_event_wait_on(qi_backend *b, qi_stream s, qi_event *ev, qi_err *err) {
     (void)err;
-    if (ev->dev != b) b->iface->wait(b, ev);
+    s = stream_of(b, s);
+    if (ev->dev == b && ev->stream == s) return QI_OK; /* stream order */
+    (s == QI_STREAM_COPY ? b->iface->cs_wait : b->iface->wait)(b, ev);
     return QI_OK;
+}
+
+qi_status qi_event_wait(qi_backend *b, qi_event *ev, qi_err *err) {
+    return qi_event_wait_on(b, QI_STREAM_MAIN, ev, err);
 }
 
 double qi_event_elapsed(const qi_event *a, const qi_event *b) { return b->t - a->t; }

@@ -79,9 +79,12 @@ static int f_host_free(void *ctx, void *p) {
     qi_free(p);
     return 0;
 }
+/* A stream is its number, 1 up, as a pointer into F.stream_ids. */
 static int f_stream_create(void *ctx, void **s) {
     ENTRY("stream_create");
-    *s = &F;
+    if (F.n_streams == QI_FAKE_MAX_STREAMS) return 2;
+    F.stream_ids[F.n_streams] = F.n_streams + 1;
+    *s = &F.stream_ids[F.n_streams++];
     F.streams_live++;
     return 0;
 }
@@ -89,9 +92,15 @@ static int f_stream_destroy(void *ctx, void *s) {
     F.streams_live--;
     return 0;
 }
+int qi_fake_stream_no(const void *s) { return s ? *(const int *)s : 0; }
+static void on_stream(void *s) {
+    const int k = qi_fake_stream_no(s);
+    if (k >= 1 && k <= QI_FAKE_MAX_STREAMS) F.copies_on[k - 1]++;
+}
 static int f_memcpy_async(void *ctx, void *dst, const void *src, size_t n, void *s) {
     ENTRY("memcpy_async");
     memcpy(dst, src, n);
+    on_stream(s);
     F.clock_ms += 1;
     return 0;
 }
@@ -99,7 +108,14 @@ static int f_memcpy_2d_async(void *ctx, void *dst, size_t dpitch, const void *sr
                              size_t height, void *s) {
     ENTRY("memcpy_2d_async");
     for (size_t r = 0; r < height; r++) memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    on_stream(s);
     F.clock_ms += 1;
+    return 0;
+}
+static int f_stream_wait(void *ctx, void *s, void *e) {
+    ENTRY("stream_wait");
+    const int k = qi_fake_stream_no(s);
+    if (k >= 1 && k <= QI_FAKE_MAX_STREAMS) F.waits_on[k - 1]++;
     return 0;
 }
 typedef struct {
@@ -308,7 +324,7 @@ const qi_cuda_rt qi_fake_cuda_rt = {
     .stream_destroy = f_stream_destroy, .memcpy_async = f_memcpy_async,
     .memcpy_2d_async = f_memcpy_2d_async, .event_create = f_event_create,
     .event_destroy = f_event_destroy, .event_record = f_event_record, .event_sync = f_event_sync,
-    .event_elapsed = f_event_elapsed, .stream_sync = f_stream_sync, .blas_create = f_blas_create,
+    .event_elapsed = f_event_elapsed, .stream_sync = f_stream_sync, .stream_wait = f_stream_wait, .blas_create = f_blas_create,
     .blas_destroy = f_blas_destroy, .error_string = f_error_string, .k = &k_fake_kernels,
 };
 

@@ -16,6 +16,7 @@
 #include "cuda/cuda_rt.h"
 
 #define QI_FAKE_MAX_ALLOCS 4096
+#define QI_FAKE_MAX_STREAMS 8
 
 typedef struct {
     qi_backend *cpu;      /* whose ops the kernels run */
@@ -29,6 +30,10 @@ typedef struct {
     long fail_in;          /* ... at its fail_in-th call from now (0: none) */
     int fail_code;
     long stream_syncs;
+    int stream_ids[QI_FAKE_MAX_STREAMS]; /* stream k (from 1) is &stream_ids[k - 1], in creation order */
+    int n_streams;
+    long copies_on[QI_FAKE_MAX_STREAMS]; /* copies queued on stream k at [k - 1] */
+    long waits_on[QI_FAKE_MAX_STREAMS];  /* cudaStreamWaitEvent on stream k at [k - 1] */
     long bad_pointers; /* kernel arguments outside the device's memory */
     size_t total;      /* the GPU's memory */
 } qi_fake_cuda;
@@ -39,6 +44,8 @@ extern const qi_cuda_rt qi_fake_cuda_rt;
 /* Reset the stand-in, its kernels running on cpu (reserved by the caller),
  * with total bytes of "GPU" memory. */
 void qi_fake_cuda_reset(qi_backend *cpu, size_t total);
+/* A stream's number (1 the first made since the reset), 0 for NULL. */
+int qi_fake_stream_no(const void *s);
 /* The n-th call from now of entry or kernel `name` fails with code. */
 void qi_fake_cuda_fail_next(const char *name, long n, int code);
 

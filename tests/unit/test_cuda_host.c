@@ -20,6 +20,9 @@
  *     made and says which call failed;
  *   - event times come from the device's clock (the runtime's elapsed
  *     times), also after the anchor event has moved;
+ *   - the copy stream: its copies and events on the second stream, waits
+ *     between the two streams on the GPU, a synchronise draining both, its
+ *     failures named;
  *   - the engine on cpu,cuda: all-GPU, ngl=half and split-attention plans
  *     give the all-CPU logits bit for bit (a synthetic model written by
  *     `qinfer synth`).
@@ -505,6 +508,75 @@ START_TEST(test_failures) {
 }
 END_TEST
 
+/* The copy stream, a second CUDA stream (the fake's stream 2; the main
+ * one is 1): copies asked of it are queued there and its events recorded
+ * there; a wait for the other stream's event is a cudaStreamWaitEvent on
+ * the waiting stream (the host does not wait), one for the same stream's
+ * none, and one for another device's event is the host's; a synchronise
+ * drains both; a failure there names the copy stream. */
+START_TEST(test_copy_stream) {
+    qi_backend *b = make(0);
+    qi_err e = {0};
+    ck_assert(qi_dev_has_copy_stream(b));
+    float x[64], back[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)i + 0.25f;
+    qi_buf *bx;
+    dev_put(b, &bx, NULL, sizeof x);
+    const long m0 = F.copies_on[0], c0 = F.copies_on[1];
+    ck_assert_int_eq(qi_dev_upload_on(b, QI_STREAM_COPY, qi_view_of(bx, 0), x, 32 * sizeof(float), &e), QI_OK);
+    ck_assert_int_eq(qi_dev_upload_2d_on(b, QI_STREAM_COPY, qi_view_of(bx, 32 * sizeof(float)), 8 * sizeof(float),
+                                         x + 32, 8 * sizeof(float), 8 * sizeof(float), 4, &e),
+                     QI_OK);
+    ck_assert_int_eq(F.copies_on[1], c0 + 2);
+    ck_assert_int_eq(F.copies_on[0], m0);
+    qi_event *cev = NULL, *mev = NULL, *hev = NULL;
+    ck_assert_int_eq(qi_event_record_on(b, QI_STREAM_COPY, &cev, &e), QI_OK);
+    ck_assert_int_eq(qi_event_stream(cev), QI_STREAM_COPY);
+    ck_assert_int_eq(qi_event_record(b, &mev, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record(F.cpu, &hev, &e), QI_OK);
+    const long w0 = F.waits_on[0], w1 = F.waits_on[1];
+    ck_assert_int_eq(qi_event_wait(b, cev, &e), QI_OK);                   /* main after copy: on the GPU */
+    ck_assert_int_eq(qi_event_wait_on(b, QI_STREAM_COPY, mev, &e), QI_OK); /* copy after main: on the GPU */
+    ck_assert_int_eq(qi_event_wait_on(b, QI_STREAM_COPY, cev, &e), QI_OK); /* its own stream: order */
+    ck_assert_int_eq(qi_event_wait_on(b, QI_STREAM_COPY, hev, &e), QI_OK); /* the CPU's: the host */
+    ck_assert_int_eq(F.waits_on[0], w0 + 1);
+    ck_assert_int_eq(F.waits_on[1], w1 + 1);
+    ck_assert_int_eq(qi_dev_download(b, back, qi_view_of(bx, 0), sizeof back, &e), QI_OK);
+    const long s0 = F.stream_syncs;
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+    ck_assert_int_eq(F.stream_syncs, s0 + 2); /* both streams */
+    ck_assert(memcmp(back, x, sizeof x) == 0);
+    qi_event_free(cev);
+    qi_event_free(mev);
+    qi_event_free(hev);
+    /* failures there */
+    fail_next("memcpy_async", 1, 700);
+    ck_assert_int_eq(qi_dev_upload_on(b, QI_STREAM_COPY, qi_view_of(bx, 0), x, 16, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "16 bytes, copy stream) failed: fake failure"), "%s", e.msg);
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_event_record_on(b, QI_STREAM_COPY, &cev, &e), QI_OK);
+    fail_next("stream_wait", 1, 700);
+    ck_assert_int_eq(qi_event_wait(b, cev, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "cudaStreamWaitEvent(the main stream) failed"), "%s", e.msg);
+    qi_err_clear(&e);
+    fail_next("stream_sync", 2, 700); /* the copy stream's, after the main one's */
+    ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_ERR_BACKEND);
+    ck_assert_msg(strstr(e.msg, "cudaStreamSynchronize (the copy stream) failed"), "%s", e.msg);
+    qi_event_free(cev);
+    qi_buf_free(bx);
+    qi_backend_free(b);
+    /* made without its copy stream: the failing call named */
+    fail_next("stream_create", 2, 3);
+    qi_backend *bad = NULL;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_backend_cuda_create(0, 0, &bad, &e), QI_ERR_BACKEND);
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(strstr(e.msg, "cudaStreamCreate (the copy stream) failed"), "%s", e.msg);
+}
+END_TEST
+
 /* Event times are the device clock's (a millisecond per command here),
  * also after the anchor moves (beyond 100 ms from it). */
 START_TEST(test_event_times) {
@@ -656,6 +728,7 @@ static Suite *cuda_host_suite(void) {
     tcase_add_test(tc, test_staging_ring);
     tcase_add_test(tc, test_failures);
     tcase_add_test(tc, test_event_times);
+    tcase_add_test(tc, test_copy_stream);
     tcase_add_test(tc, test_engine_plans);
     suite_add_tcase(s, tc);
     return s;

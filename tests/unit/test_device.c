@@ -12,7 +12,10 @@
  *   - round trips host -> cpu -> testdev -> cpu -> host keep every byte;
  *   - failures inside the stream stick: an injected copy failure is
  *     returned by the next synchronise, once, naming the device;
- *   - a strided upload writes its column of blocks and nothing else;
+ *   - a strided upload writes its column of blocks and nothing else, and
+ *     so does a strided copy within a device;
+ *   - the copy stream (testdev's; the CPU runs it on its one stream):
+ *     ordered with the main stream by events both ways, beside its ops;
  *   - event times are ordered;
  *   - ops on testdev equal the CPU's bit for bit (a matmul and an
  *     attention over its own buffers).
@@ -268,6 +271,141 @@ START_TEST(test_upload_2d) {
 }
 END_TEST
 
+/* The copy stream. testdev has one, the CPU none (work asked of it goes
+ * on the one stream, its events are the main stream's). With testdev's
+ * workers held, so that nothing runs until everything is queued: the main
+ * stream's download after a wait for a copy-stream event sees the
+ * copy-stream upload; the copy stream's upload after a wait for a
+ * main-stream event lands after the main stream's. An op runs while a
+ * copy-stream copy is still under way (it does not wait for that stream);
+ * a synchronise waits for both. */
+START_TEST(test_copy_stream) {
+    qi_backend *cpu = make(0, 0), *td = make(1, 0);
+    qi_err e = {0};
+    ck_assert(!qi_dev_has_copy_stream(cpu));
+    ck_assert(qi_dev_has_copy_stream(td));
+    enum { N = 1 << 16 };
+    unsigned char *a = malloc(N), *b = malloc(N), *out = malloc(N);
+    memset(a, 1, N);
+    memset(b, 2, N);
+    qi_buf *x = NULL, *c = NULL;
+    ck_assert_int_eq(qi_buf_alloc(td, N, "x", &x, &e), QI_OK);
+    ck_assert_int_eq(qi_buf_alloc(cpu, N, "c", &c, &e), QI_OK);
+    /* the CPU: the copy stream is the one stream */
+    qi_event *ev = NULL;
+    ck_assert_int_eq(qi_dev_upload_on(cpu, QI_STREAM_COPY, qi_view_of(c, 0), a, N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record_on(cpu, QI_STREAM_COPY, &ev, &e), QI_OK);
+    ck_assert_int_eq(qi_event_stream(ev), QI_STREAM_MAIN);
+    ck_assert_ptr_eq(qi_event_device(ev), cpu);
+    ck_assert_int_eq(qi_event_wait_on(cpu, QI_STREAM_MAIN, ev, &e), QI_OK);
+    ck_assert(memcmp(qi_buf_ptr(cpu, qi_view_of(c, 0), N, &e), a, N) == 0);
+    qi_event_free(ev);
+    /* the main stream after a copy-stream event */
+    const long cs0 = qi_testdev_copies(td, QI_STREAM_COPY), ms0 = qi_testdev_copies(td, QI_STREAM_MAIN);
+    qi_event *up = NULL, *done = NULL;
+    qi_testdev_hold(td, true);
+    ck_assert_int_eq(qi_dev_upload_on(td, QI_STREAM_COPY, qi_view_of(x, 0), a, N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record_on(td, QI_STREAM_COPY, &up, &e), QI_OK);
+    ck_assert_int_eq(qi_event_stream(up), QI_STREAM_COPY);
+    ck_assert_int_eq(qi_event_wait_on(td, QI_STREAM_MAIN, up, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_download(td, out, qi_view_of(x, 0), N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record(td, &done, &e), QI_OK);
+    qi_testdev_hold(td, false);
+    qi_event_sync(done);
+    ck_assert(memcmp(out, a, N) == 0);
+    ck_assert_int_eq(qi_testdev_copies(td, QI_STREAM_COPY) - cs0, 1);
+    ck_assert_int_eq(qi_testdev_copies(td, QI_STREAM_MAIN) - ms0, 1);
+    qi_event_free(up);
+    qi_event_free(done);
+    /* the copy stream after a main-stream event */
+    qi_event *m = NULL, *cev = NULL;
+    qi_testdev_hold(td, true);
+    ck_assert_int_eq(qi_dev_upload(td, qi_view_of(x, 0), a, N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record(td, &m, &e), QI_OK);
+    ck_assert_int_eq(qi_event_wait_on(td, QI_STREAM_COPY, m, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_upload_on(td, QI_STREAM_COPY, qi_view_of(x, 0), b, N, &e), QI_OK);
+    ck_assert_int_eq(qi_event_record_on(td, QI_STREAM_COPY, &cev, &e), QI_OK);
+    ck_assert_int_eq(qi_event_wait(td, cev, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_download(td, out, qi_view_of(x, 0), N, &e), QI_OK);
+    qi_testdev_hold(td, false);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK);
+    ck_assert(memcmp(out, b, N) == 0);
+    qi_event_free(m);
+    qi_event_free(cev);
+    /* ops beside a copy-stream copy that waits for an op (2 s at most):
+     * they do not wait for it, so the copy is done at once (ops that
+     * waited for the copy stream would take the 2 s) */
+    float *y = NULL;
+    qi_buf *yb = NULL;
+    ck_assert_int_eq(qi_buf_alloc(td, 64 * sizeof(float), "y", &yb, &e), QI_OK);
+    y = qi_buf_ptr(td, qi_view_of(yb, 0), 64 * sizeof(float), &e);
+    ck_assert_int_eq(qi_dev_upload(td, qi_view_of(yb, 0), out, 64 * sizeof(float), &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK);
+    qi_testdev_slow_copies(td, 1, 2000000);
+    const double t0 = qi_dev_now();
+    const long cs1 = qi_testdev_copies(td, QI_STREAM_COPY);
+    ck_assert_int_eq(qi_dev_upload_on(td, QI_STREAM_COPY, qi_view_of(x, 0), a, N, &e), QI_OK);
+    while (qi_testdev_copies(td, QI_STREAM_COPY) == cs1 && qi_dev_now() - t0 < 1.0)
+        ck_assert_int_eq(qi_backend_scale(td, y, 64, 1.0f, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK); /* both streams */
+    ck_assert_msg(qi_dev_now() - t0 < 1.0, "the ops waited for the copy stream (%.2f s)", qi_dev_now() - t0);
+    ck_assert_int_eq(qi_dev_download(td, out, qi_view_of(x, 0), N, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(td, &e), QI_OK);
+    ck_assert(memcmp(out, a, N) == 0);
+    qi_testdev_slow_copies(td, 0, 0);
+    qi_buf_free(yb);
+    qi_buf_free(x);
+    qi_buf_free(c);
+    free(a);
+    free(b);
+    free(out);
+    qi_backend_free(cpu);
+    qi_backend_free(td);
+}
+END_TEST
+
+/* A strided copy within a device (qi_dev_copy_2d), on both devices: the
+ * rows where they belong and nothing else written; pitches under the width,
+ * an extent past either buffer and another device's buffer refused. */
+START_TEST(test_copy_2d) {
+    enum { H = 6, SP = 10, DP = 4, W = 3, SOFF = 1, DOFF = 5, LEN = 64 };
+    unsigned char init[LEN], want[LEN], got[LEN];
+    for (int i = 0; i < LEN; i++) init[i] = (unsigned char)(3 * i + 1);
+    qi_backend *other = make(1, 0);
+    qi_buf *ob = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_buf_alloc(other, LEN, "o", &ob, &e), QI_OK);
+    for (int which = 0; which < 2; which++) {
+        qi_backend *b = make(which, 0);
+        qi_buf *s = NULL, *d = NULL;
+        ck_assert_int_eq(qi_buf_alloc(b, LEN, "s", &s, &e), QI_OK);
+        ck_assert_int_eq(qi_buf_alloc(b, LEN, "d", &d, &e), QI_OK);
+        memset(want, 0x5A, LEN);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(s, 0), init, LEN, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_upload(b, qi_view_of(d, 0), want, LEN, &e), QI_OK);
+        for (int r = 0; r < H; r++) memcpy(want + DOFF + r * DP, init + SOFF + r * SP, W);
+        ck_assert_int_eq(qi_dev_copy_2d(b, qi_view_of(d, DOFF), DP, qi_view_of(s, SOFF), SP, W, H, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_download(b, got, qi_view_of(d, 0), LEN, &e), QI_OK);
+        ck_assert_int_eq(qi_dev_synchronize(b, &e), QI_OK);
+        ck_assert_msg(memcmp(got, want, LEN) == 0, "%s: strided copy", which ? "testdev" : "cpu");
+        ck_assert_int_eq(qi_dev_copy_2d(b, qi_view_of(d, 0), W - 1, qi_view_of(s, 0), SP, W, H, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "pitches"), "%s", e.msg);
+        qi_err_clear(&e);
+        /* the source's rows run past it: 1 + 5 x 10 + 3 = 54 fits, from 12 not */
+        ck_assert_int_eq(qi_dev_copy_2d(b, qi_view_of(d, 0), DP, qi_view_of(s, 12), SP, W, H, &e), QI_ERR_INVALID);
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_dev_copy_2d(b, qi_view_of(d, 0), DP, qi_view_of(ob, 0), SP, W, H, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "a copy is missing"), "%s", e.msg);
+        qi_err_clear(&e);
+        qi_buf_free(s);
+        qi_buf_free(d);
+        qi_backend_free(b);
+    }
+    qi_buf_free(ob);
+    qi_backend_free(other);
+}
+END_TEST
+
 /* testdev's ops are the CPU's arithmetic: a matmul and an attention on its
  * own buffers give the CPU's bits. */
 START_TEST(test_ops_equal_cpu) {
@@ -395,6 +533,8 @@ static Suite *device_suite(void) {
     tcase_add_test(tc, test_round_trip_and_events);
     tcase_add_test(tc, test_sticky_failure);
     tcase_add_test(tc, test_upload_2d);
+    tcase_add_test(tc, test_copy_stream);
+    tcase_add_test(tc, test_copy_2d);
     tcase_add_test(tc, test_ops_equal_cpu);
     tcase_add_test(tc, test_op_checks);
     suite_add_tcase(s, tc);

@@ -1,5 +1,6 @@
-/* backend_cuda.c - the CUDA device (backend.h): a GPU's memory, one stream
- * and the kernels of kernels_cuda.h behind the backend interface.
+/* backend_cuda.c - the CUDA device (backend.h): a GPU's memory, a stream
+ * for its ops, a copy stream beside it, and the kernels of kernels_cuda.h
+ * behind the backend interface.
  *
  * Plain C: every CUDA call goes through a qi_cuda_rt (cuda_rt.h), the
  * build's or a test's, so all of this runs in tests on machines without a
@@ -15,6 +16,12 @@
  *   copy of them to the device's half of the ring, and launches on the
  *   device copy. The ring is reused from its start when full, after the
  *   stream has drained, so no queued copy reads a part being rewritten.
+ * - The copy stream: a second CUDA stream, for uploads that should not
+ *   wait behind the ops (the swap worker's), ordered with the main one by
+ *   cudaStreamWaitEvent on the device's own events; another device's
+ *   event is waited for by the host. Either stream may be fed from
+ *   another host thread: the event pool and the clock's anchor are
+ *   locked, and so is the failure record.
  * - Events: a marker is a CUDA event recorded on the stream; the host
  *   completes it by asking (ev_sync), its time being the device time since
  *   an anchor event, so op and copy times come from the GPU's clock, not
@@ -29,6 +36,7 @@
  *   scores) in one device allocation, sized in reserve and grown, after a
  *   drain, if an op needs more.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +55,10 @@ typedef struct {
     void *rx; /* rt->ctx */
     qi_cuk_ctx kc;
     void *stream, *blas;
+    void *cstream;         /* the copy stream */
+    pthread_mutex_t mu;    /* the failure record (b->lock) */
+    pthread_mutex_t ev_mu; /* the event pool and the anchor */
+    bool mu_made;
     char *ring_h, *ring_d; /* the staging ring: pinned host, device */
     size_t ring_cap, ring_off;
     long ring_gen;         /* counts the ring's reuses from its start */
@@ -110,9 +122,17 @@ static void unsupported(qi_backend *b, const char *fmt, ...) {
     qi_dev_fail(b, QI_ERR_UNSUPPORTED, &e);
 }
 
+/* The main stream drained (what reads the scratch and the ring). */
 static bool drain_ok(qi_backend *b) {
     cu_ctx *c = C(b);
     return !failed(b, c->rt->stream_sync(c->rx, c->stream), false, "cudaStreamSynchronize");
+}
+
+/* Both streams drained (before a buffer goes, and for a synchronise). */
+static bool drain_all_ok(qi_backend *b) {
+    cu_ctx *c = C(b);
+    return drain_ok(b) &&
+           !failed(b, c->rt->stream_sync(c->rx, c->cstream), false, "cudaStreamSynchronize (the copy stream)");
 }
 
 /* ---- private memory: scratch and the staging ring ---------------------------- */
@@ -442,66 +462,93 @@ static void *cu_buf_mem(qi_backend *b, size_t n) {
 
 static void cu_buf_release(qi_backend *b, void *mem) {
     cu_ctx *c = C(b);
-    if (drain_ok(b)) /* no queued work may still use it */
+    if (drain_all_ok(b)) /* no queued work may still use it */
         failed(b, c->rt->dev_free(c->rx, mem), false, "cudaFree(%p)", mem);
 }
 
-static void cu_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+static void copy_on(qi_backend *b, void *s, void *dst, const void *src, size_t n) {
     cu_ctx *c = C(b);
-    failed(b, c->rt->memcpy_async(c->rx, dst, src, n, c->stream), false, "cudaMemcpyAsync(dst=%p, src=%p, %zu bytes)",
-           dst, src, n);
+    failed(b, c->rt->memcpy_async(c->rx, dst, src, n, s), false, "cudaMemcpyAsync(dst=%p, src=%p, %zu bytes%s)", dst,
+           src, n, s == c->cstream ? ", copy stream" : "");
 }
 
-static void cu_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+static void copy_2d_on(qi_backend *b, void *s, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t height) {
     cu_ctx *c = C(b);
-    failed(b, c->rt->memcpy_2d_async(c->rx, dst, dpitch, src, spitch, width, height, c->stream), false,
-           "cudaMemcpy2DAsync(dst=%p, pitch %zu, src=%p, pitch %zu, %zu x %zu bytes)", dst, dpitch, src, spitch,
-           height, width);
+    failed(b, c->rt->memcpy_2d_async(c->rx, dst, dpitch, src, spitch, width, height, s), false,
+           "cudaMemcpy2DAsync(dst=%p, pitch %zu, src=%p, pitch %zu, %zu x %zu bytes%s)", dst, dpitch, src, spitch,
+           height, width, s == c->cstream ? ", copy stream" : "");
+}
+
+static void cu_copy(qi_backend *b, void *dst, const void *src, size_t n) { copy_on(b, C(b)->stream, dst, src, n); }
+static void cu_cs_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+    copy_on(b, C(b)->cstream, dst, src, n);
+}
+static void cu_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    copy_2d_on(b, C(b)->stream, dst, dpitch, src, spitch, width, height);
+}
+static void cu_cs_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t height) {
+    copy_2d_on(b, C(b)->cstream, dst, dpitch, src, spitch, width, height);
 }
 
 static void *ev_get(qi_backend *b) {
     cu_ctx *c = C(b);
-    if (c->n_pool) return c->pool[--c->n_pool];
     void *e = NULL;
+    pthread_mutex_lock(&c->ev_mu);
+    if (c->n_pool) e = c->pool[--c->n_pool];
+    pthread_mutex_unlock(&c->ev_mu);
+    if (e) return e;
     return failed(b, c->rt->event_create(c->rx, &e), false, "cudaEventCreate") ? NULL : e;
 }
 
 static void ev_put(qi_backend *b, void *e) {
     cu_ctx *c = C(b);
     if (!e) return;
-    if (c->n_pool < EV_POOL)
-        c->pool[c->n_pool++] = e;
-    else
-        failed(b, c->rt->event_destroy(c->rx, e), false, "cudaEventDestroy");
+    pthread_mutex_lock(&c->ev_mu);
+    const bool kept = c->n_pool < EV_POOL;
+    if (kept) c->pool[c->n_pool++] = e;
+    pthread_mutex_unlock(&c->ev_mu);
+    if (!kept) failed(b, c->rt->event_destroy(c->rx, e), false, "cudaEventDestroy");
 }
 
-static void cu_mark(qi_backend *b, qi_event *ev) {
+static void mark_on(qi_backend *b, void *s, qi_event *ev) {
     cu_ctx *c = C(b);
     void *e = ev_get(b);
-    if (e && failed(b, c->rt->event_record(c->rx, e, c->stream), false, "cudaEventRecord")) {
+    if (e && failed(b, c->rt->event_record(c->rx, e, s), false, "cudaEventRecord")) {
         ev_put(b, e);
         e = NULL;
     }
     *qi_event_impl(ev) = e;
     /* a marker that could not be recorded completes now: the failure is recorded */
-    if (!e) qi_event_complete(ev, c->anchor_t);
+    if (!e) {
+        pthread_mutex_lock(&c->ev_mu);
+        const double t = c->anchor_t;
+        pthread_mutex_unlock(&c->ev_mu);
+        qi_event_complete(ev, t);
+    }
 }
+static void cu_mark(qi_backend *b, qi_event *ev) { mark_on(b, C(b)->stream, ev); }
+static void cu_cs_mark(qi_backend *b, qi_event *ev) { mark_on(b, C(b)->cstream, ev); }
 
 static void cu_ev_sync(qi_backend *b, qi_event *ev) {
     cu_ctx *c = C(b);
     void **slot = qi_event_impl(ev), *e = *slot;
     float ms = 0;
-    if (e && !failed(b, c->rt->event_sync(c->rx, e), false, "cudaEventSynchronize") &&
-        failed(b, c->rt->event_elapsed(c->rx, &ms, c->anchor, e), false, "cudaEventElapsedTime"))
-        ms = 0;
+    if (e && failed(b, c->rt->event_sync(c->rx, e), false, "cudaEventSynchronize")) e = NULL;
+    pthread_mutex_lock(&c->ev_mu);
+    if (e && failed(b, c->rt->event_elapsed(c->rx, &ms, c->anchor, e), false, "cudaEventElapsedTime")) ms = 0;
     const double t = c->anchor_t + ms * 1e-3;
+    void *old = NULL;
     if (e && ms > ANCHOR_MOVE_MS) { /* the completed event becomes the anchor */
-        ev_put(b, c->anchor);
+        old = c->anchor;
         c->anchor = e;
         c->anchor_t = t;
         *slot = NULL;
     }
+    pthread_mutex_unlock(&c->ev_mu);
+    ev_put(b, old);
     qi_event_complete(ev, t);
 }
 
@@ -511,20 +558,30 @@ static void cu_ev_release(qi_backend *b, qi_event *ev) {
     *slot = NULL;
 }
 
-/* Another device's event: the host waits for it (its marker is not a CUDA
- * event; the CPU's and testdev's complete on their own). */
-static void cu_wait(qi_backend *b, qi_event *ev) {
-    (void)b;
-    qi_event_sync(ev);
+/* Stream s waits for ev: on the GPU for this device's own events (either
+ * stream's), by the host for another device's (its marker is not a CUDA
+ * event of this context; the CPU's and testdev's complete on their own). */
+static void wait_on(qi_backend *b, void *s, qi_event *ev) {
+    cu_ctx *c = C(b);
+    void *e = qi_event_device(ev) == b ? *qi_event_impl(ev) : NULL;
+    if (!e) {
+        qi_event_sync(ev);
+        return;
+    }
+    failed(b, c->rt->stream_wait(c->rx, s, e), false, "cudaStreamWaitEvent(%s stream)",
+           s == c->cstream ? "the copy" : "the main");
 }
+static void cu_wait(qi_backend *b, qi_event *ev) { wait_on(b, C(b)->stream, ev); }
+static void cu_cs_wait(qi_backend *b, qi_event *ev) { wait_on(b, C(b)->cstream, ev); }
 
-static void cu_drain(qi_backend *b) { drain_ok(b); }
+static void cu_drain(qi_backend *b) { drain_all_ok(b); }
 
 static void cu_free(qi_backend *b) {
     cu_ctx *c = C(b);
     if (c) {
         const qi_cuda_rt *rt = c->rt;
         if (c->stream) rt->stream_sync(c->rx, c->stream);
+        if (c->cstream) rt->stream_sync(c->rx, c->cstream);
         for (int i = 0; i < c->n_pool; i++) rt->event_destroy(c->rx, c->pool[i]);
         if (c->anchor) rt->event_destroy(c->rx, c->anchor);
         if (c->kc.scratch) rt->dev_free(c->rx, c->kc.scratch);
@@ -532,6 +589,11 @@ static void cu_free(qi_backend *b) {
         if (c->ring_d) rt->dev_free(c->rx, c->ring_d);
         if (c->blas) rt->blas_destroy(c->rx, c->blas);
         if (c->stream) rt->stream_destroy(c->rx, c->stream);
+        if (c->cstream) rt->stream_destroy(c->rx, c->cstream);
+        if (c->mu_made) {
+            pthread_mutex_destroy(&c->mu);
+            pthread_mutex_destroy(&c->ev_mu);
+        }
         qi_free(c);
     }
     qi_free(b);
@@ -566,6 +628,10 @@ static const qi_backend_i k_cuda_iface = {
     .drain = cu_drain,
     .ev_sync = cu_ev_sync,
     .ev_release = cu_ev_release,
+    .cs_copy = cu_cs_copy,
+    .cs_copy_2d = cu_cs_copy_2d,
+    .cs_mark = cu_cs_mark,
+    .cs_wait = cu_cs_wait,
 };
 
 /* A failed call while the device is made: the error, everything freed. */
@@ -594,11 +660,17 @@ qi_status qi_backend_cuda_create(int ordinal, size_t capacity, qi_backend **out,
     c->k = rt->k;
     c->rx = rt->ctx;
     b->info = (qi_dev_info){.name = "cuda", .kind = QI_DEV_CUDA};
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->ev_mu, NULL);
+    c->mu_made = true;
+    b->lock = &c->mu;
     int rc;
     char call[64];
     snprintf(call, sizeof call, "selecting GPU %d", ordinal);
     if ((rc = rt->init(c->rx, ordinal, c->gpu, sizeof c->gpu, &c->total))) return create_failed(b, rc, false, call, err);
     if ((rc = rt->stream_create(c->rx, &c->stream))) return create_failed(b, rc, false, "cudaStreamCreate", err);
+    if ((rc = rt->stream_create(c->rx, &c->cstream)))
+        return create_failed(b, rc, false, "cudaStreamCreate (the copy stream)", err);
     if ((rc = rt->blas_create(c->rx, &c->blas, c->stream))) return create_failed(b, rc, true, "cublasCreate", err);
     if ((rc = rt->event_create(c->rx, &c->anchor))) return create_failed(b, rc, false, "cudaEventCreate", err);
     if ((rc = rt->event_record(c->rx, c->anchor, c->stream)) || (rc = rt->event_sync(c->rx, c->anchor)))

@@ -41,6 +41,7 @@ typedef struct qi_cuda_rt {
     int (*event_sync)(void *ctx, void *e);
     int (*event_elapsed)(void *ctx, float *ms, void *from, void *to);
     int (*stream_sync)(void *ctx, void *s);
+    int (*stream_wait)(void *ctx, void *s, void *e); /* s's later work after e (cudaStreamWaitEvent) */
     int (*blas_create)(void *ctx, void **h, void *s); /* a cuBLAS handle on stream s */
     int (*blas_destroy)(void *ctx, void *h);
     /* The text of an error code: of cuBLAS when blas, else of the runtime. */

@@ -74,6 +74,10 @@ static int rt_stream_sync(void *ctx, void *s) {
     (void)ctx;
     return (int)cudaStreamSynchronize((cudaStream_t)s);
 }
+static int rt_stream_wait(void *ctx, void *s, void *e) {
+    (void)ctx;
+    return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
+}
 static int rt_blas_create(void *ctx, void **h, void *s) {
     (void)ctx;
     cublasStatus_t st = cublasCreate((cublasHandle_t *)h);
@@ -111,6 +115,7 @@ const qi_cuda_rt *qi_cuda_rt_default(void) {
         .event_sync = rt_event_sync,
         .event_elapsed = rt_event_elapsed,
         .stream_sync = rt_stream_sync,
+        .stream_wait = rt_stream_wait,
         .blas_create = rt_blas_create,
         .blas_destroy = rt_blas_destroy,
         .error_string = rt_error_string,

@@ -11,6 +11,10 @@
  *   other devices. Each copy fills its destination with 0xff bytes (NaN in
  *   fp32 and fp16) before writing it, so a reader that did not wait is
  *   likely to see NaN rather than stale bytes that happen to be right.
+ * - A copy stream beside it, run by a second worker: its copies run while
+ *   the main stream's ops and copies do, ordered with them by events
+ *   alone (a wait on either stream is a command that blocks that stream's
+ *   worker until the event completes).
  * - Weights: the rows uploaded, and with QI_CPU_REPACK their packed form
  *   beside them, as the CPU would prepare it.
  * - Ops: the CPU backend's, on a pool of its own, run on the calling
@@ -20,49 +24,88 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 
 typedef enum { CMD_COPY, CMD_MARK, CMD_WAIT } cmd_kind;
 
+/* A copy is height rows of n bytes (pitches dpitch, spitch): one command
+ * however many rows, as a GPU's strided copy is. */
 typedef struct {
     cmd_kind kind;
     void *dst;
     const void *src;
-    size_t n;
+    size_t n, dpitch, spitch, height;
     qi_event *ev;
 } cmd;
 
+/* A stream's queue and its worker (given the stream). */
 typedef struct {
-    qi_backend *inner; /* the CPU backend whose ops it runs */
+    qi_backend *b;
+    int si; /* QI_STREAM_MAIN or QI_STREAM_COPY */
     pthread_t worker;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work queued, hold released, stop */
-    pthread_cond_t idle_cv; /* the queue ran empty */
     cmd *q;
     long head, n, cap;
-    bool busy, hold, stop, started;
-    bool op; /* an op runs on the calling thread: the stream waits */
+    bool busy, started;
+} td_stream;
+
+typedef struct {
+    qi_backend *inner; /* the CPU backend whose ops it runs */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work queued, hold released, an op ended, stop */
+    pthread_cond_t idle_cv; /* a queue ran empty, an op ended */
+    td_stream s[2];         /* [QI_STREAM_MAIN], [QI_STREAM_COPY] */
+    bool hold, stop;
+    bool op; /* an op runs on the calling thread: the main stream waits */
+    long ops;          /* ops run */
+    long copies[2];    /* copies run per stream */
+    long slow_ops;     /* tests: qi_testdev_slow_copies */
+    int slow_us;
 } td_ctx;
 
 static td_ctx *T(qi_backend *b) { return (td_ctx *)b->ctx; }
 
+static bool idle(const td_stream *q) { return q->n == 0 && !q->busy; }
+
+/* Tests (qi_testdev_slow_copies): a copy-stream copy's destination, filled
+ * with 0xff, stays so until slow_ops ops have run or slow_us have passed. */
+static void slow_copy(td_ctx *c) {
+    pthread_mutex_lock(&c->mu);
+    if (c->slow_us > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        const long ns = until.tv_nsec + 1000L * c->slow_us;
+        until.tv_sec += ns / 1000000000L;
+        until.tv_nsec = ns % 1000000000L;
+        const long ops0 = c->ops;
+        while (c->ops - ops0 < c->slow_ops && !c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *worker_main(void *arg) {
-    qi_backend *b = arg;
-    td_ctx *c = T(b);
+    td_stream *q = arg;
+    const int si = q->si;
+    td_ctx *c = T(q->b);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->stop && (c->n == 0 || c->hold || c->op)) pthread_cond_wait(&c->cv, &c->mu);
-        if (c->n == 0 && c->stop) break;
-        const cmd k = c->q[c->head];
-        c->head = (c->head + 1) % c->cap;
-        c->n--;
-        c->busy = true;
+        /* the copy stream runs beside the ops; the main one after them */
+        while (!c->stop && (q->n == 0 || c->hold || (si == QI_STREAM_MAIN && c->op)))
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (q->n == 0 && c->stop) break;
+        const cmd k = q->q[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->n--;
+        q->busy = true;
         pthread_mutex_unlock(&c->mu);
         switch (k.kind) {
         case CMD_COPY:
-            memset(k.dst, 0xff, k.n);
-            memmove(k.dst, k.src, k.n);
+            for (size_t r = 0; r < k.height; r++) memset((char *)k.dst + r * k.dpitch, 0xff, k.n);
+            if (si == QI_STREAM_COPY) slow_copy(c);
+            for (size_t r = 0; r < k.height; r++)
+                memmove((char *)k.dst + r * k.dpitch, (const char *)k.src + r * k.spitch, k.n);
             break;
         case CMD_MARK:
             qi_event_complete(k.ev, qi_dev_now());
@@ -72,20 +115,22 @@ static void *worker_main(void *arg) {
             break;
         }
         pthread_mutex_lock(&c->mu);
-        c->busy = false;
-        if (c->n == 0) pthread_cond_broadcast(&c->idle_cv);
+        if (k.kind == CMD_COPY) c->copies[si]++;
+        q->busy = false;
+        if (q->n == 0) pthread_cond_broadcast(&c->idle_cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
-/* Queue a command; the queue grows as needed (a failed growth is a
- * recorded failure: the command is not queued). */
-static void push(qi_backend *b, cmd k) {
+/* Queue a command on stream si; the queue grows as needed (a failed
+ * growth is a recorded failure: the command is not queued). */
+static void push(qi_backend *b, int si, cmd k) {
     td_ctx *c = T(b);
+    td_stream *s = &c->s[si];
     pthread_mutex_lock(&c->mu);
-    if (c->n == c->cap) {
-        const long cap = c->cap ? 2 * c->cap : 64;
+    if (s->n == s->cap) {
+        const long cap = s->cap ? 2 * s->cap : 64;
         cmd *q = qi_malloc(sizeof *q * (size_t)cap);
         if (!q) {
             pthread_mutex_unlock(&c->mu);
@@ -95,30 +140,46 @@ static void push(qi_backend *b, cmd k) {
             if (k.kind == CMD_MARK) qi_event_complete(k.ev, qi_dev_now());
             return;
         }
-        for (long i = 0; i < c->n; i++) q[i] = c->q[(c->head + i) % c->cap];
-        qi_free(c->q);
-        c->q = q;
-        c->head = 0;
-        c->cap = cap;
+        for (long i = 0; i < s->n; i++) q[i] = s->q[(s->head + i) % s->cap];
+        qi_free(s->q);
+        s->q = q;
+        s->head = 0;
+        s->cap = cap;
     }
-    c->q[(c->head + c->n) % c->cap] = k;
-    c->n++;
-    pthread_cond_signal(&c->cv);
+    s->q[(s->head + s->n) % s->cap] = k;
+    s->n++;
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
 static void td_drain(qi_backend *b) {
     td_ctx *c = T(b);
     pthread_mutex_lock(&c->mu);
-    while (c->n > 0 || c->busy) pthread_cond_wait(&c->idle_cv, &c->mu);
+    while (!idle(&c->s[0]) || !idle(&c->s[1])) pthread_cond_wait(&c->idle_cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
+}
+
+void qi_testdev_slow_copies(qi_backend *b, long ops, int us) {
+    td_ctx *c = T(b);
+    pthread_mutex_lock(&c->mu);
+    c->slow_ops = ops;
+    c->slow_us = us;
+    pthread_mutex_unlock(&c->mu);
+}
+
+long qi_testdev_copies(qi_backend *b, qi_stream s) {
+    td_ctx *c = T(b);
+    pthread_mutex_lock(&c->mu);
+    const long n = c->copies[s == QI_STREAM_COPY];
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 void qi_testdev_hold(qi_backend *b, bool hold) {
     td_ctx *c = T(b);
     pthread_mutex_lock(&c->mu);
     c->hold = hold;
-    pthread_cond_signal(&c->cv);
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -130,22 +191,40 @@ static void td_buf_release(qi_backend *b, void *mem) {
     td_drain(b); /* no queued copy may still write it */
     qi_free(mem);
 }
-static void td_copy(qi_backend *b, void *dst, const void *src, size_t n) {
-    push(b, (cmd){.kind = CMD_COPY, .dst = dst, .src = src, .n = n});
+static void copy_2d_on(qi_backend *b, int si, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    push(b, si, (cmd){.kind = CMD_COPY, .dst = dst, .src = src, .n = width, .dpitch = dpitch, .spitch = spitch,
+                      .height = height});
 }
-static void td_mark(qi_backend *b, qi_event *ev) { push(b, (cmd){.kind = CMD_MARK, .ev = ev}); }
-static void td_wait(qi_backend *b, qi_event *ev) { push(b, (cmd){.kind = CMD_WAIT, .ev = ev}); }
+static void td_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+    copy_2d_on(b, QI_STREAM_MAIN, dst, n, src, n, n, 1);
+}
+static void td_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    copy_2d_on(b, QI_STREAM_MAIN, dst, dpitch, src, spitch, width, height);
+}
+static void td_mark(qi_backend *b, qi_event *ev) { push(b, QI_STREAM_MAIN, (cmd){.kind = CMD_MARK, .ev = ev}); }
+static void td_wait(qi_backend *b, qi_event *ev) { push(b, QI_STREAM_MAIN, (cmd){.kind = CMD_WAIT, .ev = ev}); }
+static void td_cs_copy(qi_backend *b, void *dst, const void *src, size_t n) {
+    copy_2d_on(b, QI_STREAM_COPY, dst, n, src, n, n, 1);
+}
+static void td_cs_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t height) {
+    copy_2d_on(b, QI_STREAM_COPY, dst, dpitch, src, spitch, width, height);
+}
+static void td_cs_mark(qi_backend *b, qi_event *ev) { push(b, QI_STREAM_COPY, (cmd){.kind = CMD_MARK, .ev = ev}); }
+static void td_cs_wait(qi_backend *b, qi_event *ev) { push(b, QI_STREAM_COPY, (cmd){.kind = CMD_WAIT, .ev = ev}); }
 
 /* ---- ops: the CPU's, after the stream ------------------------------------------- */
 
 /* An op runs on the calling thread, after the commands queued before it
- * and before any queued while it runs (another host thread's copy, say):
- * the stream's worker waits for it, as a GPU stream runs its commands one
- * after another. */
+ * on the main stream and before any queued there while it runs (another
+ * host thread's copy, say): the stream's worker waits for it, as a GPU
+ * stream runs its commands one after another. The copy stream goes on. */
 static qi_backend *op_begin(qi_backend *b) {
     td_ctx *c = T(b);
     pthread_mutex_lock(&c->mu);
-    while (c->n > 0 || c->busy || c->op) pthread_cond_wait(&c->idle_cv, &c->mu);
+    while (!idle(&c->s[QI_STREAM_MAIN]) || c->op) pthread_cond_wait(&c->idle_cv, &c->mu);
     c->op = true;
     pthread_mutex_unlock(&c->mu);
     return c->inner;
@@ -154,8 +233,9 @@ static void op_end(qi_backend *b) {
     td_ctx *c = T(b);
     pthread_mutex_lock(&c->mu);
     c->op = false;
+    c->ops++;
     pthread_cond_broadcast(&c->idle_cv);
-    pthread_cond_signal(&c->cv);
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 #define INNER(b) (T(b)->inner)
@@ -271,19 +351,18 @@ static void td_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, vo
 static void td_free(qi_backend *b) {
     td_ctx *c = T(b);
     if (c) {
-        if (c->started) {
-            pthread_mutex_lock(&c->mu);
-            c->stop = true;
-            c->hold = false;
-            pthread_cond_signal(&c->cv);
-            pthread_mutex_unlock(&c->mu);
-            pthread_join(c->worker, NULL);
-        }
+        pthread_mutex_lock(&c->mu);
+        c->stop = true;
+        c->hold = false;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        for (int i = 0; i < 2; i++)
+            if (c->s[i].started) pthread_join(c->s[i].worker, NULL);
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
         pthread_cond_destroy(&c->idle_cv);
         qi_backend_free(c->inner);
-        qi_free(c->q);
+        for (int i = 0; i < 2; i++) qi_free(c->s[i].q);
         qi_free(c);
     }
     qi_free(b);
@@ -312,11 +391,16 @@ static const qi_backend_i k_td_iface = {
     .buf_mem = td_buf_mem,
     .buf_release = td_buf_release,
     .copy = td_copy,
+    .copy_2d = td_copy_2d,
     .mark = td_mark,
     .wait = td_wait,
     .drain = td_drain,
     .weight_size = td_weight_size,
     .weight_prepare = td_weight_prepare,
+    .cs_copy = td_cs_copy,
+    .cs_copy_2d = td_cs_copy_2d,
+    .cs_mark = td_cs_mark,
+    .cs_wait = td_cs_wait,
 };
 
 qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned flags, qi_backend **out, qi_err *err) {
@@ -336,8 +420,12 @@ qi_status qi_backend_testdev_create(int n_threads, size_t capacity, unsigned fla
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->idle_cv, NULL);
     qi_status st = qi_backend_cpu_create(n_threads, flags & QI_CPU_REPACK, &c->inner, err);
-    if (!st && !(c->started = pthread_create(&c->worker, NULL, worker_main, b) == 0)) {
-        st = QI_ERR(err, QI_ERR_BACKEND, "testdev: cannot start its stream's worker thread");
+    for (int i = 0; i < 2 && !st; i++) {
+        c->s[i].b = b;
+        c->s[i].si = i;
+        if (!(c->s[i].started = pthread_create(&c->s[i].worker, NULL, worker_main, &c->s[i]) == 0))
+            st = QI_ERR(err, QI_ERR_BACKEND, "testdev: cannot start its %s stream's worker thread",
+                        i ? "copy" : "main");
     }
     if (st) {
         td_free(b);
