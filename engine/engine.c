@@ -305,6 +305,13 @@ struct qi_engine {
      * then written by the worker's thread too, under swap_mu */
     int32_t *ns_spare;
     void *ns_zero;
+    /* with neuron_swap_worker: a unit's bytes as a slot holds them (gate
+     * rows, up rows, down's blocks by row), on the fast device, where the
+     * worker's uploads land on its copy stream; the last swap's events:
+     * those uploads done (copy stream), the staging read into its slot
+     * (main stream); the worker's alone */
+    qi_buf *ns_stage;
+    qi_event *ns_stage_up, *ns_stage_read;
     double *ns_acc;
     long *ns_acc_tok;
     pthread_mutex_t swap_mu;
@@ -686,6 +693,13 @@ void qi_engine_free(qi_engine *e) {
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_ffn_split_free(&e->ns[l]);
     if (e->ns_buf)
         for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
+    if (e->ns_stage) { /* the fast stream may still wait for the last swap's event */
+        qi_err ign = {0};
+        (void)qi_dev_synchronize(qi_buf_device(e->ns_stage), &ign);
+        qi_event_free(e->ns_stage_up);
+        qi_event_free(e->ns_stage_read);
+        qi_buf_free(e->ns_stage);
+    }
     qi_neuron_live_free(e->live);
     qi_free(e->ns_hot);
     qi_free(e->ns_cold);
@@ -1178,22 +1192,77 @@ static void swap_count(qi_engine *e, int l) {
     if (e->swap_mu_made) pthread_mutex_unlock(&e->swap_mu);
 }
 
+/* With the background worker, no hold on the layer: unit a of layer l
+ * uploaded into the staging buffer on the fast device's copy stream, so
+ * the link's time overlaps the steps' ops instead of queueing among them
+ * (on a device with one stream it is queued there, as before). Staging,
+ * not the slot: a step may be computing the slot meanwhile (its gate rows
+ * zero, so it adds act(0) x up = 0), and the copy stream runs beside the
+ * step's ops, so bytes half written there could make that 0 x NaN. The
+ * last swap's read of the staging into its slot is waited for first. */
+static qi_status stage_put(qi_engine *e, int l, int a, qi_err *err) {
+    const qi_layer *ly = &e->m->layers[l];
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    size_t gb, ub, blk;
+    unit_bytes(ly, e->ns[l].unit, &gb, &ub, &blk);
+    if (e->ns_stage_read) qi_event_sync(e->ns_stage_read);
+    qi_event_free(e->ns_stage_read); /* after it, the main stream has passed its wait for ns_stage_up */
+    qi_event_free(e->ns_stage_up);
+    e->ns_stage_read = e->ns_stage_up = NULL;
+    qi_status st = qi_dev_upload_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, 0),
+                                    (const char *)ly->w_gate.data + (size_t)a * gb, gb, err);
+    if (!st)
+        st = qi_dev_upload_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, gb),
+                              (const char *)ly->w_up.data + (size_t)a * ub, ub, err);
+    if (!st)
+        st = qi_dev_upload_2d_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, gb + ub), blk,
+                                 (const char *)ly->w_down.data + (size_t)a * blk, (size_t)ly->w_down.row_bytes, blk,
+                                 (size_t)ly->w_down.n_rows, err);
+    if (!st) st = qi_event_record_on(fb, QI_STREAM_COPY, &e->ns_stage_up, err);
+    return st;
+}
+
+/* Under layer l's write hold: the staged unit into fast slot s on the
+ * main stream, after the uploads (a copy within the device's memory). */
+static qi_status stage_take(qi_engine *e, int l, int s, qi_err *err) {
+    const qi_layer *ly = &e->m->layers[l];
+    const qi_ffn_split *sp = &e->ns[l];
+    qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    qi_buf *buf = e->ns_buf[l][1];
+    size_t gb, ub, blk;
+    unit_bytes(ly, sp->unit, &gb, &ub, &blk);
+    qi_status st = e->ns_stage_up ? qi_event_wait(fb, e->ns_stage_up, err) : QI_OK;
+    if (!st)
+        st = qi_dev_copy(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb), qi_view_of(e->ns_stage, 0), gb, err);
+    if (!st)
+        st = qi_dev_copy(fb, qi_view_of(buf, e->ns_off[l][1] + (size_t)s * ub), qi_view_of(e->ns_stage, gb), ub, err);
+    if (!st)
+        st = qi_dev_copy_2d(fb, qi_view_of(buf, e->ns_off[l][2] + (size_t)s * blk), (size_t)sp->down[1].row_bytes,
+                            qi_view_of(e->ns_stage, gb + ub), blk, blk, (size_t)ly->w_down.n_rows, err);
+    if (!st) st = qi_event_record(fb, &e->ns_stage_read, err);
+    return st;
+}
+
 /* The swap's copy (qi_neuron_copy_fn). Between steps, in the engine's
  * thread: unit a of layer l into fast slot s, whose unit b has just left
  * it, all of a's bytes queued at once, and b written into a's position
  * on the cold side, in place. So a swap moves two units' bytes, whatever
  * the layer's size. With the background worker (no hold on the layer: a
- * step may be computing it): a's up rows and down blocks only; the slot's
- * gate rows stay zero until live_enter. */
+ * step may be computing it): a's bytes into the staging (stage_put); the
+ * slot's gate rows stay zero until live_enter moves them in. */
 static int live_copy(void *ctx, int l, int a, int s) {
     qi_engine *e = ctx;
     const size_t nu = (size_t)e->ns[l].n_units;
     qi_err se = {0};
     if (swap_state(e, NULL)) return -1;
     if (e->o.neuron_swap_worker) {
-        const qi_status st = slot_put(e, l, a, s, false, true, &se);
+        const qi_status st = stage_put(e, l, a, &se);
         if (st) swap_failed(e, st, &se);
         if (e->ns_stall_us > 0) { /* tests: until a step has met the layer mid-swap, or stall_us */
+            /* and until the uploads have run, while steps compute the
+             * emptied slot (a copy stream that writes slowly is then met
+             * writing, whatever the order of its copies) */
+            if (!st && e->ns_stage_up) qi_event_sync(e->ns_stage_up);
             const long mid0 = atomic_load(&e->ns_mid);
             const double t0 = now_s();
             const struct timespec ts = {0, 50000};
@@ -1237,10 +1306,11 @@ static void live_leave(void *ctx, int l, int b, int s) {
     cold[k] = b, cpos[b] = k, e->ns_spare[l] = -1;
 }
 
-/* Unit a has entered slot s (its up rows and down blocks already queued):
- * its gate rows queued, and its cold position made the spare, the gate
- * rows there zeroed (they compute nothing; down's blocks stay, and so does
- * the column form, which only the kept neurons' columns are read of). */
+/* Unit a has entered slot s (its bytes staged, stage_put): the staging
+ * copied into the slot on the main stream, and a's cold position made the
+ * spare, the gate rows there zeroed (they compute nothing; down's blocks
+ * stay, and so does the column form, which only the kept neurons' columns
+ * are read of). */
 static void live_enter(void *ctx, int l, int a, int s) {
     qi_engine *e = ctx;
     const qi_ffn_split *sp = &e->ns[l];
@@ -1249,7 +1319,7 @@ static void live_enter(void *ctx, int l, int a, int s) {
     const int k = cpos[a];
     qi_err se = {0};
     QI_ASSERT(hot[s] == -1 && k >= 0 && e->ns_spare[l] < 0);
-    const qi_status st = slot_put(e, l, a, s, true, false, &se);
+    const qi_status st = stage_take(e, l, s, &se);
     if (st) {
         swap_failed(e, st, &se);
         return;
@@ -1271,11 +1341,14 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
     e->ns_cpos = qi_malloc(sizeof(int32_t) * n);
     e->ns_feed = qi_malloc(sizeof(double) * (size_t)nu);
     e->ns_spare = qi_malloc(sizeof(int32_t) * (size_t)L);
-    size_t zb = 0;
+    size_t zb = 0, stage = 0;
     for (int l = 0; l < L; l++) {
+        const qi_layer *ly = &e->m->layers[l];
         size_t gb, ub, blk;
-        unit_bytes(&e->m->layers[l], unit, &gb, &ub, &blk);
+        unit_bytes(ly, unit, &gb, &ub, &blk);
         zb = gb > zb ? gb : zb;
+        const size_t sb = gb + ub + blk * (size_t)ly->w_down.n_rows;
+        stage = sb > stage ? sb : stage;
     }
     if (bg) {
         e->ns_zero = qi_calloc(zb ? zb : 1, 1);
@@ -1288,6 +1361,11 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the swap worker");
     }
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    qi_status st = bg ? qi_buf_alloc(fb, stage, "a neuron swap's staging", &e->ns_stage, err) : QI_OK;
+    if (st) {
+        qi_free(nb);
+        return st;
+    }
     for (int l = 0; l < L; l++) {
         const qi_layer *ly = &e->m->layers[l];
         size_t gb, ub, blk;
@@ -1322,8 +1400,8 @@ static qi_status live_setup(qi_engine *e, int unit, int nu, qi_err *err) {
                           "the cpu keeps layer %d's cold weights in a form of its own", l);
         }
     }
-    qi_status st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy,
-                                         NULL, e, &e->live, err);
+    st = qi_neuron_live_create(L, nu, e->ns_mask, e->o.neuron_activity, nb, e->o.neuron_live, live_copy, NULL, e,
+                               &e->live, err);
     qi_free(nb);
     if (st || !bg) return st;
     if (pthread_mutex_init(&e->swap_mu, NULL))
@@ -1455,8 +1533,14 @@ static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *e
     char *host = qi_malloc(total);
     uint8_t *seen = qi_calloc((size_t)nu, 1);
     qi_status st = !host || !seen ? QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l) : QI_OK;
-    if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)))
-        st = qi_dev_synchronize(fb, err);
+    /* what the main stream has made of the slots (the ops' order; the
+     * copy stream's work reaches the slots only through it) */
+    qi_event *ev = NULL;
+    if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)) &&
+        !(st = qi_event_record(fb, &ev, err))) {
+        qi_event_sync(ev);
+        qi_event_free(ev);
+    }
     size_t gb, ub, blk;
     unit_bytes(ly, sp->unit, &gb, &ub, &blk);
     const size_t *off = e->ns_off[l];
@@ -1957,6 +2041,10 @@ void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy) {
     if (d < 0 || d >= e->plan.n_devices || !e->dev[d].be) return;
     qi_dev_inject_op_fail(e->dev[d].be, n_op);
     qi_dev_inject_fail(e->dev[d].be, n_copy);
+}
+
+qi_backend *qi_engine_backend(qi_engine *e, int d) {
+    return d >= 0 && d < e->plan.n_devices ? e->dev[d].be : NULL;
 }
 
 /* opts.sim: the profile read and the machine made from it, with

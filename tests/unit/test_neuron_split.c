@@ -404,7 +404,12 @@ END_TEST
  * most) while every step checks each layer it reads
  * (qi_engine_neuron_check_steps): some reads must meet a layer mid-swap,
  * a slot emptied, and find it computing nothing and the unit that left it
- * on the cold side. */
+ * on the cold side. The worker's uploads go on testdev's copy stream,
+ * beside the steps' ops, and there each copy leaves its destination NaN
+ * while 100 of the device's ops run, a step's worth (5 ms at most;
+ * qi_testdev_slow_copies): every logit must stay
+ * finite, which it would not if a step's op read bytes the copy stream was
+ * still writing (a slot uploaded in place instead of through the staging). */
 static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
     uint8_t *mask = calloc((size_t)L * nu, 1);
@@ -431,7 +436,14 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     o.neuron_activity = act;
     ck_assert_msg(qi_engine_create(g_smol, &o, &eng, &e) == QI_OK, "%s", e.msg);
     ck_assert_int_eq(qi_engine_neuron_check(eng, &e), QI_OK);
-    if (worker == 2) qi_engine_neuron_check_steps(eng, true, 20000);
+    qi_backend *fast = qi_engine_backend(eng, 1);
+    ck_assert_ptr_nonnull(fast);
+    ck_assert(qi_dev_has_copy_stream(fast));
+    const long cs0 = qi_testdev_copies(fast, QI_STREAM_COPY);
+    if (worker == 2) {
+        qi_engine_neuron_check_steps(eng, true, 20000);
+        qi_testdev_slow_copies(fast, 100, 5000);
+    }
     int id[2], nt;
     int32_t p[12];
     for (int i = 0; i < 12; i++) p[i] = 300 + 11 * i;
@@ -467,6 +479,7 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
         const float *a = qi_engine_seq_logits(dense, id[0], -1), *b = qi_engine_seq_logits(eng, id[1], -1);
         int best = 0;
         for (int v = 0; v < V; v++) {
+            ck_assert_msg(isfinite(b[v]), "step %d: logit %d is %g", g, v, (double)b[v]);
             maxd = fmax(maxd, fabs((double)a[v] - b[v]));
             maxw = fmax(maxw, fabs((double)a[v]));
             best = a[v] > a[best] ? v : best;
@@ -480,6 +493,19 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
             "%g of %g; %ld layer reads mid-swap\n", sp ? ", cold cats" : "", fail_at ? ", a copy failing" : "",
             worker == 1 ? ", background worker" : worker == 2 ? ", background worker racing the steps" : "", sw.rounds,
             sw.swaps, sw.bytes, 1e3 * sw.seconds, maxd, maxw, sw.mid);
+    /* three uploads a swap (gate, up, down's blocks as one strided copy):
+     * on the copy stream with the worker, on the main one without it. A
+     * swap counted has queued its uploads, which the synchronise runs;
+     * racing, the worker may have queued some of the next one's since. */
+    if (!fail_at) {
+        ck_assert_int_eq(qi_dev_synchronize(fast, &e), QI_OK);
+        const long cs = qi_testdev_copies(fast, QI_STREAM_COPY) - cs0;
+        fprintf(stderr, "  %ld copies on the fast device's copy stream\n", cs);
+        if (worker < 2)
+            ck_assert_int_eq(cs, worker ? 3 * sw.swaps : 0);
+        else
+            ck_assert_int_ge(cs, 3 * sw.swaps);
+    }
     if (!fail_at) {
         if (worker < 2) ck_assert_int_eq(sw.rounds, 8);
         if (worker == 2) ck_assert_msg(sw.mid > 0, "no step met a layer mid-swap");

@@ -368,6 +368,9 @@ size_t qi_engine_plan_bytes(const qi_engine *e, int d);
  * fail (0: not), as a device's failure would: the step returns the error,
  * naming the device, and the engine stays usable for new sequences. */
 void qi_engine_inject_fail(qi_engine *e, int d, long n_op, long n_copy);
+/* Tests: device d's backend (engine/backend/backend.h), NULL for none. */
+struct qi_backend;
+struct qi_backend *qi_engine_backend(qi_engine *e, int d);
 
 /* Wall time per kind of op since creation (with opts.profile), and the
  * weight bytes the matmuls read: what a placement cost model is fitted to. */
