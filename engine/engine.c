@@ -1199,26 +1199,29 @@ static void swap_count(qi_engine *e, int l) {
  * not the slot: a step may be computing the slot meanwhile (its gate rows
  * zero, so it adds act(0) x up = 0), and the copy stream runs beside the
  * step's ops, so bytes half written there could make that 0 x NaN. The
- * last swap's read of the staging into its slot is waited for first. */
+ * last swap's read of the staging into its slot is waited for first.
+ * With neuron_swap_main_stream the uploads go on the main stream instead
+ * (the ablation: the link's time among the ops again). */
 static qi_status stage_put(qi_engine *e, int l, int a, qi_err *err) {
     const qi_layer *ly = &e->m->layers[l];
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
+    const qi_stream q = e->o.neuron_swap_main_stream ? QI_STREAM_MAIN : QI_STREAM_COPY;
     size_t gb, ub, blk;
     unit_bytes(ly, e->ns[l].unit, &gb, &ub, &blk);
     if (e->ns_stage_read) qi_event_sync(e->ns_stage_read);
     qi_event_free(e->ns_stage_read); /* after it, the main stream has passed its wait for ns_stage_up */
     qi_event_free(e->ns_stage_up);
     e->ns_stage_read = e->ns_stage_up = NULL;
-    qi_status st = qi_dev_upload_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, 0),
+    qi_status st = qi_dev_upload_on(fb, q, qi_view_of(e->ns_stage, 0),
                                     (const char *)ly->w_gate.data + (size_t)a * gb, gb, err);
     if (!st)
-        st = qi_dev_upload_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, gb),
+        st = qi_dev_upload_on(fb, q, qi_view_of(e->ns_stage, gb),
                               (const char *)ly->w_up.data + (size_t)a * ub, ub, err);
     if (!st)
-        st = qi_dev_upload_2d_on(fb, QI_STREAM_COPY, qi_view_of(e->ns_stage, gb + ub), blk,
+        st = qi_dev_upload_2d_on(fb, q, qi_view_of(e->ns_stage, gb + ub), blk,
                                  (const char *)ly->w_down.data + (size_t)a * blk, (size_t)ly->w_down.row_bytes, blk,
                                  (size_t)ly->w_down.n_rows, err);
-    if (!st) st = qi_event_record_on(fb, QI_STREAM_COPY, &e->ns_stage_up, err);
+    if (!st) st = qi_event_record_on(fb, q, &e->ns_stage_up, err);
     return st;
 }
 
@@ -1444,6 +1447,7 @@ void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out)
         qi_neuron_live_stats ls;
         qi_neuron_live_stats_get(e->live, &ls);
         out->rounds = ls.rounds;
+        out->copy_stream = !e->o.neuron_swap_main_stream && qi_dev_has_copy_stream(e->dev[e->o.neuron_dev].be);
     }
 }
 
@@ -1662,6 +1666,9 @@ static qi_status neuron_setup(qi_engine *e, qi_err *err) {
         return QI_ERR(err, QI_ERR_INVALID, "swapping neurons needs the rule's options and each unit's activity");
     if (e->o.neuron_swap_worker && e->o.neuron_swap_every < 1)
         return QI_ERR(err, QI_ERR_INVALID, "the background swap worker needs neuron_swap_every (how often to feed it)");
+    if (e->o.neuron_swap_main_stream && !e->o.neuron_swap_worker)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_main_stream says where the background swap worker uploads, "
+                      "and there is no worker");
     if (e->o.neuron_swap_every > 0 && e->o.sim)
         return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons follows the activations, and a simulated machine "
                       "(%s) computes none", e->o.sim);

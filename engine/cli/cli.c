@@ -311,6 +311,20 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         k->neuron_swap_worker = true;
         return true;
     }
+    if (qi_args_is(a, NULL, "--neuron-swap-stream")) {
+        const char *s = qi_args_str(a);
+        if (!k->neuron_ok) {
+            qi_cli_error(a->cmd, "option --neuron-swap-stream: qinfer %s takes no neuron split (generate, ppl and "
+                         "bench do)", a->cmd);
+            a->failed = true;
+        } else if (s && strcmp(s, "copy") != 0 && strcmp(s, "main") != 0) {
+            qi_cli_error(a->cmd, "option --neuron-swap-stream: '%s' is not a stream (copy or main)", s);
+            a->failed = true;
+        } else if (s) {
+            k->neuron_swap_stream = s;
+        }
+        return true;
+    }
     if (qi_args_is(a, NULL, "--sim-cold-density")) {
         float v;
         if (!k->neuron_ok) {
@@ -455,6 +469,7 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_active = k->neuron_fast ? k->neuron_active : 0.0f;
     o->neuron_swap_every = k->neuron_fast ? k->neuron_swap_every : 0;
     o->neuron_swap_worker = k->neuron_fast && k->neuron_swap_worker;
+    o->neuron_swap_main_stream = o->neuron_swap_worker && k->neuron_swap_stream && !strcmp(k->neuron_swap_stream, "main");
     o->sim_cold_density = k->sim_cold_density;
     o->neuron_live = &k->neuron_live;
     o->neuron_activity = k->neuron_act;

@@ -106,6 +106,7 @@ typedef struct {
     float neuron_active;   /* --neuron-active T (ppl): count active neurons per side (0: no) */
     int neuron_swap_every; /* --neuron-swap-every N: the qinfer policy's swaps (0: none) */
     bool neuron_swap_worker; /* --neuron-swap-worker: those swaps made by a background thread */
+    const char *neuron_swap_stream; /* --neuron-swap-stream copy|main: where the worker uploads (NULL: copy) */
     double sim_cold_density; /* --sim-cold-density D: with --sim, the cold side's share read (0: dense) */
     qi_neuron_live_opts neuron_live; /* its rule's options, from the policy */
     double *neuron_act;    /* [n_layer * units] each unit's activity per token (for the swaps) */

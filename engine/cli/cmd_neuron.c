@@ -284,6 +284,9 @@ void qi_cli_neuron_help(void) {
            "      --neuron-swap-worker  (with --neuron-swap-every) make those swaps on a background\n"
            "                          thread while the steps go on (each step sees every unit in one\n"
            "                          place; which step a swap lands before varies from run to run)\n"
+           "      --neuron-swap-stream S  where the worker uploads: copy (default: the second\n"
+           "                          device's copy stream, beside the steps' ops) or main (among\n"
+           "                          them: what the copy stream saves)\n"
            "      --sim-cold-density D  (with --sim) a what-if the simulator cannot measure: of the\n"
            "                          FFN neurons the CPU computes (a split's cold side, every MLP\n"
            "                          the plan leaves on the CPU), each step reads up's rows and\n"
@@ -300,8 +303,10 @@ void qi_cli_neuron_print_rp(const qi_cli_kv *k, const qi_engine *e, int n_layer)
         qi_engine_neuron_swaps_get(e, &sw);
         if (k->neuron_swap_worker)
             printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied) by the "
-                   "background worker; the steps waited %.1f ms for its holds and met a layer mid-swap %ld times\n",
-                   sw.rounds, sw.swaps, sw.bytes / 1048576.0, 1e3 * sw.seconds, sw.mid);
+                   "background worker (uploads on the device's %s stream); the steps waited %.1f ms for its holds "
+                   "and met a layer mid-swap %ld times\n",
+                   sw.rounds, sw.swaps, sw.bytes / 1048576.0, sw.copy_stream ? "copy" : "main", 1e3 * sw.seconds,
+                   sw.mid);
         else
             printf("neuron swaps: %ld rounds, %ld units moved to the second device (%.2f MiB copied), %.1f ms in "
                    "the rounds (%.3f ms a round)\n",
@@ -333,12 +338,13 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
                       "on a real one, cats on the CPU's neurons: --sparsity S --sparsity-mode cats");
     if (!k->neuron_policy) {
         if (k->neuron_profile || k->neuron_budget || k->neuron_active > 0.0f || k->neuron_swap_every ||
-            k->neuron_swap_worker)
+            k->neuron_swap_worker || k->neuron_swap_stream)
             return QI_ERR(err, QI_ERR_INVALID, "option %s without --neuron-policy",
                           k->neuron_profile ? "--neuron-profile" : k->neuron_budget ? "--neuron-budget"
                           : k->neuron_active > 0.0f ? "--neuron-active"
                           : k->neuron_swap_every    ? "--neuron-swap-every"
-                                                    : "--neuron-swap-worker");
+                          : k->neuron_swap_worker   ? "--neuron-swap-worker"
+                                                    : "--neuron-swap-stream");
         return QI_OK;
     }
     if (!k->neuron_profile || !k->neuron_budget)
@@ -380,6 +386,9 @@ qi_status qi_cli_neuron_prepare(const char *cmd, qi_cli_kv *k, const qi_model *m
     if (k->neuron_swap_worker && !k->neuron_swap_every) {
         st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-worker needs --neuron-swap-every N (how often the "
                     "worker is fed the activity)");
+    } else if (k->neuron_swap_stream && !k->neuron_swap_worker) {
+        st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-stream says where the background worker uploads, and "
+                    "there is none (--neuron-swap-worker)");
     } else if (k->neuron_swap_every && !sp.has_live) {
         st = QI_ERR(err, QI_ERR_INVALID, "option --neuron-swap-every: swapping is the qinfer policy's, and the policy "
                     "is %s", sp.policy);

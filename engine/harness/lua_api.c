@@ -11,7 +11,7 @@
  *                attn_blas, repack, devices, placement, sim, sim_params, sim_cal,
  *                sparsity, sparsity_mode, sparsity_calib, sparse_max_density,
  *                neuron_policy, neuron_profile, neuron_budget, neuron_swap_every,
- *                neuron_swap_worker, sim_cold_density}
+ *                neuron_swap_worker, neuron_swap_stream, sim_cold_density}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -353,7 +353,9 @@ static int nsplit_gc(lua_State *L) {
 /* neuron_policy='static'|'qinfer:ratio=3' with neuron_profile=FILE or
  * 'uniform' and neuron_budget='30%' or bytes (a string with K, M or G, or
  * an integer); neuron_swap_every=N (the qinfer policy's swaps) and
- * neuron_swap_worker=true (made by the background worker): the hot
+ * neuron_swap_worker=true (made by the background worker, uploading on
+ * the fast device's copy stream, or its main one with
+ * neuron_swap_stream='main'): the hot
  * neurons on the second device of `devices` (qi_neuron_split_make). */
 static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_model *mb) {
     /* sim_cold_density=D: the what-if density of the CPU's FFN neurons on
@@ -363,6 +365,10 @@ static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_m
     const char *prof = lq_opt_str(L, idx, arg, "neuron_profile", NULL);
     const int every = (int)lq_opt_int(L, idx, arg, "neuron_swap_every", 0, 0, 1 << 20);
     const bool worker = lq_opt_bool(L, idx, arg, "neuron_swap_worker", false);
+    const char *stream = lq_opt_str(L, idx, arg, "neuron_swap_stream", NULL);
+    if (stream && strcmp(stream, "copy") != 0 && strcmp(stream, "main") != 0)
+        luaL_argerror(L, arg, lua_pushfstring(L, "option 'neuron_swap_stream': '%s' is not a stream (copy or main)",
+                                              stream));
     char budget[64] = "";
     lua_getfield(L, idx, "neuron_budget");
     if (lua_isinteger(L, -1)) snprintf(budget, sizeof budget, "%lld", (long long)lua_tointeger(L, -1));
@@ -370,12 +376,13 @@ static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_m
     else if (!lua_isnil(L, -1)) lq_opt_wrong(L, arg, "neuron_budget", "string or integer");
     lua_pop(L, 1);
     if (!pol) {
-        if (prof || budget[0] || every || worker)
+        if (prof || budget[0] || every || worker || stream)
             luaL_argerror(L, arg, lua_pushfstring(L, "option '%s' without 'neuron_policy'",
                                                   prof        ? "neuron_profile"
                                                   : budget[0] ? "neuron_budget"
                                                   : every     ? "neuron_swap_every"
-                                                              : "neuron_swap_worker"));
+                                                  : worker    ? "neuron_swap_worker"
+                                                              : "neuron_swap_stream"));
         return;
     }
     if (!prof || !budget[0])
@@ -394,6 +401,9 @@ static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_m
         luaL_argerror(L, arg, lua_pushfstring(L, "option 'neuron_policy': %s", e.msg));
     if (worker && !every)
         luaL_argerror(L, arg, "option 'neuron_swap_worker' needs 'neuron_swap_every' (how often the worker is fed)");
+    if (stream && !worker)
+        luaL_argerror(L, arg, "option 'neuron_swap_stream' says where the background worker uploads, and there is "
+                              "none ('neuron_swap_worker')");
     if (every && !sp->has_live)
         luaL_argerror(L, arg, lua_pushfstring(L, "option 'neuron_swap_every': swapping is the qinfer policy's, and the "
                                                  "policy is %s", sp->policy));
@@ -403,6 +413,7 @@ static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_m
     eo->o.neuron_dev = 1;
     eo->o.neuron_swap_every = every;
     eo->o.neuron_swap_worker = worker;
+    eo->o.neuron_swap_main_stream = stream && !strcmp(stream, "main");
     eo->o.neuron_live = &eo->live;
 }
 

@@ -170,23 +170,30 @@ if ((have_corpus)); then # ppl resolves its corpus before it reads the flags
   expect_fail 2 "option --neuron-budget without --neuron-policy" "$Q" "${PPL[@]}" --neuron-budget 10%
   expect_fail 2 "option --neuron-swap-worker without --neuron-policy" "$Q" "${PPL[@]}" --neuron-swap-worker
   expect_fail 2 "option --neuron-swap-worker needs --neuron-swap-every N" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-worker
+  expect_fail 2 "option --neuron-swap-stream without --neuron-policy" "$Q" "${PPL[@]}" --neuron-swap-stream main
+  expect_fail 2 "option --neuron-swap-stream says where the background worker uploads, and there is none" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 2 --neuron-swap-stream main
+  expect_fail 2 "option --neuron-swap-stream: 'side' is not a stream (copy or main)" "$Q" "${PPL[@]}" --neuron-swap-stream side
   expect_fail 2 "neuron budget '120%' is not a share" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile uniform --neuron-budget 120%
   expect_fail 2 "the model 30 x 1536: not its profile" "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy static --neuron-profile "$p" --neuron-budget 10%
   expect_fail 2 "puts the hot neurons on the second device of --devices, and there is none" "$Q" "${PPL[@]}" --neuron-policy static --neuron-profile uniform --neuron-budget 10%
 fi
 expect_fail 2 "option --neuron-policy: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-policy static
 expect_fail 2 "option --neuron-swap-worker: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-swap-worker
+expect_fail 2 "option --neuron-swap-stream: qinfer needle takes no neuron split" "$Q" needle -m smollm2-135m --neuron-swap-stream main
 if full_runs && ((have_corpus)); then
   # the qinfer policy's swaps between steps (decode mode: a step a token)
   if expect_ok "$Q" "${PPL[@]}" --decode --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 1; then
     grep -Eq "^neuron swaps: [0-9]+ rounds, [0-9]+ units moved to the second device \([0-9.]+ MiB copied\), [0-9.]+ ms in the rounds \([0-9.]+ ms a round\)$" "$tmp/out" ||
       bad "no swaps line: $(cat "$tmp/out")"
   fi
-  # the same swaps made by the background worker
-  if expect_ok "$Q" "${PPL[@]}" --decode --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 1 --neuron-swap-worker; then
-    grep -Eq "^neuron swaps: [0-9]+ rounds, [1-9][0-9]* units moved to the second device \([0-9.]+ MiB copied\) by the background worker; the steps waited [0-9.]+ ms for its holds and met a layer mid-swap [0-9]+ times$" "$tmp/out" ||
-      bad "no background swaps line: $(cat "$tmp/out")"
-  fi
+  # the same swaps made by the background worker, uploading on testdev's
+  # copy stream, then on its main one
+  for s in copy main; do
+    if expect_ok "$Q" "${PPL[@]}" --decode --devices cpu,testdev --neuron-policy qinfer:ratio=3 --neuron-profile uniform --neuron-budget 30% --neuron-swap-every 1 --neuron-swap-worker $([[ $s == main ]] && echo --neuron-swap-stream main); then
+      grep -Eq "^neuron swaps: [0-9]+ rounds, [1-9][0-9]* units moved to the second device \([0-9.]+ MiB copied\) by the background worker \(uploads on the device's $s stream\); the steps waited [0-9.]+ ms for its holds and met a layer mid-swap [0-9]+ times$" "$tmp/out" ||
+        bad "no background swaps line ($s stream): $(cat "$tmp/out")"
+    fi
+  done
 fi
 if full_runs && ((have_corpus)); then
   if expect_ok "$Q" "${PPL[@]}" --devices cpu,testdev --neuron-policy qinfer:ratio=auto --neuron-profile uniform --neuron-budget 30%; then

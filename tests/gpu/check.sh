@@ -141,8 +141,9 @@ synth_models() {
 # uniform profile, the qinfer policy with its ratio timed on the devices)
 # at 25%, 50% and 100% of the FFN against whole layers (ngl=half), batch 1
 # and 16, and at 50% with the policy's swaps (between steps, and by the
-# background worker): every run must finish, and FILE holds the rows and
-# the ratio.
+# background worker uploading on the GPU's copy stream, then on its main
+# one: what the copy stream saves): every run must finish, and FILE holds
+# the rows and the ratio.
 # shellcheck disable=SC2317 # called by name through step
 neuron_bench() {
   local q=$1 m=$2 f=$3 b n
@@ -154,13 +155,17 @@ neuron_bench() {
       --neuron-profile uniform --neuron-budget "$b" >>"$f" 2>&1 || return 1
   done
   # the qinfer policy's swaps at 50%: between steps, then by the background
-  # worker, whose uploads share the GPU's stream with the steps' ops
+  # worker, its uploads on the GPU's copy stream (beside the steps' ops) and
+  # on its main one (among them)
   echo "== hot neurons 50%, swaps every 4 steps" >>"$f"
   "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --neuron-policy qinfer:ratio=auto \
     --neuron-profile uniform --neuron-budget 50% --neuron-swap-every 4 >>"$f" 2>&1 || return 1
-  echo "== hot neurons 50%, swaps every 4 steps by the background worker" >>"$f"
-  "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --neuron-policy qinfer:ratio=auto \
-    --neuron-profile uniform --neuron-budget 50% --neuron-swap-every 4 --neuron-swap-worker >>"$f" 2>&1 || return 1
+  for s in copy main; do
+    echo "== hot neurons 50%, swaps every 4 steps by the background worker, uploads on the $s stream" >>"$f"
+    "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --neuron-policy qinfer:ratio=auto \
+      --neuron-profile uniform --neuron-budget 50% --neuron-swap-every 4 --neuron-swap-worker \
+      --neuron-swap-stream "$s" >>"$f" 2>&1 || return 1
+  done
   echo "== ngl=$((${n:-32} / 2))" >>"$f"
   "$q" bench -m "$m" --devices cpu,cuda -p 0 -n 32 -b 1,16 -r 2 --placement "ngl=$((${n:-32} / 2))" >>"$f" 2>&1 || return 1
   grep -E "ratio calibrated|neuron split|neuron swaps|tg32 @ b" "$f"

@@ -252,6 +252,12 @@ end
 T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
   neuron_budget = "30%", neuron_swap_worker = true } end, "needs 'neuron_swap_every'")
 T.raises(function() m:engine { neuron_swap_worker = true } end, "'neuron_swap_worker' without 'neuron_policy'")
+T.raises(function() m:engine { neuron_swap_stream = "main" } end, "'neuron_swap_stream' without 'neuron_policy'")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
+  neuron_budget = "30%", neuron_swap_every = 2, neuron_swap_stream = "main" } end, "there is none ('neuron_swap_worker')")
+T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
+  neuron_budget = "30%", neuron_swap_every = 2, neuron_swap_worker = true, neuron_swap_stream = "side" } end,
+  "'side' is not a stream (copy or main)")
 T.raises(function() m:engine { devices = "cpu,testdev", neuron_policy = "qinfer:ratio=3", neuron_profile = "uniform",
   neuron_budget = "30%", neuron_swap_every = 2, neuron_swap_worker = 1 } end, "neuron_swap_worker")
 T.raises(function() m:engine { neuron_policy = "static", neuron_profile = "uniform" } end, "neuron_budget")

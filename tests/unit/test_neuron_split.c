@@ -409,7 +409,8 @@ END_TEST
  * while 100 of the device's ops run, a step's worth (5 ms at most;
  * qi_testdev_slow_copies): every logit must stay
  * finite, which it would not if a step's op read bytes the copy stream was
- * still writing (a slot uploaded in place instead of through the staging). */
+ * still writing (a slot uploaded in place instead of through the staging).
+ * worker 3: as 1, the uploads on the main stream (none on the copy one). */
 static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
     uint8_t *mask = calloc((size_t)L * nu, 1);
@@ -432,6 +433,7 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     o.sparsity = sp;
     o.neuron_swap_every = 1;
     o.neuron_swap_worker = worker > 0;
+    o.neuron_swap_main_stream = worker == 3;
     o.neuron_live = &lo;
     o.neuron_activity = act;
     ck_assert_msg(qi_engine_create(g_smol, &o, &eng, &e) == QI_OK, "%s", e.msg);
@@ -491,7 +493,11 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
     qi_engine_neuron_swaps_get(eng, &sw);
     fprintf(stderr, "swaps%s%s%s: %ld rounds, %ld units moved, %.0f bytes, %.2f ms of the steps' thread; logits within "
             "%g of %g; %ld layer reads mid-swap\n", sp ? ", cold cats" : "", fail_at ? ", a copy failing" : "",
-            worker == 1 ? ", background worker" : worker == 2 ? ", background worker racing the steps" : "", sw.rounds,
+            worker == 1   ? ", background worker"
+            : worker == 2 ? ", background worker racing the steps"
+            : worker == 3 ? ", background worker uploading on the main stream"
+                          : "",
+            sw.rounds,
             sw.swaps, sw.bytes, 1e3 * sw.seconds, maxd, maxw, sw.mid);
     /* three uploads a swap (gate, up, down's blocks as one strided copy):
      * on the copy stream with the worker, on the main one without it. A
@@ -501,20 +507,29 @@ static void swap_run(const qi_sparsity *sp, long fail_at, int worker) {
         ck_assert_int_eq(qi_dev_synchronize(fast, &e), QI_OK);
         const long cs = qi_testdev_copies(fast, QI_STREAM_COPY) - cs0;
         fprintf(stderr, "  %ld copies on the fast device's copy stream\n", cs);
-        if (worker < 2)
-            ck_assert_int_eq(cs, worker ? 3 * sw.swaps : 0);
-        else
+        ck_assert(sw.copy_stream == (worker == 1 || worker == 2));
+        if (worker == 2)
             ck_assert_int_ge(cs, 3 * sw.swaps);
+        else
+            ck_assert_int_eq(cs, worker == 1 ? 3 * sw.swaps : 0);
     }
     if (!fail_at) {
-        if (worker < 2) ck_assert_int_eq(sw.rounds, 8);
+        if (worker != 2) ck_assert_int_eq(sw.rounds, 8);
         if (worker == 2) ck_assert_msg(sw.mid > 0, "no step met a layer mid-swap");
         ck_assert_int_gt(sw.swaps, L);
         if (!sp) ck_assert_msg(maxd < 1e-2 * maxw, "logits off by %g (largest %g)", maxd, maxw);
     }
     qi_engine_free(dense);
     qi_engine_free(eng);
-    /* refusals: no rule, a simulated machine */
+    /* refusals: the main stream without the worker, no rule */
+    if (!worker) {
+        o.neuron_swap_main_stream = true;
+        qi_engine *y = NULL;
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_engine_create(g_smol, &o, &y, &e), QI_ERR_INVALID);
+        ck_assert_msg(strstr(e.msg, "there is no worker"), "%s", e.msg);
+        o.neuron_swap_main_stream = false;
+    }
     o.neuron_live = NULL;
     qi_engine *x = NULL;
     qi_err_clear(&e);
@@ -542,6 +557,7 @@ START_TEST(swaps_worker) {
     swap_run(&sp, 0, 1);
     swap_run(NULL, 0, 2);
     swap_run(&sp, 0, 2);
+    swap_run(NULL, 0, 3);
 }
 END_TEST
 

@@ -145,15 +145,20 @@ typedef struct {
      * steps the engine feeds the activity it summed; the worker swaps,
      * each swap in the live state's three steps: the unit leaving a slot
      * is written into a spare place of the CPU's side and the slot's gate
-     * rows are zeroed (it then computes nothing), the incoming unit's up
-     * rows and down blocks are uploaded with no hold on the layer, then
-     * its gate rows, and its old place on the CPU's side becomes the
+     * rows are zeroed (it then computes nothing), the incoming unit's
+     * rows and blocks are uploaded with no hold on the layer into a
+     * staging buffer on the fast device, on its copy stream (beside the
+     * steps' ops; backend.h), then copied into the slot on the main
+     * stream after them, and its old place on the CPU's side becomes the
      * spare (its gate rows zeroed). A step holds each split layer while it
-     * computes its FFN, so every step sees each unit in one place; the
-     * uploads are queued on the fast device's stream between the steps'
-     * ops. Which step a swap lands before depends on the threads' timing,
-     * so runs are not repeatable to the bit. */
+     * computes its FFN, so every step sees each unit in one place. Which
+     * step a swap lands before depends on the threads' timing, so runs
+     * are not repeatable to the bit. */
     bool neuron_swap_worker;
+    /* With neuron_swap_worker: the uploads queued on the fast device's
+     * main stream, among the steps' ops, instead of its copy stream (an
+     * ablation of the overlap; the same staging and copies otherwise). */
+    bool neuron_swap_main_stream;
     const struct qi_neuron_live_opts *neuron_live;
     const double *neuron_activity;
     /* On a simulated machine (sim): in (0, 1], the share of the FFN
@@ -285,6 +290,7 @@ typedef struct {
     long rounds, swaps;
     double bytes, seconds;
     long mid; /* with neuron_swap_worker: a step's reads of a layer with a swap in progress (a slot empty) */
+    bool copy_stream; /* with neuron_swap_worker: its uploads ran on the fast device's copy stream */
 } qi_engine_neuron_swaps;
 void qi_engine_neuron_swaps_get(const qi_engine *e, qi_engine_neuron_swaps *out);
 /* The qinfer neuron policy's start-up calibration timer (a
