@@ -33,8 +33,9 @@ if ((fast == 0)); then
   # (sched_autogroup) the scheduler weighs that session as much as the
   # tests' whole one, whatever its tasks' nice: so it takes about a core
   # while it runs, and an engine test of two threads beside it takes up to
-  # twice its time (test_engine: 16 s, alone 7.6 s). It needs some 700 s
-  # of CPU (the AVX kernels under the sanitizers), and the tests leave
+  # twice its time (test_engine: 16 s, alone 7.6 s). It needs some 300 s
+  # of CPU (most of it the AVX kernels under the sanitizers, compiled with
+  # lighter flags there: CMakeLists.txt; 700 s before), and the tests leave
   # few idle cycles (their thread pools spin), so lower still (its group
   # at nice 19) it got almost none and its 6 minutes came after the tests;
   # started before the Release build, more of it is done beside that
