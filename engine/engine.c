@@ -1157,25 +1157,23 @@ static qi_status swap_state(qi_engine *e, qi_err *out) {
 }
 
 /* Uploads of unit u of layer l into fast slot s, queued on the fast
- * device's stream (ordered before the ops queued after them): which of
- * its gate rows (one copy), up rows (one copy) and block of every row of
- * down (one strided copy: the slot's blocks are a column of blocks in the
- * matrix). u < 0: zeros into the gate rows. */
-static qi_status slot_put(qi_engine *e, int l, int u, int s, bool gate, bool up_down, qi_err *err) {
+ * device's stream (ordered before the ops queued after them): its gate
+ * rows (one copy), up rows (one copy) and block of every row of down (one
+ * strided copy: the slot's blocks are a column of blocks in the matrix).
+ * u < 0: zeros into the gate rows alone (the slot then computes nothing). */
+static qi_status slot_put(qi_engine *e, int l, int u, int s, qi_err *err) {
     const qi_layer *ly = &e->m->layers[l];
     const qi_ffn_split *sp = &e->ns[l];
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
     qi_buf *buf = e->ns_buf[l][1];
     size_t gb, ub, blk;
     unit_bytes(ly, sp->unit, &gb, &ub, &blk);
-    qi_status st = QI_OK;
-    if (gate)
-        st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
-                           u < 0 ? e->ns_zero : (const char *)ly->w_gate.data + (size_t)u * gb, gb, err);
-    if (!st && up_down)
+    qi_status st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][0] + (size_t)s * gb),
+                                 u < 0 ? e->ns_zero : (const char *)ly->w_gate.data + (size_t)u * gb, gb, err);
+    if (!st && u >= 0)
         st = qi_dev_upload(fb, qi_view_of(buf, e->ns_off[l][1] + (size_t)s * ub),
                            (const char *)ly->w_up.data + (size_t)u * ub, ub, err);
-    if (!st && up_down)
+    if (!st && u >= 0)
         st = qi_dev_upload_2d(fb, qi_view_of(buf, e->ns_off[l][2] + (size_t)s * blk), (size_t)sp->down[1].row_bytes,
                               (const char *)ly->w_down.data + (size_t)u * blk, (size_t)ly->w_down.row_bytes, blk,
                               (size_t)ly->w_down.n_rows, err);
@@ -1276,7 +1274,7 @@ static int live_copy(void *ctx, int l, int a, int s) {
     int32_t *hot = e->ns_hot + (size_t)l * nu, *cold = e->ns_cold + (size_t)l * nu, *cpos = e->ns_cpos + (size_t)l * nu;
     const int b = hot[s], k = cpos[a];
     QI_ASSERT(b >= 0 && k >= 0 && cpos[b] < 0);
-    qi_status st = slot_put(e, l, a, s, true, true, &se);
+    qi_status st = slot_put(e, l, a, s, &se);
     if (!st) st = cold_put(e, l, k, b, &se);
     if (st) { /* b is now on neither side: the engine stops */
         swap_failed(e, st, &se);
@@ -1300,7 +1298,7 @@ static void live_leave(void *ctx, int l, int b, int s) {
     QI_ASSERT(hot[s] == b && cpos[b] < 0);
     hot[s] = -1;
     qi_status st = k < 0 ? QI_ERR(&se, QI_ERR_BACKEND, "layer %d: no spare place on the cold side for unit %d", l, b)
-                         : slot_put(e, l, -1, s, true, false, &se);
+                         : slot_put(e, l, -1, s, &se);
     if (!st) st = cold_put(e, l, k, b, &se);
     if (st) {
         swap_failed(e, st, &se);
