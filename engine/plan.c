@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,9 +212,13 @@ qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err) 
         char *end;
         errno = 0;
         const long n = strtol(spec + 4, &end, 10);
-        if (!spec[4] || *end || errno || n < 0 || n > (long)n_layer + 1)
-            return QI_ERR(err, QI_ERR_INVALID, "placement '%s': N must be an integer in 0..%d (layers + the output head)",
-                          spec, n_layer + 1);
+        /* N above the layers means every layer and the head, as llama.cpp's
+         * -ngl 99 does, so its commands carry over */
+        if (!spec[4] || *end || errno || n < 0 || n > INT_MAX)
+            return QI_ERR(err, QI_ERR_INVALID,
+                          "placement '%s': N must be an integer >= 0 (0..%d: that many last layers, the head "
+                          "counting as one more; above %d: all of them, as llama.cpp's -ngl 99)",
+                          spec, n_layer + 1, n_layer);
         if (n > 0 && p->n_devices < 2)
             return QI_ERR(err, QI_ERR_INVALID, "placement '%s' needs a second device (--devices cpu,NAME)", spec);
         qi_status st = alloc_layers(n_layer, p, err);

@@ -398,7 +398,7 @@ void qi_cli_place_help(void) {
            "                          (testdev: a second CPU device with its own memory and stream);\n"
            "                          with --sim, cpu,gpu[:BYTES] (the profile's GPU, its memory capped)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
-           "                          head when N > layers, on the second device); or a plan file:\n"
+           "                          head when N > layers, as -ngl 99, on the second device); or a plan file:\n"
            "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name;\n"
            "                          or policy:NAME[:K=V,...], a policy's plan (generate; bench --batch):\n");
     for (int i = 0; qi_placement_policies[i]; i++)

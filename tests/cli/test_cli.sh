@@ -119,7 +119,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: asking for one is a clea
   expect_fail 1 "cuda: " $Q generate $M -p hi -n 1 --devices cpu,cuda --placement ngl=2 --cupti
 fi
 expect_fail 2 "needs a second device" $Q generate $M -p hi -n 1 --placement ngl=2
-expect_fail 2 "N must be an integer in 0..31" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=32
+expect_fail 2 "N must be an integer >= 0" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement ngl=-1
 expect_fail 1 "not a readable plan file" $Q generate $M -p hi -n 1 --placement "$tmp/none.plan"
 printf 'cpu cpu\nnope cpu\n' >"$tmp/bad.plan"
 expect_fail 1 "bad.plan:2: no device 'nope'" $Q generate $M -p hi -n 1 --devices cpu,testdev --placement "$tmp/bad.plan"

@@ -74,7 +74,19 @@ START_TEST(test_all_cpu_and_ngl) {
         ck_assert_str_eq(s, want);
         qi_plan_free(&q);
     }
-    static const char *const bad[] = {"ngl=", "ngl=-1", "ngl=32", "ngl=3x", "ngl=99999999999999999999", "NGL=3"};
+    /* above the layer count: every layer and the head, as llama.cpp's -ngl 99 */
+    static const char *const all[] = {"ngl=32", "ngl=99", "ngl=2147483647"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        qi_plan q = two();
+        ck_assert_msg(qi_plan_parse(all[i], 30, &q, &e) == QI_OK, "%s: %s", all[i], e.msg);
+        for (int l = 0; l < 30; l++) ck_assert(q.layers[l].attn_dev == 1 && q.layers[l].mlp_dev == 1);
+        ck_assert_int_eq(q.head_dev, 1);
+        ck_assert_int_eq(q.embd_dev, 0);
+        qi_plan_summary(&q, s, sizeof s);
+        ck_assert_str_eq(s, "ngl=31 (testdev)");
+        qi_plan_free(&q);
+    }
+    static const char *const bad[] = {"ngl=", "ngl=-1", "ngl=3x", "ngl=2147483648", "ngl=99999999999999999999", "NGL=3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         qi_plan q = two();
         qi_err_clear(&e);

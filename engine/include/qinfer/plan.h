@@ -61,7 +61,7 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
  *   all-cpu  every block on device 0 (the default);
  *   ngl=N    llama.cpp's -ngl: the last N layers (attention and MLP) on
  *            device 1, and the output head too when N exceeds the layer
- *            count (N up to n_layer + 1);
+ *            count (any N above n_layer: all of them, as -ngl 99);
  *   a file   one line per layer, in order: ATTN MLP [SPLIT [SPLIT_DEV]]
  *            (devices by name or index, SPLIT a ratio in [0, 1], its
  *            device by default the other of a two-device list), and
