@@ -74,7 +74,9 @@ START_TEST(test_shipped) {
             ck_assert(p.gpu_mem_bytes.value > 1e9 && p.gpu_mem_bytes.value < 1e12);
             ck_assert(p.gpu_mem_bw.value > 1e11 && p.gpu_mem_bw.value < 1e14);
             ck_assert(p.gpu_launch.value >= 1e-6 && p.gpu_launch.value <= 1e-4);
-            ck_assert(p.gpu_fp16_tensor.value > p.gpu_fp32.value);
+            ck_assert(p.gpu_fp16_tensor.value >= p.gpu_fp32.value);
+            ck_assert(!p.gpu_clock.set || (p.gpu_clock.value > 5e8 && p.gpu_clock.value < 4e9));
+            ck_assert(!p.gpu_tdp.set || (p.gpu_tdp.value >= 30 && p.gpu_tdp.value <= 1500));
             ck_assert(p.link_h2d_bw.value < p.gpu_mem_bw.value);
         }
         n++;

@@ -48,6 +48,8 @@ static const field fields[] = {
     NUM("gpu.mem_bw", gpu_mem_bw, 'b', REQ_GPU, "GB/s", 1e9),
     NUM("gpu.mem", gpu_mem_bytes, 'm', REQ_GPU, "GiB", 1073741824.0),
     NUM("gpu.launch", gpu_launch, 't', REQ_GPU, "us", 1e-6),
+    NUM("gpu.clock", gpu_clock, 'h', OPT_GPU, "MHz", 1e6),
+    NUM("gpu.tdp", gpu_tdp, 'w', OPT_GPU, "W", 1),
     STR("link.name", link_name, REQ_GPU),
     NUM("link.h2d_bw", link_h2d_bw, 'b', REQ_GPU, "GB/s", 1e9),
     NUM("link.d2h_bw", link_d2h_bw, 'b', REQ_GPU, "GB/s", 1e9),
@@ -103,6 +105,12 @@ static double unit_factor(const char *u, char c) {
     case 'm':
         if (small) return 0;
         return strcmp(base, "B") == 0 ? f : 0;
+    case 'h':
+        if (small || binary) return 0;
+        return strcmp(base, "Hz") == 0 ? f : 0;
+    case 'w':
+        if (small || binary) return 0;
+        return strcmp(base, "W") == 0 ? f : 0;
     case 't':
         if (pl == 0 && strcmp(u, "s") == 0) return 1;
         return small && strcmp(base, "s") == 0 ? f : 0;
@@ -172,8 +180,14 @@ bool qi_hwprofile_value(const char *s, char c, double *out, const char **why) {
     if (f == 0) {
         static const char *const msgs[] = {"unknown unit, want a compute rate (FLOP/s or OP/s)",
                                            "unknown unit, want a bandwidth (B/s)",
-                                           "unknown unit, want a size (B)", "unknown unit, want a time (s)"};
-        *why = c == 'f' ? msgs[0] : c == 'b' ? msgs[1] : c == 'm' ? msgs[2] : msgs[3];
+                                           "unknown unit, want a size (B)", "unknown unit, want a time (s)",
+                                           "unknown unit, want a frequency (Hz)", "unknown unit, want a power (W)"};
+        *why = c == 'f'   ? msgs[0]
+               : c == 'b' ? msgs[1]
+               : c == 'm' ? msgs[2]
+               : c == 'h' ? msgs[4]
+               : c == 'w' ? msgs[5]
+                          : msgs[3];
         return false;
     }
     *out = v * f;

@@ -27,8 +27,8 @@ typedef struct {
 } qi_hwfig;
 
 /* kind: "server", "desktop", "cloud-vm" or "cpu-only"; a cpu-only profile
- * has no gpu.* or link.* field, every other kind has them all (gpu.bf16 and
- * cpu.int8 are optional everywhere). */
+ * has no gpu.* or link.* field, every other kind has them all (gpu.bf16, gpu.clock,
+ * gpu.tdp and cpu.int8 are optional everywhere). */
 typedef struct qi_hwprofile {
     char name[64];
     char kind[16];
@@ -43,6 +43,8 @@ typedef struct qi_hwprofile {
     qi_hwfig gpu_mem_bw;      /* bytes/s */
     qi_hwfig gpu_mem_bytes;   /* bytes */
     qi_hwfig gpu_launch;      /* seconds per kernel launch */
+    qi_hwfig gpu_clock;       /* Hz, the boost clock; optional */
+    qi_hwfig gpu_tdp;         /* W, the board's power limit; optional */
     /* the host-GPU link */
     char link_name[96];
     qi_hwfig link_h2d_bw; /* bytes/s, host to device */
@@ -73,7 +75,8 @@ qi_status qi_hwprofile_parse(const char *text, size_t len, const char *name, qi_
                              qi_err *err);
 
 /* Parse "<number> <unit>" as the unit class of a field: 'f' FLOP/s or
- * OP/s, 'b' bandwidth, 'm' bytes, 't' time, 'n' a count (no unit). Gives
+ * OP/s, 'b' bandwidth, 'm' bytes, 't' time, 'h' frequency (Hz), 'w' power
+ * (W), 'n' a count (no unit). Gives
  * the value in SI base units; false (with why, a short phrase, in *why)
  * when it is not one. Decimal prefixes (k M G T P) are powers of 1000,
  * binary ones (Ki Mi Gi Ti) powers of 1024. */

@@ -13,6 +13,8 @@ gpu.fp32 = 19.5 TFLOP/s        # source: NVIDIA A100 datasheet, FP32 (non-tensor
 gpu.mem_bw = 1935 GB/s         # source: NVIDIA A100 datasheet, 80GB PCIe, HBM2e bandwidth
 gpu.mem = 80 GiB               # source: NVIDIA A100 datasheet "80GB HBM2e" (binary: 81920 MiB as the driver reports)
 gpu.launch = 5 us              # source: estimate, typical CUDA kernel launch cost; calibration replaces it
+gpu.clock = 1410 MHz           # source: NVIDIA A100 Tensor Core GPU architecture whitepaper, boost clock 1410 MHz
+gpu.tdp = 300 W               # source: NVIDIA A100 datasheet, max thermal design power, 80GB PCIe
 
 link.name = PCIe 4.0 x16
 link.h2d_bw = 31.5 GB/s        # source: PCIe 4.0 spec, 16 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical; about 25 GB/s is achieved)

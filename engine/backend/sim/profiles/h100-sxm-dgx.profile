@@ -12,6 +12,8 @@ gpu.fp32 = 67 TFLOP/s          # source: NVIDIA H100 datasheet, SXM, FP32 (non-t
 gpu.mem_bw = 3.35 TB/s         # source: NVIDIA H100 datasheet, SXM, HBM3 bandwidth
 gpu.mem = 80 GiB               # source: NVIDIA H100 datasheet "80GB" (binary, as HBM stacks are)
 gpu.launch = 5 us              # source: estimate, typical CUDA kernel launch cost; calibration replaces it
+gpu.clock = 1980 MHz           # source: NVIDIA H100 Tensor Core GPU architecture whitepaper, H100 SXM5 boost clock
+gpu.tdp = 700 W               # source: NVIDIA H100 datasheet, SXM, max thermal design power up to 700W
 
 link.name = PCIe 5.0 x16
 link.h2d_bw = 63 GB/s          # source: PCIe 5.0 spec, 32 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical)

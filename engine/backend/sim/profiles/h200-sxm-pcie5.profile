@@ -12,6 +12,8 @@ gpu.fp32 = 67 TFLOP/s          # source: NVIDIA H200 datasheet, SXM, FP32 (non-t
 gpu.mem_bw = 4.8 TB/s          # source: NVIDIA H200 datasheet, HBM3e bandwidth
 gpu.mem = 141 GB               # source: NVIDIA H200 datasheet, 141GB HBM3e (stored as written, decimal)
 gpu.launch = 5 us              # source: estimate, typical CUDA kernel launch cost; calibration replaces it
+gpu.clock = 1980 MHz           # source: estimate, the H100 SXM5 boost clock (the same GH100 die; NVIDIA H100 architecture whitepaper)
+gpu.tdp = 700 W               # source: NVIDIA H200 datasheet, SXM, max thermal design power up to 700W
 
 link.name = PCIe 5.0 x16
 link.h2d_bw = 63 GB/s          # source: PCIe 5.0 spec, 32 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical)

@@ -12,6 +12,8 @@ gpu.fp32 = 82.6 TFLOP/s        # source: NVIDIA Ada Lovelace architecture whitep
 gpu.mem_bw = 1008 GB/s         # source: NVIDIA RTX 4090 specifications, 24GB GDDR6X at 21 Gbps on 384 bits
 gpu.mem = 24 GiB               # source: NVIDIA RTX 4090 specifications "24GB GDDR6X" (binary)
 gpu.launch = 5 us              # source: estimate, typical CUDA kernel launch cost; calibration replaces it
+gpu.clock = 2520 MHz           # source: NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 boost clock
+gpu.tdp = 450 W               # source: NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 total graphics power
 
 link.name = PCIe 4.0 x16
 link.h2d_bw = 31.5 GB/s        # source: PCIe 4.0 spec, 16 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical; about 25 GB/s is achieved)

@@ -11,6 +11,8 @@ gpu.fp32 = 8.1 TFLOP/s         # source: NVIDIA T4 datasheet, single precision
 gpu.mem_bw = 320 GB/s          # source: NVIDIA T4 datasheet, GDDR6 bandwidth
 gpu.mem = 16 GiB               # source: NVIDIA T4 datasheet "16 GB GDDR6" (binary)
 gpu.launch = 5 us              # source: estimate, typical CUDA kernel launch cost; calibration replaces it
+gpu.clock = 1590 MHz           # source: NVIDIA T4 product brief, boost clock
+gpu.tdp = 70 W               # source: NVIDIA T4 datasheet, max power consumption
 
 link.name = PCIe 3.0 x16
 link.h2d_bw = 15.75 GB/s       # source: PCIe 3.0 spec, 8 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical)

@@ -1,0 +1,28 @@
+# A100 40GB PCIe in a two-socket Ice Lake server.
+name = a100-40gb-pcie
+kind = server
+
+gpu.name = NVIDIA A100 40GB PCIe
+gpu.count = 1  # source: one GPU modelled
+gpu.fp16_tensor = 312 TFLOP/s  # source: NVIDIA A100 datasheet, FP16 Tensor Core, dense (624 with sparsity)
+gpu.bf16_tensor = 312 TFLOP/s  # source: NVIDIA A100 datasheet, BF16 Tensor Core, dense
+gpu.int8_tensor = 624 TOP/s  # source: NVIDIA A100 datasheet, INT8 Tensor Core, dense (1248 with sparsity)
+gpu.fp32 = 19.5 TFLOP/s  # source: NVIDIA A100 datasheet, FP32 (non-tensor)
+gpu.mem_bw = 1555 GB/s  # source: NVIDIA A100 datasheet, 40GB PCIe, HBM2 bandwidth
+gpu.mem = 40 GiB  # source: NVIDIA A100 datasheet "40GB" HBM (binary)
+gpu.launch = 5 us  # source: estimate, typical CUDA kernel launch cost; the calibration's gpu_op_cycles replaces it where the profile gives the clock
+gpu.clock = 1410 MHz  # source: NVIDIA A100 Tensor Core GPU architecture whitepaper, boost clock 1410 MHz
+gpu.tdp = 250 W  # source: NVIDIA A100 datasheet, max thermal design power, 40GB PCIE
+
+link.name = PCIe 4.0 x16
+link.h2d_bw = 31.5 GB/s  # source: PCIe 4.0 spec, 16 GT/s x 16 lanes, 128b/130b encoding, per direction (theoretical; about 25 GB/s is achieved)
+link.d2h_bw = 31.5 GB/s  # source: PCIe 4.0 spec, 16 GT/s x 16 lanes, 128b/130b encoding, as h2d, per direction (theoretical; about 25 GB/s is achieved)
+link.latency = 10 us  # source: estimate, a small cudaMemcpy over PCIe end to end
+
+cpu.name = 2x Intel Xeon Gold 6330 (Ice Lake, representative)
+cpu.sockets = 2  # source: estimate, a two-socket PCIe server of the GPU's generation
+cpu.cores = 56  # source: Intel ARK, Xeon Gold 6330: 28 cores per socket
+cpu.fp32 = 7.17 TFLOP/s  # source: estimate, 56 cores x 2.0 GHz base x 64 FLOP/cycle (two AVX-512 FMA units)
+cpu.int8 = 28.7 TOP/s  # source: estimate, 56 cores x 2.0 GHz x 256 OP/cycle (AVX-512 VNNI, two ports)
+cpu.mem_bw = 375.4 GB/s  # source: Intel ARK, 8 channels DDR4-2933 per socket: 2 x 8 x 2933 MT/s x 8 B (theoretical)
+cpu.mem = 512 GiB  # source: estimate, a typical configuration for this class of server
