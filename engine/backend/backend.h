@@ -501,6 +501,25 @@ typedef struct {
      * qi_type id: "cpu_matmul_compute_q5_0"), where its dot product costs
      * more or less per FLOP than the others'; 0: compute[0][0] */
     double cpu_matmul_type[QI_TYPE_COUNT];
+    /* The GPU's kernels as llama.cpp's run them (sim/README.md, "The GPU's
+     * cost model"); at their defaults (0, the overlap 1) the plain roofline:
+     * gpu_matvec_compute: the efficiency of the FP32 rate a matmul of
+     *   fewer than 8 rows reaches (0: compute[1][0]);
+     * gpu_gemm_simt: the CUDA-core work of a quantised GEMM (unpacking and
+     *   scaling its blocks) per tensor FLOP, at the FP32 rate, in [0, 1];
+     * gpu_matmul_overlap: how much of the shorter of a matmul's compute
+     *   and memory times hides under the longer (1: max, the default; 0:
+     *   their sum);
+     * gpu_op_cycles: a kernel's fixed cost (launch, ramp, tail) in GPU
+     *   clock cycles, in place of the profile's gpu.launch where it gives
+     *   gpu.clock;
+     * gpu_power_ref, gpu_power_exp: the clock a power-limited board holds,
+     *   min(1, (tdp / (fp32 TFLOP/s x ref))^exp) of its boost clock, on
+     *   every compute rate and gpu_op_cycles (profiles with gpu.tdp);
+     * gpu_matmul_type: the GEMM compute efficiency of a weight type
+     *   ("gpu_matmul_compute_f16"; 0: compute[1][0]). */
+    double gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, gpu_power_exp;
+    double gpu_matmul_type[QI_TYPE_COUNT];
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */

@@ -36,6 +36,7 @@
  * since the engine frees and allocates blocks of a few sizes.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -146,6 +147,7 @@ void qi_sim_params_default(qi_sim_params *p) {
         p->compute[0][k] = cpu_c[k];
         p->memory[0][k] = cpu_m[k];
     }
+    p->gpu_matmul_overlap = 1;
     p->link = 0.80;
     p->cpu_op_s = 4e-6;
     p->noise = 0;
@@ -172,6 +174,39 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
             return QI_OK;
         }
     }
+    if (!strncmp(key, "gpu_matmul_compute_", 19)) {
+        for (int t = 0; t < QI_TYPE_COUNT; t++) {
+            const qi_type_info *ti = qi_type_get((uint32_t)t);
+            if (!ti || !ti->name || strcmp(key + 19, ti->name) != 0) continue;
+            if (!(v > 0) || v > 1)
+                return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is not an efficiency in (0, 1]", key, v);
+            p->gpu_matmul_type[t] = v;
+            return QI_OK;
+        }
+    }
+    /* the GPU's kernel model: fractions of a peak at most 1 (a GPU's
+     * datasheet rates are the silicon's, no cache serves above them) */
+    static const struct {
+        const char *key;
+        size_t off;
+        double hi;
+        bool zero_ok;
+    } gk[] = {
+        {"gpu_matvec_compute", offsetof(qi_sim_params, gpu_matvec_compute), 1, false},
+        {"gpu_gemm_simt", offsetof(qi_sim_params, gpu_gemm_simt), 1, true},
+        {"gpu_matmul_overlap", offsetof(qi_sim_params, gpu_matmul_overlap), 1, true},
+        {"gpu_op_cycles", offsetof(qi_sim_params, gpu_op_cycles), 1e6, true},
+        {"gpu_power_ref", offsetof(qi_sim_params, gpu_power_ref), 1000, true},
+        {"gpu_power_exp", offsetof(qi_sim_params, gpu_power_exp), 2, true},
+    };
+    for (size_t i = 0; i < sizeof gk / sizeof gk[0]; i++) {
+        if (strcmp(key, gk[i].key) != 0) continue;
+        if ((!gk[i].zero_ok && !(v > 0)) || v > gk[i].hi)
+            return QI_ERR(err, QI_ERR_INVALID, "sim: %s = %g is out of its range %s%g]", key, v,
+                          gk[i].zero_ok ? "[0, " : "(0, ", gk[i].hi);
+        *(double *)((char *)p + gk[i].off) = v;
+        return QI_OK;
+    }
     if (!strcmp(key, "link")) {
         if (!(v > 0) || v > 1) return QI_ERR(err, QI_ERR_INVALID, "sim: link = %g is not an efficiency in (0, 1]", v);
         return p->link = v, QI_OK;
@@ -193,7 +228,9 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
             }
     return QI_ERR(err, QI_ERR_INVALID,
                   "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, {cpu,gpu}_{matmul,attention,other}_"
-                  "{compute,memory}, and cpu_matmul_compute_TYPE, TYPE a weight type such as q4_k)",
+                  "{compute,memory}, {cpu,gpu}_matmul_compute_TYPE, TYPE a weight type such as q4_k, "
+                  "gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, "
+                  "gpu_power_exp)",
                   key);
 }
 
@@ -245,15 +282,36 @@ static double noise(qi_sim *s) {
  * device's memory bandwidth, with the class's efficiencies; tc_given >= 0
  * is the compute time worked out by the caller instead (a CPU matmul of
  * weights whose types have efficiencies of their own). */
+/* The share of its boost clock a power-limited GPU holds (gpu_power_ref,
+ * gpu_power_exp): 1 without the parameters or the profile's gpu.tdp. */
+static double gpu_clock_share(const qi_sim *s) {
+    const qi_sim_params *p = &s->par;
+    if (!(p->gpu_power_ref > 0) || !s->prof.gpu_tdp.set || !(s->prof.gpu_fp32.value > 0)) return 1;
+    const double r = s->prof.gpu_tdp.value / (s->prof.gpu_fp32.value * 1e-12 * p->gpu_power_ref);
+    return r >= 1 ? 1 : pow(r, p->gpu_power_exp);
+}
+
+/* A GPU kernel's fixed cost: gpu_op_cycles at the clock it holds, else the
+ * profile's launch. */
+static double gpu_overhead(const qi_sim *s) {
+    if (s->par.gpu_op_cycles > 0 && s->prof.gpu_clock.set)
+        return s->par.gpu_op_cycles / (s->prof.gpu_clock.value * gpu_clock_share(s));
+    return s->prof.gpu_launch.value;
+}
+
 static double op_time_tc(qi_backend *b, int cls, double flops, double bytes, double peak, double tc_given) {
     sim_dev *d = S(b);
     const qi_sim_params *p = &d->sim->par;
     const int g = d->gpu;
     const double bw = g ? d->sim->prof.gpu_mem_bw.value : d->sim->prof.cpu_mem_bw.value;
-    const double tc = tc_given >= 0 ? tc_given : flops > 0 ? flops / (peak * p->compute[g][cls]) : 0;
+    const double clk = g ? gpu_clock_share(d->sim) : 1;
+    const double tc = tc_given >= 0 ? tc_given : flops > 0 ? flops / (peak * clk * p->compute[g][cls]) : 0;
     const double tm = bytes > 0 ? bytes / (bw * p->memory[g][cls]) : 0;
-    const double over = g ? d->sim->prof.gpu_launch.value : p->cpu_op_s;
-    return ((tc > tm ? tc : tm) + over) * noise(d->sim);
+    const double over = g ? gpu_overhead(d->sim) : p->cpu_op_s;
+    const double hi = tc > tm ? tc : tm, lo = tc > tm ? tm : tc;
+    /* a GPU matmul's compute and memory overlap as far as gpu_matmul_overlap says */
+    const double t = g && cls == 0 ? hi + (1 - p->gpu_matmul_overlap) * lo : hi;
+    return (t + over) * noise(d->sim);
 }
 
 static double op_time(qi_backend *b, int cls, double flops, double bytes, double peak) {
@@ -290,20 +348,42 @@ static double vec_peak(qi_backend *b) {
  * rows enough for a GEMM (dequantised to fp16 tiles), the CUDA cores for
  * the matrix-vector kernels of decode; on the CPU, the integer dot
  * products of a quantised weight where the profile gives their rate. */
+static bool is_quant(const qi_weight *w) {
+    return w->type != QI_TYPE_F32 && w->type != QI_TYPE_F16 && w->type != QI_TYPE_BF16;
+}
+
 static double matmul_peak(qi_backend *b, const qi_weight *w, int T) {
     const qi_hwprofile *pr = &S(b)->sim->prof;
-    if (S(b)->gpu) return T >= 8 ? pr->gpu_fp16_tensor.value : pr->gpu_fp32.value;
-    const bool quant = w->type != QI_TYPE_F32 && w->type != QI_TYPE_F16 && w->type != QI_TYPE_BF16;
-    return quant && pr->cpu_int8.set ? pr->cpu_int8.value : pr->cpu_fp32.value;
+    if (S(b)->gpu) return T >= 8 ? (is_quant(w) ? pr->gpu_int8_tensor.value : pr->gpu_fp16_tensor.value)
+                                 : pr->gpu_fp32.value;
+    return is_quant(w) && pr->cpu_int8.set ? pr->cpu_int8.value : pr->cpu_fp32.value;
+}
+
+/* A GPU matmul's compute time: below 8 rows the matrix-vector kernels at
+ * the FP32 rate (gpu_matvec_compute); from 8 a GEMM on the tensor cores,
+ * int8 for a quantised weight (its activations quantised to 8 bits, as
+ * llama.cpp's MMQ) or fp16, at its type's efficiency, plus for a
+ * quantised one the unpacking on the CUDA cores (gpu_gemm_simt); all at
+ * the clock the board holds. */
+static double gpu_mm_tc(qi_backend *b, const qi_weight *w, int T, double f) {
+    const qi_sim *s = S(b)->sim;
+    const qi_sim_params *p = &s->par;
+    const double clk = gpu_clock_share(s), fp32 = s->prof.gpu_fp32.value * clk;
+    if (T < 8) return f / (fp32 * (p->gpu_matvec_compute > 0 ? p->gpu_matvec_compute : p->compute[1][0]));
+    const double eff = w->type < QI_TYPE_COUNT && p->gpu_matmul_type[w->type] > 0 ? p->gpu_matmul_type[w->type]
+                                                                                    : p->compute[1][0];
+    return f / (matmul_peak(b, w, T) * clk * eff) + (is_quant(w) ? p->gpu_gemm_simt * f / fp32 : 0);
 }
 
 static double wbytes(const qi_weight *w) { return (double)w->row_bytes * (double)w->n_rows; }
 
-/* The CPU's compute time for a weight's FLOPs where its type has an
- * efficiency of its own (cpu_matmul_compute_TYPE), else -1. */
-static double cpu_type_tc(qi_backend *b, const qi_weight *w, int T, double f) {
+/* A matmul's compute time for a weight's FLOPs: on the GPU always
+ * (gpu_mm_tc); on the CPU where its type has an efficiency of its own
+ * (cpu_matmul_compute_TYPE), else -1. */
+static double type_tc(qi_backend *b, const qi_weight *w, int T, double f) {
     const qi_sim_params *p = &S(b)->sim->par;
-    if (S(b)->gpu || w->type >= QI_TYPE_COUNT || !(p->cpu_matmul_type[w->type] > 0)) return -1;
+    if (S(b)->gpu) return gpu_mm_tc(b, w, T, f);
+    if ( w->type >= QI_TYPE_COUNT || !(p->cpu_matmul_type[w->type] > 0)) return -1;
     return f / (matmul_peak(b, w, T) * p->cpu_matmul_type[w->type]);
 }
 
@@ -311,7 +391,7 @@ static void sim_matmul(qi_backend *b, const qi_weight *w, const float *x, int T,
     (void)x, (void)y;
     const double f = 2.0 * T * (double)w->n_rows * (double)w->n_cols;
     advance(b, 0, op_time_tc(b, 0, f, wbytes(w) + 4.0 * T * ((double)w->n_cols + (double)w->n_rows),
-                             matmul_peak(b, w, T), cpu_type_tc(b, w, T, f)));
+                             matmul_peak(b, w, T), type_tc(b, w, T, f)));
 }
 
 static void sim_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
@@ -322,15 +402,16 @@ static void sim_matmul_n(qi_backend *b, const qi_weight *const *w, float *const 
         const double fi = 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols;
         f += fi;
         by += wbytes(w[i]) + 4.0 * T * (double)w[i]->n_rows;
-        typed |= cpu_type_tc(b, w[i], T, fi) >= 0;
+        typed |= type_tc(b, w[i], T, fi) >= 0;
     }
-    /* one launch for all of them, at the first weight's rate; on the CPU
-     * with a type's own efficiency, each weight's FLOPs at its own */
+    /* one launch for all of them, at the first weight's rate; on the GPU,
+     * and on the CPU with a type's own efficiency, each weight's FLOPs at
+     * its own */
     double tc_given = -1;
     if (typed) {
         const qi_sim_params *p = &S(b)->sim->par;
         for (int i = 0; i < n; i++) {
-            const double fi = 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols, ti = cpu_type_tc(b, w[i], T, fi);
+            const double fi = 2.0 * T * (double)w[i]->n_rows * (double)w[i]->n_cols, ti = type_tc(b, w[i], T, fi);
             tc += ti >= 0 ? ti : fi / (matmul_peak(b, w[i], T) * p->compute[0][0]);
         }
         tc_given = tc;
@@ -493,7 +574,7 @@ static void sim_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src
         for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
         dur = 2.0 * n / (pr->cpu_mem_bw.value * p->memory[0][2]);
     } else if (in_dev(d, dst) && in_dev(d, src)) {
-        dur = 2.0 * n / (pr->gpu_mem_bw.value * p->memory[1][2]) + pr->gpu_launch.value;
+        dur = 2.0 * n / (pr->gpu_mem_bw.value * p->memory[1][2]) + gpu_overhead(d->sim);
     } else if (in_dev(d, dst)) {
         dur = pr->link_latency.value + n / (pr->link_h2d_bw.value * p->link);
     } else {
