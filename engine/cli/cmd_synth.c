@@ -71,8 +71,10 @@ static const synth_shape k_presets[] = {
     /* Gemma 3 270M: 4 query heads of 256 over a 640-wide stream, one KV
      * head, 512-token windows on five layers of six, a 262k vocabulary */
     {"gemma3-270m", 640, 2048, 18, 4, 1, 262144, 32768, 1000000.0f, true, "gemma3", 256, 512, 10000.0f},
-    /* OPT-30B: MHA, fc1/fc2 with ReLU, learned positions, tied head */
+    /* OPT (6.7B, 30B, 175B): MHA, fc1/fc2 with ReLU, learned positions, tied head */
+    {"opt-6.7b", 4096, 16384, 32, 32, 32, 50272, 2048, 10000.0f, true, "opt", 0, 0, 0.0f},
     {"opt-30b", 7168, 28672, 48, 56, 56, 50272, 2048, 10000.0f, true, "opt", 0, 0, 0.0f},
+    {"opt-175b", 12288, 49152, 96, 96, 96, 50272, 2048, 10000.0f, true, "opt", 0, 0, 0.0f},
     /* Falcon-40B: 8 KV heads, parallel attention and GELU MLP, two LayerNorms */
     {"falcon-40b", 8192, 32768, 60, 128, 8, 65024, 2048, 10000.0f, true, "falcon", 0, 0, 0.0f},
 };
