@@ -236,6 +236,8 @@ int qi_cmd_synth(int argc, char **argv);
 int qi_cmd_serve(int argc, char **argv);
 int qi_cmd_load(int argc, char **argv);
 int qi_cmd_calibrate(int argc, char **argv);
+int qi_cmd_calibrate_published(int argc, char **argv); /* calibrate --published (cmd_simpub.c) */
+int qi_cmd_sim_validate(int argc, char **argv);
 int qi_cmd_profile(int argc, char **argv);
 int qi_cmd_neuron(int argc, char **argv);
 

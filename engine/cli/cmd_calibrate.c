@@ -79,6 +79,8 @@ static void help(void) {
         "                        had other processes above PCT%% of the CPUs (default 100: none)\n"
         "      --devices LIST    devices, for both engines (default cpu)\n"
         "      --placement P     placement, for both engines (default all-cpu)\n"
+        "      --published FILE  fit the GPU parameters to published measurements instead\n"
+        "                        (qinfer calibrate --published FILE --help)\n"
         "  -h, --help            this help\n"
         "The column others %% is the share of the CPUs other processes used during a point's\n"
         "quietest run (/proc/stat): the measurement is this machine's own only near 0.\n",
@@ -295,6 +297,8 @@ int qi_cmd_calibrate(int argc, char **argv) {
     bool use_min = true;
     float max_others_pct = 100;
     bool quick = false, b_given = false, c_given = false, r_given = false, n_given = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--published")) return qi_cmd_calibrate_published(argc, argv);
     qi_cli_kv kvo;
     qi_cli_kv_init(&kvo);
     qi_cli_sim_allow(&kvo);

@@ -1,0 +1,206 @@
+/* test_sim_published.c - published GPU measurements as simulated workloads
+ * (qinfer/sim_published.h) and the GPU side's calibration.
+ *
+ * The table reader resolves each row's words into a profile, a model shape
+ * and a workload, and refuses a malformed line with FILE:LINE. The fit
+ * gives back known GPU parameters from rows simulated with them on three
+ * shipped profiles (a two-layer LLaMA-7B-shaped model, so each prediction
+ * takes milliseconds), and a planted fault (one row's figure 40% off)
+ * leaves both the error and a parameter visibly off, so the recovery
+ * check can fail. The shipped calibration (profiles/gpu-published.cal)
+ * loads, keeps every efficiency at most 1, and times a matmul on every
+ * shipped GPU profile.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "qinfer/calibrate.h"
+#include "qinfer/hwprofile.h"
+#include "qinfer/sim_published.h"
+#include "testutil.h"
+
+#define PROFILES QI_SOURCE_DIR "/engine/backend/sim/profiles"
+
+static char *write_tmp(const char *text) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/qi_test_pub_%d.tsv", (int)getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+START_TEST(test_table) {
+    const char *text =
+        "# a comment\n"
+        "use\tsystem\tmodel\tweights\thardware\ttest\tvalue\tunit\tsettings\tsource\n"
+        "train\tllama.cpp\tLlama-2-7B\tQ4_0\tNVIDIA GeForce RTX 4090\tpp512\t11992.7\ttok/s\t-ngl 99 -fa 0\tsrc\n"
+        "train\tllama.cpp\tLlama-2-7B\tQ4_0\tNVIDIA GeForce RTX 4090\ttg128\t186.21\ttok/s\tsame\tsame\n"
+        "train\tllama.cpp\tLlama-2-7B\tQ4_0\tNVIDIA GeForce RTX 4090\ttg128 (flash attention)\t188.96\ttok/s\t-fa 1\tsame\n"
+        "check\tllama.cpp\tLlama-2-70B\tQ4_0\tNVIDIA A100 80GB\tdecode (1024 tokens after a ~500-token prompt)\t25.68"
+        "\ttok/s\t./main -ngl 40\tsrc\n"
+        "train\tFlexGen\tOPT-6.7B\tFP16\tNVIDIA T4 16GB\tgeneration throughput, prompt 512, generate 32\t25.26\ttok/s"
+        "\teffective batch 2, all on GPU\tsrc\n"
+        "train\tFlexGen\tOPT-30B\tFP16\tNVIDIA T4 16GB\tgeneration throughput, prompt 512, generate 32\t7.32\ttok/s"
+        "\teffective batch 144, lowest tier CPU\tsrc\n"
+        "check\tllama.cpp\tLlama-2-7B\tQ4_0\tNVIDIA L40\tpp512\t100\ttok/s\t-ngl 99\tsrc\n"
+        "check\tllama.cpp\tLlama-2-7B\tQ4_0\tAMD MI300X\tpp512\t100\ttok/s\t-ngl 99\tsrc\n"
+        "input\tFlexGen\tOPT-30B\tFP16\tT4 16GB\tpolicy\t--percent 20 80\t-\tx\tsrc\n";
+    qi_pub_row *r = NULL;
+    int n = 0;
+    qi_err e = {0};
+    ck_assert_msg(qi_pub_load(write_tmp(text), &r, &n, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(n, 9);
+    ck_assert(r[0].ok && r[0].kind == QI_PUB_PP && r[0].n_tokens == 512 && r[0].ngl == 99 && !r[0].flash_attn);
+    ck_assert_str_eq(r[0].profile, "rtx4090-desktop");
+    ck_assert_str_eq(r[0].preset, "llama-7b");
+    ck_assert_str_eq(r[0].type, "q4_0");
+    ck_assert(r[1].ok && r[1].kind == QI_PUB_TG && r[1].ctx == 64 && r[1].ngl == 99); /* "same": the row above's */
+    ck_assert(r[2].flash_attn && r[2].ngl == 99);
+    ck_assert(r[3].ok && r[3].kind == QI_PUB_TG && r[3].ctx == 1012 && r[3].ngl == 40);
+    ck_assert_str_eq(r[3].profile, "a100-pcie-2xeon");
+    ck_assert(r[4].ok && r[4].kind == QI_PUB_GEN && r[4].batch == 2 && r[4].n_tokens == 512 && r[4].n_gen == 32);
+    ck_assert_str_eq(r[4].preset, "opt-6.7b");
+    ck_assert(!r[5].ok && strstr(r[5].why, "offload"));
+    ck_assert_str_eq(r[6].profile, "l40"); /* not L4 */
+    ck_assert(!r[7].ok && strstr(r[7].why, "no profile"));
+    ck_assert(!r[8].ok && isnan(r[8].value));
+    qi_free(r);
+    /* a short line and a figure that is not a number, each at its line */
+    const char *bad[] = {"train\tllama.cpp\tLlama-2-7B\n",
+                         "# c\ntrain\tllama.cpp\tLlama-2-7B\tQ4_0\tRTX 4090\tpp512\tfast\ttok/s\tx\tsrc\n"};
+    const char *want[] = {":1: 3 columns", ":2: value 'fast'"};
+    for (int i = 0; i < 2; i++) {
+        qi_err_clear(&e);
+        ck_assert_int_eq(qi_pub_load(write_tmp(bad[i]), &r, &n, &e), QI_ERR_FORMAT);
+        ck_assert_msg(strstr(e.msg, want[i]), "%s", e.msg);
+    }
+    unlink(write_tmp(""));
+}
+END_TEST
+
+/* Rows on three GPUs, figures simulated at the true parameters. */
+#define N_ROWS 6
+static const char *const k_prof[3] = {PROFILES "/rtx4090-desktop.profile", PROFILES "/t4-cloud-vm.profile",
+                                      PROFILES "/a100-pcie-2xeon.profile"};
+static const char *const k_keys[3] = {"gpu_matmul_memory", "gpu_matvec_compute", "gpu_op_cycles"};
+
+static void fit_case(bool fault, double *got, double *rms) {
+    qi_model *m = qi_test_synth("--preset llama-7b --type q4_0 --shapes-only --n-layer 2 --n-vocab 4096");
+    ck_assert_ptr_nonnull(m);
+    qi_pub_row rows[N_ROWS];
+    const qi_pub_row *rp[N_ROWS];
+    const qi_model *mp[N_ROWS];
+    const char *pp[N_ROWS];
+    for (int i = 0; i < N_ROWS; i++) {
+        memset(&rows[i], 0, sizeof rows[i]);
+        rows[i].ok = true;
+        rows[i].ngl = 100;
+        rows[i].batch = 1;
+        rows[i].kind = i % 2 ? QI_PUB_TG : QI_PUB_PP;
+        rows[i].n_tokens = 64;
+        rows[i].ctx = 32;
+        rp[i] = &rows[i];
+        mp[i] = m;
+        pp[i] = k_prof[i / 2];
+    }
+    qi_engine_opts base;
+    qi_engine_opts_default(&base);
+    base.n_threads = 1;
+    qi_pub_set set = {rp, N_ROWS, mp, pp, &base};
+    const double truth[3] = {0.7, 0.2, 3000}, lo[3] = {0.05, 0.01, 100}, hi[3] = {1, 1, 50000};
+    double t[N_ROWS], v[3] = {0.5, 0.3, 6000};
+    qi_err e = {0};
+    ck_assert_msg(qi_pub_predict(&set, k_keys, truth, 3, t, &e) == QI_OK, "%s", e.msg);
+    if (fault) t[3] *= 1.4; /* the T4's decode row 40% slow */
+    qi_calib_fit_report rep;
+    ck_assert_msg(qi_calib_fit(k_keys, v, lo, hi, 3, t, N_ROWS, qi_pub_predict, &set, 600, &rep, &e) == QI_OK, "%s",
+                  e.msg);
+    for (int k = 0; k < 3; k++) got[k] = v[k] / truth[k] - 1;
+    if (getenv("QI_TEST_VERBOSE")) fprintf(stderr, "fit %g %g %g rms %g evals %d\n", v[0], v[1], v[2], rep.rms_log, rep.evals);
+    *rms = rep.rms_log;
+    qi_model_free(m);
+}
+
+START_TEST(test_fit_recovers) {
+    double rel[3], rms;
+    fit_case(false, rel, &rms);
+    ck_assert_msg(rms < 1e-3, "rms log error %g", rms);
+    for (int k = 0; k < 3; k++) ck_assert_msg(fabs(rel[k]) < 0.02, "%s off by %+.1f%%", k_keys[k], 100 * rel[k]);
+    /* the planted fault: the same check fails */
+    fit_case(true, rel, &rms);
+    bool off = false;
+    for (int k = 0; k < 3; k++) off |= fabs(rel[k]) >= 0.02;
+    ck_assert_msg(rms > 0.02 && off, "a row 40%% off went unnoticed: rms %g", rms);
+}
+END_TEST
+
+START_TEST(test_shipped_cal) {
+    qi_sim_params p;
+    qi_sim_params_default(&p);
+    qi_err e = {0};
+    ck_assert_msg(qi_sim_params_load(PROFILES "/gpu-published.cal", &p, &e) == QI_OK, "%s", e.msg);
+    /* fitted, and physical: every efficiency and share at most 1 */
+    ck_assert(p.gpu_matvec_compute > 0 && p.gpu_matvec_compute <= 1);
+    ck_assert(p.gpu_op_cycles > 0);
+    ck_assert(p.gpu_gemm_simt > 0 && p.gpu_gemm_simt <= 1);
+    ck_assert(p.gpu_matmul_overlap >= 0 && p.gpu_matmul_overlap <= 1);
+    for (int k = 0; k < QI_SIM_OP_CLASSES; k++) ck_assert(p.compute[1][k] <= 1 && p.memory[1][k] <= 1);
+    for (int t = 0; t < QI_TYPE_COUNT; t++) ck_assert(p.gpu_matmul_type[t] <= 1);
+    /* with every shipped GPU profile: a matmul takes a finite, positive time */
+    DIR *d = opendir(PROFILES);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *de;
+    int n_gpu = 0;
+    while ((de = readdir(d))) {
+        const size_t len = strlen(de->d_name);
+        if (len < 9 || strcmp(de->d_name + len - 8, ".profile") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", PROFILES, de->d_name);
+        qi_hwprofile prof;
+        ck_assert_msg(qi_hwprofile_load(path, &prof, &e) == QI_OK, "%s", e.msg);
+        if (!prof.has_gpu) continue;
+        n_gpu++;
+        qi_sim *s = NULL;
+        qi_backend *g = NULL;
+        ck_assert_int_eq(qi_sim_create(&prof, &p, &s, &e), QI_OK);
+        ck_assert_int_eq(qi_backend_sim_create(s, true, 0, &g, &e), QI_OK);
+        static const uint8_t dummy[64];
+        qi_weight w = {.type = QI_TYPE_Q4_0, .n_rows = 4096, .n_cols = 4096, .row_bytes = 4096 / 32 * 18, .data = dummy};
+        static float x[8 * 4096], y[8 * 4096];
+        for (int T = 1; T <= 8; T += 7) {
+            const double t0 = qi_sim_now(s);
+            const qi_weight *ws[1] = {&w};
+            float *ys[1] = {y};
+            ck_assert_int_eq(qi_backend_matmul_n(g, ws, ys, 1, x, T, &e), QI_OK);
+            ck_assert_int_eq(qi_dev_synchronize(g, &e), QI_OK);
+            const double dt = qi_sim_now(s) - t0;
+            ck_assert_msg(dt > 1e-7 && dt < 1e-2, "%s: T=%d: %g s", de->d_name, T, dt);
+        }
+        qi_backend_free(g);
+        qi_sim_free(s);
+    }
+    closedir(d);
+    ck_assert_int_ge(n_gpu, 25);
+}
+END_TEST
+
+static Suite *pub_suite(void) {
+    Suite *s = suite_create("sim_published");
+    TCase *tc = tcase_create("sim_published");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_table);
+    tcase_add_test(tc, test_fit_recovers);
+    tcase_add_test(tc, test_shipped_cal);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return qi_test_run_suite(pub_suite()); }
