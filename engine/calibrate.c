@@ -21,6 +21,7 @@
 #include "qinfer/calibrate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +91,17 @@ qi_status qi_calib_measure(const qi_model *m, const qi_engine_opts *o, int batch
     qi_free(dt);
     qi_free(ids);
     return st;
+}
+
+qi_status qi_calib_params(qi_params *sp, const char *const *keys, const double *values, int n_keys, qi_err *err) {
+    qi_params_init(sp);
+    for (int i = 0; i < n_keys; i++) {
+        char v[40];
+        snprintf(v, sizeof v, "%.17g", values[i]);
+        qi_status st = qi_params_set(sp, keys[i], v, err);
+        if (st) return st;
+    }
+    return QI_OK;
 }
 
 /* ---- the fit --------------------------------------------------------------------------- */

@@ -270,19 +270,14 @@ qi_status qi_pub_predict(void *vset, const char *const *keys, const double *valu
                          qi_err *err) {
     const qi_pub_set *s = vset;
     qi_params sp;
-    qi_params_init(&sp);
-    for (int i = 0; i < n_keys; i++) {
-        char v[40];
-        snprintf(v, sizeof v, "%.17g", values[i]);
-        qi_status st = qi_params_set(&sp, keys[i], v, err);
-        if (st) return st;
-    }
+    qi_status st = qi_calib_params(&sp, keys, values, n_keys, err);
+    if (st) return st;
     for (int i = 0; i < s->n; i++) {
         qi_engine_opts o = *s->base;
         o.sim = s->profiles[i];
         o.sim_params = &sp;
         double ts;
-        qi_status st = qi_pub_simulate(s->rows[i], s->models[i], &o, &ts, err);
+        st = qi_pub_simulate(s->rows[i], s->models[i], &o, &ts, err);
         if (st) return st;
         pred[i] = 1 / ts;
     }

@@ -64,13 +64,16 @@ return {
   params = {
     model = { cache .. "/shapes/llama-2-70b-q4_0.gguf" },
     profile = { "a100-pcie-2xeon" },
+    -- the GPU's calibration on published measurements (engine/backend/sim/README.md);
+    -- --set sim_cal=none: the default efficiencies, as the runs before it
+    sim_cal = { "gpu-published" },
     mode = { "split", "ngl" },
     share = { 0, 0.1, 0.25, 0.5, 0.75, 1 },
     batch = { 1, 16 },
     density = { 1, 0.4, 0.2 },
     n_gen = { 16 },
   },
-  order = { "model", "profile", "mode", "share", "batch", "density", "n_gen" },
+  order = { "model", "profile", "sim_cal", "mode", "share", "batch", "density", "n_gen" },
   cost = function(cfg) return cfg.batch * (32 + cfg.n_gen) end,
   repetitions = 1, -- simulated without noise
   warmup = 0,
@@ -83,7 +86,7 @@ return {
     f:close()
     local m = qinfer.load(cfg.model)
     local o = { batch = cfg.batch, prompt = 32, n_gen = cfg.n_gen, sim = profiles .. cfg.profile .. ".profile",
-                devices = "cpu,gpu" }
+                devices = "cpu,gpu", sim_cal = cfg.sim_cal ~= "none" and profiles .. cfg.sim_cal .. ".cal" or nil }
     local d = cfg.density
     if cfg.mode == "split" then
       if cfg.share > 0 then

@@ -40,6 +40,10 @@
 -- splits a layer's attention then (split layers cannot run an evicting
 -- KV policy).
 --
+-- The GPU's efficiencies are the calibration on published measurements
+-- (profiles/gpu-published.cal; --set sim_cal=none: the defaults, as the
+-- runs before it); the host CPU's are the defaults.
+--
 -- The model is a file of shapes only (a few hundred KB):
 --
 --   qinfer synth --preset llama-2-70b --type q4_0 --shapes-only -o ~/.cache/qinfer/shapes/llama-2-70b-q4_0.gguf
@@ -59,6 +63,8 @@ return {
   params = {
     model = { cache .. "/shapes/llama-2-70b-q4_0.gguf" },
     profile = { "a100-pcie-2xeon" },
+    -- the GPU's calibration on published measurements (engine/backend/sim/README.md)
+    sim_cal = { "gpu-published" },
     gpu_mem = { "24G" },
     placement = { "static", "flexgen", "ratio", "gdcost" },
     kv_policy = { "full" },
@@ -67,7 +73,7 @@ return {
     batch = { 1, 4, 16, 64 },
     n_gen = { 32 },
   },
-  order = { "model", "profile", "gpu_mem", "placement", "kv_policy", "kv_budget", "prompt", "batch" },
+  order = { "model", "profile", "sim_cal", "gpu_mem", "placement", "kv_policy", "kv_budget", "prompt", "batch" },
   cost = function(cfg) return cfg.batch * (cfg.prompt + cfg.n_gen) end,
   repetitions = 1, -- simulated without noise: a second run gives the same figures
   warmup = 0,
@@ -82,6 +88,7 @@ return {
     local o = {
       batch = cfg.batch, prompt = cfg.prompt, n_gen = cfg.n_gen,
       sim = profiles .. cfg.profile .. ".profile",
+      sim_cal = cfg.sim_cal ~= "none" and profiles .. cfg.sim_cal .. ".cal" or nil,
       devices = "cpu,gpu:" .. cfg.gpu_mem,
       placement = "policy:" .. cfg.placement,
       kv_policy = cfg.kv_policy,

@@ -537,6 +537,10 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
  * value that is not a number, a key given twice, a missing source
  * (QI_ERR_FORMAT); the file unreadable (QI_ERR_IO). */
 qi_status qi_sim_params_load(const char *path, qi_sim_params *p, qi_err *err);
+/* The text of a calibration file's `# validated: TEXT` comment (how far
+ * its predictions were from what they were checked against) into out;
+ * false (out "") when the file has none or cannot be read. */
+bool qi_sim_cal_validated(const char *path, char *out, size_t cap);
 const char *qi_sim_op_class_name(int k); /* "matmul", "attention", "other"; "copy" for 3 */
 /* par NULL: the defaults. The profile is copied. */
 qi_status qi_sim_create(const qi_hwprofile *prof, const qi_sim_params *par, qi_sim **out, qi_err *err);

@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include "blas.h"
+#include "backend.h"
 #include "cli.h"
 #include "placement/placement_policy.h"
 #include "kernels.h"
@@ -586,7 +587,14 @@ static void print_md(const bench_info *bi, const bench_test *tests, int n_tests)
         printf("SIMULATED machine %s: host %s, %d cores; GPU %s. No arithmetic ran: every figure below is the "
                "simulator's (engine/backend/sim/README.md), not a measurement",
                bi->sim, bi->hw.cpu_model, bi->hw.n_cores, bi->gpu);
-        if (bi->sim_cal) printf(" (its parameters from %s)", bi->sim_cal);
+        if (bi->sim_cal) {
+            char v[512];
+            const bool val = qi_sim_cal_validated(bi->sim_cal, v, sizeof v);
+            printf(" (its parameters from %s; %s%s)", bi->sim_cal, val ? "validated: " : "its error not validated",
+                   val ? v : "");
+        } else {
+            printf(" (the default efficiencies: not calibrated, its error not validated)");
+        }
     } else {
         printf("hardware: %s, %d physical cores (%d logical)", bi->hw.cpu_model, bi->hw.n_cores, bi->hw.n_threads);
     }
@@ -859,6 +867,11 @@ static qi_status db_insert(qi_db *db, int64_t exp, const bench_info *bi, const b
             if (bs->sim_cal) {
                 n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_cal\":");
                 json_put_str(cfg, sizeof cfg, &n, bs->sim_cal);
+                char v[512];
+                if (qi_sim_cal_validated(bs->sim_cal, v, sizeof v)) {
+                    n += (size_t)snprintf(cfg + n, sizeof cfg - n, ",\"sim_cal_validated\":");
+                    json_put_str(cfg, sizeof cfg, &n, v);
+                }
             }
         }
         if (n + 2 >= sizeof cfg) return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);

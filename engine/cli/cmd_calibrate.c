@@ -203,13 +203,8 @@ static qi_status predict(void *vctx, const char *const *keys, const double *valu
                          qi_err *err) {
     cal_ctx *c = vctx;
     qi_params sp;
-    qi_params_init(&sp);
-    for (int i = 0; i < n_keys; i++) {
-        char v[40];
-        snprintf(v, sizeof v, "%.17g", values[i]);
-        qi_status st = qi_params_set(&sp, keys[i], v, err);
-        if (st) return st;
-    }
+    qi_status st = qi_calib_params(&sp, keys, values, n_keys, err);
+    if (st) return st;
     qi_engine_opts o = *c->base;
     o.sim = c->sim;
     o.sim_params = &sp;
@@ -219,7 +214,7 @@ static qi_status predict(void *vctx, const char *const *keys, const double *valu
         point *p = &c->pts[i];
         if (c->fit_only && (!p->fit || p->excluded)) continue;
         qi_calib_time t;
-        qi_status st = qi_calib_measure(c->m[p->model], &o, p->batch, p->ctx, c->n_decode, &t, err);
+        st = qi_calib_measure(c->m[p->model], &o, p->batch, p->ctx, c->n_decode, &t, err);
         if (st) return st;
         if (pred) {
             pred[k++] = t.prefill_s;
@@ -615,7 +610,8 @@ int qi_cmd_calibrate(int argc, char **argv) {
         if (times_in) fprintf(f, "the times of %s", times_in);
         else fprintf(f, "%d rounds, the %s", reps, use_min ? "least" : "median");
         if (max_others < 1) fprintf(f, "; points with other processes above %g%% of the CPUs left out", 100 * max_others);
-        fprintf(f, "\n# held-out MAPE %.1f%% over %d times\n", 100 * held_mape, nh);
+        fprintf(f, "\n# validated: held-out MAPE %.1f%% over %d times (measured on this machine, points the fit did "
+                   "not see)\n", 100 * held_mape, nh);
         for (int i = 0; i < n_keys; i++)
             fprintf(f, "%s = %.6g  # source: fitted by qinfer calibrate, %s, profile %s, %d configurations, fit "
                        "MAPE %.1f%%\n", keys[i], vals[i], date, prof.name, n_fit, 100 * fit_mape);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "qinfer/measure.h"
 #include "qinfer/model_files.h"
@@ -201,9 +202,14 @@ int qi_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "qinfer generate: prompt %zu tokens in %.2f s (%.1f t/s), generated %d tokens in %.2f s (%.1f t/s), %d threads%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0, n_threads,
             attn_blas ? ", prompt attention through OpenBLAS" : "");
-    if (qi_engine_sim_profile(eng))
+    if (qi_engine_sim_profile(eng)) {
+        char v[512];
+        const bool val = qi_sim_cal_validated(eo.sim_cal, v, sizeof v);
         fprintf(stderr, "qinfer generate: SIMULATED on %s: no arithmetic ran (the text is noise) and every time "
-                        "here is the simulator's\n", qi_engine_sim_profile(eng));
+                        "here is the simulator's (%s; %s%s)\n", qi_engine_sim_profile(eng),
+                eo.sim_cal ? eo.sim_cal : "the default efficiencies", val ? "validated: " : "its error not validated",
+                val ? v : "");
+    }
     /* TTFT and TPOT as every figure defines them (measure.h, results/README.md) */
     const qi_request_timeline tl = {.arrival = t0, .start = t0, .token_t = tok_t, .n_prompt = (int)n_ids,
                                     .n_out = n_gen};

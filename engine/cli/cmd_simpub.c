@@ -343,6 +343,9 @@ int qi_cmd_calibrate_published(int argc, char **argv) {
                    "# prompt %.1f%%. Attention and element-wise efficiencies keep their defaults: the rows do\n"
                    "# not determine them (attention is about 1%% of a 512-token prompt's FLOPs).\n",
                 c.published, n_train, 100 * tg_fit, 100 * pp_fit, 100 * tg_loo, 100 * pp_loo);
+        fprintf(f, "# validated: against %d published GPU figures (%s), median |error| decode %.1f%%, prompt %.1f%%; "
+                   "leave-one-GPU-out decode %.1f%%, prompt %.1f%%\n",
+                n_train, c.published, 100 * tg_fit, 100 * pp_fit, 100 * tg_loo, 100 * pp_loo);
         for (int k = 0; k < n_keys; k++)
             fprintf(f, "%s = %.6g  # source: fitted by qinfer calibrate --published, %s, %d rows, median |error| "
                        "decode %.1f%% prompt %.1f%%, leave-one-GPU-out %.1f%% %.1f%%\n",

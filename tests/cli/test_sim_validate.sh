@@ -35,6 +35,12 @@ if expect_ok "$Q" sim-validate --published "$rows" --sim-cal "$cal" --profiles "
       bad "--db: the published figure must be a measurement, the simulated one simulated: $m"
   fi
 fi
+# bench prints the calibration's validated error beside its SIMULATED figures
+if expect_ok "$Q" bench -m "$tmp/shapes/llama-7b-q4_0.gguf" --sim "$sim/l40s.profile" --sim-cal "$cal" \
+  --devices cpu,gpu --placement ngl=99 -p 64 -n 4 -r 1; then
+  grep -q "^SIMULATED machine l40s: .*gpu-published.cal; validated: against 15 published GPU figures" "$tmp/out" ||
+    bad "bench: no validated error beside the SIMULATED header: $(head -1 "$tmp/out")"
+fi
 if expect_ok "$Q" calibrate --published "$rows" --profiles "$sim" --shapes "$tmp/shapes" --max-evals 3 --no-loo \
   -o "$tmp/q.cal"; then
   grep -q "^gpu_op_cycles = .*# source: fitted by qinfer calibrate --published" "$tmp/q.cal" ||

@@ -30,6 +30,22 @@ static char *trim(char *s) {
     return s;
 }
 
+bool qi_sim_cal_validated(const char *path, char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return false;
+    char line[CAL_LINE_MAX + 2];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *s = trim(line);
+        if (strncmp(s, "# validated:", 12) != 0) continue;
+        snprintf(out, cap, "%s", trim(s + 12));
+        found = *out != 0;
+    }
+    fclose(f);
+    return found;
+}
+
 qi_status qi_sim_params_load(const char *path, qi_sim_params *p, qi_err *err) {
     FILE *f = fopen(path, "r");
     if (!f) return QI_ERR(err, QI_ERR_IO, "%s: cannot open the calibration file: %s", path, strerror(errno));

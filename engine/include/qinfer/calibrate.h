@@ -60,6 +60,10 @@ qi_status qi_calib_fit(const char *const *keys, double *values, const double *lo
                        const double *measured, int n, qi_calib_predict_fn fn, void *ctx, int max_evals,
                        qi_calib_fit_report *rep, qi_err *err);
 
+/* The parameters keys[i] = values[i] as the engine's sim_params (sp is
+ * initialised first). Errors: qi_params_set's. */
+qi_status qi_calib_params(qi_params *sp, const char *const *keys, const double *values, int n_keys, qi_err *err);
+
 /* Mean absolute percentage error of pred against meas, as a fraction. */
 double qi_calib_mape(const double *pred, const double *meas, int n);
 
