@@ -154,6 +154,11 @@ START_TEST(test_shipped_cal) {
     ck_assert(p.gpu_matmul_overlap >= 0 && p.gpu_matmul_overlap <= 1);
     for (int k = 0; k < QI_SIM_OP_CLASSES; k++) ck_assert(p.compute[1][k] <= 1 && p.memory[1][k] <= 1);
     for (int t = 0; t < QI_TYPE_COUNT; t++) ck_assert(p.gpu_matmul_type[t] <= 1);
+    /* its validated error, for the figures it makes */
+    char v[512];
+    ck_assert(qi_sim_cal_validated(PROFILES "/gpu-published.cal", v, sizeof v));
+    ck_assert_msg(strstr(v, "against 15 published GPU figures") && strstr(v, "leave-one-GPU-out"), "%s", v);
+    ck_assert(!qi_sim_cal_validated(PROFILES "/none.cal", v, sizeof v) && !v[0]);
     /* with every shipped GPU profile: a matmul takes a finite, positive time */
     DIR *d = opendir(PROFILES);
     ck_assert_ptr_nonnull(d);
