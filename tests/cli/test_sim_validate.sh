@@ -36,12 +36,12 @@ if expect_ok "$Q" sim-validate --published "$rows" --sim-cal "$cal" --profiles "
   fi
 fi
 # bench prints the calibration's validated error beside its SIMULATED figures
-if expect_ok "$Q" bench -m "$tmp/shapes/llama-7b-q4_0.gguf" --sim "$sim/l40s.profile" --sim-cal "$cal" \
+if full_runs && expect_ok "$Q" bench -m "$tmp/shapes/llama-7b-q4_0.gguf" --sim "$sim/l40s.profile" --sim-cal "$cal" \
   --devices cpu,gpu --placement ngl=99 -p 64 -n 4 -r 1; then
   grep -q "^SIMULATED machine l40s: .*gpu-published.cal; validated: against 15 published GPU figures" "$tmp/out" ||
     bad "bench: no validated error beside the SIMULATED header: $(head -1 "$tmp/out")"
 fi
-if expect_ok "$Q" calibrate --published "$rows" --profiles "$sim" --shapes "$tmp/shapes" --max-evals 3 --no-loo \
+if full_runs && expect_ok "$Q" calibrate --published "$rows" --profiles "$sim" --shapes "$tmp/shapes" --max-evals 3 --no-loo \
   -o "$tmp/q.cal"; then
   grep -q "^gpu_op_cycles = .*# source: fitted by qinfer calibrate --published" "$tmp/q.cal" ||
     bad "no gpu_op_cycles with its source in the written file"
