@@ -7,7 +7,8 @@
  * shipped profiles (a two-layer LLaMA-7B-shaped model, so each prediction
  * takes milliseconds), and a planted fault (one row's figure 40% off)
  * leaves both the error and a parameter visibly off, so the recovery
- * check can fail. The shipped calibration (profiles/gpu-published.cal)
+ * check can fail. The GPU kernel model holds to its formula term by term
+ * (sim/README.md). The shipped calibration (profiles/gpu-published.cal)
  * loads, keeps every efficiency at most 1, and times a matmul on every
  * shipped GPU profile.
  */
@@ -23,6 +24,7 @@
 #include "qinfer/calibrate.h"
 #include "qinfer/hwprofile.h"
 #include "qinfer/sim_published.h"
+#include "qinfer/types.h"
 #include "testutil.h"
 
 #define PROFILES QI_SOURCE_DIR "/engine/backend/sim/profiles"
@@ -142,6 +144,76 @@ START_TEST(test_fit_recovers) {
 }
 END_TEST
 
+/* The GPU's kernel model (sim/README.md, "The GPU's kernel model"), term by
+ * term, on the RTX 4090 profile (82.6 TFLOP/s FP32, 165.2 fp16 and 660.6
+ * int8 tensor, 1008 GB/s, 2520 MHz, 450 W). */
+static double gpu_mm(const qi_sim_params *p, qi_type type, int T) {
+    qi_hwprofile prof;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_hwprofile_load(PROFILES "/rtx4090-desktop.profile", &prof, &e), QI_OK);
+    qi_sim *s = NULL;
+    qi_backend *g = NULL;
+    ck_assert_int_eq(qi_sim_create(&prof, p, &s, &e), QI_OK);
+    ck_assert_int_eq(qi_backend_sim_create(s, true, 0, &g, &e), QI_OK);
+    static const uint8_t dummy[64];
+    uint64_t rb = 0;
+    ck_assert(qi_type_row_bytes(type, 4096, &rb));
+    qi_weight w = {.type = type, .n_rows = 4096, .n_cols = 4096, .row_bytes = rb, .data = dummy};
+    static float x[64 * 4096], y[64 * 4096];
+    const qi_weight *ws[1] = {&w};
+    float *ys[1] = {y};
+    const double t0 = qi_sim_now(s);
+    ck_assert_int_eq(qi_backend_matmul_n(g, ws, ys, 1, x, T, &e), QI_OK);
+    ck_assert_int_eq(qi_dev_synchronize(g, &e), QI_OK);
+    const double dt = qi_sim_now(s) - t0;
+    qi_backend_free(g);
+    qi_sim_free(s);
+    return dt;
+}
+
+START_TEST(test_gpu_kernel_model) {
+    qi_sim_params p;
+    qi_sim_params_default(&p);
+    const double F1 = 2.0 * 4096 * 4096, q4 = 4096.0 * 4096 / 32 * 18, f16 = 4096.0 * 4096 * 2;
+    const double by1 = q4 + 4.0 * (4096 + 4096), by64 = q4 + 4.0 * 64 * (4096 + 4096);
+    /* the defaults: the plain roofline, the profile's launch; a quantised
+     * GEMM at the int8 tensor rate */
+    double want = fmax(F1 / (82.6e12 * 0.55), by1 / (1008e9 * 0.80)) + 5e-6;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_Q4_0, 1), want, want * 1e-9);
+    want = fmax(64 * F1 / (660.6e12 * 0.55), by64 / (1008e9 * 0.80)) + 5e-6;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_Q4_0, 64), want, want * 1e-9);
+    /* every term on */
+    qi_err e = {0};
+    const char *k[] = {"gpu_matvec_compute", "gpu_gemm_simt", "gpu_matmul_overlap", "gpu_op_cycles", "gpu_power_ref",
+                       "gpu_power_exp", "gpu_matmul_memory", "gpu_matmul_compute", "gpu_matmul_compute_f16"};
+    const double v[] = {0.25, 0.2, 0.5, 4000, 10, 0.5, 0.8, 0.6, 0.4};
+    for (int i = 0; i < 9; i++) ck_assert_msg(qi_sim_params_set(&p, k[i], v[i], &e) == QI_OK, "%s", e.msg);
+    const double s = sqrt(450.0 / (82.6 * 10)), over = 4000 / (2520e6 * s);
+    double tc = F1 / (82.6e12 * s * 0.25), tm = by1 / (1008e9 * 0.8);
+    want = fmax(tc, tm) + 0.5 * fmin(tc, tm) + over;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_Q4_0, 1), want, want * 1e-9);
+    tc = 64 * F1 / (660.6e12 * s * 0.6) + 0.2 * 64 * F1 / (82.6e12 * s);
+    tm = by64 / (1008e9 * 0.8);
+    want = fmax(tc, tm) + 0.5 * fmin(tc, tm) + over;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_Q4_0, 64), want, want * 1e-9);
+    tc = 64 * F1 / (165.2e12 * s * 0.4); /* fp16: its own efficiency, no unpacking */
+    tm = (f16 + 4.0 * 64 * (4096 + 4096)) / (1008e9 * 0.8);
+    want = fmax(tc, tm) + 0.5 * fmin(tc, tm) + over;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_F16, 64), want, want * 1e-9);
+    /* a board with power to spare holds its clock: the share is never above 1 */
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_power_ref", 1, &e), QI_OK);
+    tc = F1 / (82.6e12 * 0.25);
+    tm = by1 / (1008e9 * 0.8);
+    want = fmax(tc, tm) + 0.5 * fmin(tc, tm) + 4000 / 2520e6;
+    ck_assert_double_eq_tol(gpu_mm(&p, QI_TYPE_Q4_0, 1), want, want * 1e-9);
+    /* out of their physical ranges: refused */
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matvec_compute", 1.5, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_gemm_simt", 2, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_matmul_compute_f16", 1.2, &e), QI_ERR_INVALID);
+    ck_assert_int_eq(qi_sim_params_set(&p, "gpu_power_exp", 3, &e), QI_ERR_INVALID);
+}
+END_TEST
+
 START_TEST(test_shipped_cal) {
     qi_sim_params p;
     qi_sim_params_default(&p);
@@ -203,6 +275,7 @@ static Suite *pub_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_table);
     tcase_add_test(tc, test_fit_recovers);
+    tcase_add_test(tc, test_gpu_kernel_model);
     tcase_add_test(tc, test_shipped_cal);
     suite_add_tcase(s, tc);
     return s;
