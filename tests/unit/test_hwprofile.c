@@ -26,7 +26,8 @@ START_TEST(test_units) {
         {"1.5 GFLOP/s", 'f', 1.5e9}, {"2 PFLOP/s", 'f', 2e15}, {"80 GiB", 'm', 80.0 * 1073741824.0},
         {"80 GB", 'm', 80e9}, {"2 TiB", 'm', 2.0 * 1099511627776.0}, {"512 MiB", 'm', 512.0 * 1048576},
         {"4 KiB", 'm', 4096}, {"5 us", 't', 5e-6}, {"1.5 ms", 't', 1.5e-3}, {"800 ns", 't', 800e-9},
-        {"2 s", 't', 2}, {"56", 'n', 56}, {"  7  ", 'n', 7}, {".5 s", 't', 0.5}, {"1e3 GB/s", 'b', 1e12}};
+        {"2 s", 't', 2}, {"56", 'n', 56}, {"  7  ", 'n', 7}, {".5 s", 't', 0.5}, {"1e3 GB/s", 'b', 1e12},
+        {"1410 MHz", 'h', 1.41e9}, {"2.52 GHz", 'h', 2.52e9}, {"300 W", 'w', 300}, {"1.5 kW", 'w', 1500}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         double v = -1;
         const char *why = NULL;
@@ -40,7 +41,9 @@ START_TEST(test_units) {
         {"abc", 'b', "not a number"}, {"inf GB/s", 'b', "not a number"}, {"nan s", 't', "not a number"},
         {"0x10 GB", 'm', "not a number"}, {"5GB", 'm', "space"}, {"5 GB extra", 'm', "after the unit"},
         {"2.5", 'n', "whole"}, {"4 cores", 'n', "no unit"}, {"1e400 GB", 'm', "finite"},
-        {"1e300 PB", 'm', "range"}, {"", 'n', "not a number"}, {"1e-400 s", 't', "positive"}};
+        {"1e300 PB", 'm', "range"}, {"", 'n', "not a number"}, {"1e-400 s", 't', "positive"},
+        {"1410 GB/s", 'h', "frequency"}, {"1 GiHz", 'h', "frequency"}, {"300 mW", 'w', "power"},
+        {"300 Watts", 'w', "power"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         double v = -1;
         const char *why = NULL;
@@ -99,6 +102,8 @@ START_TEST(test_shipped) {
     ck_assert(near(p.cpu_mem_bytes.value, 208e9));
     ck_assert_int_eq(qi_hwprofile_load(PROFILES "/h200-sxm-pcie5.profile", &p, &e), QI_OK);
     ck_assert(near(p.gpu_mem_bw.value, 4.8e12));
+    ck_assert_int_eq(qi_hwprofile_load(PROFILES "/rtx4090-desktop.profile", &p, &e), QI_OK);
+    ck_assert(p.gpu_clock.set && near(p.gpu_clock.value, 2520e6) && p.gpu_tdp.set && near(p.gpu_tdp.value, 450));
 }
 END_TEST
 
