@@ -41,7 +41,7 @@ void qi_engine_opts_default(qi_engine_opts *o) {
 
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
-    if (e->live) qi_neuron_live_stop(e->live); /* its swaps write what is freed below */
+    eng_neurons_free(e); /* first: the swap worker writes what is freed below */
     if (e->seqs) {
         for (int i = 0; i < e->o.max_seqs; i++) {
             seq_state *s = &e->seqs[i];
@@ -62,42 +62,8 @@ void qi_engine_free(qi_engine *e) {
             for (size_t i = 0; i < sizeof pb / sizeof pb[0]; i++) qi_free(pb[i]);
         }
     qi_free(e->ps);
-    if (e->sp_w)
-        for (int i = 0; i < e->m->hp.n_layer * SP_W_COUNT; i++) qi_colw_free(&e->sp_w[i]);
-    void *sp[] = {e->sp_w, e->sp_idx, e->sp_cnt, e->sp_zc, e->sp_act, e->sp_ones, e->sp_xq, e->sp.thr};
-    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) qi_free(sp[i]);
+    eng_sparsity_free(e);
     qi_kv_policy_free(e->pol);
-    if (e->ns)
-        for (int l = 0; l < e->m->hp.n_layer; l++) qi_ffn_split_free(&e->ns[l]);
-    if (e->ns_buf)
-        for (int l = 0; l < e->m->hp.n_layer; l++) qi_buf_free(e->ns_buf[l][0]), qi_buf_free(e->ns_buf[l][1]);
-    if (e->ns_stage) { /* the fast stream may still wait for the last swap's event */
-        qi_err ign = {0};
-        (void)qi_dev_synchronize(qi_buf_device(e->ns_stage), &ign);
-        qi_event_free(e->ns_stage_up);
-        qi_event_free(e->ns_stage_read);
-        qi_buf_free(e->ns_stage);
-    }
-    qi_neuron_live_free(e->live);
-    qi_free(e->ns_hot);
-    qi_free(e->ns_cold);
-    qi_free(e->ns_cpos);
-    qi_free(e->ns_spare);
-    qi_free(e->ns_zero);
-    qi_free(e->ns_acc);
-    qi_free(e->ns_acc_tok);
-    if (e->swap_mu_made) pthread_mutex_destroy(&e->swap_mu);
-    qi_free(e->ns_feed);
-    if (e->ns_cw)
-        for (int l = 0; l < e->m->hp.n_layer; l++) qi_colw_free(&e->ns_cw[l]);
-    qi_free(e->ns_cw);
-    qi_free(e->ns_rp);
-    qi_free(e->ns_obs);
-    qi_free(e->ns);
-    qi_free(e->ns_w);
-    qi_free(e->ns_buf);
-    qi_free(e->ns_off);
-    qi_free(e->ns_mask);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
         if (D->pool != e->pool) qi_kv_pool_free(D->pool);
@@ -221,7 +187,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if (e->fetches && (o->sim || e->plan.n_devices > 1) && qi_kv_policy_fetch_off(e->pol)) e->fetches = false;
     if ((st = eng_check_observe(e, &e->plan, err)) ||
         (st = eng_check_sparse(e, &e->plan, err)) || (st = eng_sparse_setup(e, R, err)) ||
-        (st = eng_check_picks(e, &e->plan, err)) || (st = eng_neuron_setup(e, err)))
+        (st = eng_check_picks(e, &e->plan, err)) || (st = eng_check_neurons(e, err)) ||
+        (st = eng_neuron_setup(e, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);

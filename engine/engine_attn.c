@@ -155,6 +155,7 @@ static qi_status stats_move(qi_engine *e, dev_state *X, int n_seg, bool to_devic
  * decides, each call gathers its statistics into its own region, and the
  * policy then decides every segment's streams (eng_policy_all). */
 static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T, int l, qi_err *err) {
+    qi_event *t_op;
     if (e->plan.layers[l].split > 0.0f) return eng_attend_split(e, segs, n_seg, T, l, err);
     const bool policy = eng_policy_layer(e, l);
     qi_backend *b = e->dev[e->plan.layers[l].attn_dev].be;
@@ -162,23 +163,28 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T,
     int n_kv = 0;
     for (int i = 0; i < n_seg; i++)
         if ((st = eng_attend_prepare(e, &segs[i], i, l, &n_kv, NULL, err))) return st;
-    TIMED(e, b, QI_OP_KV, qi_backend_kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim, err));
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_KV,
+                         qi_backend_kv_write(b, e->kv_src, e->kv_dst, n_kv, e->m->hp.head_dim, err), err)))
+        return st;
     dev_state *X = &e->dev[e->plan.layers[l].attn_dev];
     if (eng_pick_layer(e, l) || eng_fetch_layer(e, l)) {
-        HOST_PROF_BEGIN(e);
+        const double t0 = eng_host_begin(e);
         st = eng_pick_blocks(e, X, segs, n_seg, l, err);
-        HOST_PROF_END(e, QI_OP_POLICY);
+        eng_host_end(e, QI_OP_POLICY, t0);
         if (st) return st;
     }
     const bool on_dev = policy && !qi_dev_info_get(b)->host_visible;
     if (policy && (st = place_stats(e, n_seg, err))) return st;
     if (on_dev && (st = stats_move(e, X, n_seg, true, err))) return st;
-    TIMED(e, b, QI_OP_ATTENTION, qi_backend_attention(b, e->acall, n_seg, err));
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_ATTENTION, qi_backend_attention(b, e->acall, n_seg, err), err)))
+        return st;
     if (!policy) return QI_OK;
     if (on_dev && (st = stats_move(e, X, n_seg, false, err))) return st;
-    HOST_PROF_BEGIN(e);
+    const double t0 = eng_host_begin(e);
     st = eng_policy_all(e, segs, n_seg, l, err);
-    HOST_PROF_END(e, QI_OP_POLICY);
+    eng_host_end(e, QI_OP_POLICY, t0);
     return st;
 }
 
@@ -202,6 +208,7 @@ qi_status eng_add_bias(qi_backend *b, const qi_weight *bw, float *y, int T, qi_e
  * is and attn(norm(x)) kept in the device's xn, for the MLP block to add. */
 qi_status eng_attention_block(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *rows,
                               qi_err *err) {
+    qi_status st;
     const qi_model *m = e->m;
     const qi_hparams *hp = &m->hp;
     const dev_state *A = &e->dev[e->plan.layers[l].attn_dev];
@@ -210,43 +217,49 @@ qi_status eng_attention_block(qi_engine *e, const segment *segs, int n_seg, int 
     const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const bool swa = hp->n_swa > 0 && ly->swa;
     const float base = swa ? hp->rope_base_swa : hp->rope_base;
-    OP(eng_norm_rows(b, hp, A->x, &ly->attn_norm, &ly->attn_norm_b, T, E, A->xn, err));
+    if ((st = eng_norm_rows(b, hp, A->x, &ly->attn_norm, &ly->attn_norm_b, T, E, A->xn, err))) return st;
     const qi_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const qkv_out[3] = {A->q, A->k, A->v};
     if (eng_sp_path(e)) {
         static const int wi[3] = {SP_W_Q, SP_W_K, SP_W_V};
-        OP(eng_mm_site(e, b, l, wi, qkv, qkv_out, 3, A->xn, T, eng_sp_site(e, l, QI_SITE_ATTN_IN, A->xn, T, E), err));
+        if ((st = eng_mm_site(e, b, l, wi, qkv, qkv_out, 3, A->xn, T, eng_sp_site(e, l, QI_SITE_ATTN_IN, A->xn, T, E), err)))
+            return st;
     } else {
-        OP(eng_matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err));
+        if ((st = eng_matmul_n(e, b, qkv, qkv_out, 3, A->xn, T, err))) return st;
     }
-    OP(eng_add_bias(b, &ly->bq, A->q, T, err));
-    OP(eng_add_bias(b, &ly->bk, A->k, T, err));
-    OP(eng_add_bias(b, &ly->bv, A->v, T, err));
-    if (ly->q_norm.data) OP(qi_backend_rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q, err));
-    if (ly->k_norm.data) OP(qi_backend_rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k, err));
+    if ((st = eng_add_bias(b, &ly->bq, A->q, T, err))) return st;
+    if ((st = eng_add_bias(b, &ly->bk, A->k, T, err))) return st;
+    if ((st = eng_add_bias(b, &ly->bv, A->v, T, err))) return st;
+    if (ly->q_norm.data && (st = qi_backend_rmsnorm(b, A->q, ly->q_norm.data, T * H, D, hp->rms_eps, A->q, err)))
+        return st;
+    if (ly->k_norm.data && (st = qi_backend_rmsnorm(b, A->k, ly->k_norm.data, T * Hkv, D, hp->rms_eps, A->k, err)))
+        return st;
     if (hp->n_rot > 0) /* none with learned positions (opt) */
-        OP(qi_backend_rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale,
-                           hp->rope_mode, err));
-    if (hp->q_scale > 0) OP(qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err));
-    OP(attend_all(e, segs, n_seg, T, l, err));
+        if ((st = qi_backend_rope(b, A->q, H, A->k, Hkv, T, D, hp->n_rot, e->q_pos, base, hp->rope_freq_scale,
+                           hp->rope_mode, err)))
+            return st;
+    if (hp->q_scale > 0 && (st = qi_backend_scale(b, A->q, (long)T * H * D, hp->q_scale, err))) return st;
+    if ((st = attend_all(e, segs, n_seg, T, l, err))) return st;
     if (eng_sp_path(e)) {
         static const int wi[1] = {SP_W_O};
         const qi_weight *wo = &ly->wo;
         float *const out = A->xn;
-        OP(eng_mm_site(e, b, l, wi, &wo, &out, 1, A->att, T, eng_sp_site(e, l, QI_SITE_ATTN_OUT, A->att, T, H * D), err));
+        if ((st = eng_mm_site(e, b, l, wi, &wo, &out, 1, A->att, T, eng_sp_site(e, l, QI_SITE_ATTN_OUT, A->att, T, H * D), err)))
+            return st;
     } else {
-        OP(eng_matmul(e, b, &ly->wo, A->att, T, A->xn, err));
+        if ((st = eng_matmul(e, b, &ly->wo, A->att, T, A->xn, err))) return st;
     }
-    OP(eng_add_bias(b, &ly->bo, A->xn, T, err));
+    if ((st = eng_add_bias(b, &ly->bo, A->xn, T, err))) return st;
     if (l == hp->n_layer - 1 && R < T) {
         /* carry on with the output rows only */
         *rows = R;
         if (R == 0) return QI_OK;
-        OP(qi_backend_gather_rows(b, A->x, e->out_rows, R, E, err));
-        OP(qi_backend_gather_rows(b, A->xn, e->out_rows, R, E, err));
+        if ((st = qi_backend_gather_rows(b, A->x, e->out_rows, R, E, err))) return st;
+        if ((st = qi_backend_gather_rows(b, A->xn, e->out_rows, R, E, err))) return st;
     }
-    if (ly->attn_post_norm.data)
-        OP(qi_backend_rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn, err));
+    if (ly->attn_post_norm.data &&
+        (st = qi_backend_rmsnorm(b, A->xn, ly->attn_post_norm.data, *rows, E, hp->rms_eps, A->xn, err)))
+        return st;
     if (hp->parallel) return QI_OK; /* added by the MLP block */
     return qi_backend_add(b, A->x, A->xn, (long)*rows * E, err);
 }

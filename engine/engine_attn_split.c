@@ -13,6 +13,7 @@
  * A's attention output. A split layer keeps every token (eng_setup_devices
  * refuses an evicting policy on one), so it has no statistics. */
 qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, int l, qi_err *err) {
+    qi_event *t_op;
     const qi_hparams *hp = &e->m->hp;
     const qi_plan_layer *y = &e->plan.layers[l];
     const dev_state *A = &e->dev[y->attn_dev], *B = &e->dev[y->split_dev];
@@ -54,13 +55,23 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
     const bool a_first = qi_dev_info_get(B->be)->host_visible && !qi_dev_info_get(A->be)->host_visible;
     for (int k = 0; k < 2; k++) {
         if (k == (a_first ? 0 : 1)) {
-            TIMED(e, A->be, QI_OP_KV, qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err));
-            TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention(A->be, e->acall, n_seg, err));
+            if ((st = eng_op_begin(e, A->be, &t_op, err)) ||
+                (st = eng_op_end(e, A->be, t_op, QI_OP_KV,
+                                 qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err), err)))
+                return st;
+            if ((st = eng_op_begin(e, A->be, &t_op, err)) ||
+                (st = eng_op_end(e, A->be, t_op, QI_OP_ATTENTION,
+                                 qi_backend_attention(A->be, e->acall, n_seg, err), err)))
+                return st;
         } else {
-            e->cur_slot = 1;
-            TIMED(e, B->be, QI_OP_KV, qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err));
-            TIMED(e, B->be, QI_OP_ATTENTION, qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err));
-            e->cur_slot = 0;
+            if ((st = eng_op_begin(e, B->be, &t_op, err)) ||
+                (st = eng_op_end(e, B->be, t_op, QI_OP_KV,
+                                 qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err), err)))
+                return st;
+            if ((st = eng_op_begin(e, B->be, &t_op, err)) ||
+                (st = eng_op_end(e, B->be, t_op, QI_OP_ATTENTION,
+                                 qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err), err)))
+                return st;
         }
     }
     /* B's partial result back to A, and the merge */
@@ -72,6 +83,8 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
         return st;
     const float *o[2] = {A->so, A->ro}, *mx[2] = {A->sm, A->rm}, *sum[2] = {A->sl, A->rl};
     const qi_attn_merge_args ma = {.rows = T * H, .D = D, .n_parts = 2, .o = o, .m = mx, .l = sum, .out = A->att};
-    TIMED(e, A->be, QI_OP_ATTENTION, qi_backend_attention_merge(A->be, &ma, err));
+    if ((st = eng_op_begin(e, A->be, &t_op, err)) ||
+        (st = eng_op_end(e, A->be, t_op, QI_OP_ATTENTION, qi_backend_attention_merge(A->be, &ma, err), err)))
+        return st;
     return QI_OK;
 }

@@ -120,3 +120,76 @@ qi_status eng_check_arch_ops(const qi_model *m, qi_backend *b, qi_err *err) {
                   opt ? "OPT" : hp->arch == QI_ARCH_FALCON ? "Falcon" : hp->arch_name, opt ? "ReLU" : "GELU",
                   opt ? ", learned positions and biases" : " and parallel block", b->info.name);
 }
+
+/* opts.neuron_fast and opts.sim_cold_density against the model, the
+ * devices and the other options (eng_check_neuron_plan: against a plan). */
+qi_status eng_check_neurons(const qi_engine *e, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const double dens = e->o.sim_cold_density;
+    if (dens != 0.0 && !(dens > 0.0 && dens <= 1.0))
+        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density %g is outside (0, 1]", dens);
+    if (dens > 0.0 && !e->o.sim)
+        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density is a what-if of a simulated machine, and this one is "
+                      "real (it runs cats on the CPU's neurons: sparsity)");
+    if (dens > 0.0 && (qi_ffn_gate_free(hp->ffn_act) || hp->parallel))
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "sim_cold_density reads up and down by gate's active neurons (cats), "
+                      "and %s's MLP has no gate", hp->arch_name);
+    if (!e->o.neuron_fast) return QI_OK;
+    if (qi_ffn_gate_free(hp->ffn_act) || hp->parallel)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split needs a gated MLP (llama, gemma3); %s has none",
+                      hp->arch_name);
+    const int fd = e->o.neuron_dev;
+    if (fd < 1 || fd >= e->plan.n_devices)
+        return QI_ERR(err, QI_ERR_INVALID, "the neuron split's fast device %d is not one of the devices after the "
+                      "cpu (%d named)", fd, e->plan.n_devices);
+    const char *other = e->o.sparsity && e->o.sparsity->mode != QI_SPARSITY_CATS
+                            ? "teal sparsity (a split's hot side runs dense; cats thresholds its cold side)"
+                        : e->o.ffn_observe || e->o.act_observe ? "an activation observer"
+                        : e->o.repack                          ? "--repack"
+                                                               : NULL;
+    if (other) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split and %s cannot be combined", other);
+    const int unit = qi_engine_neuron_unit(e->m);
+    for (int l = 0; l < hp->n_layer; l++)
+        if (qi_ffn_split_unit(&e->m->layers[l]) != unit)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split moves down's blocks whole, and layer %d's are of %d "
+                          "neurons where layer 0's are of %d", l, qi_ffn_split_unit(&e->m->layers[l]), unit);
+    if (!(e->o.neuron_active >= 0.0f))
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_active %g is negative", e->o.neuron_active);
+    if (e->o.neuron_swap_every < 0)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_every %d is negative", e->o.neuron_swap_every);
+    if (e->o.neuron_swap_every > 0 && (!e->o.neuron_live || !e->o.neuron_activity))
+        return QI_ERR(err, QI_ERR_INVALID, "swapping neurons needs the rule's options and each unit's activity");
+    if (e->o.neuron_swap_worker && e->o.neuron_swap_every < 1)
+        return QI_ERR(err, QI_ERR_INVALID, "the background swap worker needs neuron_swap_every (how often to feed it)");
+    if (e->o.neuron_swap_main_stream && !e->o.neuron_swap_worker)
+        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_main_stream says where the background swap worker uploads, "
+                      "and there is no worker");
+    if (e->o.neuron_swap_every > 0 && e->o.sim)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons follows the activations, and a simulated machine "
+                      "(%s) computes none", e->o.sim);
+    return eng_check_neuron_plan(e, &e->plan, err);
+}
+
+/* A neuron split runs its layers' cold neurons on the CPU: plan p keeps
+ * their MLPs there. Its own ffn_dev and ffn_rows, where set (a copy of
+ * qi_engine_plan's), are the split's: the split is fixed at creation. */
+qi_status eng_check_neuron_plan(const qi_engine *e, const qi_plan *p, qi_err *err) {
+    if (!e->o.neuron_fast && !e->ns) return QI_OK;
+    const int nu = e->m->hp.n_ff / qi_engine_neuron_unit(e->m);
+    for (int l = 0; l < p->n_layer; l++) {
+        const uint8_t *mask = (e->ns ? e->ns->mask : e->o.neuron_fast) + (size_t)l * (size_t)nu;
+        int any = 0;
+        for (int i = 0; i < nu; i++) any += mask[i] != 0;
+        const qi_plan_layer *y = &p->layers[l];
+        if (any && y->mlp_dev != 0)
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "the neuron split runs layer %d's cold neurons on the cpu, and the "
+                          "plan puts its MLP on %s: leave the MLPs of split layers on the cpu", l,
+                          p->devices[y->mlp_dev]);
+        if (e->ns && y->ffn_dev != -1 &&
+            (y->ffn_dev != e->o.neuron_dev || y->ffn_rows != e->ns->split[l].n[1]))
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "plan layer %d: %d FFN neurons on device %d, and the engine's "
+                          "neuron split (fixed at creation) has %d there", l, y->ffn_rows, y->ffn_dev,
+                          e->ns->split[l].n[1]);
+    }
+    return QI_OK;
+}

@@ -250,7 +250,7 @@ qi_status eng_setup_devices(qi_engine *e, size_t R, qi_err *err) {
     return QI_OK;
 }
 
-const qi_plan *qi_engine_plan(const qi_engine *e) { return &e->plan; }
+const qi_plan *qi_engine_plan(const qi_engine *e) { return e->ns ? &e->ns->shown : &e->plan; }
 
 int qi_engine_n_packed(const qi_engine *e) {
     int n = 0;

@@ -107,40 +107,128 @@ static inline int wblock_count(const qi_model *m) { return qi_plan_n_blocks(m->h
 /* The matrices of a layer in column form (opts.sparsity), by SP_W_* index. */
 enum { SP_W_Q, SP_W_K, SP_W_V, SP_W_O, SP_W_GATE, SP_W_UP, SP_W_DOWN, SP_W_COUNT };
 
+/* Activation sparsity (opts.sparsity, opts.act_observe; engine_sparsity.c):
+ * the engine's copy of the thresholds (opts.sparsity then points here);
+ * [n_layer][SP_W_COUNT] column forms (zeroed where the mode reads the
+ * matrix dense or it has none); scratch sized for the step's rows: active
+ * columns, act(gate), ones, a step's activations quantised for the rows
+ * of up that cats computes, per 32 neurons the count kept and zeroed
+ * (cats_ffn); zeroed / seen activations over the thresholded sites. */
+typedef struct {
+    qi_sparsity cfg;        /* its thr owned */
+    qi_colw *w;
+    int32_t *idx, *cnt;
+    long *zc;
+    float *act, *ones;
+    void *xq;
+    double zeroed, seen;
+    bool paused;            /* qi_engine_sparsity_pause: steps run the dense path */
+} eng_sparsity;
+
+/* A neuron split (opts.neuron_fast), made at creation (engine_neuron.c)
+ * and freed with the engine; NULL without one. It leaves the engine's
+ * plan and options as they were asked: qi_engine_plan shows it in a copy
+ * of the plan. Its fields by who writes them after creation (the lock
+ * table is engine_swap.c's). */
+typedef struct {
+    /* fixed at creation: the mask (its copy); each layer's FFN gathered
+     * into its two sides (split[l].n[1] == 0: the layer is not split), and
+     * the sides' matrices as the devices run them (w[l][0]: gate, up, down
+     * on the CPU; w[l][1] on neuron_dev), in buffers of theirs where a
+     * device holds a copy (off[l]: the fast side's gate, up and down in its
+     * buffer); with cats, the CPU side's down in column form; zeros for a
+     * slot's gate rows */
+    uint8_t *mask;
+    qi_ffn_split *split;    /* [n_layer] */
+    qi_weight (*w)[2][3];
+    qi_buf *(*buf)[2];
+    size_t (*off)[3];
+    qi_colw *cw;            /* [n_layer] */
+    void *zero;
+    /* the step's thread alone: the active neurons per layer
+     * (opts.neuron_active), the fast side's activations copied back
+     * [R][n_ff], a layer's activity per unit for a round of swaps, or with
+     * the worker summed since its last feed [n_layer][n_units] and their
+     * tokens; the steps since the first; the tests' per-step check and the
+     * worker's pause inside each swap (qi_engine_neuron_check_steps) */
+    qi_engine_neuron_rp *rp;
+    float *obs;
+    double *feed;
+    double *acc;
+    long *acc_tok;
+    long steps;
+    bool check_steps;
+    int stall_us;
+    /* the units' places (opts.neuron_swap_every), per layer
+     * [n_layer][n_units]: the unit in each fast slot, the unit at each
+     * position of the cold side and each unit's cold position (-1: in a
+     * slot), each layer's spare cold position (-1: none); written by the
+     * swaps: between steps in the step's thread, or with the worker by its
+     * hooks under the layer's write hold, which a step's read hold keeps
+     * still */
+    qi_neuron_live *live;
+    int32_t *hot, *cold, *cpos, *spare;
+    /* the worker alone: the staging of a unit's bytes as a slot holds them
+     * (gate rows, up rows, down's blocks by row) on the fast device, where
+     * its uploads land on the copy stream; the last swap's events: those
+     * uploads done (copy stream), the staging read into its slot (main
+     * stream) */
+    qi_buf *stage;
+    qi_event *stage_up, *stage_read;
+    /* either thread, under mu (with the worker; mu_made): what the swaps
+     * did, and the first swap's failure (a unit then on neither side: every
+     * later step is refused); swaps.mid also counted in mid, which the
+     * worker's pause reads */
+    pthread_mutex_t mu;
+    bool mu_made;
+    qi_engine_neuron_swaps swaps;
+    qi_status st;
+    qi_err err;
+    atomic_long mid;
+    qi_plan shown; /* the plan with the split in it (eng_neurons_show) */
+} eng_neurons;
+
 struct qi_engine {
     const qi_model *m;
+    /* the caller's request as given (its pointers borrowed for
+     * qi_engine_create only, but opts.sparsity: the engine's copy, sp.cfg);
+     * what creation resolved lives beside it: the plan, the policy, the
+     * devices, the sparsity and the neuron split */
     qi_engine_opts o;
-    /* opts.sparsity: [n_layer][SP_W_COUNT] column forms (zeroed where the
-     * mode reads the matrix dense or it has none); scratch sized for the
-     * step's rows: active columns, act(gate), ones, a step's activations
-     * quantised for the rows of up that cats computes, per 32 neurons the
-     * count kept and zeroed (cats_ffn); zeroed / seen activations over the
-     * thresholded sites */
-    qi_colw *sp_w;
-    qi_sparsity sp;         /* opts.sparsity's copy (e->o.sparsity points here), its thr owned */
-    int32_t *sp_idx, *sp_cnt;
-    long *sp_zc;
-    float *sp_act, *sp_ones;
-    void *sp_xq;
-    double sp_zeroed, sp_seen;
-    bool sp_paused;         /* qi_engine_sparsity_pause: steps run the dense path */
+
+    /* devices and the plan (engine_devices.c, engine_replan.c) */
     qi_backend *be;         /* the CPU device, dev[0].be */
     qi_sim *sim;            /* opts.sim: the simulated machine its devices are (NULL: real ones) */
     qi_kv_pool *pool;       /* the CPU's KV pool: its attention layers' working tiers, every offload tier */
-    qi_kv_policy *pol;
-    qi_plan plan;
+    qi_plan plan;           /* as asked (a neuron split is shown in ns->shown) */
     dev_state dev[QI_PLAN_MAX_DEVICES];
-    int swa_cells;
+
+    /* sequences and the step (engine_seq.c, engine_step.c); step scratch
+     * of [step_tokens + max_seqs] rows */
     seq_state *seqs;
     int cursor;
-    /* step scratch, [step_tokens + max_seqs] rows */
+    int swa_cells;
     int32_t *tokens, *q_pos;
-    const float **kv_src;   /* a layer's K/V rows to write, [2 R Hkv] */
-    uint16_t **kv_dst;
     segment *segs;
     int32_t *out_rows;
     float *logits;
     long cap_logit_rows;
+
+    /* attention (engine_attn.c, engine_attn_split.c): a layer's K/V rows
+     * to write, [2 R Hkv], and a split layer's on its second device */
+    const float **kv_src;
+    uint16_t **kv_dst;
+    const float **kv_src2;
+    uint16_t **kv_dst2;
+    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each,
+     * then as many for the second device of a split */
+    qi_attn_paged_args *acall;
+    int *a_nslots;
+    const int32_t **a_pos;
+    const uint16_t *const **a_kb, *const **a_vb;
+
+    /* the KV policy (engine_kv_step.c) */
+    qi_kv_policy *pol;
     /* policy scratch: a layer's attention statistics, one region of
      * [H][stride] per segment (stride: the segment's most working slots,
      * rounded up to STATS_ALIGN), cap_stats floats, grown by the largest
@@ -154,12 +242,15 @@ struct qi_engine {
     uint8_t *fates;      /* the streams' fates one after another, cap_fates bytes */
     size_t cap_fates;
     size_t *fate_off;    /* [max_seqs * Hkv + 1] */
-    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each,
-     * then as many for the second device of a split */
-    qi_attn_paged_args *acall;
-    int *a_nslots;
-    const int32_t **a_pos;
-    const uint16_t *const **a_kb, *const **a_vb;
+    /* a device layer's keys staged for the policy's probe
+     * (stage_for_probes): rows, block tables, each stream's first entry */
+    uint16_t *kstage;
+    size_t cap_kstage;
+    const uint16_t **kst_blk;
+    size_t cap_kst_blk;
+    long *kst_at;           /* [max_seqs * Hkv] */
+
+    /* picks and fetches (engine_kv_pick.c) */
     /* a policy that picks blocks (Quest): the chosen blocks' tables and
      * positions of each call's streams, [max_seqs * Hkv] regions of
      * pick_max_blocks pointers and of n_ctx positions, and one stream's
@@ -181,16 +272,8 @@ struct qi_engine {
     int *x_n;
     const int32_t **x_pos;
     const uint16_t *const **x_k, *const **x_v;
-    /* a device layer's keys staged for the policy's probe
-     * (stage_for_probes): rows, block tables, each stream's first entry */
-    uint16_t *kstage;
-    size_t cap_kstage;
-    const uint16_t **kst_blk;
-    size_t cap_kst_blk;
-    long *kst_at;           /* [max_seqs * Hkv] */
-    /* a split layer's K/V writes on its second device, [2 R Hkv] */
-    const float **kv_src2;
-    uint16_t **kv_dst2;
+
+    /* the profile (engine_prof.c) */
     /* with profile: the step's copies as pairs of events (start, end) on
      * their stream, timed when the step has synchronised */
     qi_event **cev;
@@ -199,7 +282,7 @@ struct qi_engine {
                              * for copies, the device they fill; for a span, its block */
     int *cev_dev;           /* [cap_cev / 2] the device whose stream holds the two events */
     int n_cev, cap_cev;
-    int cur_blk, cur_slot;  /* the block the ops issued now belong to, and whether on its split device */
+    int span_blk, span_dev; /* the block whose span is open, and its device: the ops issued now are its */
     /* with profile: per weight block the device time of its span on its
      * device, of a split attention's ops on the second device and of an
      * attention block's attention and KV writes on its own device, and the
@@ -209,83 +292,10 @@ struct qi_engine {
     double copy_dev_s[QI_PLAN_MAX_DEVICES];
     long blk_steps;
     qi_engine_prof prof;
-    /* opts.neuron_fast (its copy): each layer's FFN gathered into its two
-     * sides (ns[l].n[1] == 0: not split), and the sides' matrices as the
-     * devices run them (ns_w[l][0]: gate, up, down on the CPU; ns_w[l][1]
-     * on neuron_dev), in buffers of theirs where a device holds a copy */
-    uint8_t *ns_mask;
-    qi_ffn_split *ns;
-    qi_colw *ns_cw;         /* [n_layer] with cats: the CPU side's down in column form */
-    qi_engine_neuron_rp *ns_rp; /* [n_layer] with opts.neuron_active */
-    float *ns_obs;          /* [R][n_ff] the fast side's activations, copied back */
-    /* opts.neuron_swap_every: the live state (units as its neurons); per
-     * layer [n_layer][n_units] the unit in each fast slot, the unit at each
-     * position of the cold side and each unit's cold position (-1: in a
-     * slot); a layer's activity per unit, the steps and what was copied; a
-     * copy's failure */
-    qi_neuron_live *live;
-    int32_t *ns_hot, *ns_cold, *ns_cpos;
-    double *ns_feed;
-    /* with neuron_swap_worker: each layer's spare cold position (-1:
-     * none), zeros for a slot's gate rows, the activity summed since the
-     * last feed [n_layer][n_units] and its tokens; swaps and live_st are
-     * then written by the worker's thread too, under swap_mu */
-    int32_t *ns_spare;
-    void *ns_zero;
-    /* with neuron_swap_worker: a unit's bytes as a slot holds them (gate
-     * rows, up rows, down's blocks by row), on the fast device, where the
-     * worker's uploads land on its copy stream; the last swap's events:
-     * those uploads done (copy stream), the staging read into its slot
-     * (main stream); the worker's alone */
-    qi_buf *ns_stage;
-    qi_event *ns_stage_up, *ns_stage_read;
-    double *ns_acc;
-    long *ns_acc_tok;
-    pthread_mutex_t swap_mu;
-    bool swap_mu_made;
-    /* tests (qi_engine_neuron_check_steps): every split layer checked as a
-     * step reads it; the worker's pause inside each swap */
-    bool ns_check_steps;
-    int ns_stall_us;
-    atomic_long ns_mid; /* swaps.mid, read by the worker's pause */
-    long live_steps;
-    qi_engine_neuron_swaps swaps;
-    qi_status live_st;
-    qi_err live_err;
-    qi_weight (*ns_w)[2][3];
-    qi_buf *(*ns_buf)[2];
-    size_t (*ns_off)[3];    /* [n_layer] the fast side's gate, up and down in its buffer */
+
+    eng_sparsity sp;        /* opts.sparsity, opts.act_observe (engine_sparsity.c) */
+    eng_neurons *ns;        /* opts.neuron_fast: the neuron split (NULL: none; engine_neuron.c, engine_swap.c) */
 };
-
-/* Profiling (opts.profile): host work (the KV policy's decisions) by the
- * engine's clock, HOST_PROF_BEGIN/END around it; ops by their device's events
- * (TIMED, after eng_keep_events below). No cost when off. */
-#define HOST_PROF_BEGIN(e) double prof_t0_ = (e)->o.profile ? eng_eclock(e) : 0.0
-
-#define HOST_PROF_END(e, kind)                                   \
-    do {                                                         \
-        if ((e)->o.profile) {                                    \
-            (e)->prof.seconds[kind] += eng_eclock(e) - prof_t0_;     \
-            (e)->prof.calls[kind]++;                             \
-        }                                                        \
-    } while (0)
-
-/* An op on device b: timed as `kind` with profile on, its failure
- * returned from the enclosing function (which has qi_err *err). */
-#define TIMED(e, b, kind, call)                                          \
-    do {                                                                 \
-        qi_event *t0_;                                                   \
-        qi_status s_ = eng_op_begin(e, b, &t0_, err);                        \
-        if (!s_) s_ = eng_op_end(e, b, t0_, kind, (call), err);              \
-        if (s_) return s_;                                               \
-    } while (0)
-
-/* An op whose time is counted in "other" (the step's rest). */
-#define OP(call)                                                         \
-    do {                                                                 \
-        const qi_status s_ = (call);                                     \
-        if (s_) return s_;                                               \
-    } while (0)
 
 typedef struct {
     const qi_colw *w[3];
@@ -335,6 +345,8 @@ double eng_now_s(void);
 double eng_eclock(const qi_engine *e);
 qi_status eng_keep_events(qi_engine *e, qi_event *a, qi_event *b, int kind, int tag, int dev, qi_err *err);
 int eng_dev_index(const qi_engine *e, const qi_backend *b);
+double eng_host_begin(const qi_engine *e);
+void eng_host_end(qi_engine *e, int kind, double t0);
 qi_status eng_op_begin(qi_engine *e, qi_backend *b, qi_event **t0, qi_err *err);
 qi_status eng_op_end(qi_engine *e, qi_backend *b, qi_event *t0, int kind, qi_status st, qi_err *err);
 qi_status eng_span_begin(qi_engine *e, int d, int blk, qi_event **t0, qi_err *err);
@@ -367,6 +379,8 @@ qi_status eng_check_splits(const qi_engine *e, const qi_plan *p, qi_err *err);
 qi_status eng_check_picks(const qi_engine *e, const qi_plan *p, qi_err *err);
 qi_status eng_check_observe(const qi_engine *e, const qi_plan *p, qi_err *err);
 qi_status eng_check_sparse(const qi_engine *e, const qi_plan *p, qi_err *err);
+qi_status eng_check_neurons(const qi_engine *e, qi_err *err);
+qi_status eng_check_neuron_plan(const qi_engine *e, const qi_plan *p, qi_err *err);
 qi_status eng_check_arch_ops(const qi_model *m, qi_backend *b, qi_err *err);
 
 /* engine_seq.c */
@@ -407,11 +421,14 @@ qi_status eng_mm_rows(qi_engine *e, qi_backend *b, const qi_weight *w, const flo
                       int n_rows, float *y, qi_err *err);
 bool eng_sp_path(const qi_engine *e);
 qi_status eng_sparse_setup(qi_engine *e, size_t R, qi_err *err);
+void eng_sparsity_free(qi_engine *e);
 int eng_cats_keep(qi_engine *e, float tg, int rows, int n);
 qi_status eng_mlp_sparse(qi_engine *e, int l, int rows, qi_err *err);
 
 /* engine_neuron.c */
 qi_status eng_neuron_setup(qi_engine *e, qi_err *err);
+void eng_neurons_show(qi_engine *e);
+void eng_neurons_free(qi_engine *e);
 void eng_count_active(qi_engine *e, int l, const float *a, int rows, int n, bool fast);
 qi_status eng_mlp_split(qi_engine *e, int l, int rows, qi_err *err);
 

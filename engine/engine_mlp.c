@@ -8,7 +8,8 @@
  * host-visible device: eng_check_observe), handed to the observer once b's
  * queued work has run. */
 qi_status eng_observe_ffn(qi_engine *e, qi_backend *b, int l, const float *act, int rows, qi_err *err) {
-    OP(qi_dev_synchronize(b, err));
+    qi_status st;
+    if ((st = qi_dev_synchronize(b, err))) return st;
     e->o.ffn_observe(e->o.ffn_observe_ctx, l, act, rows, e->m->hp.n_ff);
     return QI_OK;
 }
@@ -27,19 +28,19 @@ static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_layer *ly = &M->layers[l];
     const int E = hp->n_embd;
     float *h = hp->parallel ? M->gate : M->xn;
-    OP(eng_norm_rows(b, hp, M->x, &ly->ffn_norm, &ly->ffn_norm_b, rows, E, h, err));
-    OP(eng_matmul(e, b, &ly->w_up, h, rows, M->up, err));
-    OP(eng_add_bias(b, &ly->b_up, M->up, rows, err));
-    OP(qi_backend_act(b, hp->ffn_act == QI_FFN_GELU, M->up, rows, hp->n_ff, err));
-    if (e->o.ffn_observe) OP(eng_observe_ffn(e, b, l, M->up, rows, err));
-    OP(eng_matmul(e, b, &ly->w_down, M->up, rows, h, err));
-    OP(eng_add_bias(b, &ly->b_down, h, rows, err));
-    OP(qi_backend_add(b, M->x, h, (long)rows * E, err));
+    qi_status st;
+    if ((st = eng_norm_rows(b, hp, M->x, &ly->ffn_norm, &ly->ffn_norm_b, rows, E, h, err))) return st;
+    if ((st = eng_matmul(e, b, &ly->w_up, h, rows, M->up, err))) return st;
+    if ((st = eng_add_bias(b, &ly->b_up, M->up, rows, err))) return st;
+    if ((st = qi_backend_act(b, hp->ffn_act == QI_FFN_GELU, M->up, rows, hp->n_ff, err))) return st;
+    if (e->o.ffn_observe && (st = eng_observe_ffn(e, b, l, M->up, rows, err))) return st;
+    if ((st = eng_matmul(e, b, &ly->w_down, M->up, rows, h, err))) return st;
+    if ((st = eng_add_bias(b, &ly->b_down, h, rows, err))) return st;
+    if ((st = qi_backend_add(b, M->x, h, (long)rows * E, err))) return st;
     if (!hp->parallel) return QI_OK;
     if (a != f) {
         const dev_state *A = &e->dev[a];
         xfer x;
-        qi_status st;
         if ((st = eng_xfer_begin(e, &x, M->be, A->be, err)) ||
             (st = eng_xfer_copy(e, &x, act_view(M, M->xn), act_view(A, A->xn), sizeof(float) * (size_t)rows * E, err)) ||
             (st = eng_xfer_end(e, &x, false, err)))
@@ -52,10 +53,11 @@ static qi_status mlp_gate_free(qi_engine *e, int l, int rows, qi_err *err) {
  * D->xn = down_s . glu(gate_s xn, up_s xn) over its n neurons. */
 qi_status eng_ffn_side(qi_engine *e, const dev_state *D, const qi_weight *w, int n, int rows, bool gelu,
                        qi_err *err) {
+    qi_status st;
     const qi_weight *gu[2] = {&w[0], &w[1]};
     float *const gu_out[2] = {D->gate, D->up};
-    OP(eng_matmul_n(e, D->be, gu, gu_out, 2, D->xn, rows, err));
-    OP(qi_backend_glu(D->be, gelu, D->gate, D->up, rows, n, err));
+    if ((st = eng_matmul_n(e, D->be, gu, gu_out, 2, D->xn, rows, err))) return st;
+    if ((st = qi_backend_glu(D->be, gelu, D->gate, D->up, rows, n, err))) return st;
     return eng_matmul(e, D->be, &w[2], D->gate, rows, D->xn, err);
 }
 
@@ -67,6 +69,7 @@ qi_status eng_ffn_side(qi_engine *e, const dev_state *D, const qi_weight *w, int
  * that share is active. Nothing is computed. */
 qi_status eng_ffn_sim_sparse(qi_engine *e, const dev_state *M, const qi_weight *gate, const qi_weight *up_w,
                              const qi_weight *down_w, int n, int rows, bool gelu, qi_err *err) {
+    qi_status st;
     const int unit = (int)qi_type_get(down_w->type)->blck;
     int k = (int)ceil(e->o.sim_cold_density * n / unit) * unit;
     k = k > n ? n : k < unit ? unit : k;
@@ -75,40 +78,44 @@ qi_status eng_ffn_sim_sparse(qi_engine *e, const dev_state *M, const qi_weight *
     down.n_cols = k;
     if (!qi_type_row_bytes(down.type, (uint64_t)k, &down.row_bytes))
         return QI_ERR(err, QI_ERR_INVALID, "%d neurons are not whole blocks of down's type", k);
-    OP(eng_matmul(e, M->be, gate, M->xn, rows, M->gate, err));
-    OP(eng_matmul(e, M->be, &up, M->xn, rows, M->up, err));
-    OP(qi_backend_glu(M->be, gelu, M->gate, M->up, rows, k, err));
+    if ((st = eng_matmul(e, M->be, gate, M->xn, rows, M->gate, err))) return st;
+    if ((st = eng_matmul(e, M->be, &up, M->xn, rows, M->up, err))) return st;
+    if ((st = qi_backend_glu(M->be, gelu, M->gate, M->up, rows, k, err))) return st;
     return eng_matmul(e, M->be, &down, M->gate, rows, M->xn, err);
 }
 
 /* The MLP block of layer l on its device: x += down(glu(gate(norm(x)), up(norm(x)))). */
 qi_status eng_mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
+    qi_status st;
     const qi_hparams *hp = &e->m->hp;
     const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev];
     qi_backend *b = M->be;
     const qi_layer *ly = &M->layers[l];
     const int E = hp->n_embd;
     if (qi_ffn_gate_free(hp->ffn_act)) return mlp_gate_free(e, l, rows, err);
-    if (e->ns && e->ns[l].n[1]) return eng_mlp_split(e, l, rows, err);
-    OP(qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    if (e->ns && e->ns->split[l].n[1]) return eng_mlp_split(e, l, rows, err);
+    if ((st = qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err))) return st;
     if (e->o.sim_cold_density > 0.0 && M == &e->dev[0]) { /* the what-if on the CPU's whole MLP */
-        OP(eng_ffn_sim_sparse(e, M, &ly->w_gate, &ly->w_up, &ly->w_down, hp->n_ff, rows,
-                          hp->ffn_act == QI_FFN_GEGLU_TANH, err));
-        if (ly->ffn_post_norm.data) OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+        if ((st = eng_ffn_sim_sparse(e, M, &ly->w_gate, &ly->w_up, &ly->w_down, hp->n_ff, rows,
+                          hp->ffn_act == QI_FFN_GEGLU_TANH, err)))
+            return st;
+        if (ly->ffn_post_norm.data && (st = qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err)))
+            return st;
         return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
     }
     const qi_weight *gu[2] = {&ly->w_gate, &ly->w_up};
     float *const gu_out[2] = {M->gate, M->up};
     if (eng_sp_path(e)) return eng_mlp_sparse(e, l, rows, err);
-    OP(eng_matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err));
-    OP(qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err));
-    if (e->o.ffn_observe) OP(eng_observe_ffn(e, b, l, M->gate, rows, err));
-    if (e->ns_rp && M == &e->dev[0]) { /* a layer not split: nothing on the fast side */
-        e->ns_rp[l].tokens += rows;
+    if ((st = eng_matmul_n(e, b, gu, gu_out, 2, M->xn, rows, err))) return st;
+    if ((st = qi_backend_glu(b, hp->ffn_act == QI_FFN_GEGLU_TANH, M->gate, M->up, rows, hp->n_ff, err))) return st;
+    if (e->o.ffn_observe && (st = eng_observe_ffn(e, b, l, M->gate, rows, err))) return st;
+    if (e->ns && e->ns->rp && M == &e->dev[0]) { /* a layer not split: nothing on the fast side */
+        e->ns->rp[l].tokens += rows;
         eng_count_active(e, l, M->gate, rows, hp->n_ff, false);
     }
-    OP(eng_matmul(e, b, &ly->w_down, M->gate, rows, M->xn, err));
-    if (ly->ffn_post_norm.data)
-        OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    if ((st = eng_matmul(e, b, &ly->w_down, M->gate, rows, M->xn, err))) return st;
+    if (ly->ffn_post_norm.data &&
+        (st = qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err)))
+        return st;
     return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }

@@ -112,25 +112,25 @@ static qi_status colw_check(const qi_colw *c, const qi_weight *down, int l, qi_e
  * rows zero), every unit in exactly one place, the column form its
  * down's. */
 static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *err) {
-    const qi_ffn_split *sp = &e->ns[l];
+    const qi_ffn_split *sp = &e->ns->split[l];
     const qi_layer *ly = &e->m->layers[l];
     qi_backend *fb = e->dev[e->o.neuron_dev].be;
     const int nu = sp->n_units, n1 = sp->n[1] / sp->unit;
-    const size_t total = qi_buf_size(e->ns_buf[l][1]);
+    const size_t total = qi_buf_size(e->ns->buf[l][1]);
     char *host = qi_malloc(total);
     uint8_t *seen = qi_calloc((size_t)nu, 1);
     qi_status st = !host || !seen ? QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l) : QI_OK;
     /* what the main stream has made of the slots (the ops' order; the
      * copy stream's work reaches the slots only through it) */
     qi_event *ev = NULL;
-    if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns_buf[l][1], 0), total, err)) &&
+    if (!st && !(st = qi_dev_download(fb, host, qi_view_of(e->ns->buf[l][1], 0), total, err)) &&
         !(st = qi_event_record(fb, &ev, err))) {
         qi_event_sync(ev);
         qi_event_free(ev);
     }
     size_t gb, ub, blk;
     eng_unit_bytes(ly, sp->unit, &gb, &ub, &blk);
-    const size_t *off = e->ns_off[l];
+    const size_t *off = e->ns->off[l];
     for (int s = 0; s < n1 && !st; s++) {
         if (slot[s] < 0 && e->o.neuron_swap_worker) { /* emptied by a swap in progress */
             for (size_t i = 0; i < gb && !st; i++)
@@ -147,9 +147,9 @@ static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *e
     /* the cold side's positions: the units in no slot, in order, or where
      * swaps put them */
     for (int k = 0, u = 0; k < sp->n[0] / sp->unit && !st; k++) {
-        while (!e->live && u < nu && seen[u]) u++;
-        const int cu = e->live ? e->ns_cold[(size_t)l * nu + k] : u++;
-        if (cu < 0 && e->live && k == e->ns_spare[l]) { /* the spare: zero gate rows, computing nothing */
+        while (!e->ns->live && u < nu && seen[u]) u++;
+        const int cu = e->ns->live ? e->ns->cold[(size_t)l * nu + k] : u++;
+        if (cu < 0 && e->ns->live && k == e->ns->spare[l]) { /* the spare: zero gate rows, computing nothing */
             for (size_t i = 0; i < gb && !st; i++)
                 if (((const char *)sp->gate[0].data)[(size_t)k * gb + i])
                     st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: the cold side's spare place %d computes", l, k);
@@ -166,7 +166,7 @@ static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *e
     }
     for (int u = 0; u < nu && !st; u++)
         if (!seen[u]) st = QI_ERR(err, QI_ERR_BACKEND, "layer %d: unit %d is on neither side", l, u);
-    if (!st && e->ns_cw[l].codes) st = colw_check(&e->ns_cw[l], &sp->down[0], l, err);
+    if (!st && e->ns->cw[l].codes) st = colw_check(&e->ns->cw[l], &sp->down[0], l, err);
     qi_free(seen);
     qi_free(host);
     return st;
@@ -174,26 +174,26 @@ static qi_status check_layer(qi_engine *e, int l, const int32_t *slot, qi_err *e
 
 qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
     if (!e->ns || qi_gguf_shapes_only(e->m->gguf)) return QI_OK;
-    if (e->live) qi_neuron_live_sync(e->live); /* the background worker's swaps of what was fed */
+    if (e->ns->live) qi_neuron_live_sync(e->ns->live); /* the background worker's swaps of what was fed */
     qi_status st = QI_OK;
     for (int l = 0; l < e->m->hp.n_layer && !st; l++) {
-        const qi_ffn_split *sp = &e->ns[l];
+        const qi_ffn_split *sp = &e->ns->split[l];
         if (!sp->n[1]) continue;
         const int nu = sp->n_units;
         /* the units in the slots: the live state's (held still), or the
          * mask's in order */
-        if (e->live) {
+        if (e->ns->live) {
             qi_neuron_live_view v;
-            qi_neuron_live_begin(e->live, l, &v);
+            qi_neuron_live_begin(e->ns->live, l, &v);
             st = qi_neuron_live_view_check(&v, l, err);
             if (!st) st = check_layer(e, l, v.slot, err);
-            qi_neuron_live_end(e->live, l);
+            qi_neuron_live_end(e->ns->live, l);
             continue;
         }
         int32_t *slot = qi_malloc(sizeof(int32_t) * (size_t)nu);
         if (!slot) return QI_ERR(err, QI_ERR_NOMEM, "out of memory checking layer %d", l);
         for (int u = 0, s = 0; u < nu; u++)
-            if (e->ns_mask[(size_t)l * nu + u]) slot[s++] = u;
+            if (e->ns->mask[(size_t)l * nu + u]) slot[s++] = u;
         st = check_layer(e, l, slot, err);
         qi_free(slot);
     }
@@ -201,107 +201,107 @@ qi_status qi_engine_neuron_check(qi_engine *e, qi_err *err) {
 }
 
 void qi_engine_neuron_check_steps(qi_engine *e, bool on, int stall_us) {
-    e->ns_check_steps = on;
-    e->ns_stall_us = stall_us;
+    if (!e->ns) return;
+    e->ns->check_steps = on;
+    e->ns->stall_us = stall_us;
 }
 
-/* opts.neuron_fast: checked against the model, the plan and the other
- * options, each split layer's FFN gathered into its two sides and the fast
- * side prepared on neuron_dev; the plan's ffn_dev and ffn_rows say so. */
+/* opts.neuron_fast (checked by eng_check_neurons): each split layer's FFN
+ * gathered into its two sides and the fast side prepared on neuron_dev.
+ * The plan and the options stay as asked; qi_engine_plan shows the split
+ * (eng_neurons_show). */
 qi_status eng_neuron_setup(qi_engine *e, qi_err *err) {
     const qi_model *m = e->m;
     const qi_hparams *hp = &m->hp;
     const int L = hp->n_layer, fd = e->o.neuron_dev;
-    const double dens = e->o.sim_cold_density;
-    if (dens != 0.0 && !(dens > 0.0 && dens <= 1.0))
-        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density %g is outside (0, 1]", dens);
-    if (dens > 0.0 && !e->o.sim)
-        return QI_ERR(err, QI_ERR_INVALID, "sim_cold_density is a what-if of a simulated machine, and this one is "
-                      "real (it runs cats on the CPU's neurons: sparsity)");
-    if (dens > 0.0 && (qi_ffn_gate_free(hp->ffn_act) || hp->parallel))
-        return QI_ERR(err, QI_ERR_UNSUPPORTED, "sim_cold_density reads up and down by gate's active neurons (cats), "
-                      "and %s's MLP has no gate", hp->arch_name);
     if (!e->o.neuron_fast) return QI_OK;
-    qi_plan *p = &e->plan;
-    if (qi_ffn_gate_free(hp->ffn_act) || hp->parallel)
-        return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split needs a gated MLP (llama, gemma3); %s has none",
-                      hp->arch_name);
-    if (fd < 1 || fd >= p->n_devices)
-        return QI_ERR(err, QI_ERR_INVALID, "the neuron split's fast device %d is not one of the devices after the "
-                      "cpu (%d named)", fd, p->n_devices);
-    const char *other = e->o.sparsity && e->o.sparsity->mode != QI_SPARSITY_CATS
-                            ? "teal sparsity (a split's hot side runs dense; cats thresholds its cold side)"
-                        : e->o.ffn_observe || e->o.act_observe ? "an activation observer"
-                        : e->o.repack                          ? "--repack"
-                                                               : NULL;
-    if (other) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split and %s cannot be combined", other);
-    const int unit = qi_engine_neuron_unit(m), nu = unit > 0 ? hp->n_ff / unit : 0;
-    for (int l = 0; l < L; l++)
-        if (qi_ffn_split_unit(&m->layers[l]) != unit)
-            return QI_ERR(err, QI_ERR_UNSUPPORTED, "a neuron split moves down's blocks whole, and layer %d's are of %d "
-                          "neurons where layer 0's are of %d", l, qi_ffn_split_unit(&m->layers[l]), unit);
+    const qi_plan *p = &e->plan;
+    const int unit = qi_engine_neuron_unit(m), nu = hp->n_ff / unit;
     const size_t n = (size_t)L * (size_t)nu;
-    if (!(e->o.neuron_active >= 0.0f))
-        return QI_ERR(err, QI_ERR_INVALID, "neuron_active %g is negative", e->o.neuron_active);
-    if (e->o.neuron_swap_every < 0)
-        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_every %d is negative", e->o.neuron_swap_every);
-    if (e->o.neuron_swap_every > 0 && (!e->o.neuron_live || !e->o.neuron_activity))
-        return QI_ERR(err, QI_ERR_INVALID, "swapping neurons needs the rule's options and each unit's activity");
-    if (e->o.neuron_swap_worker && e->o.neuron_swap_every < 1)
-        return QI_ERR(err, QI_ERR_INVALID, "the background swap worker needs neuron_swap_every (how often to feed it)");
-    if (e->o.neuron_swap_main_stream && !e->o.neuron_swap_worker)
-        return QI_ERR(err, QI_ERR_INVALID, "neuron_swap_main_stream says where the background swap worker uploads, "
-                      "and there is no worker");
-    if (e->o.neuron_swap_every > 0 && e->o.sim)
-        return QI_ERR(err, QI_ERR_UNSUPPORTED, "swapping neurons follows the activations, and a simulated machine "
-                      "(%s) computes none", e->o.sim);
-    if (e->o.neuron_active > 0.0f) e->ns_rp = qi_calloc((size_t)L, sizeof *e->ns_rp);
+    if (!(e->ns = qi_calloc(1, sizeof *e->ns))) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a neuron split");
+    if (e->o.neuron_active > 0.0f) e->ns->rp = qi_calloc((size_t)L, sizeof *e->ns->rp);
     if (e->o.neuron_active > 0.0f || e->o.neuron_swap_every > 0) {
-        e->ns_obs = qi_malloc(sizeof(float) * ((size_t)e->o.step_tokens + (size_t)e->o.max_seqs) * (size_t)hp->n_ff);
-        if ((e->o.neuron_active > 0.0f && !e->ns_rp) || !e->ns_obs)
+        e->ns->obs = qi_malloc(sizeof(float) * ((size_t)e->o.step_tokens + (size_t)e->o.max_seqs) * (size_t)hp->n_ff);
+        if ((e->o.neuron_active > 0.0f && !e->ns->rp) || !e->ns->obs)
             return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the neuron counts");
     }
-    e->ns_mask = qi_malloc(n);
-    e->ns = qi_calloc((size_t)L, sizeof *e->ns);
-    e->ns_w = qi_calloc((size_t)L, sizeof *e->ns_w);
-    e->ns_buf = qi_calloc((size_t)L, sizeof *e->ns_buf);
-    e->ns_cw = qi_calloc((size_t)L, sizeof *e->ns_cw);
-    e->ns_off = qi_calloc((size_t)L, sizeof *e->ns_off);
-    if (!e->ns_mask || !e->ns || !e->ns_w || !e->ns_buf || !e->ns_cw || !e->ns_off)
+    e->ns->mask = qi_malloc(n);
+    e->ns->split = qi_calloc((size_t)L, sizeof *e->ns->split);
+    e->ns->w = qi_calloc((size_t)L, sizeof *e->ns->w);
+    e->ns->buf = qi_calloc((size_t)L, sizeof *e->ns->buf);
+    e->ns->cw = qi_calloc((size_t)L, sizeof *e->ns->cw);
+    e->ns->off = qi_calloc((size_t)L, sizeof *e->ns->off);
+    if (!e->ns->mask || !e->ns->split || !e->ns->w || !e->ns->buf || !e->ns->cw || !e->ns->off)
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a neuron split of %d layers", L);
-    memcpy(e->ns_mask, e->o.neuron_fast, n);
-    e->o.neuron_fast = e->ns_mask;
+    memcpy(e->ns->mask, e->o.neuron_fast, n);
+    qi_status st = qi_plan_copy(&e->ns->shown, p, err);
+    if (st) return st;
     const bool copy = !qi_gguf_shapes_only(m->gguf);
-    qi_status st;
     for (int l = 0; l < L; l++) {
-        const uint8_t *mask = e->ns_mask + (size_t)l * (size_t)nu;
+        const uint8_t *mask = e->ns->mask + (size_t)l * (size_t)nu;
         int any = 0;
         for (int i = 0; i < nu; i++) any += mask[i] != 0;
         if (!any) continue;
-        if (p->layers[l].mlp_dev != 0)
-            return QI_ERR(err, QI_ERR_UNSUPPORTED, "the neuron split runs layer %d's cold neurons on the cpu, and the "
-                          "plan puts its MLP on %s: leave the MLPs of split layers on the cpu", l,
-                          p->devices[p->layers[l].mlp_dev]);
-        if ((st = qi_ffn_split_build_spare(&m->layers[l], mask, copy, e->o.neuron_swap_worker ? 1 : 0, &e->ns[l], err)))
+        if ((st = qi_ffn_split_build_spare(&m->layers[l], mask, copy, e->o.neuron_swap_worker ? 1 : 0, &e->ns->split[l], err)))
             return st;
         for (int s = 0; s < 2; s++) {
-            const qi_weight w[3] = {e->ns[l].gate[s], e->ns[l].up[s], e->ns[l].down[s]};
-            if (e->ns[l].n[s] &&
-                (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns_w[l][s], &e->ns_buf[l][s], s ? e->ns_off[l] : NULL, err)))
+            const qi_weight w[3] = {e->ns->split[l].gate[s], e->ns->split[l].up[s], e->ns->split[l].down[s]};
+            if (e->ns->split[l].n[s] &&
+                (st = neuron_prepare(e, s ? fd : 0, l, w, e->ns->w[l][s], &e->ns->buf[l][s], s ? e->ns->off[l] : NULL, err)))
                 return st;
         }
         /* cats on the cold side: its down read by the active columns */
-        if (e->sp_w && e->ns[l].n[0] && qi_colw_supported(&e->ns[l].down[0]) &&
-            (st = qi_colw_build(&e->ns[l].down[0], &e->ns_cw[l], err)))
+        if (e->sp.w && e->ns->split[l].n[0] && qi_colw_supported(&e->ns->split[l].down[0]) &&
+            (st = qi_colw_build(&e->ns->split[l].down[0], &e->ns->cw[l], err)))
             return st;
-        p->layers[l].ffn_dev = fd;
-        p->layers[l].ffn_rows = e->ns[l].n[1];
     }
     if ((st = qi_dev_synchronize(e->dev[fd].be, err))) return st;
-    st = e->o.neuron_swap_every > 0 ? eng_live_setup(e, unit, nu, err) : QI_OK;
-    e->o.neuron_live = NULL; /* the caller's, read here only */
-    e->o.neuron_activity = NULL;
-    return st;
+    eng_neurons_show(e);
+    return e->o.neuron_swap_every > 0 ? eng_live_setup(e, unit, nu, err) : QI_OK;
+}
+
+/* The engine's plan with the split shown in it: each split layer's
+ * ffn_dev and ffn_rows (qi_engine_plan; a new plan, engine_replan.c). */
+void eng_neurons_show(qi_engine *e) {
+    qi_plan *v = &e->ns->shown;
+    qi_plan_layer *ly = v->layers;
+    *v = e->plan;
+    v->layers = ly;
+    memcpy(ly, e->plan.layers, sizeof *ly * (size_t)e->plan.n_layer);
+    for (int l = 0; l < e->plan.n_layer; l++)
+        if (e->ns->split[l].n[1]) {
+            ly[l].ffn_dev = e->o.neuron_dev;
+            ly[l].ffn_rows = e->ns->split[l].n[1];
+        }
+}
+
+/* The neuron split's memory, all of it (none: nothing), the swap worker
+ * stopped first: its swaps write it. */
+void eng_neurons_free(qi_engine *e) {
+    eng_neurons *ns = e->ns;
+    if (!ns) return;
+    const int L = e->m->hp.n_layer;
+    if (ns->live) qi_neuron_live_stop(ns->live);
+    if (ns->stage) { /* the fast stream may still wait for the last swap's event */
+        qi_err ign = {0};
+        (void)qi_dev_synchronize(qi_buf_device(ns->stage), &ign);
+        qi_event_free(ns->stage_up);
+        qi_event_free(ns->stage_read);
+        qi_buf_free(ns->stage);
+    }
+    qi_neuron_live_free(ns->live);
+    for (int l = 0; l < L; l++) {
+        if (ns->split) qi_ffn_split_free(&ns->split[l]);
+        if (ns->buf) qi_buf_free(ns->buf[l][0]), qi_buf_free(ns->buf[l][1]);
+        if (ns->cw) qi_colw_free(&ns->cw[l]);
+    }
+    if (ns->mu_made) pthread_mutex_destroy(&ns->mu);
+    void *p[] = {ns->mask, ns->split, ns->w, ns->buf, ns->off, ns->cw, ns->zero, ns->rp, ns->obs, ns->feed,
+                 ns->acc, ns->acc_tok, ns->hot, ns->cold, ns->cpos, ns->spare};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) qi_free(p[i]);
+    qi_plan_free(&ns->shown);
+    qi_free(ns);
+    e->ns = NULL;
 }
 
 /* opts.neuron_active: the active (row, neuron) pairs of layer l's
@@ -310,14 +310,14 @@ void eng_count_active(qi_engine *e, int l, const float *a, int rows, int n, bool
     const float t = e->o.neuron_active;
     long long k = 0;
     for (size_t i = 0; i < (size_t)rows * (size_t)n; i++) k += fabsf(a[i]) > t;
-    e->ns_rp[l].active += k;
-    if (fast) e->ns_rp[l].hit += k;
+    e->ns->rp[l].active += k;
+    if (fast) e->ns->rp[l].hit += k;
 }
 
 bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out) {
-    if (!e->ns_rp || l < 0 || l >= e->m->hp.n_layer) return false;
-    *out = e->ns_rp[l];
-    out->n_fast = e->ns[l].n[1];
+    if (!e->ns || !e->ns->rp || l < 0 || l >= e->m->hp.n_layer) return false;
+    *out = e->ns->rp[l];
+    out->n_fast = e->ns->split[l].n[1];
     return true;
 }
 
@@ -328,29 +328,33 @@ bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out)
  * where few enough are kept; the dense matmuls otherwise. As eng_mlp_sparse's
  * cats, on the side's own matrices. */
 static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows, bool gelu, qi_err *err) {
-    const qi_weight *w = e->ns_w[l][0];
-    const int n = e->ns[l].n[0];
+    qi_status st;
+    qi_event *t_op;
+    const qi_weight *w = e->ns->w[l][0];
+    const int n = e->ns->split[l].n[0];
     const size_t nn = (size_t)rows * (size_t)n;
     const float tg = eng_sp_thr(e, l, QI_SITE_GATE);
-    OP(eng_matmul(e, M->be, &w[0], M->xn, rows, M->gate, err));
-    memcpy(e->sp_act, M->gate, sizeof(float) * nn);
-    OP(qi_backend_glu(M->be, gelu, e->sp_act, e->sp_ones, rows, n, err));
+    if ((st = eng_matmul(e, M->be, &w[0], M->xn, rows, M->gate, err))) return st;
+    memcpy(e->sp.act, M->gate, sizeof(float) * nn);
+    if ((st = qi_backend_glu(M->be, gelu, e->sp.act, e->sp.ones, rows, n, err))) return st;
     const int n_act = eng_cats_keep(e, tg, rows, n);
     const bool sparse = (double)n_act <= e->o.sparse_max_density * n;
     if (sparse) {
         memset(M->up, 0, sizeof(float) * nn);
-        OP(eng_mm_rows(e, M->be, &w[1], M->xn, rows, e->sp_idx, n_act, M->up, err));
+        if ((st = eng_mm_rows(e, M->be, &w[1], M->xn, rows, e->sp.idx, n_act, M->up, err))) return st;
     } else {
-        OP(eng_matmul(e, M->be, &w[1], M->xn, rows, M->up, err));
+        if ((st = eng_matmul(e, M->be, &w[1], M->xn, rows, M->up, err))) return st;
     }
-    OP(qi_backend_glu(M->be, gelu, M->gate, M->up, rows, n, err));
+    if ((st = qi_backend_glu(M->be, gelu, M->gate, M->up, rows, n, err))) return st;
     for (size_t i = 0; i < nn; i++)
-        if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
-    const qi_colw *cw = &e->ns_cw[l];
+        if (e->sp.act[i] == 0.0f) M->gate[i] = 0.0f;
+    const qi_colw *cw = &e->ns->cw[l];
     if (!sparse || !cw->codes) return eng_matmul(e, M->be, &w[2], M->gate, rows, M->xn, err);
-    sp_job j = {.w = {cw}, .y = {M->xn}, .n_w = 1, .x = M->gate, .T = rows, .idx = e->sp_idx, .n_idx = n_act,
+    sp_job j = {.w = {cw}, .y = {M->xn}, .n_w = 1, .x = M->gate, .T = rows, .idx = e->sp.idx, .n_idx = n_act,
                 .fn = qi_sparse_matmul()};
-    TIMED(e, M->be, QI_OP_MATMUL, eng_sp_run(e, &j));
+    if ((st = eng_op_begin(e, M->be, &t_op, err)) ||
+        (st = eng_op_end(e, M->be, t_op, QI_OP_MATMUL, eng_sp_run(e, &j), err)))
+        return st;
     if (e->o.profile)
         e->prof.matmul_bytes += (double)cw->col_bytes * n_act + (double)qi_colw_bytes(cw) -
                                 (double)cw->col_bytes * (double)cw->n_in;
@@ -363,15 +367,15 @@ static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows
  * slot[] the live view's: an empty slot computes nothing). Fed at once,
  * or with the background worker summed until eng_live_round feeds it. */
 static qi_status live_feed(qi_engine *e, int l, const float *cold, const int32_t *slot, int rows, qi_err *err) {
-    const qi_ffn_split *sp = &e->ns[l];
+    const qi_ffn_split *sp = &e->ns->split[l];
     const int unit = sp->unit, n0 = sp->n[0], n1 = sp->n[1];
     const size_t nu = (size_t)sp->n_units;
-    double *feed = e->o.neuron_swap_worker ? e->ns_acc + (size_t)l * nu : e->ns_feed;
+    double *feed = e->o.neuron_swap_worker ? e->ns->acc + (size_t)l * nu : e->ns->feed;
     if (!e->o.neuron_swap_worker) memset(feed, 0, sizeof(double) * nu);
     for (int side = 0; side < 2; side++) {
-        const int32_t *at = side ? slot : e->ns_cold + (size_t)l * nu;
+        const int32_t *at = side ? slot : e->ns->cold + (size_t)l * nu;
         const int n = side ? n1 : n0;
-        const float *a = side ? e->ns_obs : cold;
+        const float *a = side ? e->ns->obs : cold;
         for (int k = 0; k < n / unit; k++) {
             if (at[k] < 0) continue;
             for (int t = 0; t < rows; t++)
@@ -379,10 +383,10 @@ static qi_status live_feed(qi_engine *e, int l, const float *cold, const int32_t
         }
     }
     if (e->o.neuron_swap_worker) {
-        e->ns_acc_tok[l] += rows;
+        e->ns->acc_tok[l] += rows;
         return QI_OK;
     }
-    return qi_neuron_live_feed(e->live, l, feed, rows, err);
+    return qi_neuron_live_feed(e->ns->live, l, feed, rows, err);
 }
 
 /* Both sides of split layer l's FFN from the normed input (in M->xn and
@@ -391,29 +395,27 @@ static qi_status live_feed(qi_engine *e, int l, const float *cold, const int32_t
  * the activity fed, by slot[] (the live view's) on the fast side. */
 static qi_status mlp_split_sides(qi_engine *e, int l, int rows, bool gelu, const dev_state *M, const dev_state *F,
                                  const int32_t *slot, qi_err *err) {
-    const qi_ffn_split *sp = &e->ns[l];
+    const qi_ffn_split *sp = &e->ns->split[l];
     qi_status st;
-    e->cur_slot = 1;
-    st = eng_ffn_side(e, F, e->ns_w[l][1], sp->n[1], rows, gelu, err);
-    e->cur_slot = 0;
+    st = eng_ffn_side(e, F, e->ns->w[l][1], sp->n[1], rows, gelu, err);
     if (st) return st;
-    if (sp->n[0] && (st = e->sp_w && !e->sp_paused       ? ffn_side_cats(e, M, l, rows, gelu, err)
-                          : e->o.sim_cold_density > 0.0 ? eng_ffn_sim_sparse(e, M, &e->ns_w[l][0][0], &e->ns_w[l][0][1],
-                                                                         &e->ns_w[l][0][2], sp->n[0], rows, gelu, err)
-                                                        : eng_ffn_side(e, M, e->ns_w[l][0], sp->n[0], rows, gelu, err)))
+    if (sp->n[0] && (st = e->sp.w && !e->sp.paused       ? ffn_side_cats(e, M, l, rows, gelu, err)
+                          : e->o.sim_cold_density > 0.0 ? eng_ffn_sim_sparse(e, M, &e->ns->w[l][0][0], &e->ns->w[l][0][1],
+                                                                         &e->ns->w[l][0][2], sp->n[0], rows, gelu, err)
+                                                        : eng_ffn_side(e, M, e->ns->w[l][0], sp->n[0], rows, gelu, err)))
         return st;
-    if (e->ns_rp || e->live) { /* both sides' activations, the fast one's copied back */
+    if (e->ns->rp || e->ns->live) { /* both sides' activations, the fast one's copied back */
         const size_t fb = sizeof(float) * (size_t)rows * (size_t)sp->n[1];
-        if ((st = qi_dev_download(F->be, e->ns_obs, act_view(F, F->gate), fb, err)) ||
+        if ((st = qi_dev_download(F->be, e->ns->obs, act_view(F, F->gate), fb, err)) ||
             (st = qi_dev_synchronize(F->be, err)))
             return st;
     }
-    if (e->ns_rp) {
-        e->ns_rp[l].tokens += rows;
+    if (e->ns->rp) {
+        e->ns->rp[l].tokens += rows;
         if (sp->n[0]) eng_count_active(e, l, M->gate, rows, sp->n[0], false);
-        eng_count_active(e, l, e->ns_obs, rows, sp->n[1], true);
+        eng_count_active(e, l, e->ns->obs, rows, sp->n[1], true);
     }
-    return e->live ? live_feed(e, l, M->gate, slot, rows, err) : QI_OK;
+    return e->ns->live ? live_feed(e, l, M->gate, slot, rows, err) : QI_OK;
 }
 
 /* The MLP block of a layer whose neurons are split (opts.neuron_fast):
@@ -424,12 +426,13 @@ static qi_status mlp_split_sides(qi_engine *e, int l, int rows, bool gelu, const
 qi_status eng_mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev], *F = &e->dev[e->o.neuron_dev];
-    const qi_ffn_split *sp = &e->ns[l];
+    const qi_ffn_split *sp = &e->ns->split[l];
     const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
     const size_t nb = sizeof(float) * (size_t)rows * (size_t)hp->n_embd;
     qi_status st;
     xfer x;
-    OP(qi_backend_rmsnorm(M->be, M->x, M->layers[l].ffn_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
+    if ((st = qi_backend_rmsnorm(M->be, M->x, M->layers[l].ffn_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err)))
+        return st;
     /* the host overwrites M->xn below: it waits for the copy */
     if ((st = eng_xfer_begin(e, &x, F->be, M->be, err)) ||
         (st = eng_xfer_copy(e, &x, act_view(F, F->xn), act_view(M, M->xn), nb, err)) || (st = eng_xfer_end(e, &x, true, err)))
@@ -438,36 +441,37 @@ qi_status eng_mlp_split(qi_engine *e, int l, int rows, qi_err *err) {
      * read (with the background worker, the time waited for its hold is
      * what the swaps cost this thread) */
     qi_neuron_live_view v = {0};
-    if (e->live) {
+    if (e->ns->live) {
         const double t0 = e->o.neuron_swap_worker ? eng_now_s() : 0.0;
-        qi_neuron_live_begin(e->live, l, &v);
+        qi_neuron_live_begin(e->ns->live, l, &v);
         if (e->o.neuron_swap_worker) {
-            pthread_mutex_lock(&e->swap_mu);
-            e->swaps.seconds += eng_now_s() - t0;
-            pthread_mutex_unlock(&e->swap_mu);
+            pthread_mutex_lock(&e->ns->mu);
+            e->ns->swaps.seconds += eng_now_s() - t0;
+            pthread_mutex_unlock(&e->ns->mu);
         }
     }
     if (e->o.neuron_swap_worker)
         for (int s = 0; s < sp->n[1] / sp->unit; s++)
             if (v.slot[s] < 0) {
-                e->swaps.mid++; /* this thread's alone */
-                atomic_fetch_add(&e->ns_mid, 1);
+                e->ns->swaps.mid++; /* this thread's alone */
+                atomic_fetch_add(&e->ns->mid, 1);
                 break;
             }
-    if (e->live && e->ns_check_steps && (st = check_layer(e, l, v.slot, err))) {
-        qi_neuron_live_end(e->live, l);
+    if (e->ns->live && e->ns->check_steps && (st = check_layer(e, l, v.slot, err))) {
+        qi_neuron_live_end(e->ns->live, l);
         return st;
     }
     st = mlp_split_sides(e, l, rows, gelu, M, F, v.slot, err);
-    if (e->live) qi_neuron_live_end(e->live, l);
+    if (e->ns->live) qi_neuron_live_end(e->ns->live, l);
     if (st) return st;
     float *to = sp->n[0] ? M->nr : M->xn;
     if ((st = eng_xfer_begin(e, &x, M->be, F->be, err)) ||
         (st = eng_xfer_copy(e, &x, act_view(M, to), act_view(F, F->xn), nb, err)) || (st = eng_xfer_end(e, &x, false, err)))
         return st;
-    if (sp->n[0]) OP(qi_backend_add(M->be, M->xn, M->nr, (long)rows * hp->n_embd, err));
+    if (sp->n[0] && (st = qi_backend_add(M->be, M->xn, M->nr, (long)rows * hp->n_embd, err))) return st;
     const qi_layer *ly = &M->layers[l];
-    if (ly->ffn_post_norm.data)
-        OP(qi_backend_rmsnorm(M->be, M->xn, ly->ffn_post_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err));
+    if (ly->ffn_post_norm.data &&
+        (st = qi_backend_rmsnorm(M->be, M->xn, ly->ffn_post_norm.data, rows, hp->n_embd, hp->rms_eps, M->xn, err)))
+        return st;
     return qi_backend_add(M->be, M->x, M->xn, (long)rows * hp->n_embd, err);
 }

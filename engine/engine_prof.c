@@ -60,6 +60,20 @@ int eng_dev_index(const qi_engine *e, const qi_backend *b) {
     return 0;
 }
 
+/* Host work (the KV policy's decisions) timed by the engine's clock as
+ * `kind`: its start, then its end. */
+double eng_host_begin(const qi_engine *e) { return e->o.profile ? eng_eclock(e) : 0.0; }
+
+void eng_host_end(qi_engine *e, int kind, double t0) {
+    if (!e->o.profile) return;
+    e->prof.seconds[kind] += eng_eclock(e) - t0;
+    e->prof.calls[kind]++;
+}
+
+/* An op on device b, timed as `kind` with profile on: an event before it
+ * (eng_op_begin), and one after it, its status st passed through
+ * (eng_op_end), so a caller writes
+ *     if ((st = eng_op_begin(e, b, &t, err)) || (st = eng_op_end(e, b, t, kind, the_op(...), err))) return st; */
 qi_status eng_op_begin(qi_engine *e, qi_backend *b, qi_event **t0, qi_err *err) {
     *t0 = NULL;
     return e->o.profile ? qi_event_record(b, t0, err) : QI_OK;
@@ -76,14 +90,16 @@ qi_status eng_op_end(qi_engine *e, qi_backend *b, qi_event *t0, int kind, qi_sta
         return st;
     }
     e->prof.calls[kind]++;
-    return eng_keep_events(e, t0, t1, kind, e->cur_blk << 1 | e->cur_slot, eng_dev_index(e, b), err);
+    /* an op on another device than the span's is a split's second part */
+    const int d = eng_dev_index(e, b);
+    return eng_keep_events(e, t0, t1, kind, e->span_blk << 1 | (d != e->span_dev), d, err);
 }
 
 /* A block's span on its device (profile on): an event where it starts,
  * and one where it ends, kept as the block's time. */
 qi_status eng_span_begin(qi_engine *e, int d, int blk, qi_event **t0, qi_err *err) {
-    e->cur_blk = blk;
-    e->cur_slot = 0;
+    e->span_blk = blk;
+    e->span_dev = d;
     return eng_op_begin(e, e->dev[d].be, t0, err);
 }
 
@@ -104,7 +120,11 @@ qi_status eng_span_end(qi_engine *e, int d, int blk, qi_event *t0, qi_status st,
  * they read counted. */
 qi_status eng_matmul_n(qi_engine *e, qi_backend *b, const qi_weight *const *w, float *const *y, int n,
                        const float *x, int T, qi_err *err) {
-    TIMED(e, b, QI_OP_MATMUL, qi_backend_matmul_n(b, w, y, n, x, T, err));
+    qi_status st;
+    qi_event *t_op;
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_MATMUL, qi_backend_matmul_n(b, w, y, n, x, T, err), err)))
+        return st;
     if (e->o.profile)
         for (int i = 0; i < n; i++) e->prof.matmul_bytes += (double)w[i]->row_bytes * (double)w[i]->n_rows;
     return QI_OK;

@@ -44,11 +44,9 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         if (strcmp(np->devices[d], e->plan.devices[d]) != 0)
             return QI_ERR(err, QI_ERR_INVALID, "new plan's device %d is %s, the engine's %s (devices are fixed at "
                           "creation)", d, np->devices[d], e->plan.devices[d]);
-    if (e->ns)
-        return QI_ERR(err, QI_ERR_UNSUPPORTED, "the engine runs a neuron split, which is fixed at creation: no new "
-                      "plan");
     if ((st = qi_plan_validate(np, err)) || (st = eng_check_splits(e, np, err)) || (st = eng_check_observe(e, np, err)) ||
-        (st = eng_check_sparse(e, np, err)) || (st = eng_check_picks(e, np, err)))
+        (st = eng_check_sparse(e, np, err)) || (st = eng_check_picks(e, np, err)) ||
+        (st = eng_check_neuron_plan(e, np, err)))
         return st;
     /* refused before any work when what arrives on a device does not fit
      * beside what is there (a block leaves only once its move is done) */
@@ -152,6 +150,11 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
         }
         qi_plan_free(&e->plan);
         e->plan = next;
+        for (int l = 0; l < L; l++) { /* the neuron split is the engine's, shown by qi_engine_plan */
+            e->plan.layers[l].ffn_dev = -1;
+            e->plan.layers[l].ffn_rows = 0;
+        }
+        if (e->ns) eng_neurons_show(e);
         c.kv_bytes = (double)c.kv_blocks * (2.0 * QI_KV_BLOCK * m->hp.head_dim * sizeof(uint16_t));
         c.seconds = eng_eclock(e) - t0;
         e->prof.replans++;

@@ -9,21 +9,21 @@
 #include "engine_int.h"
 
 float eng_sp_thr(const qi_engine *e, int l, int site) {
-    return e->o.sparsity && !e->sp_paused ? e->o.sparsity->thr[(size_t)l * QI_SITE_COUNT + (size_t)site] : -1.0f;
+    return e->o.sparsity && !e->sp.paused ? e->o.sparsity->thr[(size_t)l * QI_SITE_COUNT + (size_t)site] : -1.0f;
 }
 
 /* The activations x [T][n] at a site of layer l (on the CPU, where every
  * layer runs when either is set): shown to opts.act_observe, then zeroed
  * where |x| <= the site's threshold. Returns the active columns (the union
- * over the rows, in e->sp_idx), or -1 where the site is not thresholded. */
+ * over the rows, in e->sp.idx), or -1 where the site is not thresholded. */
 int eng_sp_site(qi_engine *e, int l, int site, float *x, int T, int n) {
     if (e->o.act_observe) e->o.act_observe(e->o.act_observe_ctx, l, site, x, T, n);
     const float t = eng_sp_thr(e, l, site);
     if (t < 0.0f) return -1;
     long z = 0;
-    const int k = qi_sparse_threshold(x, (size_t)n, T, n, t, e->sp_idx, &z);
-    e->sp_zeroed += (double)z;
-    e->sp_seen += (double)T * n;
+    const int k = qi_sparse_threshold(x, (size_t)n, T, n, t, e->sp.idx, &z);
+    e->sp.zeroed += (double)z;
+    e->sp.seen += (double)T * n;
     return k;
 }
 
@@ -51,22 +51,26 @@ qi_status eng_sp_run(qi_engine *e, sp_job *j) {
 }
 
 /* Matmuls of layer l's matrices wi[0..n) (SP_W_*) reading x [T][n_in]
- * whose active columns are e->sp_idx[0..n_idx) (n_idx < 0: not
+ * whose active columns are e->sp.idx[0..n_idx) (n_idx < 0: not
  * thresholded): the sparse kernels where every matrix has a column form
  * and few enough columns are active, else the dense matmul (of the zeroed
  * x: the same activations, the dense arithmetic). */
 qi_status eng_mm_site(qi_engine *e, qi_backend *b, int l, const int *wi, const qi_weight *const *w, float *const *y,
                       int n, const float *x, int T, int n_idx, qi_err *err) {
-    bool sparse = n_idx >= 0 && e->sp_w && !e->sp_paused &&
+    qi_status st;
+    qi_event *t_op;
+    bool sparse = n_idx >= 0 && e->sp.w && !e->sp.paused &&
                   (double)n_idx <= e->o.sparse_max_density * (double)w[0]->n_cols;
-    sp_job j = {.n_w = n, .x = x, .T = T, .idx = e->sp_idx, .n_idx = n_idx, .fn = qi_sparse_matmul()};
+    sp_job j = {.n_w = n, .x = x, .T = T, .idx = e->sp.idx, .n_idx = n_idx, .fn = qi_sparse_matmul()};
     for (int i = 0; i < n && sparse; i++) {
-        j.w[i] = &e->sp_w[(size_t)l * SP_W_COUNT + (size_t)wi[i]];
+        j.w[i] = &e->sp.w[(size_t)l * SP_W_COUNT + (size_t)wi[i]];
         j.y[i] = y[i];
         sparse = j.w[i]->codes != NULL;
     }
     if (!sparse) return eng_matmul_n(e, b, w, y, n, x, T, err);
-    TIMED(e, b, QI_OP_MATMUL, eng_sp_run(e, &j));
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_MATMUL, eng_sp_run(e, &j), err)))
+        return st;
     if (e->o.profile)
         for (int i = 0; i < n; i++)
             e->prof.matmul_bytes += (double)j.w[i]->col_bytes * n_idx +
@@ -140,22 +144,26 @@ static qi_status rows_run(qi_engine *e, rows_job *j, const float *x) {
  * are): cats's up. */
 qi_status eng_mm_rows(qi_engine *e, qi_backend *b, const qi_weight *w, const float *x, int T, const int32_t *rows,
                       int n_rows, float *y, qi_err *err) {
+    qi_status st;
+    qi_event *t_op;
     const qi_kernels *k = qi_kernels_get();
-    rows_job j = {.w = w, .xq = e->sp_xq, .T = T, .rows = rows, .n_rows = n_rows, .y = y};
+    rows_job j = {.w = w, .xq = e->sp.xq, .T = T, .rows = rows, .n_rows = n_rows, .y = y};
     j.gemm = T >= QI_K_WIDE_MIN && k->gemm_wide[w->type] ? k->gemm_wide[w->type] : k->gemm[w->type];
     qi_type_row_bytes(qi_vec_dot_type(w->type), (uint64_t)w->n_cols, &j.qrow_bytes);
-    TIMED(e, b, QI_OP_MATMUL, rows_run(e, &j, x));
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_MATMUL, rows_run(e, &j, x), err)))
+        return st;
     if (e->o.profile) e->prof.matmul_bytes += (double)w->row_bytes * n_rows;
     return QI_OK;
 }
 
-double qi_engine_sparsity_measured(const qi_engine *e) { return e->sp_seen > 0 ? e->sp_zeroed / e->sp_seen : -1.0; }
+double qi_engine_sparsity_measured(const qi_engine *e) { return e->sp.seen > 0 ? e->sp.zeroed / e->sp.seen : -1.0; }
 
-void qi_engine_sparsity_pause(qi_engine *e, bool paused) { e->sp_paused = paused && e->sp_w; }
+void qi_engine_sparsity_pause(qi_engine *e, bool paused) { e->sp.paused = paused && e->sp.w; }
 
 /* Whether a step's sites go through the sparsity path: under opts.sparsity
  * not paused, or with an observer (which sees every step). */
-bool eng_sp_path(const qi_engine *e) { return (e->sp_w && !e->sp_paused) || e->o.act_observe; }
+bool eng_sp_path(const qi_engine *e) { return (e->sp.w && !e->sp.paused) || e->o.act_observe; }
 
 /* The column forms opts.sparsity's mode reads (teal: every matrix of a
  * layer; cats: down) and the scratch for R rows a step. */
@@ -170,47 +178,55 @@ qi_status eng_sparse_setup(qi_engine *e, size_t R, qi_err *err) {
         return QI_ERR(err, QI_ERR_INVALID, "sparse_max_density %g outside [0, 1]", e->o.sparse_max_density);
     if (sp) { /* the engine's own copy: the caller's may go */
         const size_t n = (size_t)hp->n_layer * QI_SITE_COUNT;
-        e->sp = *sp;
-        e->sp.thr = qi_malloc(sizeof(float) * n);
-        if (!e->sp.thr) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity thresholds");
-        memcpy(e->sp.thr, sp->thr, sizeof(float) * n);
-        e->o.sparsity = sp = &e->sp;
+        e->sp.cfg = *sp;
+        e->sp.cfg.thr = qi_malloc(sizeof(float) * n);
+        if (!e->sp.cfg.thr) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity thresholds");
+        memcpy(e->sp.cfg.thr, sp->thr, sizeof(float) * n);
+        e->o.sparsity = sp = &e->sp.cfg;
     }
     const size_t F = (size_t)hp->n_ff, W = (size_t)(hp->n_embd > hp->n_head * hp->head_dim ? hp->n_embd
                                                                                             : hp->n_head * hp->head_dim);
-    e->sp_idx = qi_malloc(sizeof(int32_t) * (F > W ? F : W));
-    e->sp_act = qi_malloc(sizeof(float) * R * F);
-    e->sp_ones = qi_malloc(sizeof(float) * R * F);
-    e->sp_xq = qi_malloc(qi_backend_max_act_row_bytes(e->m) * R);
-    e->sp_cnt = qi_malloc(sizeof(int32_t) * (F / 32 + 1));
-    e->sp_zc = qi_malloc(sizeof(long) * (F / 32 + 1));
-    if (!e->sp_idx || !e->sp_act || !e->sp_ones || !e->sp_xq || !e->sp_cnt || !e->sp_zc)
+    e->sp.idx = qi_malloc(sizeof(int32_t) * (F > W ? F : W));
+    e->sp.act = qi_malloc(sizeof(float) * R * F);
+    e->sp.ones = qi_malloc(sizeof(float) * R * F);
+    e->sp.xq = qi_malloc(qi_backend_max_act_row_bytes(e->m) * R);
+    e->sp.cnt = qi_malloc(sizeof(int32_t) * (F / 32 + 1));
+    e->sp.zc = qi_malloc(sizeof(long) * (F / 32 + 1));
+    if (!e->sp.idx || !e->sp.act || !e->sp.ones || !e->sp.xq || !e->sp.cnt || !e->sp.zc)
         return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the sparsity scratch");
-    for (size_t i = 0; i < R * F; i++) e->sp_ones[i] = 1.0f;
+    for (size_t i = 0; i < R * F; i++) e->sp.ones[i] = 1.0f;
     if (!sp || sp->target == 0.0) return QI_OK; /* nothing thresholded: the dense matmuls */
-    e->sp_w = qi_calloc((size_t)hp->n_layer * SP_W_COUNT, sizeof *e->sp_w);
-    if (!e->sp_w) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the column forms");
+    e->sp.w = qi_calloc((size_t)hp->n_layer * SP_W_COUNT, sizeof *e->sp.w);
+    if (!e->sp.w) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the column forms");
     for (int l = 0; l < hp->n_layer; l++) {
         const qi_layer *ly = &e->m->layers[l];
         const qi_weight *ws[SP_W_COUNT] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
         for (int k = 0; k < SP_W_COUNT; k++) {
             if (sp->mode == QI_SPARSITY_CATS && k != SP_W_DOWN) continue;
             if (!qi_colw_supported(ws[k])) continue; /* read dense */
-            qi_status st = qi_colw_build(ws[k], &e->sp_w[(size_t)l * SP_W_COUNT + (size_t)k], err);
+            qi_status st = qi_colw_build(ws[k], &e->sp.w[(size_t)l * SP_W_COUNT + (size_t)k], err);
             if (st) return st;
         }
     }
     return QI_OK;
 }
 
-/* cats: act(gate) in e->sp_act [rows][n] zeroed where |x| <= tg, counted;
- * the neurons kept by some row (the union) in e->sp_idx, their number
+void eng_sparsity_free(qi_engine *e) {
+    eng_sparsity *sp = &e->sp;
+    if (sp->w)
+        for (int i = 0; i < e->m->hp.n_layer * SP_W_COUNT; i++) qi_colw_free(&sp->w[i]);
+    void *p[] = {sp->w, sp->idx, sp->cnt, sp->zc, sp->act, sp->ones, sp->xq, sp->cfg.thr};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) qi_free(p[i]);
+}
+
+/* cats: act(gate) in e->sp.act [rows][n] zeroed where |x| <= tg, counted;
+ * the neurons kept by some row (the union) in e->sp.idx, their number
  * returned. */
 int eng_cats_keep(qi_engine *e, float tg, int rows, int n) {
     long z = 0;
-    const int k = qi_sparse_threshold(e->sp_act, (size_t)n, rows, n, tg, e->sp_idx, &z);
-    e->sp_zeroed += (double)z;
-    e->sp_seen += (double)rows * n;
+    const int k = qi_sparse_threshold(e->sp.act, (size_t)n, rows, n, tg, e->sp.idx, &z);
+    e->sp.zeroed += (double)z;
+    e->sp.seen += (double)rows * n;
     return k;
 }
 
@@ -298,16 +314,18 @@ static void cats_work(void *arg, int ith, int nth) {
 
 /* cats's gate, up and glu on the CPU in one pass over the threads (the
  * unfused path's results, bit for bit): M->gate [rows][F] then holds the
- * glu's output with each row's dropped neurons zeroed, e->sp_act the
+ * glu's output with each row's dropped neurons zeroed, e->sp.act the
  * thresholded act(gate); returns the count of down's active columns, listed
- * in e->sp_idx. */
+ * in e->sp.idx. */
 static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const qi_layer *ly, int rows, bool gelu,
                           float tg, int *n_act, qi_err *err) {
+    qi_status st;
+    qi_event *t_op;
     const int F = e->m->hp.n_ff;
     const qi_kernels *k = qi_kernels_get();
-    cats_job j = {.wg = &ly->w_gate, .wu = &ly->w_up, .glu = gelu ? k->geglu : k->swiglu, .xq = e->sp_xq, .T = rows,
-                  .F = F, .tg = tg, .max_density = e->o.sparse_max_density, .g = M->gate, .u = M->up, .act = e->sp_act, .ones = e->sp_ones, .idx = e->sp_idx,
-                  .cnt = e->sp_cnt, .zeroed = e->sp_zc};
+    cats_job j = {.wg = &ly->w_gate, .wu = &ly->w_up, .glu = gelu ? k->geglu : k->swiglu, .xq = e->sp.xq, .T = rows,
+                  .F = F, .tg = tg, .max_density = e->o.sparse_max_density, .g = M->gate, .u = M->up, .act = e->sp.act, .ones = e->sp.ones, .idx = e->sp.idx,
+                  .cnt = e->sp.cnt, .zeroed = e->sp.zc};
     j.gemm_g = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wg->type] ? k->gemm_wide[j.wg->type] : k->gemm[j.wg->type];
     j.gemm_u = rows >= QI_K_WIDE_MIN && k->gemm_wide[j.wu->type] ? k->gemm_wide[j.wu->type] : k->gemm[j.wu->type];
     const uint32_t dt = qi_vec_dot_type(j.wg->type);
@@ -315,22 +333,24 @@ static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const
     qi_type_row_bytes(dt, (uint64_t)j.wg->n_cols, &j.qrow_bytes);
     for (int t = 0; t < rows; t++)
         qi_quantize_act_row(dt, M->xn + (size_t)t * (size_t)j.wg->n_cols,
-                            (char *)e->sp_xq + (uint64_t)t * j.qrow_bytes, j.wg->n_cols);
-    TIMED(e, b, QI_OP_MATMUL, (qi_backend_cpu_host_run(e->be, cats_work, &j), QI_OK));
+                            (char *)e->sp.xq + (uint64_t)t * j.qrow_bytes, j.wg->n_cols);
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_MATMUL, (qi_backend_cpu_host_run(e->be, cats_work, &j), QI_OK), err)))
+        return st;
     int total = 0;
     long z = 0;
     for (int c = 0; c < (F + 31) / 32; c++) {
-        memmove(e->sp_idx + total, e->sp_idx + 32 * c, sizeof(int32_t) * (size_t)e->sp_cnt[c]);
-        total += e->sp_cnt[c];
-        z += e->sp_zc[c];
+        memmove(e->sp.idx + total, e->sp.idx + 32 * c, sizeof(int32_t) * (size_t)e->sp.cnt[c]);
+        total += e->sp.cnt[c];
+        z += e->sp.zc[c];
     }
-    e->sp_zeroed += (double)z;
-    e->sp_seen += (double)rows * F;
+    e->sp.zeroed += (double)z;
+    e->sp.seen += (double)rows * F;
     if (e->o.profile) {
         long kept = 0; /* up's rows read: those some row keeps, or all */
         for (size_t i = 0; i < (size_t)F; i++) {
             int any = 0;
-            for (int t = 0; t < rows; t++) any |= e->sp_act[(size_t)t * F + i] != 0.0f;
+            for (int t = 0; t < rows; t++) any |= e->sp.act[(size_t)t * F + i] != 0.0f;
             kept += any;
         }
         const double up_rows = (double)kept > j.max_density * F ? F : (double)kept; /* as most threads chose */
@@ -347,6 +367,7 @@ static qi_status cats_ffn(qi_engine *e, qi_backend *b, const dev_state *M, const
  * up's rows of those alone and zeroes each row's other neurons before down.
  * Without a threshold at a site the matmuls there are the dense ones. */
 qi_status eng_mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
+    qi_status st;
     const qi_hparams *hp = &e->m->hp;
     const dev_state *M = &e->dev[e->plan.layers[l].mlp_dev];
     qi_backend *b = M->be;
@@ -362,51 +383,52 @@ qi_status eng_mlp_sparse(qi_engine *e, int l, int rows, qi_err *err) {
                        eng_sp_thr(e, l, QI_SITE_FFN_ACT) < 0.0f && !ly->w_gate.packed && !ly->w_up.packed &&
                        qi_vec_dot_type(ly->w_gate.type) == qi_vec_dot_type(ly->w_up.type);
     if (fused) {
-        OP(cats_ffn(e, b, M, ly, rows, gelu, tg, &n_act, err));
+        if ((st = cats_ffn(e, b, M, ly, rows, gelu, tg, &n_act, err))) return st;
     } else if (tg < 0.0f && !e->o.act_observe) {
         static const int wi[2] = {SP_W_GATE, SP_W_UP};
-        OP(eng_mm_site(e, b, l, wi, gu, gu_out, 2, M->xn, rows, n_in, err));
+        if ((st = eng_mm_site(e, b, l, wi, gu, gu_out, 2, M->xn, rows, n_in, err))) return st;
     } else {
         static const int wi[1] = {SP_W_GATE};
-        OP(eng_mm_site(e, b, l, wi, gu, gu_out, 1, M->xn, rows, n_in, err));
+        if ((st = eng_mm_site(e, b, l, wi, gu, gu_out, 1, M->xn, rows, n_in, err))) return st;
         /* act(gate), as the glu computes it (times 1) */
         const size_t n = (size_t)rows * (size_t)F;
-        memcpy(e->sp_act, M->gate, sizeof(float) * n);
-        OP(qi_backend_glu(b, gelu, e->sp_act, e->sp_ones, rows, F, err));
-        if (e->o.act_observe) e->o.act_observe(e->o.act_observe_ctx, l, QI_SITE_GATE, e->sp_act, rows, F);
+        memcpy(e->sp.act, M->gate, sizeof(float) * n);
+        if ((st = qi_backend_glu(b, gelu, e->sp.act, e->sp.ones, rows, F, err))) return st;
+        if (e->o.act_observe) e->o.act_observe(e->o.act_observe_ctx, l, QI_SITE_GATE, e->sp.act, rows, F);
         if (tg < 0.0f) {
             static const int wi_up[1] = {SP_W_UP};
-            OP(eng_mm_site(e, b, l, wi_up, &gu[1], &gu_out[1], 1, M->xn, rows, n_in, err));
+            if ((st = eng_mm_site(e, b, l, wi_up, &gu[1], &gu_out[1], 1, M->xn, rows, n_in, err))) return st;
         } else {
             const int n_keep = eng_cats_keep(e, tg, rows, F);
             if ((double)n_keep <= e->o.sparse_max_density * F) {
                 memset(M->up, 0, sizeof(float) * n);
-                OP(eng_mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp_idx, n_keep, M->up, err));
+                if ((st = eng_mm_rows(e, b, &ly->w_up, M->xn, rows, e->sp.idx, n_keep, M->up, err))) return st;
             } else {
-                OP(eng_matmul(e, b, &ly->w_up, M->xn, rows, M->up, err));
+                if ((st = eng_matmul(e, b, &ly->w_up, M->xn, rows, M->up, err))) return st;
             }
         }
     }
     if (!fused) {
-        OP(qi_backend_glu(b, gelu, M->gate, M->up, rows, F, err));
-        if (e->o.ffn_observe) OP(eng_observe_ffn(e, b, l, M->gate, rows, err));
+        if ((st = qi_backend_glu(b, gelu, M->gate, M->up, rows, F, err))) return st;
+        if (e->o.ffn_observe && (st = eng_observe_ffn(e, b, l, M->gate, rows, err))) return st;
         if (tg >= 0.0f) /* a neuron off for this row, on for another's: zero here */
             for (size_t i = 0; i < (size_t)rows * (size_t)F; i++)
-                if (e->sp_act[i] == 0.0f) M->gate[i] = 0.0f;
+                if (e->sp.act[i] == 0.0f) M->gate[i] = 0.0f;
     }
-    if (e->ns_rp) { /* a layer not split, under cats */
-        e->ns_rp[l].tokens += rows;
+    if (e->ns && e->ns->rp) { /* a layer not split, under cats */
+        e->ns->rp[l].tokens += rows;
         eng_count_active(e, l, M->gate, rows, F, false);
     }
     if (!fused) {
         n_act = eng_sp_site(e, l, QI_SITE_FFN_ACT, M->gate, rows, F);
-        if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp_idx);
+        if (n_act < 0 && tg >= 0.0f) n_act = qi_sparse_active(M->gate, (size_t)F, rows, F, e->sp.idx);
     }
     static const int wi_down[1] = {SP_W_DOWN};
     const qi_weight *down = &ly->w_down;
     float *const out = M->xn;
-    OP(eng_mm_site(e, b, l, wi_down, &down, &out, 1, M->gate, rows, n_act, err));
-    if (ly->ffn_post_norm.data)
-        OP(qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err));
+    if ((st = eng_mm_site(e, b, l, wi_down, &down, &out, 1, M->gate, rows, n_act, err))) return st;
+    if (ly->ffn_post_norm.data &&
+        (st = qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err)))
+        return st;
     return qi_backend_add(b, M->x, M->xn, (long)rows * E, err);
 }

@@ -56,9 +56,10 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
         }
         out = O->logits;
     }
-    OP(eng_norm_rows(b, hp, O->x, &O->out_norm, &O->out_norm_b, R, hp->n_embd, O->xn, err));
-    OP(eng_matmul(e, b, &O->output, O->xn, R, out, err));
-    if (hp->logit_softcap > 0) OP(qi_backend_softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap, err));
+    if ((st = eng_norm_rows(b, hp, O->x, &O->out_norm, &O->out_norm_b, R, hp->n_embd, O->xn, err))) return st;
+    if ((st = eng_matmul(e, b, &O->output, O->xn, R, out, err))) return st;
+    if (hp->logit_softcap > 0 && (st = qi_backend_softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap, err)))
+        return st;
     if (O == &e->dev[0]) return QI_OK;
     if ((st = qi_dev_download(b, e->logits, qi_view_of(O->lbuf, 0), bytes, err))) return st;
     return qi_dev_synchronize(b, err);
@@ -67,35 +68,42 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
 /* Learned positions (opt): row q_pos[t] of the table added to token t's
  * embedding, through xn. */
 static qi_status add_positions(qi_engine *e, const dev_state *X, int T, qi_err *err) {
+    qi_status st;
     for (int t = 0; t < T; t++)
         if (e->q_pos[t] >= X->pos_embd.n_rows)
             return QI_ERR(err, QI_ERR_INVALID, "position %d is past the model's %lld learned positions", e->q_pos[t],
                           (long long)X->pos_embd.n_rows);
-    OP(qi_backend_get_rows(X->be, &X->pos_embd, e->q_pos, T, X->xn, err));
+    if ((st = qi_backend_get_rows(X->be, &X->pos_embd, e->q_pos, T, X->xn, err))) return st;
     return qi_backend_add(X->be, X->x, X->xn, (long)T * e->m->hp.n_embd, err);
 }
 
+/* The embedding block on its device: the step's T tokens' rows of the
+ * table into x, scaled (gemma3), their learned positions added (opt). */
+static qi_status embed_block(qi_engine *e, int T, qi_err *err) {
+    const qi_hparams *hp = &e->m->hp;
+    const dev_state *X = &e->dev[e->plan.embd_dev];
+    qi_status st = qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err);
+    if (!st && hp->embd_scale != 1.0f) st = qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err);
+    if (!st && X->pos_embd.data) st = add_positions(e, X, T, err);
+    return st;
+}
+
+/* The forward pass of a step: T rows of segs (R of them wanted as
+ * logits), every block on the device the plan names, each timed as a
+ * span of its device (profile), the hidden state moved to the device of
+ * the next block. Block b's span: 0 the embedding, 1 + 2l layer l's
+ * attention, 2 + 2l its MLP, 2L + 1 the head (plan.h). */
 static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
-    const qi_model *m = e->m;
-    const qi_hparams *hp = &m->hp;
+    const int L = e->m->hp.n_layer;
     const qi_plan *p = &e->plan;
     qi_status st;
-
+    qi_event *t0;
     for (int i = 0; i < n_seg; i++)
         for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
-    int x_dev = p->embd_dev;
-    qi_event *t0;
-    {
-        const dev_state *X = &e->dev[x_dev];
-        if ((st = eng_span_begin(e, x_dev, 0, &t0, err))) return st;
-        st = qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err);
-        if (!st && hp->embd_scale != 1.0f)
-            st = qi_backend_scale(X->be, X->x, (long)T * hp->n_embd, hp->embd_scale, err);
-        if (!st && X->pos_embd.data) st = add_positions(e, X, T, err);
-        if ((st = eng_span_end(e, x_dev, 0, t0, st, err))) return st;
-    }
-    int rows = T;
-    for (int l = 0; l < hp->n_layer; l++) {
+    int x_dev = p->embd_dev, rows = T;
+    if ((st = eng_span_begin(e, x_dev, 0, &t0, err)) || (st = eng_span_end(e, x_dev, 0, t0, embed_block(e, T, err), err)))
+        return st;
+    for (int l = 0; l < L; l++) {
         const int a = p->layers[l].attn_dev, f = p->layers[l].mlp_dev;
         if ((st = eng_move_x(e, &x_dev, a, rows, err)) || (st = eng_span_begin(e, a, 1 + 2 * l, &t0, err)) ||
             (st = eng_span_end(e, a, 1 + 2 * l, t0, eng_attention_block(e, segs, n_seg, T, R, l, &rows, err), err)))
@@ -106,7 +114,7 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
             return st;
     }
     if (R == 0) return QI_OK;
-    const int hb = 2 * hp->n_layer + 1;
+    const int hb = 2 * L + 1;
     if ((st = eng_move_x(e, &x_dev, p->head_dev, R, err)) || (st = eng_span_begin(e, p->head_dev, hb, &t0, err)))
         return st;
     return eng_span_end(e, p->head_dev, hb, t0, head_block(e, R, err), err);
@@ -146,7 +154,7 @@ static qi_status finish_step(qi_engine *e, qi_err *err) {
 qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     if (n_tokens) *n_tokens = 0;
     qi_err se = {0};
-    const qi_status sst = e->live ? eng_swap_state(e, &se) : QI_OK;
+    const qi_status sst = e->ns && e->ns->live ? eng_swap_state(e, &se) : QI_OK;
     if (sst) /* a unit on neither side: the FFN's sum would miss it */
         return QI_ERR(err, sst, "a neuron swap failed earlier, and the split is incomplete: %s", se.msg);
     for (int i = 0; i < e->o.max_seqs; i++) e->seqs[i].n_logits = 0;
@@ -177,7 +185,7 @@ qi_status qi_engine_step(qi_engine *e, int *n_tokens, qi_err *err) {
     if (!st) st = eng_live_round(e, err);
     /* a device's failure with the background worker: one of its uploads,
      * maybe, so the split can no longer be trusted */
-    if (st == QI_ERR_BACKEND && e->live && e->o.neuron_swap_worker) eng_swap_failed(e, st, err);
+    if (st == QI_ERR_BACKEND && e->ns && e->ns->live && e->o.neuron_swap_worker) eng_swap_failed(e, st, err);
     if (e->o.profile) { /* the ops' device times are in (finish_step); the rest of the step is "other" */
         double after = 0.0;
         for (int k = 0; k < QI_OP_OTHER; k++) after += e->prof.seconds[k];
