@@ -30,7 +30,8 @@
  * last-level cache, with the benchmark's thread count, best of several passes;
  * integer sums, because the build forbids reassociating float sums and an
  * unvectorised float loop would measure the adder, not memory.
- * It runs in a forked child before the thread pool exists, so its buffer
+ * qi_sysinfo_get_apart (sysinfo.c) runs it in a forked child before the
+ * thread pool exists, so its buffer
  * never counts in this process's peak RSS (getrusage of the process itself;
  * the child is a separate process and is waited for before the tests). The
  * same child fills the hardware label (qi_sysinfo, shared with every other
@@ -58,15 +59,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "blas.h"
 #include "cli.h"
@@ -160,102 +157,6 @@ static void help(void) {
            "per-sequence rate is that / B. Progress goes to stderr. Peak RSS is this\n"
            "process's getrusage maximum (the bandwidth probe runs in a child process and is\n"
            "not included).\n");
-}
-
-/* ---- the machine ------------------------------------------------------------ */
-
-/* The last-level cache: the largest cache level cpu0 lists; 0 if unknown. */
-static uint64_t llc_bytes(void) {
-    uint64_t best = 0;
-    int best_level = 0;
-    for (int i = 0; i < 16; i++) {
-        char p[128], buf[64];
-        int level = 0;
-        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        FILE *f = fopen(p, "r");
-        if (!f) break;
-        if (fscanf(f, "%d", &level) != 1) level = 0;
-        fclose(f);
-        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        if (!(f = fopen(p, "r"))) continue;
-        if (fgets(buf, sizeof buf, f) && level >= best_level) {
-            char *end;
-            unsigned long long v = strtoull(buf, &end, 10);
-            if (*end == 'K') v <<= 10;
-            else if (*end == 'M') v <<= 20;
-            else if (*end == 'G') v <<= 30;
-            if (v) {
-                best_level = level;
-                best = v;
-            }
-        }
-        fclose(f);
-    }
-    return best;
-}
-
-static uint64_t mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    uint64_t kib = 0;
-    if (!f) return 0;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) break;
-    fclose(f);
-    return kib * 1024;
-}
-
-/* ---- the bandwidth probe (qi_sysinfo_mem_read_gbs), in a child ---------------- */
-
-/* What the child reports. */
-typedef struct {
-    qi_sysinfo si;
-    double bw_gbs; /* -1: not measured or failed */
-} machine_report;
-
-/* The hardware label and, when probe_bytes > 0, the read bandwidth, from a
- * forked child. Never fails: a failed probe is reported as not measured, and
- * without a child the label is taken here. */
-static void machine_probe(uint64_t probe_bytes, int n_threads, machine_report *out) {
-    memset(out, 0, sizeof *out);
-    out->bw_gbs = -1;
-    int fd[2];
-    pid_t pid = -1;
-    if (pipe(fd) == 0) {
-        fflush(NULL);
-        if ((pid = fork()) < 0) {
-            close(fd[0]);
-            close(fd[1]);
-        }
-    }
-    if (pid == 0) {
-        machine_report r;
-        close(fd[0]);
-        qi_sysinfo_get(&r.si);
-        r.bw_gbs = probe_bytes ? qi_sysinfo_mem_read_gbs(probe_bytes, n_threads, PROBE_PASSES) : -1;
-        ssize_t w = write(fd[1], &r, sizeof r);
-        _exit(w == (ssize_t)sizeof r ? 0 : 1);
-    }
-    if (pid < 0) {
-        qi_sysinfo_get(&out->si);
-        return;
-    }
-    close(fd[1]);
-    size_t got = 0;
-    while (got < sizeof *out) {
-        ssize_t r = read(fd[0], (char *)out + got, sizeof *out - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (got != sizeof *out) {
-        memset(out, 0, sizeof *out);
-        out->bw_gbs = -1;
-        qi_sysinfo_get(&out->si); /* the child died: label from here */
-    }
 }
 
 /* ---- the model ------------------------------------------------------------------ */
@@ -1099,7 +1000,7 @@ int qi_cmd_bench(int argc, char **argv) {
                    n_gen, m->hp.n_ctx_train);
             goto fail;
         }
-        uint64_t kv_bytes = batch_kv_bytes(m, max_b, eo.n_ctx), avail = mem_available_bytes();
+        uint64_t kv_bytes = batch_kv_bytes(m, max_b, eo.n_ctx), avail = qi_sysinfo_mem_available();
         if (avail && kv_bytes > avail && !kv.sim) { /* a simulated machine's memory is its profile's */
             QI_ERR(&err, QI_ERR_INVALID,
                    "--batch %d: %d sequences of %d positions need %.2f GiB of KV cache, more than the %.2f GiB "
@@ -1122,7 +1023,7 @@ int qi_cmd_bench(int argc, char **argv) {
     if (db_file && db_open(db_file, &db, &db_exp, &err)) goto fail;
 #endif
 
-    bi.llc_bytes = llc_bytes();
+    bi.llc_bytes = qi_sysinfo_llc_bytes();
     bi.path = path;
     model_desc(m, bi.desc, sizeof bi.desc);
     qi_str gname;
@@ -1148,17 +1049,14 @@ int qi_cmd_bench(int argc, char **argv) {
         uint64_t bytes = probe_mib > 0 ? (uint64_t)probe_mib << 20 : 4 * bi.llc_bytes;
         if (probe_mib < 0) {
             if (bytes < (512ull << 20)) bytes = 512ull << 20;
-            uint64_t avail = mem_available_bytes();
+            uint64_t avail = qi_sysinfo_mem_available();
             if (avail && bytes > avail / 2) bytes = avail / 2;
         }
         bi.probe_bytes = bytes;
         fprintf(stderr, "qinfer %s: measuring memory read bandwidth (%.0f MiB, %d thread%s, best of %d)\n", cmd,
                 bytes / 1048576.0, n_threads, n_threads == 1 ? "" : "s", PROBE_PASSES);
     }
-    machine_report mr;
-    machine_probe(bi.probe_bytes, n_threads, &mr);
-    bi.hw = mr.si;
-    bi.bw_gbs = mr.bw_gbs;
+    qi_sysinfo_get_apart(bi.probe_bytes, n_threads, PROBE_PASSES, &bi.hw, &bi.bw_gbs);
     if (bi.probe_bytes && bi.bw_gbs <= 0) fprintf(stderr, "qinfer %s: the bandwidth probe failed; reporting n/a\n", cmd);
     snprintf(bi.gpu, sizeof bi.gpu, "%s", bi.hw.n_gpus > 0 ? bi.hw.gpu_name : "none");
     if (kv.sim) {
