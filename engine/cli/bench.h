@@ -134,7 +134,7 @@ typedef struct {
  * refused (QI_ERR_DB); else the database's errors. */
 qi_status bench_db_open(const char *file, qi_db **out, int64_t *exp, qi_err *err);
 /* Each row one run of experiment exp, its rates one metric per repetition.
- * Errors: QI_ERR_INVALID (a configuration too long), the database's. */
+ * Errors: QI_ERR_NOMEM, the database's. */
 qi_status bench_db_insert(qi_db *db, int64_t exp, const bench_info *bi, const bench_test *tests, int n_tests,
                           const bench_settings *bs, qi_err *err);
 #endif

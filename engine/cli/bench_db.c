@@ -8,7 +8,9 @@
  * the bandwidth, the weight bytes per token, the roofline share and peak RSS.
  *
  * Bench rows are appended, never skipped: the key is the configuration's
- * hash plus when and which row, so the same test run twice is two runs. A
+ * hash plus when and which row, so the same test run twice is two runs. The
+ * configuration is written to a memory stream, whole whatever its length
+ * (long paths of a plan or a calibration file included), never cut. A
  * simulated machine's rows carry its labels, not this host's, and no peak
  * RSS (that of this host's simulating process). Built with SQLite only
  * (QI_HAVE_SQLITE); without it the command refuses --db before anything
@@ -23,9 +25,6 @@
 
 #include "bench.h"
 #include "qinfer/measure.h"
-
-/* A configuration's JSON is at most this long. */
-#define BENCH_CFG_MAX 2048
 
 
 /* A file holding the table of the bench before the results schema: not
@@ -129,10 +128,6 @@ static qi_status insert_row(qi_db *db, int64_t exp, const bench_info *bi, const 
     size_t len = 0;
     qi_status st = config_json(bi, t, bs, &cfg, &len, err);
     if (st) return st;
-    if (len + 1 >= BENCH_CFG_MAX) {
-        free(cfg);
-        return QI_ERR(err, QI_ERR_INVALID, "--db: the configuration of %s is too long", t->name);
-    }
     char key[160], sha[65];
     if ((st = qi_db_config_key(cfg, sha, err))) {
         free(cfg);
