@@ -73,6 +73,18 @@ const qi_tok_merge *qi_tok_merge_find(const qi_tokenizer *t, int32_t a, int32_t 
 /* First occurrence of needle[0..m) (m >= 1) in hay[0..n). */
 bool qi_tok_find_bytes(const char *hay, size_t n, const char *needle, size_t m, size_t *at);
 
+/* ---- Special tokens (tokenizer_special.c) ---------------------------------------
+ * After the tokens (and scores or merges) are read: */
+
+/* Special ids (metadata, else llama.cpp's defaults and well-known texts), the
+ * end-of-generation set and the attribute fixes llama.cpp makes from token
+ * texts. QI_ERR_FORMAT for mistyped keys, QI_ERR_NOMEM. */
+qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+/* The list qi_tokenize cuts text at (control, user-defined and unknown
+ * tokens, longest text first, then lowest id) and llama.cpp's per-model
+ * lstrip/rstrip flags. QI_ERR_NOMEM. */
+qi_status qi_tok_special_list(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+
 /* ---- SentencePiece vocabularies (tokenizer_spm.c) ------------------------------
  * qi_tokenizer_create dispatches on tokenizer.ggml.model == "llama": these
  * replace the pre-tokenizer set-up, the merges, the gpt2 special-id defaults and

@@ -39,6 +39,12 @@ typedef struct qi_tokenizer qi_tokenizer;
  * once this returns. */
 qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err);
 void qi_tokenizer_free(qi_tokenizer *t); /* NULL is a no-op */
+/* The tokenizer of the GGUF file at path, without loading a model: any file
+ * whose metadata carries a tokenizer will do, with or without tensors and
+ * whatever its general.architecture (llama.cpp's vocabulary-only files
+ * included). Errors as qi_gguf_open and qi_tokenizer_create, prefixed with
+ * the path; QI_ERR_INVALID for NULL arguments. */
+qi_status qi_tokenizer_load(const char *path, qi_tokenizer **out, qi_err *err);
 
 int32_t qi_tokenizer_n_vocab(const qi_tokenizer *t);
 int32_t qi_tokenizer_bos(const qi_tokenizer *t); /* -1 if none */
@@ -88,6 +94,17 @@ size_t qi_token_to_piece(const qi_tokenizer *t, int32_t id, bool special, char *
  * qi_tokenizer_max_piece(t) + QI_DETOK_MAX_PENDING bytes always suffices for
  * qi_detok_push. */
 size_t qi_tokenizer_max_piece(const qi_tokenizer *t);
+
+/* A whole sequence back to text, as llama.cpp's llama_detokenize gives it
+ * (without its clean_spaces pass, so byte-level vocabularies give exactly the
+ * concatenated pieces): remove_special drops a leading BOS and a trailing EOS
+ * where the model adds them; unparse_special is qi_token_to_piece's
+ * `special`; a SentencePiece-style vocabulary that puts a space in front of
+ * the text (add_space_prefix) takes it off the first token again unless a
+ * BOS was dropped. Writes at most cap bytes to out (may be NULL if cap is 0)
+ * and returns the full length. */
+size_t qi_detokenize(const qi_tokenizer *t, const int32_t *ids, size_t n, bool remove_special,
+                     bool unparse_special, char *out, size_t cap);
 
 /* Streaming detokeniser. Push ids one at a time; what comes back is only whole
  * UTF-8 characters: the bytes of a character split across tokens are held
