@@ -137,10 +137,14 @@ static void byte_tables(qi_tokenizer *t) {
         memcpy(t->byte_enc[b], u, t->byte_enc_len[b]);
         t->char_dec[cp] = (int16_t)b;
     }
+    static const char hex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; b++) {
-        char c = (char)b;
+        char c = (char)b, name[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
         t->byte_tok[b] = qi_tok_vocab_find(t, (const char *)t->byte_enc[b], t->byte_enc_len[b]);
         t->single_tok[b] = qi_tok_vocab_find(t, &c, 1);
+        /* BPE on raw UTF-8 falls back to "<0xXX>" only (SentencePiece
+         * vocabularies redo this in qi_tok_spm_scores) */
+        t->byte_fallback[b] = qi_tok_vocab_find(t, name, sizeof name);
     }
 }
 
@@ -418,10 +422,13 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
         return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.model: expected a string, got %s",
                       qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
     bool spm = qi_str_eq(model, "llama"); /* SentencePiece: tokenizer_spm.c */
-    if (!spm && !qi_str_eq(model, "gpt2"))
+    /* Gemma 4: BPE merges on raw UTF-8 with SentencePiece's U+2581 spaces;
+     * its pre-tokenizer is "gemma4" whatever tokenizer.ggml.pre says. */
+    bool gemma4 = qi_str_eq(model, "gemma4");
+    if (!spm && !gemma4 && !qi_str_eq(model, "gpt2"))
         return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                      "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE) and 'llama' "
-                      "(SentencePiece) are supported",
+                      "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE), 'gemma4' (BPE "
+                      "on UTF-8) and 'llama' (SentencePiece) are supported",
                       (int)(model.len > 64 ? 64 : model.len), model.ptr);
 
     qi_tokenizer *t = qi_calloc(1, sizeof *t);
@@ -433,6 +440,8 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
         return QI_ERR(err, QI_ERR_FORMAT, "tokenizer.ggml.pre: expected a string, got %s",
                       qi_gguf_vtype_name(qi_gguf_kv_type(kv)));
     }
+    if (gemma4) pre = (qi_str){"gemma4", 6};
+    t->no_default_ids = gemma4;
     qi_status st = spm ? qi_tok_spm_init(t, g, err)
                        : qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
     if (!st) st = read_tokens(t, g, err);
@@ -442,7 +451,9 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
     }
     if (!st) st = qi_tok_special_ids(t, g, err);
     if (!st) st = qi_tok_special_list(t, g, err);
-    if (!st) st = spm ? qi_tok_spm_pieces(t, err) : build_pieces(t, err);
+    if (!st)
+        st = spm || (t->pre.flags & QI_PRETOK_ESCAPE_SPACES) ? qi_tok_spm_pieces(t, err)
+                                                             : build_pieces(t, err);
     if (st) {
         qi_tokenizer_free(t);
         return st;

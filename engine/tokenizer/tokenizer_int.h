@@ -58,7 +58,9 @@ struct qi_tokenizer {
     bool spm;
     bool add_space_prefix;      /* tokenizer.ggml.add_space_prefix, default true */
     float *score;               /* [n_vocab] tokenizer.ggml.scores */
-    int32_t byte_fallback[256]; /* token "<0xXX>", else the one-byte token, else -1 */
+    int32_t byte_fallback[256]; /* token "<0xXX>", else (SentencePiece only) the one-byte
+                                   token, else -1 */
+    bool no_default_ids;        /* BOS/EOS only from metadata ("gemma4") */
 };
 
 static inline const char *qi_tok_text(const qi_tokenizer *t, int32_t id, size_t *len) {

@@ -111,7 +111,8 @@ qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
     int32_t n = t->n_vocab;
     /* gpt2 defaults: BOS = EOS = 11 (disabled if out of range); some
      * pre-tokenizers have no BOS, some add it by default. */
-    int32_t eos = 11 < n ? 11 : -1, bos = (t->pre.flags & QI_PRETOK_NO_BOS) ? -1 : eos;
+    int32_t eos = 11 < n && !t->no_default_ids ? 11 : -1;
+    int32_t bos = (t->pre.flags & QI_PRETOK_NO_BOS) ? -1 : eos;
     int32_t eot = -1, eom = -1;
     t->add_bos = (t->pre.flags & QI_PRETOK_ADD_BOS) != 0;
     if (t->spm) qi_tok_spm_defaults(t, &bos, &eos);
@@ -151,6 +152,7 @@ qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
     qi_status st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
     if (!st) st = read_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
     if (st) return st;
+    if (t->pre.flags & QI_PRETOK_FORCE_BOS) t->add_bos = true; /* llama.cpp's Gemma 4 override */
 
     /* Find unset ids by text; such tokens become control tokens. */
     struct {

@@ -37,6 +37,11 @@ uint32_t qi_utf8_decode_lax(const unsigned char *s, size_t n, size_t *used);
  * returns the byte count (1..4). */
 size_t qi_utf8_encode(uint32_t cp, unsigned char out[4]);
 
+/* Bytes of the character starting with b as llama.cpp's unicode_len_utf8
+ * counts them: by the top four bits only (continuation bytes and F8..FF
+ * included), 1 to 4. */
+size_t qi_utf8_lead_len(unsigned char b);
+
 /* Strict UTF-8 (RFC 3629): how many bytes the sequence starting with lead byte
  * b has, or 0 if b cannot start one (continuation byte, C0, C1, F5..FF). */
 int qi_utf8_seq_len(unsigned char b);
