@@ -287,9 +287,13 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
         return QI_ERR(err, QI_ERR_INVALID, "qi_tokenize: the model asks for BOS but has none");
     if (add_special && t->add_eos && t->eos < 0)
         return QI_ERR(err, QI_ERR_INVALID, "qi_tokenize: the model asks for EOS but has none");
+    if (add_special && t->wpm && t->sep < 0)
+        return QI_ERR(err, QI_ERR_INVALID,
+                      "qi_tokenize: a WordPiece vocabulary without a separator token");
 
     work w = {.t = t};
     qi_tok_spm_work spm = {0};
+    qi_tok_wpm_work wpm = {0};
     qi_vec frags = {0};
     size_t n_frags = 0;
     qi_status st = QI_OK;
@@ -306,9 +310,12 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
             st = qi_tok_spm_text(t, &spm, text + fr->off, fr->len,
                                  f == 0 || ((const fragment *)frags.p)[f - 1].tok >= 0, &w.out,
                                  &w.n_out, err);
+        else if (t->wpm) /* WordPiece: tokenizer_wpm.c */
+            st = qi_tok_wpm_text(t, &wpm, text + fr->off, fr->len, &w.out, &w.n_out, err);
         else st = tokenize_text(&w, (const unsigned char *)text + fr->off, fr->len, err);
     }
     if (!st && add_special && t->add_eos && !emit(&w, t->eos)) st = OOM(err);
+    if (!st && add_special && t->wpm && !emit(&w, t->sep)) st = OOM(err);
 done:
     qi_free(frags.p);
     if (!st) {
@@ -324,5 +331,6 @@ done:
     qi_free(w.heap.p);
     qi_pretok_work_fini(&w.pre);
     qi_tok_spm_work_fini(&spm);
+    qi_tok_wpm_work_fini(&wpm);
     return st;
 }

@@ -425,10 +425,11 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
     /* Gemma 4: BPE merges on raw UTF-8 with SentencePiece's U+2581 spaces;
      * its pre-tokenizer is "gemma4" whatever tokenizer.ggml.pre says. */
     bool gemma4 = qi_str_eq(model, "gemma4");
-    if (!spm && !gemma4 && !qi_str_eq(model, "gpt2"))
+    bool wpm = qi_str_eq(model, "bert"); /* WordPiece: tokenizer_wpm.c */
+    if (!spm && !gemma4 && !wpm && !qi_str_eq(model, "gpt2"))
         return QI_ERR(err, QI_ERR_UNSUPPORTED,
                       "tokenizer.ggml.model '%.*s': only 'gpt2' (byte-level BPE), 'gemma4' (BPE "
-                      "on UTF-8) and 'llama' (SentencePiece) are supported",
+                      "on UTF-8), 'llama' (SentencePiece) and 'bert' (WordPiece) are supported",
                       (int)(model.len > 64 ? 64 : model.len), model.ptr);
 
     qi_tokenizer *t = qi_calloc(1, sizeof *t);
@@ -442,18 +443,20 @@ qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err)
     }
     if (gemma4) pre = (qi_str){"gemma4", 6};
     t->no_default_ids = gemma4;
-    qi_status st = spm ? qi_tok_spm_init(t, g, err)
-                       : qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
+    qi_status st = spm   ? qi_tok_spm_init(t, g, err)
+                   : wpm ? qi_tok_wpm_init(t, g, err)
+                         : qi_pretok_init(&t->pre, pre.ptr, (size_t)pre.len, err);
     if (!st) st = read_tokens(t, g, err);
     if (!st) {
         byte_tables(t);
-        st = spm ? qi_tok_spm_scores(t, g, err) : read_merges(t, g, err);
+        if (wpm) qi_tok_wpm_after_tokens(t); /* no scores, no merges */
+        else st = spm ? qi_tok_spm_scores(t, g, err) : read_merges(t, g, err);
     }
     if (!st) st = qi_tok_special_ids(t, g, err);
     if (!st) st = qi_tok_special_list(t, g, err);
     if (!st)
-        st = spm || (t->pre.flags & QI_PRETOK_ESCAPE_SPACES) ? qi_tok_spm_pieces(t, err)
-                                                             : build_pieces(t, err);
+        st = spm || wpm || (t->pre.flags & QI_PRETOK_ESCAPE_SPACES) ? qi_tok_spm_pieces(t, err)
+                                                                    : build_pieces(t, err);
     if (st) {
         qi_tokenizer_free(t);
         return st;

@@ -115,7 +115,9 @@ qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
     int32_t bos = (t->pre.flags & QI_PRETOK_NO_BOS) ? -1 : eos;
     int32_t eot = -1, eom = -1;
     t->add_bos = (t->pre.flags & QI_PRETOK_ADD_BOS) != 0;
+    t->unk = t->sep = -1;
     if (t->spm) qi_tok_spm_defaults(t, &bos, &eos);
+    if (t->wpm) qi_tok_wpm_defaults(t, &bos, &eos);
     int32_t fim[6] = {-1, -1, -1, -1, -1, -1}; /* pre, suf, mid, pad, rep, sep */
     struct {
         const char *key;
@@ -134,15 +136,15 @@ qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
         {"tokenizer.ggml.prefix_token_id", &fim[0]}, /* deprecated spellings */
         {"tokenizer.ggml.suffix_token_id", &fim[1]},
         {"tokenizer.ggml.middle_token_id", &fim[2]},
+        {"tokenizer.ggml.unknown_token_id", &t->unk},
+        {"tokenizer.ggml.seperator_token_id", &t->sep}, /* sic */
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         qi_status st = read_id(t, g, keys[i].key, keys[i].id, err);
         if (st) return st;
     }
     /* Keys that must have the right type even though we do not use them. */
-    static const char *const other_ids[] = {"tokenizer.ggml.unknown_token_id",
-                                            "tokenizer.ggml.seperator_token_id",
-                                            "tokenizer.ggml.padding_token_id",
+    static const char *const other_ids[] = {"tokenizer.ggml.padding_token_id",
                                             "tokenizer.ggml.mask_token_id", NULL};
     for (const char *const *k = other_ids; *k; k++) {
         int32_t dummy = -1;
@@ -152,7 +154,9 @@ qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err) {
     qi_status st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
     if (!st) st = read_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
     if (st) return st;
-    if (t->pre.flags & QI_PRETOK_FORCE_BOS) t->add_bos = true; /* llama.cpp's Gemma 4 override */
+    /* llama.cpp's Gemma 4 override; WordPiece always adds [CLS] */
+    if ((t->pre.flags & QI_PRETOK_FORCE_BOS) || t->wpm) t->add_bos = true;
+    if (t->wpm) t->add_eos = false; /* [SEP] instead */
 
     /* Find unset ids by text; such tokens become control tokens. */
     struct {

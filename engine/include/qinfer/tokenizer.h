@@ -1,6 +1,7 @@
 /* tokenizer.h - the tokenizers of GGUF vocabularies: byte-level BPE
- * ("gpt2", SmolLM2 and other GPT-2-style models) and SentencePiece ("llama",
- * Gemma and other SPM models; tokenizer_spm.c).
+ * ("gpt2", SmolLM2 and other GPT-2-style models), BPE on UTF-8 with
+ * SentencePiece spaces ("gemma4"), SentencePiece ("llama", Gemma 3 and other
+ * SPM models; tokenizer_spm.c) and WordPiece ("bert"; tokenizer_wpm.c).
  *
  * Built from a model's tokenizer.ggml.* metadata and meant to give, token for
  * token, what llama.cpp gives for the same model: same pre-tokenizer splits,
@@ -23,16 +24,19 @@
 
 typedef struct qi_tokenizer qi_tokenizer;
 
-/* Build from metadata: tokenizer.ggml.model "gpt2" or "llama" (SentencePiece:
- * score-ordered merges, byte fallback, U+2581 for spaces, add_space_prefix;
- * a character with neither a token nor a byte token is QI_ERR_FORMAT at
- * tokenisation time). For "gpt2", tokenizer.ggml.pre
- * names the pre-tokenizer, one of the llama.cpp names whose regexes are
- * "smollm" (digits apart, then GPT-2's; also starcoder, refact, command-r,
- * ...), "gpt-2" (also phi-2, olmo, mpt, ...), "llama3" (also llama-bpe,
- * dbrx, ...), "qwen2" (also stablelm2, ...) or "default" (also when absent;
- * see pretok.c for the full list); tokens, token types, merges, special ids
- * and add_bos/add_eos as llama.cpp reads them. Errors: QI_ERR_FORMAT for
+/* Build from metadata: tokenizer.ggml.model "gpt2", "gemma4" (merges on
+ * UTF-8 characters, spaces as U+2581, "<0xXX>" byte fallback), "llama"
+ * (SentencePiece: score-ordered merges, byte fallback, U+2581 for spaces,
+ * add_space_prefix; a character with neither a token nor a byte token is
+ * QI_ERR_UNSUPPORTED at tokenisation time) or "bert" (WordPiece: BERT
+ * normalisation, greedy longest match, [UNK] for words without a cut). For
+ * "gpt2", tokenizer.ggml.pre names the pre-tokenizer, one of llama.cpp's
+ * names: "smollm" (digits apart, then GPT-2's; also starcoder, refact,
+ * command-r, ...), "gpt-2" (also phi-2, olmo, mpt, ...), "llama3" (also
+ * llama-bpe, dbrx, ...), "qwen2" (also stablelm2, ...), "qwen35", "falcon",
+ * "deepseek-llm", "deepseek-coder" or "default" (also when absent; see
+ * pretok_table.c for the full list); tokens, token types, merges, special
+ * ids and add_bos/add_eos as llama.cpp reads them. Errors: QI_ERR_FORMAT for
  * missing or mistyped keys and for merges naming unknown tokens,
  * QI_ERR_UNSUPPORTED for another tokenizer model or pre-tokenizer name,
  * QI_ERR_NOMEM. On failure *out is NULL. g is borrowed and may be closed
@@ -51,7 +55,9 @@ int32_t qi_tokenizer_bos(const qi_tokenizer *t); /* -1 if none */
 int32_t qi_tokenizer_eos(const qi_tokenizer *t); /* -1 if none */
 /* Whether add_special tokenisation puts BOS first (tokenizer.ggml.add_bos_token,
  * else llama.cpp's default for the pre-tokenizer: true for the llama3 family,
- * false otherwise) and EOS last (tokenizer.ggml.add_eos_token, else false). */
+ * false otherwise; always for gemma4 and WordPiece) and EOS last
+ * (tokenizer.ggml.add_eos_token, else false; never for WordPiece, which puts
+ * its separator token last instead). */
 bool qi_tokenizer_add_bos(const qi_tokenizer *t);
 bool qi_tokenizer_add_eos(const qi_tokenizer *t);
 /* End of generation: eos, eot, eom, the FIM pad/repo/file-separator tokens and
