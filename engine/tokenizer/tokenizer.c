@@ -478,6 +478,18 @@ qi_status qi_tokenizer_load(const char *path, qi_tokenizer **out, qi_err *err) {
     return st;
 }
 
+qi_status qi_tokenizer_load_memory(const void *buf, size_t len, qi_tokenizer **out, qi_err *err) {
+    if (!out) return QI_ERR(err, QI_ERR_INVALID, "qi_tokenizer_load_memory: out is NULL");
+    *out = NULL;
+    if (!buf && len) return QI_ERR(err, QI_ERR_INVALID, "qi_tokenizer_load_memory: buf is NULL");
+    qi_gguf *g = NULL;
+    qi_status st = qi_gguf_open_memory(buf ? buf : "", len, "memory", &g, err);
+    if (st) return st;
+    st = qi_tokenizer_create(g, out, err); /* copies what it needs: buf may go afterwards */
+    qi_gguf_close(g);
+    return st;
+}
+
 void qi_tokenizer_free(qi_tokenizer *t) {
     if (!t) return;
     qi_pretok_fini(&t->pre);

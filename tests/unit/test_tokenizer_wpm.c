@@ -11,7 +11,7 @@
  *  - BPE on UTF-8 ("gemma4"): spaces as U+2581, merges over characters,
  *    runs of line feeds, "<0xXX>" byte fallback, pieces and round trip;
  *  - vocabulary-only loading: qi_tokenizer_load on a file without tensors
- *    of an architecture the engine does not run;
+ *    of an architecture the engine does not run, qi_tokenizer_load_memory;
  *  - the WordPiece Unicode tables (spot values read off UnicodeData.txt).
  *
  * Expected ids were worked out by hand from the rules above (llama.cpp's
@@ -231,6 +231,21 @@ START_TEST(t_load_vocab_only) {
     ck_assert_int_eq(qi_model_load(path, &m, &e), QI_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "architecture 'bert' is not supported"));
     unlink(path);
+
+    /* the in-memory entry point: same tokenizer; garbage is an error */
+    w = wpm_writer();
+    void *buf;
+    size_t len;
+    ck_assert_int_eq(qi_gguf_writer_to_memory(w, 3, &buf, &len, &e), QI_OK);
+    qi_gguf_writer_free(w);
+    ck_assert_msg(qi_tokenizer_load_memory(buf, len, &t, &e) == QI_OK, "load: %s", e.msg);
+    qi_free(buf); /* the tokenizer keeps no reference */
+    EXPECT(t, "unaffable", false, "6 7 8");
+    qi_tokenizer_free(t);
+    ck_assert_int_ne(qi_tokenizer_load_memory("GGUF", 4, &t, &e), QI_OK);
+    ck_assert_ptr_null(t);
+    ck_assert_int_ne(qi_tokenizer_load_memory(NULL, 0, &t, &e), QI_OK);
+    ck_assert_int_eq(qi_tokenizer_load_memory(NULL, 4, &t, &e), QI_ERR_INVALID);
 
     ck_assert_int_ne(qi_tokenizer_load("/nonexistent/x.gguf", &t, &e), QI_OK);
     ck_assert_ptr_null(t);

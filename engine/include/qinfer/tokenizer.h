@@ -49,6 +49,12 @@ void qi_tokenizer_free(qi_tokenizer *t); /* NULL is a no-op */
  * included). Errors as qi_gguf_open and qi_tokenizer_create, prefixed with
  * the path; QI_ERR_INVALID for NULL arguments. */
 qi_status qi_tokenizer_load(const char *path, qi_tokenizer **out, qi_err *err);
+/* The same from len bytes of GGUF in memory (borrowed only for the call: the
+ * tokenizer copies what it needs). The entry point for fuzzing: any bytes
+ * give a tokenizer or an error status (never an abort), and a tokenizer so
+ * made takes any bytes in qi_tokenize, qi_token_to_piece, qi_detokenize and
+ * qi_detok_push. QI_ERR_INVALID for NULL out, or NULL buf with len > 0. */
+qi_status qi_tokenizer_load_memory(const void *buf, size_t len, qi_tokenizer **out, qi_err *err);
 
 int32_t qi_tokenizer_n_vocab(const qi_tokenizer *t);
 int32_t qi_tokenizer_bos(const qi_tokenizer *t); /* -1 if none */
