@@ -6,37 +6,35 @@
  * against llama.cpp's own lowercase, NFD and control tables: identical. */
 #include "unicode_int.h"
 
-uint32_t qi_uc_tolower(uint32_t cp) {
-    size_t lo = 0, hi = qi_uc_lower_runs_n; /* last run starting at or before cp */
+/* Entries before the first whose leading uint32_t (its start) is above cp:
+ * the index + 1 of the last entry starting at or before cp, 0 if none. */
+static size_t count_le(const void *tab, size_t n, size_t size, uint32_t cp) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (qi_uc_lower_runs[mid].start <= cp) lo = mid + 1;
+        if (*(const uint32_t *)((const char *)tab + mid * size) <= cp) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == 0) return cp;
-    const qi_uc_lower_run *r = &qi_uc_lower_runs[lo - 1];
+    return lo;
+}
+
+uint32_t qi_uc_tolower(uint32_t cp) {
+    size_t k = count_le(qi_uc_lower_runs, qi_uc_lower_runs_n, sizeof qi_uc_lower_runs[0], cp);
+    if (k == 0) return cp;
+    const qi_uc_lower_run *r = &qi_uc_lower_runs[k - 1];
     uint32_t off = cp - r->start;
     if (off % r->stride || off / r->stride >= r->count) return cp;
     return (uint32_t)((int64_t)cp + r->delta);
 }
 
 uint32_t qi_uc_nfd_first(uint32_t cp) {
-    size_t lo = 0, hi = qi_uc_nfd_ranges_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (qi_uc_nfd_ranges[mid].first <= cp) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo == 0 || cp > qi_uc_nfd_ranges[lo - 1].last) return cp;
-    return qi_uc_nfd_ranges[lo - 1].target;
+    size_t k = count_le(qi_uc_nfd_ranges, qi_uc_nfd_ranges_n, sizeof qi_uc_nfd_ranges[0], cp);
+    if (k == 0 || cp > qi_uc_nfd_ranges[k - 1].last) return cp;
+    return qi_uc_nfd_ranges[k - 1].target;
 }
 
 int qi_uc_is_control(uint32_t cp) {
-    size_t lo = 0, hi = qi_uc_control_ranges_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (qi_uc_control_ranges[mid].first <= cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo > 0 && cp <= qi_uc_control_ranges[lo - 1].last;
+    size_t k =
+        count_le(qi_uc_control_ranges, qi_uc_control_ranges_n, sizeof qi_uc_control_ranges[0], cp);
+    return k > 0 && cp <= qi_uc_control_ranges[k - 1].last;
 }
