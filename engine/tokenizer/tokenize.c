@@ -19,6 +19,14 @@
  *     bytes of its byte-level text, where such tokens exist (normally none:
  *     llama.cpp's fallback, kept for odd vocabularies).
  *
+ * BPE on UTF-8 (tokenizer.ggml.model "gemma4", QI_PRETOK_RAW_BYTES and
+ * QI_PRETOK_ESCAPE_SPACES): spaces become U+2581 before step 2; symbols
+ * start as characters (length from the lead byte), not bytes; a word of
+ * line feeds only that is a token is taken whole; and a final symbol that is
+ * no token becomes the "<0xXX>" tokens of its bytes (none for a byte
+ * without one, as in llama.cpp). SentencePiece and WordPiece fragments go to
+ * tokenizer_spm.c and tokenizer_wpm.c after step 1.
+ *
  * All scratch memory lives in one per-call `work` and grows as needed, so a
  * tokenizer is never written to and may be shared between threads.
  */

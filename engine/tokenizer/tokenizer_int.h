@@ -1,6 +1,8 @@
 /* tokenizer_int.h - the tokenizer's insides, shared by tokenizer.c (loading,
- * pieces, detokenising), tokenize.c (text -> ids) and tokenizer_spm.c (what
- * differs for SentencePiece "llama" vocabularies). Private. */
+ * pieces, detokenising), tokenizer_special.c (special ids and the list of
+ * special tokens), tokenize.c (text -> ids; BPE, "gpt2" and "gemma4"),
+ * tokenizer_spm.c (what differs for SentencePiece "llama" vocabularies) and
+ * tokenizer_wpm.c (WordPiece "bert"). Private. */
 #ifndef QINFER_TOKENIZER_INT_H
 #define QINFER_TOKENIZER_INT_H
 
