@@ -115,10 +115,11 @@ static qi_status bpe_word(work *w, size_t n, qi_err *err) {
     const unsigned char *word = w->word.p;
 
     const bool raw = (t->pre.flags & QI_PRETOK_RAW_BYTES) != 0;
-    if ((t->pre.flags & QI_PRETOK_NEWLINE_RUNS) && memchr(word, '\n', n) &&
-        strspn((const char *)word, "\n") >= n) {
+    if (t->pre.flags & QI_PRETOK_NEWLINE_RUNS) {
         /* Gemma 4: a run of line feeds that is a token is that token. */
-        int32_t id = qi_tok_vocab_find(t, (const char *)word, n);
+        size_t k = 0;
+        while (k < n && word[k] == '\n') k++;
+        int32_t id = k == n ? qi_tok_vocab_find(t, (const char *)word, n) : -1;
         if (id >= 0) return emit(w, id) ? QI_OK : OOM(err);
     }
     if (t->pre.flags & QI_PRETOK_IGNORE_MERGES) {
