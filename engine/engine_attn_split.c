@@ -5,6 +5,20 @@
  * rounding only. */
 #include "engine_int.h"
 
+/* One device's part of a split layer: its share of the step's K/V rows
+ * written, then its partial attention over its slots (n_seg calls). */
+static qi_status attend_part(qi_engine *e, qi_backend *b, const float *const *src, uint16_t *const *dst, int n_kv,
+                             const qi_attn_paged_args *calls, int n_seg, qi_err *err) {
+    qi_status st;
+    qi_event *t_op;
+    if ((st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_KV, qi_backend_kv_write(b, src, dst, n_kv, e->m->hp.head_dim, err), err)) ||
+        (st = eng_op_begin(e, b, &t_op, err)) ||
+        (st = eng_op_end(e, b, t_op, QI_OP_ATTENTION, qi_backend_attention(b, calls, n_seg, err), err)))
+        return st;
+    return QI_OK;
+}
+
 /* Layer l's attention split across two devices (A, the attention's, and B,
  * the split's): the working blocks shared out for the step's tokens (the
  * blocks that become A's moved from B), the K/V of the step written on the
@@ -53,27 +67,11 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
      * own (a GPU) is queued first, so the host's part (the CPU's, which
      * runs on the calling thread) overlaps it instead of preceding it. */
     const bool a_first = qi_dev_info_get(B->be)->host_visible && !qi_dev_info_get(A->be)->host_visible;
-    for (int k = 0; k < 2; k++) {
-        if (k == (a_first ? 0 : 1)) {
-            if ((st = eng_op_begin(e, A->be, &t_op, err)) ||
-                (st = eng_op_end(e, A->be, t_op, QI_OP_KV,
-                                 qi_backend_kv_write(A->be, e->kv_src, e->kv_dst, n_kv, D, err), err)))
-                return st;
-            if ((st = eng_op_begin(e, A->be, &t_op, err)) ||
-                (st = eng_op_end(e, A->be, t_op, QI_OP_ATTENTION,
-                                 qi_backend_attention(A->be, e->acall, n_seg, err), err)))
-                return st;
-        } else {
-            if ((st = eng_op_begin(e, B->be, &t_op, err)) ||
-                (st = eng_op_end(e, B->be, t_op, QI_OP_KV,
-                                 qi_backend_kv_write(B->be, e->kv_src2, e->kv_dst2, n_kv2, D, err), err)))
-                return st;
-            if ((st = eng_op_begin(e, B->be, &t_op, err)) ||
-                (st = eng_op_end(e, B->be, t_op, QI_OP_ATTENTION,
-                                 qi_backend_attention(B->be, e->acall + e->o.max_seqs, n_seg, err), err)))
-                return st;
-        }
-    }
+    for (int k = 0; k < 2; k++)
+        if ((st = k == (a_first ? 0 : 1)
+                      ? attend_part(e, A->be, e->kv_src, e->kv_dst, n_kv, e->acall, n_seg, err)
+                      : attend_part(e, B->be, e->kv_src2, e->kv_dst2, n_kv2, e->acall + e->o.max_seqs, n_seg, err)))
+            return st;
     /* B's partial result back to A, and the merge */
     const size_t mb = sizeof(float) * (size_t)T * H;
     if ((st = eng_xfer_begin(e, &x, A->be, B->be, err)) ||
