@@ -81,12 +81,12 @@ void qi_engine_free(qi_engine *e) {
     qi_sim_free(e->sim);
     qi_plan_free(&e->plan);
     for (int i = 0; i < e->n_cev; i++) qi_event_free(e->cev[i]);
-    void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->stats, e->fates,
-                    e->fate_off, e->acall, e->a_nslots, (void *)e->a_pos, (void *)e->a_kb, (void *)e->a_vb,
+    void *bufs[] = {e->tokens, e->q_pos, e->kv_src, e->kv_dst, e->segs, e->out_rows, e->logits, e->at.stats, e->fates,
+                    e->fate_off, e->at.call, e->at.n_slots, (void *)e->at.pos, (void *)e->at.kb, (void *)e->at.vb,
                     (void *)e->kv_src2, e->kv_dst2, e->cev, e->cev_kind, e->cev_tag, e->cev_dev, e->kstage,
-                    (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s, (void *)e->pick_kb,
-                    (void *)e->pick_vb, e->pick_pos, e->pick_idx, e->pick_mix, e->pick_vmean, (void *)e->pick_vm,
-                    e->x_n, (void *)e->x_pos, (void *)e->x_k, (void *)e->x_v};
+                    (void *)e->kst_blk, e->kst_at, e->blk_s, e->blk_split_s, e->blk_attn_s, (void *)e->at.pick_kb,
+                    (void *)e->at.pick_vb, e->at.pick_pos, e->at.pick_idx, e->at.pick_mix, e->at.pick_vmean, (void *)e->at.pick_vm,
+                    e->at.x_n, (void *)e->at.x_pos, (void *)e->at.x_k, (void *)e->at.x_v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qi_free(bufs[i]);
     qi_free(e);
 }
@@ -200,8 +200,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     e->kv_dst2 = qi_malloc(sizeof *e->kv_dst2 * 2 * R * (size_t)hp->n_head_kv);
     e->segs = qi_malloc(sizeof(segment) * (size_t)o->max_seqs);
     e->out_rows = qi_malloc(sizeof(int32_t) * R);
-    e->cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
-    e->stats = qi_malloc(sizeof(float) * e->cap_stats);
+    e->at.cap_stats = (size_t)hp->n_head * stats_stride(o->n_ctx);
+    e->at.stats = qi_malloc(sizeof(float) * e->at.cap_stats);
     e->fate_off = qi_malloc(sizeof(size_t) * ((size_t)o->max_seqs * (size_t)hp->n_head_kv + 1));
     e->kst_at = qi_malloc(sizeof(long) * (size_t)o->max_seqs * (size_t)hp->n_head_kv);
     e->blk_s = qi_calloc((size_t)wblock_count(m), sizeof *e->blk_s);
@@ -241,40 +241,40 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
         }
     }
     const size_t ns = 2 * (size_t)o->max_seqs * (size_t)hp->n_head_kv;
-    e->acall = qi_malloc(sizeof *e->acall * 2 * (size_t)o->max_seqs);
-    e->a_nslots = qi_malloc(sizeof *e->a_nslots * ns);
-    e->a_pos = qi_malloc(sizeof *e->a_pos * ns);
-    e->a_kb = qi_malloc(sizeof *e->a_kb * ns);
-    e->a_vb = qi_malloc(sizeof *e->a_vb * ns);
-    if (!e->acall || !e->a_nslots || !e->a_pos || !e->a_kb || !e->a_vb) {
+    e->at.call = qi_malloc(sizeof *e->at.call * 2 * (size_t)o->max_seqs);
+    e->at.n_slots = qi_malloc(sizeof *e->at.n_slots * ns);
+    e->at.pos = qi_malloc(sizeof *e->at.pos * ns);
+    e->at.kb = qi_malloc(sizeof *e->at.kb * ns);
+    e->at.vb = qi_malloc(sizeof *e->at.vb * ns);
+    if (!e->at.call || !e->at.n_slots || !e->at.pos || !e->at.kb || !e->at.vb) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d sequences", o->max_seqs);
         goto fail;
     }
     if (e->picks || e->fetches) { /* a fetching policy's fetched rows are single tokens, as a token picker's */
         const size_t nst = (size_t)o->max_seqs * (size_t)hp->n_head_kv;
         e->pick_max_blocks = e->pick_tokens || e->fetches ? o->n_ctx : (o->n_ctx + QI_KV_PAGE - 1) / QI_KV_PAGE; /* tokens, pages */
-        e->pick_kb = qi_malloc(sizeof *e->pick_kb * nst * (size_t)e->pick_max_blocks);
-        e->pick_vb = qi_malloc(sizeof *e->pick_vb * nst * (size_t)e->pick_max_blocks);
-        e->pick_pos = qi_malloc(sizeof *e->pick_pos * nst * N);
-        e->pick_idx = qi_malloc(sizeof *e->pick_idx * (size_t)e->pick_max_blocks * (size_t)o->n_threads);
-        e->pick_mix = qi_malloc(sizeof *e->pick_mix * (size_t)o->max_seqs * (size_t)hp->n_head);
-        e->pick_vmean = qi_malloc(sizeof *e->pick_vmean * nst * (size_t)hp->head_dim);
-        e->pick_vm = qi_malloc(sizeof *e->pick_vm * nst);
+        e->at.pick_kb = qi_malloc(sizeof *e->at.pick_kb * nst * (size_t)e->pick_max_blocks);
+        e->at.pick_vb = qi_malloc(sizeof *e->at.pick_vb * nst * (size_t)e->pick_max_blocks);
+        e->at.pick_pos = qi_malloc(sizeof *e->at.pick_pos * nst * N);
+        e->at.pick_idx = qi_malloc(sizeof *e->at.pick_idx * (size_t)e->pick_max_blocks * (size_t)o->n_threads);
+        e->at.pick_mix = qi_malloc(sizeof *e->at.pick_mix * (size_t)o->max_seqs * (size_t)hp->n_head);
+        e->at.pick_vmean = qi_malloc(sizeof *e->at.pick_vmean * nst * (size_t)hp->head_dim);
+        e->at.pick_vm = qi_malloc(sizeof *e->at.pick_vm * nst);
         bool x_ok = true;
         if (e->fetches) {
-            e->x_n = qi_malloc(sizeof *e->x_n * nst);
-            e->x_pos = qi_malloc(sizeof *e->x_pos * nst);
-            e->x_k = qi_malloc(sizeof *e->x_k * nst);
-            e->x_v = qi_malloc(sizeof *e->x_v * nst);
-            x_ok = e->x_n && e->x_pos && e->x_k && e->x_v;
+            e->at.x_n = qi_malloc(sizeof *e->at.x_n * nst);
+            e->at.x_pos = qi_malloc(sizeof *e->at.x_pos * nst);
+            e->at.x_k = qi_malloc(sizeof *e->at.x_k * nst);
+            e->at.x_v = qi_malloc(sizeof *e->at.x_v * nst);
+            x_ok = e->at.x_n && e->at.x_pos && e->at.x_k && e->at.x_v;
         }
-        if (!e->pick_kb || !e->pick_vb || !e->pick_pos || !e->pick_idx || !e->pick_mix || !e->pick_vmean ||
-            !e->pick_vm || !x_ok) {
+        if (!e->at.pick_kb || !e->at.pick_vb || !e->at.pick_pos || !e->at.pick_idx || !e->at.pick_mix || !e->at.pick_vmean ||
+            !e->at.pick_vm || !x_ok) {
             st = QI_ERR(err, QI_ERR_NOMEM, "out of memory for the block tables of KV policy '%s'", e->o.kv_policy);
             goto fail;
         }
     }
-    if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->blk_attn_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->stats ||
+    if (!e->seqs || !e->blk_s || !e->blk_split_s || !e->blk_attn_s || !e->tokens || !e->q_pos || !e->kv_src || !e->kv_dst || !e->kv_src2 || !e->kv_dst2 || !e->segs || !e->out_rows || !e->at.stats ||
         !e->fate_off || !e->kst_at) {
         st = QI_ERR(err, QI_ERR_NOMEM, "out of memory sizing the engine for %d rows per step and %d positions",
                     (int)R, o->n_ctx);

@@ -8,12 +8,12 @@
 
 /* Segment g (the i-th of the step) at layer l: slots in its streams for
  * its K/V rows (their writes gathered into e->kv_src/kv_dst from *n_kv on,
- * for one kv_write of the layer), and its attention call, e->acall[i],
+ * for one kv_write of the layer), and its attention call, e->at.call[i],
  * without statistics (attend_all places them). On a split layer, the rows
  * whose slots are in blocks of the second device are gathered into
  * e->kv_src2/kv_dst2 from *n_kv2 on, reading the copy of K/V there, and
- * the call is two partial calls: e->acall[i] over the first slots, on the
- * attention's device, and e->acall[max_seqs + i] over the rest. */
+ * the call is two partial calls: e->at.call[i] over the first slots, on the
+ * attention's device, and e->at.call[max_seqs + i] over the rest. */
 qi_status eng_attend_prepare(qi_engine *e, const segment *g, int i, int l, int *n_kv, int *n_kv2, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     seq_state *s = &e->seqs[g->id];
@@ -54,9 +54,9 @@ qi_status eng_attend_prepare(qi_engine *e, const segment *g, int i, int l, int *
     for (int part = 0; part < (split ? 2 : 1); part++) {
         const int c = part ? e->o.max_seqs + i : i;
         const dev_state *X = part ? B : A;
-        int *n_slots = e->a_nslots + (size_t)c * Hkv;
-        const int32_t **pos = e->a_pos + (size_t)c * Hkv;
-        const uint16_t *const **kb = e->a_kb + (size_t)c * Hkv, *const **vb = e->a_vb + (size_t)c * Hkv;
+        int *n_slots = e->at.n_slots + (size_t)c * Hkv;
+        const int32_t **pos = e->at.pos + (size_t)c * Hkv;
+        const uint16_t *const **kb = e->at.kb + (size_t)c * Hkv, *const **vb = e->at.vb + (size_t)c * Hkv;
         for (int hk = 0; hk < Hkv; hk++) {
             const qi_kv_stream *sm = stream_of(e, s, l, hk);
             const qi_kv_tier *w = &sm->work;
@@ -69,7 +69,7 @@ qi_status eng_attend_prepare(qi_engine *e, const segment *g, int i, int l, int *
             kb[hk] = (const uint16_t *const *)w->k_blk + b0;
             vb[hk] = (const uint16_t *const *)w->v_blk + b0;
         }
-        qi_attn_paged_args *a = &e->acall[c];
+        qi_attn_paged_args *a = &e->at.call[c];
         *a = base;
         a->q = X->q + (long)g->off * H * D;
         a->n_slots = n_slots;
@@ -87,7 +87,7 @@ qi_status eng_attend_prepare(qi_engine *e, const segment *g, int i, int l, int *
     return QI_OK;
 }
 
-/* Give every call of the step its own zeroed region of e->stats, [H][its
+/* Give every call of the step its own zeroed region of e->at.stats, [H][its
  * stride], growing the buffer when the step needs more than any before. */
 static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
     const int H = e->m->hp.n_head, Hkv = e->m->hp.n_head_kv;
@@ -95,57 +95,57 @@ static qi_status place_stats(qi_engine *e, int n_seg, qi_err *err) {
     for (int i = 0; i < n_seg; i++) {
         int mx = 0;
         for (int hk = 0; hk < Hkv; hk++) {
-            const int n = e->acall[i].n_slots[hk] + (e->acall[i].x_n ? e->acall[i].x_n[hk] : 0);
+            const int n = e->at.call[i].n_slots[hk] + (e->at.call[i].x_n ? e->at.call[i].x_n[hk] : 0);
             mx = n > mx ? n : mx;
         }
-        e->acall[i].stats_stride = stats_stride(mx);
-        need += (size_t)H * (size_t)e->acall[i].stats_stride;
+        e->at.call[i].stats_stride = stats_stride(mx);
+        need += (size_t)H * (size_t)e->at.call[i].stats_stride;
     }
-    if (need > e->cap_stats) {
-        float *p = qi_realloc(e->stats, sizeof(float) * need);
+    if (need > e->at.cap_stats) {
+        float *p = qi_realloc(e->at.stats, sizeof(float) * need);
         if (!p) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for the attention statistics of %d sequences", n_seg);
-        e->stats = p;
-        e->cap_stats = need;
+        e->at.stats = p;
+        e->at.cap_stats = need;
     }
     size_t off = 0;
     for (int i = 0; i < n_seg; i++) {
-        const size_t n = (size_t)H * (size_t)e->acall[i].stats_stride;
-        e->acall[i].stats = e->stats + off;
-        memset(e->acall[i].stats, 0, sizeof(float) * n);
+        const size_t n = (size_t)H * (size_t)e->at.call[i].stats_stride;
+        e->at.call[i].stats = e->at.stats + off;
+        memset(e->at.call[i].stats, 0, sizeof(float) * n);
         off += n;
     }
-    e->n_stats = off;
+    e->at.n_stats = off;
     return QI_OK;
 }
 
 /* The statistics of a layer whose attention runs on device X, which the
  * host cannot address: the zeroed regions uploaded to X's buffer and the
  * calls pointed there (to_device), then the sums downloaded into
- * e->stats, the host waiting for them, and the calls pointed back. */
+ * e->at.stats, the host waiting for them, and the calls pointed back. */
 static qi_status stats_move(qi_engine *e, dev_state *X, int n_seg, bool to_device, qi_err *err) {
-    const size_t bytes = sizeof(float) * e->n_stats;
+    const size_t bytes = sizeof(float) * e->at.n_stats;
     qi_status st;
-    if (to_device && e->n_stats > X->cap_sbuf) {
+    if (to_device && e->at.n_stats > X->cap_sbuf) {
         qi_buf_free(X->sbuf);
         X->sbuf = NULL;
         X->cap_sbuf = 0;
         if ((st = qi_buf_alloc(X->be, bytes, "attention statistics", &X->sbuf, err))) return st;
-        X->cap_sbuf = e->n_stats;
+        X->cap_sbuf = e->at.n_stats;
     }
     float *dev = qi_buf_ptr(X->be, qi_view_of(X->sbuf, 0), bytes, err);
     if (!dev) return QI_ERR_INVALID;
     if (to_device) {
-        if ((st = qi_dev_upload(X->be, qi_view_of(X->sbuf, 0), e->stats, bytes, err))) return st;
+        if ((st = qi_dev_upload(X->be, qi_view_of(X->sbuf, 0), e->at.stats, bytes, err))) return st;
     } else {
-        if ((st = qi_dev_download(X->be, e->stats, qi_view_of(X->sbuf, 0), bytes, err))) return st;
+        if ((st = qi_dev_download(X->be, e->at.stats, qi_view_of(X->sbuf, 0), bytes, err))) return st;
         qi_event *ev = NULL;
         if ((st = qi_event_record(X->be, &ev, err))) return st;
         qi_event_sync(ev);
         qi_event_free(ev);
     }
     for (int i = 0; i < n_seg; i++) {
-        qi_attn_paged_args *a = &e->acall[i];
-        a->stats = to_device ? dev + (a->stats - e->stats) : e->stats + (a->stats - dev);
+        qi_attn_paged_args *a = &e->at.call[i];
+        a->stats = to_device ? dev + (a->stats - e->at.stats) : e->at.stats + (a->stats - dev);
     }
     return QI_OK;
 }
@@ -178,12 +178,12 @@ static qi_status attend_all(qi_engine *e, const segment *segs, int n_seg, int T,
     if (policy && (st = place_stats(e, n_seg, err))) return st;
     if (on_dev && (st = stats_move(e, X, n_seg, true, err))) return st;
     if ((st = eng_op_begin(e, b, &t_op, err)) ||
-        (st = eng_op_end(e, b, t_op, QI_OP_ATTENTION, qi_backend_attention(b, e->acall, n_seg, err), err)))
+        (st = eng_op_end(e, b, t_op, QI_OP_ATTENTION, qi_backend_attention(b, e->at.call, n_seg, err), err)))
         return st;
     if (!policy) return QI_OK;
     if (on_dev && (st = stats_move(e, X, n_seg, false, err))) return st;
     const double t0 = eng_host_begin(e);
-    st = eng_policy_all(e, segs, n_seg, l, err);
+    st = eng_policy_all(e, e->at.call, segs, n_seg, l, err);
     eng_host_end(e, QI_OP_POLICY, t0);
     return st;
 }

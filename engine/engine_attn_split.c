@@ -69,8 +69,8 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
     const bool a_first = qi_dev_info_get(B->be)->host_visible && !qi_dev_info_get(A->be)->host_visible;
     for (int k = 0; k < 2; k++)
         if ((st = k == (a_first ? 0 : 1)
-                      ? attend_part(e, A->be, e->kv_src, e->kv_dst, n_kv, e->acall, n_seg, err)
-                      : attend_part(e, B->be, e->kv_src2, e->kv_dst2, n_kv2, e->acall + e->o.max_seqs, n_seg, err)))
+                      ? attend_part(e, A->be, e->kv_src, e->kv_dst, n_kv, e->at.call, n_seg, err)
+                      : attend_part(e, B->be, e->kv_src2, e->kv_dst2, n_kv2, e->at.call + e->o.max_seqs, n_seg, err)))
             return st;
     /* B's partial result back to A, and the merge */
     const size_t mb = sizeof(float) * (size_t)T * H;

@@ -107,6 +107,50 @@ static inline int wblock_count(const qi_model *m) { return qi_plan_n_blocks(m->h
 /* The matrices of a layer in column form (opts.sparsity), by SP_W_* index. */
 enum { SP_W_Q, SP_W_K, SP_W_V, SP_W_O, SP_W_GATE, SP_W_UP, SP_W_DOWN, SP_W_COUNT };
 
+/* One layer's attention calls (engine_attn.c), a value built in named
+ * stages every layer of a step, then read only:
+ *   1. eng_attend_prepare: each segment's call over its streams' working
+ *      blocks (n_slots, pos, kb, vb: [max_seqs] calls of [Hkv] streams
+ *      each, then as many for the second device of a split), its K/V
+ *      writes gathered;
+ *   2. eng_pick_blocks (a picking or fetching policy, engine_kv_pick.c):
+ *      the decode calls pointed at the pages or tokens picked (pick_*), or
+ *      given the offloaded rows fetched (x_*);
+ *   3. place_stats and stats_move (a layer the KV policy decides): each
+ *      call's region of the statistics, on the device that fills them;
+ * then the backend's attention fills the statistics, and the KV policy's
+ * step (eng_policy_all) reads them through the calls, which it does not
+ * change. */
+typedef struct {
+    qi_attn_paged_args *call;
+    int *n_slots;
+    const int32_t **pos;
+    const uint16_t *const **kb, *const **vb;
+    /* a picking policy (Quest, SparQ): the chosen blocks' tables and
+     * positions of each call's streams, [max_seqs * Hkv] regions of
+     * pick_max_blocks pointers and of n_ctx positions, and one stream's
+     * choice per thread */
+    const uint16_t **pick_kb, **pick_vb;
+    int32_t *pick_pos;
+    int *pick_idx;
+    /* a token picker's reallocation of the unread weight (SparQ): per
+     * segment [H] shares the read tokens hold, [Hkv][D] mean values and
+     * their [Hkv] pointers */
+    float *pick_mix, *pick_vmean;
+    const float **pick_vm;
+    /* a fetching policy's rows besides the working tier's blocks, per
+     * segment [Hkv]: their count and tables (qi_attn_paged_args's x_*),
+     * pointing into pick_kb, pick_vb and pick_pos */
+    int *x_n;
+    const int32_t **x_pos;
+    const uint16_t *const **x_k, *const **x_v;
+    /* the statistics: one region of [H][stride] per call (stride: the
+     * call's most slots, rounded up to STATS_ALIGN), cap_stats floats,
+     * grown by the largest step; n_stats placed for this layer */
+    float *stats;
+    size_t cap_stats, n_stats;
+} eng_attn_calls;
+
 /* Activation sparsity (opts.sparsity, opts.act_observe; engine_sparsity.c):
  * the engine's copy of the thresholds (opts.sparsity then points here);
  * [n_layer][SP_W_COUNT] column forms (zeroed where the mode reads the
@@ -220,21 +264,16 @@ struct qi_engine {
     uint16_t **kv_dst;
     const float **kv_src2;
     uint16_t **kv_dst2;
-    /* one layer's attention calls, [max_seqs] calls of [Hkv] streams each,
-     * then as many for the second device of a split */
-    qi_attn_paged_args *acall;
-    int *a_nslots;
-    const int32_t **a_pos;
-    const uint16_t *const **a_kb, *const **a_vb;
+    eng_attn_calls at;
 
-    /* the KV policy (engine_kv_step.c) */
+    /* the KV policy (engine_kv_step.c), and whether it picks what decode
+     * attention reads, single tokens (SparQ) rather than pages, or (an
+     * evicting one) fetches offloaded tokens for it (qinfer fetch=;
+     * engine_kv_pick.c): pick_max_blocks, the most pages or tokens a
+     * stream's pick holds */
     qi_kv_policy *pol;
-    /* policy scratch: a layer's attention statistics, one region of
-     * [H][stride] per segment (stride: the segment's most working slots,
-     * rounded up to STATS_ALIGN), cap_stats floats, grown by the largest
-     * step; then [n_ctx] per stream */
-    float *stats;
-    size_t cap_stats, n_stats; /* floats: allocated, placed for this layer */
+    bool picks, pick_tokens, fetches;
+    int pick_max_blocks;
     /* the policy's pass over a layer's streams, shared out over the
      * backend's host threads: one scratch (and one policy object) per
      * thread, then every stream's fates, kept for the serial apply */
@@ -251,27 +290,6 @@ struct qi_engine {
     long *kst_at;           /* [max_seqs * Hkv] */
 
     /* picks and fetches (engine_kv_pick.c) */
-    /* a policy that picks blocks (Quest): the chosen blocks' tables and
-     * positions of each call's streams, [max_seqs * Hkv] regions of
-     * pick_max_blocks pointers and of n_ctx positions, and one stream's
-     * choice */
-    bool picks, pick_tokens; /* the policy picks what attention reads; single tokens (SparQ) */
-    bool fetches;            /* the (evicting) policy fetches offloaded tokens for attention (qinfer fetch=) */
-    int pick_max_blocks;
-    const uint16_t **pick_kb, **pick_vb;
-    int32_t *pick_pos;
-    int *pick_idx;
-    /* a token picker's reallocation of the unread weight (SparQ): per
-     * segment [H] shares the read tokens hold, [Hkv][D] mean values and
-     * their [Hkv] pointers */
-    float *pick_mix, *pick_vmean;
-    const float **pick_vm;
-    /* a fetching policy's rows besides the working tier's blocks, per
-     * segment [Hkv]: their count and tables (qi_attn_paged_args's x_*),
-     * pointing into pick_kb, pick_vb and pick_pos */
-    int *x_n;
-    const int32_t **x_pos;
-    const uint16_t *const **x_k, *const **x_v;
 
     /* the profile (engine_prof.c) */
     /* with profile: the step's copies as pairs of events (start, end) on
@@ -399,7 +417,8 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
 
 /* engine_kv_step.c */
 int eng_resolve_budget(const qi_engine *e, int32_t cur_pos);
-qi_status eng_policy_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err);
+qi_status eng_policy_all(qi_engine *e, const qi_attn_paged_args *calls, const segment *segs, int n_seg, int l,
+                         qi_err *err);
 
 /* engine_kv_pick.c */
 qi_status eng_pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err);

@@ -50,25 +50,25 @@ static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_
     const int nb = tok ? w->n : (w->n + QI_KV_PAGE - 1) / QI_KV_PAGE;
     const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
                                .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D,
-                               .scale = e->acall[i].scale, .n = w->n, .block = tok ? 1 : QI_KV_PAGE,
+                               .scale = e->at.call[i].scale, .n = w->n, .block = tok ? 1 : QI_KV_PAGE,
                                .n_blocks = nb, .bounds = tok ? NULL : w->bound, .newest = nb - 1,
                                .budget = eng_resolve_budget(e, g->pos0),
                                .tail = tok ? 1 : (nb - 1) % QI_KV_PAGES_PER_BLOCK + 1,
                                .k_blk = (const uint16_t *const *)w->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
                                .k_cols = tok ? w->kcol : NULL,
-                               .mass = tok ? e->pick_mix + (size_t)i * H + (size_t)hk * group : NULL};
+                               .mass = tok ? e->at.pick_mix + (size_t)i * H + (size_t)hk * group : NULL};
     const size_t r = (size_t)i * Hkv + hk;
     if (tok) { /* no reallocation unless the policy asks for it; the mean of the values held */
         for (int h = 0; h < group; h++) v.mass[h] = 1.0f;
-        float *vm = e->pick_vmean + r * (size_t)D;
+        float *vm = e->at.pick_vmean + r * (size_t)D;
         for (int d = 0; d < D; d++) vm[d] = w->vsum[d] / (float)w->n;
-        e->pick_vm[r] = vm;
+        e->at.pick_vm[r] = vm;
     }
     int n = 0;
     qi_status st = qi_kv_policy_pick(ps->pol, &v, idx, &n, err);
     if (st) return st;
-    const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
-    int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
+    const uint16_t **kb = e->at.pick_kb + r * e->pick_max_blocks, **vb = e->at.pick_vb + r * e->pick_max_blocks;
+    int32_t *pos = e->at.pick_pos + r * (size_t)e->o.n_ctx;
     int n_slots = 0;
     if (tok) { /* token t: its own row, one row per pointer */
         for (int j = 0; j < n; j++) {
@@ -87,10 +87,10 @@ static qi_status pick_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev_
             memcpy(pos + n_slots, w->pos + b0, sizeof *pos * (size_t)nr);
             n_slots += nr;
         }
-    e->a_nslots[r] = n_slots;
-    e->a_pos[r] = pos;
-    e->a_kb[r] = (const uint16_t *const *)kb;
-    e->a_vb[r] = (const uint16_t *const *)vb;
+    e->at.n_slots[r] = n_slots;
+    e->at.pos[r] = pos;
+    e->at.kb[r] = (const uint16_t *const *)kb;
+    e->at.vb[r] = (const uint16_t *const *)vb;
     sm->attended = n_slots;
     return QI_OK;
 }
@@ -121,7 +121,7 @@ static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev
         const uint16_t *cols = qi_kv_stream_off_kcols(sm, &with_cols);
         const qi_kv_pick_view v = {.layer = l, .n_layer = hp->n_layer, .kv_head = hk, .group = group, .D = D,
                                    .q = X->q + ((size_t)g->off * H + (size_t)hk * group) * D,
-                                   .scale = e->acall[i].scale, .n = o->n, .block = 1, .n_blocks = o->n,
+                                   .scale = e->at.call[i].scale, .n = o->n, .block = 1, .n_blocks = o->n,
                                    .newest = o->n - 1, .budget = room, .tail = 1,
                                    .k_blk = (const uint16_t *const *)o->k_blk, .k_shift = QI_KV_BLOCK_SHIFT,
                                    .k_cols = cols, .k_tail = o->n - with_cols};
@@ -129,17 +129,17 @@ static qi_status fetch_stream(qi_engine *e, pol_scratch *ps, int *idx, const dev
         if (st) return st;
     }
     const size_t r = (size_t)i * Hkv + hk;
-    const uint16_t **kb = e->pick_kb + r * e->pick_max_blocks, **vb = e->pick_vb + r * e->pick_max_blocks;
-    int32_t *pos = e->pick_pos + r * (size_t)e->o.n_ctx;
+    const uint16_t **kb = e->at.pick_kb + r * e->pick_max_blocks, **vb = e->at.pick_vb + r * e->pick_max_blocks;
+    int32_t *pos = e->at.pick_pos + r * (size_t)e->o.n_ctx;
     for (int j = 0; j < n; j++) {
         kb[j] = qi_kv_k_row(o, idx[j], D);
         vb[j] = qi_kv_v_row(o, idx[j], D);
         pos[j] = o->pos[idx[j]];
     }
-    e->x_n[r] = n;
-    e->x_pos[r] = pos;
-    e->x_k[r] = (const uint16_t *const *)kb;
-    e->x_v[r] = (const uint16_t *const *)vb;
+    e->at.x_n[r] = n;
+    e->at.x_pos[r] = pos;
+    e->at.x_k[r] = (const uint16_t *const *)kb;
+    e->at.x_v[r] = (const uint16_t *const *)vb;
     sm->attended = w->n + n;
     return QI_OK;
 }
@@ -150,7 +150,7 @@ static void pick_work(void *arg, int ith, int nth) {
     qi_engine *e = j->e;
     const int Hkv = e->m->hp.n_head_kv;
     pol_scratch *ps = &e->ps[ith];
-    int *idx = e->pick_idx + (size_t)ith * e->pick_max_blocks;
+    int *idx = e->at.pick_idx + (size_t)ith * e->pick_max_blocks;
     const long streams = (long)j->n_seg * Hkv;
     for (long k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < streams;) {
         const int i = (int)(k / Hkv), hk = (int)(k % Hkv);
@@ -168,16 +168,16 @@ qi_status eng_pick_blocks(qi_engine *e, const dev_state *X, const segment *segs,
     const int Hkv = e->m->hp.n_head_kv;
     for (int i = 0; i < n_seg; i++) /* slot s is row s mod 2^shift of kb[s >> shift] */
         if (segs[i].n == 1 && fetch) { /* the working tier's blocks as they are, and the fetched rows */
-            qi_attn_paged_args *a = &e->acall[i];
-            a->x_n = e->x_n + (size_t)i * Hkv;
-            a->x_pos = e->x_pos + (size_t)i * Hkv;
-            a->x_k = e->x_k + (size_t)i * Hkv;
-            a->x_v = e->x_v + (size_t)i * Hkv;
+            qi_attn_paged_args *a = &e->at.call[i];
+            a->x_n = e->at.x_n + (size_t)i * Hkv;
+            a->x_pos = e->at.x_pos + (size_t)i * Hkv;
+            a->x_k = e->at.x_k + (size_t)i * Hkv;
+            a->x_v = e->at.x_v + (size_t)i * Hkv;
         } else if (segs[i].n == 1) {
-            e->acall[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
+            e->at.call[i].shift = e->pick_tokens ? 0 : QI_KV_PAGE_SHIFT;
             if (e->pick_tokens) { /* the shares the policy estimates (1: none), the means */
-                e->acall[i].mix = e->pick_mix + (size_t)i * e->m->hp.n_head;
-                e->acall[i].vmean = e->pick_vm + (size_t)i * e->m->hp.n_head_kv;
+                e->at.call[i].mix = e->at.pick_mix + (size_t)i * e->m->hp.n_head;
+                e->at.call[i].vmean = e->at.pick_vm + (size_t)i * e->m->hp.n_head_kv;
             }
         }
     for (int t = 0; t < e->o.n_threads; t++) {

@@ -157,6 +157,7 @@ static qi_status decide_streams(const qi_engine *e, pol_scratch *ps, seq_state *
  * stream alone, so the split does not change it. */
 typedef struct {
     qi_engine *e;
+    const qi_attn_paged_args *calls; /* the layer's, read only */
     const segment *segs;
     int n_seg, l;
     atomic_long next; /* the next unit to take */
@@ -175,7 +176,7 @@ static void policy_work(void *arg, int ith, int nth) {
         const segment *g = &j->segs[i];
         uint8_t *fate[MAX_TOGETHER];
         for (int r = 0; r < nh; r++) fate[r] = e->fates + e->fate_off[k + r];
-        qi_status st = decide_streams(e, ps, &e->seqs[g->id], g, &e->acall[i], j->l, hk, k, nh, fate, &ps->err);
+        qi_status st = decide_streams(e, ps, &e->seqs[g->id], g, &j->calls[i], j->l, hk, k, nh, fate, &ps->err);
         if (st) {
             ps->err_k = k;
             ps->err_st = st;
@@ -258,8 +259,11 @@ static qi_status stage_for_probes(qi_engine *e, const segment *segs, int n_seg, 
 /* The policy over every stream of layer l's segments: the decisions in
  * parallel (each stream's own arithmetic, so the same fates and scores
  * whatever the split), then the fates applied stream by stream in order,
- * since applying takes and gives back blocks of the shared pool. */
-qi_status eng_policy_all(qi_engine *e, const segment *segs, int n_seg, int l, qi_err *err) {
+ * since applying takes and gives back blocks of the shared pool. The
+ * layer's attention calls (eng_attn_calls) are read for their statistics
+ * only. */
+qi_status eng_policy_all(qi_engine *e, const qi_attn_paged_args *calls, const segment *segs, int n_seg, int l,
+                         qi_err *err) {
     const int Hkv = e->m->hp.n_head_kv;
     qi_status st0;
     const long n_streams = (long)n_seg * Hkv;
@@ -283,7 +287,7 @@ qi_status eng_policy_all(qi_engine *e, const segment *segs, int n_seg, int l, qi
         e->ps[t].err_k = -1;
         qi_err_clear(&e->ps[t].err);
     }
-    policy_job j = {e, segs, n_seg, l, 0};
+    policy_job j = {e, calls, segs, n_seg, l, 0};
     if (n_streams > 1 && !e->sim)
         qi_backend_cpu_host_run(e->be, policy_work, &j);
     else
