@@ -1,11 +1,27 @@
-/* sysinfo.c - CPU and memory from /proc, GPU through the CUDA runtime when
- * the build has it (engine/backend/cuda/device.cu). */
+/* sysinfo.c - what machine a figure was measured on, and the host's own
+ * rates: CPU, memory and caches from /proc and /sys, the GPU through the
+ * CUDA runtime when the build has it (engine/backend/cuda/device.cu); the
+ * memory read-bandwidth probe (bench's roofline, sysinfo --profile-out) and
+ * the fp32 FMA-rate probe (sysinfo --profile-out).
+ *
+ * The bandwidth probe is measured, not looked up: a STREAM-like read of a
+ * buffer several times the last-level cache, best of several passes, with
+ * integer sums, because the build forbids reassociating float sums and an
+ * unvectorised float loop would measure the adder, not memory.
+ * qi_sysinfo_get_apart runs it and the device query in a forked child, so a
+ * benchmark's own process keeps neither the buffer (its peak RSS) nor the
+ * CUDA runtime's threads and memory, which would blur a comparison with a
+ * CPU-only program; the child's answer comes back over a pipe. */
 #include "qinfer/sysinfo.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +57,46 @@ void qi_sysinfo_get(qi_sysinfo *s) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) s->mem_bytes = (uint64_t)pages * (uint64_t)psz;
     qi_cuda_query(s);
+}
+
+uint64_t qi_sysinfo_llc_bytes(void) {
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char p[128], buf[64];
+        int level = 0;
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(p, "r");
+        if (!f) break;
+        if (fscanf(f, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(p, "r"))) continue;
+        if (fgets(buf, sizeof buf, f) && level >= best_level) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            if (*end == 'K') v <<= 10;
+            else if (*end == 'M') v <<= 20;
+            else if (*end == 'G') v <<= 30;
+            if (v) {
+                best_level = level;
+                best = v;
+            }
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+uint64_t qi_sysinfo_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    uint64_t kib = 0;
+    if (!f) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
 }
 
 /* ---- host memory read bandwidth ------------------------------------------------ */
@@ -130,6 +186,59 @@ double qi_sysinfo_mem_read_gbs(uint64_t bytes, int n_threads, int passes) {
     return best;
 }
 
+/* ---- the probe apart, in a child ------------------------------------------------ */
+
+/* What the child reports over the pipe. */
+typedef struct {
+    qi_sysinfo si;
+    double bw_gbs; /* -1: not measured or failed */
+} apart_report;
+
+void qi_sysinfo_get_apart(uint64_t probe_bytes, int n_threads, int passes, qi_sysinfo *si, double *bw_gbs) {
+    apart_report out;
+    memset(&out, 0, sizeof out);
+    out.bw_gbs = -1;
+    int fd[2];
+    pid_t pid = -1;
+    if (pipe(fd) == 0) {
+        fflush(NULL);
+        if ((pid = fork()) < 0) {
+            close(fd[0]);
+            close(fd[1]);
+        }
+    }
+    if (pid == 0) {
+        apart_report r;
+        close(fd[0]);
+        qi_sysinfo_get(&r.si);
+        r.bw_gbs = probe_bytes ? qi_sysinfo_mem_read_gbs(probe_bytes, n_threads, passes) : -1;
+        ssize_t w = write(fd[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    if (pid < 0) {
+        qi_sysinfo_get(si);
+        *bw_gbs = -1;
+        return;
+    }
+    close(fd[1]);
+    size_t got = 0;
+    while (got < sizeof out) {
+        ssize_t r = read(fd[0], (char *)&out + got, sizeof out - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (got != sizeof out) {
+        memset(&out, 0, sizeof out);
+        out.bw_gbs = -1;
+        qi_sysinfo_get(&out.si); /* the child died: label from here */
+    }
+    *si = out.si;
+    *bw_gbs = out.bw_gbs;
+}
 
 /* ---- host fp32 compute rate ------------------------------------------------------ */
 

@@ -120,17 +120,19 @@ bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, q
     return true;
 }
 
-void qi_cli_print_quoted(const char *s, bool json) {
-    putchar('"');
+void qi_cli_fput_quoted(FILE *f, const char *s, bool json) {
+    putc('"', f);
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
-        if (json && (ch == '"' || ch == '\\')) printf("\\%c", ch);
-        else if (json && ch < 0x20) printf("\\u%04x", ch);
-        else if (!json && ch == '"') printf("\"\"");
-        else putchar(ch);
+        if (json && (ch == '"' || ch == '\\')) fprintf(f, "\\%c", ch);
+        else if (json && ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else if (!json && ch == '"') fputs("\"\"", f);
+        else putc(ch, f);
     }
-    putchar('"');
+    putc('"', f);
 }
+
+void qi_cli_print_quoted(const char *s, bool json) { qi_cli_fput_quoted(stdout, s, json); }
 
 /* ---- the KV policy flags -------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "qinfer/engine.h"
 #include "qinfer/params.h"
@@ -59,7 +60,10 @@ typedef enum { QI_OUT_HUMAN = 0, QI_OUT_CSV, QI_OUT_JSON } qi_out_format;
  * gives false. */
 bool qi_cli_output_format(const char *cmd, const char *arg, const char *human, qi_out_format *out);
 
-/* s as a quoted CSV field (json false: "" doubles a quote) or JSON string. */
+/* s as a quoted CSV field (json false: "" doubles a quote) or JSON string
+ * (json true: '"' and '\\' escaped, control characters as \u00XX), to f;
+ * the one quoting of the CLI's outputs. qi_cli_print_quoted: to stdout. */
+void qi_cli_fput_quoted(FILE *f, const char *s, bool json);
 void qi_cli_print_quoted(const char *s, bool json);
 
 /* The KV policy flags every engine command takes:

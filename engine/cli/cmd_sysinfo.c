@@ -1,5 +1,6 @@
 /* cmd_sysinfo.c - `qinfer sysinfo`: the hardware every figure is labelled
- * with (CPU, cores, memory, GPU and CUDA versions when present), and with
+ * with (CPU, cores, memory, GPU and CUDA versions when present; the memory
+ * available and the last-level cache that bench sizes its probe by), and with
  * --probe the measured copy bandwidths of the GPU (engine/backend/cuda/device.h),
  * the link and HBM figures the placement cost model starts from.
  *
@@ -148,7 +149,8 @@ int qi_cmd_sysinfo(int argc, char **argv) {
         if (qi_args_is(&a, "-h", "--help")) {
             printf("usage: qinfer sysinfo [--probe] [--show-profile FILE | --profile-out FILE]\n\n"
                    "Print the CPU, core count, memory and CUDA device this machine has,\n"
-                   "as recorded with every benchmark and experiment row.\n\n"
+                   "as recorded with every benchmark and experiment row, with the memory\n"
+                   "available now and the last-level cache (when the kernel lists them).\n\n"
                    "  --probe              also measure GPU 0's copy bandwidths: host-to-device and\n"
                    "                       device-to-host from pinned and from pageable memory (256 MiB\n"
                    "                       copies), and device-to-device (1 GiB copies, read + write\n"
@@ -187,7 +189,11 @@ int qi_cmd_sysinfo(int argc, char **argv) {
     qi_sysinfo_get(&s);
     printf("cpu:     %s\n", s.cpu_model);
     printf("cores:   %d physical, %d logical\n", s.n_cores, s.n_threads);
-    printf("memory:  %.1f GiB\n", s.mem_bytes / 1073741824.0);
+    uint64_t avail = qi_sysinfo_mem_available(), llc = qi_sysinfo_llc_bytes();
+    printf("memory:  %.1f GiB", s.mem_bytes / 1073741824.0);
+    if (avail) printf(", %.1f GiB available", avail / 1073741824.0);
+    printf("\n");
+    if (llc) printf("cache:   last-level %.0f MiB\n", llc / 1048576.0);
     if (!s.cuda_built) {
         printf("gpu:     none (%s)\n", s.gpu_note);
     } else if (s.n_gpus == 0) {

@@ -22,6 +22,13 @@
  * so PCRE2_MATCH_INVALID_UTF is not needed: invalid bytes were already turned
  * into U+FFFD by the decoder, exactly as llama.cpp does.
  *
+ * Regexes that name no Unicode class (DeepSeek's explicit code point ranges,
+ * "[0-9][0-9][0-9]", "[\r\n]", ...) are matched, as llama.cpp matches them
+ * with std::wregex, on the code points themselves instead, white space
+ * beyond ASCII turned into U+000B, and with ASCII-only \s (no PCRE2_UCP).
+ * Every regex is compiled with PCRE2_DOLLAR_ENDONLY: ECMAScript's $ does not
+ * match before a final line feed. The name -> regex table is pretok_table.c.
+ *
  * Verified against llama.cpp's own splitter (unicode_regex_split) on ~30k
  * generated strings for every regex list here: identical words. Note that
  * llama.cpp's hand-written GPT-2 matcher also ends with "|\s+", which its
@@ -51,81 +58,6 @@ bool qi_vec_need(qi_vec *v, size_t n, size_t elem) {
     return true;
 }
 
-/* ---- Names and regexes (llama-vocab.cpp's tables) -------------------------- */
-
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-
-enum { SET_DIGITS_GPT2, SET_GPT2, SET_DEFAULT, SET_LLAMA3, SET_QWEN2 };
-
-static const char *const set_regex[][QI_PRETOK_MAX_REGEX] = {
-    [SET_DIGITS_GPT2] = {"\\p{N}", RE_GPT2},
-    [SET_GPT2] = {RE_GPT2},
-    [SET_DEFAULT] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"},
-    [SET_LLAMA3] = {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    [SET_QWEN2] = {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-                                   "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-};
-
-static const struct {
-    const char *name;
-    int set;
-    unsigned flags;
-} pre_names[] = {
-    {"default", SET_DEFAULT, 0},
-    {"smollm", SET_DIGITS_GPT2, 0},
-    {"starcoder", SET_DIGITS_GPT2, 0},
-    {"refact", SET_DIGITS_GPT2, 0},
-    {"command-r", SET_DIGITS_GPT2, 0},
-    {"codeshell", SET_DIGITS_GPT2, 0},
-    {"exaone", SET_DIGITS_GPT2, 0},
-    {"minerva-7b", SET_DIGITS_GPT2, 0},
-    {"mellum2", SET_DIGITS_GPT2, 0},
-    {"gpt-2", SET_GPT2, 0},
-    {"phi-2", SET_GPT2, 0},
-    {"jina-es", SET_GPT2, 0},
-    {"jina-de", SET_GPT2, 0},
-    {"gigachat", SET_GPT2, 0},
-    {"jina-v2-es", SET_GPT2, 0},
-    {"jina-v2-de", SET_GPT2, 0},
-    {"a.x-4.0", SET_GPT2, 0},
-    {"mellum", SET_GPT2, 0},
-    {"modern-bert", SET_GPT2, 0},
-    {"jina-v1-en", SET_GPT2, 0},
-    {"jina-v2-code", SET_GPT2, 0},
-    {"roberta-bpe", SET_GPT2, 0},
-    {"mpt", SET_GPT2, 0},
-    {"olmo", SET_GPT2, 0},
-    {"jais", SET_GPT2, 0},
-    {"exaone4", SET_GPT2, 0},
-    {"trillion", SET_GPT2, 0},
-    {"granite-docling", SET_GPT2, 0},
-    {"llama3", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"llama-v3", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"llama-bpe", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"falcon3", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"falcon-h1", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"pixtral", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"midm-2.0", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"lfm2", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"jina-v5-nano", SET_LLAMA3, QI_PRETOK_IGNORE_MERGES | QI_PRETOK_ADD_BOS},
-    {"dbrx", SET_LLAMA3, 0},
-    {"smaug-bpe", SET_LLAMA3, 0},
-    {"chatglm-bpe", SET_LLAMA3, QI_PRETOK_NO_BOS},
-    {"glm4", SET_LLAMA3, QI_PRETOK_NO_BOS | QI_PRETOK_IGNORE_MERGES},
-    {"glm5", SET_LLAMA3, QI_PRETOK_NO_BOS | QI_PRETOK_IGNORE_MERGES},
-    {"qwen2", SET_QWEN2, 0},
-    {"deepseek-r1-qwen", SET_QWEN2, 0},
-    {"kormo", SET_QWEN2, 0},
-    {"f2llmv2", SET_QWEN2, 0},
-    {"megrez", SET_QWEN2, 0},
-    {"stablelm2", SET_QWEN2, 0},
-    {"hunyuan", SET_QWEN2, 0},
-    {"solar-open", SET_QWEN2, 0},
-    {"grok-2", SET_QWEN2, 0},
-};
-
 /* UTF-8 of the stand-in for each qi_uc_class in the collapsed text. */
 static const char *const collapse_rep[] = {
     [QI_UC_OTHER] = "\xEE\x80\x80",  /* U+E000, private use */
@@ -150,17 +82,11 @@ static void re_free(void *p, void *u) {
 qi_status qi_pretok_init(qi_pretok *p, const char *name, size_t len, qi_err *err) {
     memset(p, 0, sizeof *p);
     if (len == 0) name = "default", len = 7;
-    int set = -1;
-    for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
-        if (strlen(pre_names[i].name) == len && memcmp(pre_names[i].name, name, len) == 0) {
-            set = pre_names[i].set;
-            p->flags = pre_names[i].flags;
-            break;
-        }
-    if (set < 0)
+    const char *const *regex;
+    if (!qi_pretok_lookup(name, len, &regex, &p->flags))
         return QI_ERR(err, QI_ERR_UNSUPPORTED,
-                      "tokenizer.ggml.pre '%.*s': pre-tokenizer not supported (supported: "
-                      "smollm, gpt-2, llama3, qwen2, default and the names sharing their regexes)",
+                      "tokenizer.ggml.pre '%.*s': pre-tokenizer not supported (supported: the "
+                      "names of engine/tokenizer/pretok_table.c)",
                       (int)(len > 64 ? 64 : len), name);
     snprintf(p->name, sizeof p->name, "%.*s", (int)(len > 63 ? 63 : len), name);
 
@@ -169,11 +95,16 @@ qi_status qi_pretok_init(qi_pretok *p, const char *name, size_t len, qi_err *err
     pcre2_compile_context *cc = pcre2_compile_context_create(p->gctx);
     if (!cc) return QI_ERR(err, QI_ERR_NOMEM, "pre-tokenizer: out of memory");
     qi_status st = QI_OK;
-    for (int i = 0; i < QI_PRETOK_MAX_REGEX && set_regex[set][i]; i++) {
+    for (int i = 0; i < QI_PRETOK_MAX_REGEX && regex[i]; i++) {
+        /* A regex that names no Unicode class matches the text itself, and
+         * its \s, like std::regex's, is ASCII white space (no PCRE2_UCP);
+         * $ is the end of the word only, as in ECMAScript. */
+        const bool raw = strstr(regex[i], "\\p{") == NULL;
         int code;
         PCRE2_SIZE off;
-        p->re[i] = pcre2_compile((PCRE2_SPTR)set_regex[set][i], PCRE2_ZERO_TERMINATED,
-                                 PCRE2_UTF | PCRE2_UCP, &code, &off, cc);
+        p->re[i] = pcre2_compile((PCRE2_SPTR)regex[i], PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | (raw ? 0 : PCRE2_UCP), &code,
+                                 &off, cc);
         if (!p->re[i]) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(code, msg, sizeof msg);
@@ -184,6 +115,7 @@ qi_status qi_pretok_init(qi_pretok *p, const char *name, size_t len, qi_err *err
                               p->name, i, (size_t)off, (const char *)msg);
             break;
         }
+        p->raw[i] = raw;
         p->n_re = i + 1;
         (void)pcre2_jit_compile(p->re[i], PCRE2_JIT_COMPLETE); /* else interpreted */
     }
@@ -203,18 +135,20 @@ void qi_pretok_work_fini(qi_pretok_work *w) {
     qi_free(w->cp.p);
     qi_free(w->coff.p);
     qi_free(w->coll.p);
+    qi_free(w->roff.p);
+    qi_free(w->raw.p);
     qi_free(w->bound.p);
     qi_free(w->bound2.p);
     pcre2_match_data_free(w->md);
     memset(w, 0, sizeof *w);
 }
 
-/* Split code points [a, b) by re into matches and the gaps between them;
- * appends the word ends to bound2 (count *nb). */
-static qi_status split_segment(qi_pretok_work *w, const pcre2_code *re, size_t a, size_t b,
-                               size_t *nb, qi_err *err) {
-    const size_t *coff = w->coff.p;
-    PCRE2_SPTR subj = (const unsigned char *)w->coll.p + coff[a];
+/* Split code points [a, b) by re into matches and the gaps between them,
+ * matching on text (the collapsed or the raw copy) whose code point i starts
+ * at byte coff[i]; appends the word ends to bound2 (count *nb). */
+static qi_status split_segment(qi_pretok_work *w, const pcre2_code *re, const unsigned char *text,
+                               const size_t *coff, size_t a, size_t b, size_t *nb, qi_err *err) {
+    PCRE2_SPTR subj = text + coff[a];
     size_t len = coff[b] - coff[a], pos = 0, last = a, cur = a;
     uint32_t opts = PCRE2_NO_UTF_CHECK; /* the collapsed text is valid UTF-8 by construction */
     while (pos < len) {
@@ -259,8 +193,33 @@ static qi_status split_segment(qi_pretok_work *w, const pcre2_code *re, size_t a
     return QI_OK;
 }
 
+/* The copy the class-free regexes match on: the code points as decoded,
+ * except that white space beyond ASCII becomes U+000B (as llama.cpp does
+ * before std::wregex, whose \s knows only ASCII) and surrogates, which
+ * PCRE2 cannot take, U+FFFF (in none of the tables' ranges either way). */
+static qi_status raw_copy(const qi_pretok *p, qi_pretok_work *w, size_t n, qi_err *err) {
+    bool need = false;
+    for (int r = 0; r < p->n_re; r++) need |= p->raw[r];
+    if (!need) return QI_OK;
+    if (!qi_vec_need(&w->roff, n + 1, sizeof(size_t)) || !qi_vec_need(&w->raw, 4 * n + 1, 1))
+        return QI_ERR(err, QI_ERR_NOMEM, "pre-tokenizer: out of memory");
+    const uint32_t *cps = w->cp.p;
+    size_t *roff = w->roff.p, nr = 0;
+    unsigned char *raw = w->raw.p;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cp = cps[i];
+        if (cp >= 0x80 && qi_uc_class_of(cp) == QI_UC_SPACE) cp = 0x0B;
+        else if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFF;
+        roff[i] = nr;
+        nr += qi_utf8_encode(cp, raw + nr);
+    }
+    roff[n] = nr;
+    return QI_OK;
+}
+
 qi_status qi_pretok_split(const qi_pretok *p, qi_pretok_work *w, const unsigned char *s,
                           size_t len, size_t *n_words, qi_err *err) {
+    qi_status st;
     *n_words = 0;
     if (!w->md && !(w->md = pcre2_match_data_create(1, p->gctx)))
         return QI_ERR(err, QI_ERR_NOMEM, "pre-tokenizer: out of memory");
@@ -289,6 +248,7 @@ qi_status qi_pretok_split(const qi_pretok *p, qi_pretok_work *w, const unsigned 
         }
     }
     coff[n] = nc;
+    if ((st = raw_copy(p, w, n, err))) return st;
 
     /* The regexes in sequence, each splitting the words of the one before. */
     size_t nw = 1;
@@ -297,7 +257,8 @@ qi_status qi_pretok_split(const qi_pretok *p, qi_pretok_work *w, const unsigned 
         size_t nb = 0, a = 0;
         for (size_t k = 0; k < nw; k++) {
             size_t b = ((const size_t *)w->bound.p)[k];
-            qi_status st = split_segment(w, p->re[r], a, b, &nb, err);
+            st = p->raw[r] ? split_segment(w, p->re[r], w->raw.p, w->roff.p, a, b, &nb, err)
+                                     : split_segment(w, p->re[r], w->coll.p, w->coff.p, a, b, &nb, err);
             if (st) return st;
             a = b;
         }

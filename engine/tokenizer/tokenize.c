@@ -19,6 +19,14 @@
  *     bytes of its byte-level text, where such tokens exist (normally none:
  *     llama.cpp's fallback, kept for odd vocabularies).
  *
+ * BPE on UTF-8 (tokenizer.ggml.model "gemma4", QI_PRETOK_RAW_BYTES and
+ * QI_PRETOK_ESCAPE_SPACES): spaces become U+2581 before step 2; symbols
+ * start as characters (length from the lead byte), not bytes; a word of
+ * line feeds only that is a token is taken whole; and a final symbol that is
+ * no token becomes the "<0xXX>" tokens of its bytes (none for a byte
+ * without one, as in llama.cpp). SentencePiece and WordPiece fragments go to
+ * tokenizer_spm.c and tokenizer_wpm.c after step 1.
+ *
  * All scratch memory lives in one per-call `work` and grows as needed, so a
  * tokenizer is never written to and may be shared between threads.
  */
@@ -44,6 +52,7 @@ typedef struct {
     qi_pretok_work pre;
     qi_vec word; /* unsigned char: one word's UTF-8 */
     qi_vec enc;  /* char: its byte-level text (ignore-merges lookups only) */
+    qi_vec esc;  /* unsigned char: a fragment with its spaces escaped (QI_PRETOK_ESCAPE_SPACES) */
     qi_vec sym;  /* bpe_sym */
     qi_vec heap; /* bpe_pair */
     size_t n_heap;
@@ -105,6 +114,14 @@ static qi_status bpe_word(work *w, size_t n, qi_err *err) {
     const qi_tokenizer *t = w->t;
     const unsigned char *word = w->word.p;
 
+    const bool raw = (t->pre.flags & QI_PRETOK_RAW_BYTES) != 0;
+    if (t->pre.flags & QI_PRETOK_NEWLINE_RUNS) {
+        /* Gemma 4: a run of line feeds that is a token is that token. */
+        size_t k = 0;
+        while (k < n && word[k] == '\n') k++;
+        int32_t id = k == n ? qi_tok_vocab_find(t, (const char *)word, n) : -1;
+        if (id >= 0) return emit(w, id) ? QI_OK : OOM(err);
+    }
     if (t->pre.flags & QI_PRETOK_IGNORE_MERGES) {
         /* A word that is a token as a whole is that token. */
         if (!qi_vec_need(&w->enc, 2 * n, 1)) return OOM(err);
@@ -123,11 +140,24 @@ static qi_status bpe_word(work *w, size_t n, qi_err *err) {
         !qi_vec_need(&w->heap, 3 * n, sizeof(bpe_pair)))
         return OOM(err);
     bpe_sym *sym = w->sym.p;
-    for (size_t i = 0; i < n; i++)
-        sym[i] = (bpe_sym){t->byte_tok[word[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
-                           (uint32_t)i, 1};
+    size_t ns = 0;
+    if (raw) {
+        /* Symbols are characters, their length from the lead byte alone
+         * (llama.cpp's unicode_len_utf8; cut short at the end of the word). */
+        for (size_t i = 0; i < n; ns++) {
+            size_t k = qi_utf8_lead_len(word[i]);
+            if (k > n - i) k = n - i;
+            sym[ns] = (bpe_sym){qi_tok_vocab_find(t, (const char *)word + i, k), (int32_t)ns - 1,
+                                -1, (uint32_t)i, (uint32_t)k};
+            i += k;
+        }
+    } else {
+        for (; ns < n; ns++) /* each byte as its byte-level character */
+            sym[ns] = (bpe_sym){t->byte_tok[word[ns]], (int32_t)ns - 1, -1, (uint32_t)ns, 1};
+    }
+    for (size_t i = 0; i + 1 < ns; i++) sym[i].next = (int32_t)i + 1;
     w->n_heap = 0;
-    for (size_t i = 1; i < n; i++) try_pair(w, (int32_t)i - 1, (int32_t)i);
+    for (size_t i = 1; i < ns; i++) try_pair(w, (int32_t)i - 1, (int32_t)i);
     while (w->n_heap) {
         bpe_pair p = heap_pop(w);
         bpe_sym *l = &sym[p.left], *r = &sym[p.right];
@@ -149,6 +179,10 @@ static qi_status bpe_word(work *w, size_t n, qi_err *err) {
         }
         for (uint32_t k = s->start; k < s->start + s->len; k++) {
             unsigned char b = word[k];
+            if (raw) { /* its "<0xXX>" token; a byte without one is dropped, as in llama.cpp */
+                if (t->byte_fallback[b] >= 0 && !emit(w, t->byte_fallback[b])) return OOM(err);
+                continue;
+            }
             for (int j = 0; j < t->byte_enc_len[b]; j++) {
                 int32_t id = t->single_tok[t->byte_enc[b][j]];
                 if (id >= 0 && !emit(w, id)) return OOM(err);
@@ -161,6 +195,18 @@ static qi_status bpe_word(work *w, size_t n, qi_err *err) {
 /* Tokenise len (>= 1) bytes of raw text (no special tokens in it). */
 static qi_status tokenize_text(work *w, const unsigned char *s, size_t len, qi_err *err) {
     size_t nw = 0;
+    if (w->t->pre.flags & QI_PRETOK_ESCAPE_SPACES) {
+        /* Spaces become U+2581 first (SentencePiece-style BPE). */
+        size_t m = 0;
+        if (!qi_vec_need(&w->esc, 3 * len, 1)) return OOM(err);
+        unsigned char *e = w->esc.p;
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] == ' ') memcpy(e + m, "\xE2\x96\x81", 3), m += 3;
+            else e[m++] = s[i];
+        }
+        s = e;
+        len = m;
+    }
     qi_status st = qi_pretok_split(&w->t->pre, &w->pre, s, len, &nw, err);
     if (st) return st;
     /* Each word's UTF-8 as decoded (U+FFFD for invalid bytes, overlong forms
@@ -250,9 +296,13 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
         return QI_ERR(err, QI_ERR_INVALID, "qi_tokenize: the model asks for BOS but has none");
     if (add_special && t->add_eos && t->eos < 0)
         return QI_ERR(err, QI_ERR_INVALID, "qi_tokenize: the model asks for EOS but has none");
+    if (add_special && t->wpm && t->sep < 0)
+        return QI_ERR(err, QI_ERR_INVALID,
+                      "qi_tokenize: a WordPiece vocabulary without a separator token");
 
     work w = {.t = t};
     qi_tok_spm_work spm = {0};
+    qi_tok_wpm_work wpm = {0};
     qi_vec frags = {0};
     size_t n_frags = 0;
     qi_status st = QI_OK;
@@ -269,9 +319,12 @@ qi_status qi_tokenize(const qi_tokenizer *t, const char *text, size_t len, bool 
             st = qi_tok_spm_text(t, &spm, text + fr->off, fr->len,
                                  f == 0 || ((const fragment *)frags.p)[f - 1].tok >= 0, &w.out,
                                  &w.n_out, err);
+        else if (t->wpm) /* WordPiece: tokenizer_wpm.c */
+            st = qi_tok_wpm_text(t, &wpm, text + fr->off, fr->len, &w.out, &w.n_out, err);
         else st = tokenize_text(&w, (const unsigned char *)text + fr->off, fr->len, err);
     }
     if (!st && add_special && t->add_eos && !emit(&w, t->eos)) st = OOM(err);
+    if (!st && add_special && t->wpm && !emit(&w, t->sep)) st = OOM(err);
 done:
     qi_free(frags.p);
     if (!st) {
@@ -282,9 +335,11 @@ done:
     qi_free(w.out.p);
     qi_free(w.word.p);
     qi_free(w.enc.p);
+    qi_free(w.esc.p);
     qi_free(w.sym.p);
     qi_free(w.heap.p);
     qi_pretok_work_fini(&w.pre);
     qi_tok_spm_work_fini(&spm);
+    qi_tok_wpm_work_fini(&wpm);
     return st;
 }

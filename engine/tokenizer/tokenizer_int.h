@@ -1,6 +1,8 @@
 /* tokenizer_int.h - the tokenizer's insides, shared by tokenizer.c (loading,
- * pieces, detokenising), tokenize.c (text -> ids) and tokenizer_spm.c (what
- * differs for SentencePiece "llama" vocabularies). Private. */
+ * pieces, detokenising), tokenizer_special.c (special ids and the list of
+ * special tokens), tokenize.c (text -> ids; BPE, "gpt2" and "gemma4"),
+ * tokenizer_spm.c (what differs for SentencePiece "llama" vocabularies) and
+ * tokenizer_wpm.c (WordPiece "bert"). Private. */
 #ifndef QINFER_TOKENIZER_INT_H
 #define QINFER_TOKENIZER_INT_H
 
@@ -58,7 +60,15 @@ struct qi_tokenizer {
     bool spm;
     bool add_space_prefix;      /* tokenizer.ggml.add_space_prefix, default true */
     float *score;               /* [n_vocab] tokenizer.ggml.scores */
-    int32_t byte_fallback[256]; /* token "<0xXX>", else the one-byte token, else -1 */
+    int32_t byte_fallback[256]; /* token "<0xXX>", else (SentencePiece only) the one-byte
+                                   token, else -1 */
+    bool no_default_ids;        /* BOS/EOS only from metadata ("gemma4") */
+
+    /* WordPiece ("bert") vocabularies only (tokenizer_wpm.c). */
+    bool wpm;
+    bool lowercase, strip_accents; /* tokenizer.ggml.normalizer.* */
+    size_t max_token_len;          /* longest token text, bytes */
+    int32_t unk, sep;              /* unknown and separator ids, -1 if none (all families) */
 };
 
 static inline const char *qi_tok_text(const qi_tokenizer *t, int32_t id, size_t *len) {
@@ -72,6 +82,18 @@ int32_t qi_tok_vocab_find(const qi_tokenizer *t, const char *s, size_t n);
 const qi_tok_merge *qi_tok_merge_find(const qi_tokenizer *t, int32_t a, int32_t b);
 /* First occurrence of needle[0..m) (m >= 1) in hay[0..n). */
 bool qi_tok_find_bytes(const char *hay, size_t n, const char *needle, size_t m, size_t *at);
+
+/* ---- Special tokens (tokenizer_special.c) ---------------------------------------
+ * After the tokens (and scores or merges) are read: */
+
+/* Special ids (metadata, else llama.cpp's defaults and well-known texts), the
+ * end-of-generation set and the attribute fixes llama.cpp makes from token
+ * texts. QI_ERR_FORMAT for mistyped keys, QI_ERR_NOMEM. */
+qi_status qi_tok_special_ids(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+/* The list qi_tokenize cuts text at (control, user-defined and unknown
+ * tokens, longest text first, then lowest id) and llama.cpp's per-model
+ * lstrip/rstrip flags. QI_ERR_NOMEM. */
+qi_status qi_tok_special_list(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
 
 /* ---- SentencePiece vocabularies (tokenizer_spm.c) ------------------------------
  * qi_tokenizer_create dispatches on tokenizer.ggml.model == "llama": these
@@ -123,6 +145,28 @@ qi_status qi_tok_spm_text(const qi_tokenizer *t, qi_tok_spm_work *w, const char 
  * programs print generated text. */
 size_t qi_tok_spm_detokenize(const qi_tokenizer *t, const int32_t *ids, size_t n,
                              bool remove_special, bool unparse_special, char *out, size_t cap);
+
+/* ---- WordPiece vocabularies (tokenizer_wpm.c) -----------------------------------
+ * qi_tokenizer_create dispatches on tokenizer.ggml.model == "bert". */
+
+/* Mark t as WordPiece, name its pre-tokenizer "default" and read the
+ * normalizer flags. QI_ERR_FORMAT if one is not a bool. */
+qi_status qi_tok_wpm_init(qi_tokenizer *t, const qi_gguf *g, qi_err *err);
+/* After the tokens are read: the longest token text. */
+void qi_tok_wpm_after_tokens(qi_tokenizer *t);
+/* llama.cpp's WPM defaults before metadata: BOS ([CLS]) 101, no EOS, unknown
+ * 100, separator 102 (each only if in range), add BOS. */
+void qi_tok_wpm_defaults(qi_tokenizer *t, int32_t *bos, int32_t *eos);
+
+typedef struct {
+    qi_vec word; /* char: the word being built, U+2581 first */
+} qi_tok_wpm_work;
+void qi_tok_wpm_work_fini(qi_tok_wpm_work *w);
+/* Normalise, split and cut one raw fragment s[0..len) (no special tokens in
+ * it), appending the ids to out (int32_t, *n_out so far). QI_ERR_UNSUPPORTED
+ * when a word has no cut and there is no unknown token, QI_ERR_NOMEM. */
+qi_status qi_tok_wpm_text(const qi_tokenizer *t, qi_tok_wpm_work *w, const char *s, size_t len,
+                          qi_vec *out, size_t *n_out, qi_err *err);
 
 /* The byte-level character GPT-2's vocabularies spell byte b (0..255)
  * with, as NUL-terminated UTF-8; returns its length (1 or 2). */

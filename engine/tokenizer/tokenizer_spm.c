@@ -48,6 +48,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "unicode_int.h"
+
 #define MARKER "\xE2\x96\x81" /* U+2581, SentencePiece's space */
 #define MARKER_LEN 3
 
@@ -214,13 +216,6 @@ static void try_pair(const qi_tokenizer *t, const char *text, const spm_sym *sym
     if (id >= 0) heap_push(q, (spm_pair){t->score[id], left, right, size, id});
 }
 
-/* Bytes of the character starting with b: llama.cpp's unicode_len_utf8, by the
- * top four bits only (continuation bytes and F8..FF included). */
-static uint32_t lead_len(unsigned char b) {
-    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return len[b >> 4];
-}
-
 qi_status qi_tok_spm_text(const qi_tokenizer *t, qi_tok_spm_work *w, const char *s, size_t len,
                           bool after_special, qi_vec *out, size_t *n_out, qi_err *err) {
     /* 1. Escape: a space prefix if asked, then every ' ' as U+2581. */
@@ -251,7 +246,7 @@ qi_status qi_tok_spm_text(const qi_tokenizer *t, qi_tok_spm_work *w, const char 
     spm_sym *sym = w->sym.p;
     int32_t n_sym = 0;
     for (size_t off = 0; off < m;) {
-        uint32_t n = lead_len((unsigned char)text[off]);
+        uint32_t n = (uint32_t)qi_utf8_lead_len((unsigned char)text[off]);
         if (n > m - off) n = (uint32_t)(m - off);
         sym[n_sym] = (spm_sym){n_sym - 1, off + n < m ? n_sym + 1 : -1, (uint32_t)off, n,
                                qi_tok_vocab_find(t, text + off, n)};

@@ -409,3 +409,8 @@ int qi_utf8_cont_ok(unsigned char lead, int i, unsigned char b) {
     }
     return (b & 0xC0) == 0x80;
 }
+
+size_t qi_utf8_lead_len(unsigned char b) {
+    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return len[b >> 4];
+}

@@ -3,7 +3,10 @@
 # --help names them; every shipped profile passes --show-profile with its
 # figures and sources printed; a bad profile, a missing file and bad flags
 # are each one line on stderr with a non-zero exit; --profile-out writes a
-# profile that reads back. Needs no model. Usage: test_hwprofile.sh PATH/TO/qinfer
+# profile that reads back; plain `sysinfo` prints the memory available and
+# the last-level cache where the kernel lists them (the figures bench sizes
+# its probe and checks its KV cache by). Needs no model.
+# Usage: test_hwprofile.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_hwprofile.sh PATH/TO/qinfer}
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -13,6 +16,17 @@ profiles="$(dirname "${BASH_SOURCE[0]}")/../../engine/backend/sim/profiles"
 if expect_ok "$Q" sysinfo --help; then
   grep -q -- "--show-profile FILE" "$tmp/out" || bad "sysinfo --help does not name --show-profile"
   grep -q -- "--profile-out FILE" "$tmp/out" || bad "sysinfo --help does not name --profile-out"
+fi
+# The host's figures, each against its own source.
+if expect_ok "$Q" sysinfo; then
+  if grep -q "^MemAvailable:" /proc/meminfo 2>/dev/null; then
+    grep -q "^memory:  [0-9.]* GiB, [0-9.]* GiB available$" "$tmp/out" ||
+      bad "sysinfo: no memory available: $(grep '^memory:' "$tmp/out")"
+  fi
+  if [[ -r /sys/devices/system/cpu/cpu0/cache/index0/size ]]; then
+    grep -q "^cache:   last-level [0-9][0-9]* MiB$" "$tmp/out" ||
+      bad "sysinfo: no last-level cache line: $(cat "$tmp/out")"
+  fi
 fi
 n=0
 for f in "$profiles"/*.profile; do

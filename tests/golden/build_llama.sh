@@ -12,9 +12,19 @@
 # rerun at will. Everything lands under $QINFER_CACHE/llama.cpp (default
 # ~/.cache/qinfer/llama.cpp) and ~/.cache/qinfer/llama-venv.
 #
-#   tests/golden/build_llama.sh          # download, extract, build, venv
-#   JOBS=4 tests/golden/build_llama.sh   # parallel build jobs (default: nproc)
+#   tests/golden/build_llama.sh                 # download, extract, build, venv
+#   tests/golden/build_llama.sh --sources-only  # download and extract only: llama.cpp's
+#                                               # vocabulary test suite (models/ggml-vocab-*)
+#                                               # for test_tokenizer_vocab, no build
+#   JOBS=4 tests/golden/build_llama.sh          # parallel build jobs (default: nproc)
 set -euo pipefail
+
+sources_only=0
+case "${1:-}" in
+    "") ;;
+    --sources-only) sources_only=1 ;;
+    *) echo "build_llama: unknown option '$1' (--sources-only, or nothing)" >&2; exit 2 ;;
+esac
 
 version="0.3.36"
 cache="${QINFER_CACHE:-$HOME/.cache/qinfer}"
@@ -43,7 +53,9 @@ die() {
     exit 1
 }
 
-for tool in python3 cmake make c++ cc tar; do
+tools=(python3 tar)
+((sources_only)) || tools+=(cmake make c++ cc)
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || die "'$tool' not found (apt-get install build-essential cmake python3 python3-venv)"
 done
 mkdir -p "$root"
@@ -69,6 +81,11 @@ else
     rm -rf "$src"
     mv "$tmp/llama_cpp_python-$version" "$src"
     rmdir "$tmp"
+fi
+
+if ((sources_only)); then
+    say "sources only: $vendor (vocabulary suite in $vendor/models)"
+    exit 0
 fi
 
 # 3. Configure (once; a cache pointing at another source tree is redone).

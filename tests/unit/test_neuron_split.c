@@ -292,8 +292,9 @@ START_TEST(partial) {
         ck_assert_int_eq(p->layers[l].ffn_rows, fast[l] * qi_engine_neuron_unit(g_smol));
     }
     ck_assert_int_eq(qi_plan_validate(p, &e), QI_OK);
-    ck_assert_int_eq(qi_engine_replan_spec(eng, "all-cpu", NULL, &e), QI_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(e.msg, "neuron split"));
+    /* a new plan leaves the split as it was (the replan case) */
+    ck_assert_msg(qi_engine_replan_spec(eng, "all-cpu", NULL, &e) == QI_OK, "%s", e.msg);
+    for (int l = 0; l < L; l++) ck_assert_int_eq(qi_engine_plan(eng)->layers[l].ffn_dev, fast[l] ? 1 : -1);
     qi_engine_free(eng);
     free(mask);
     free(want);
@@ -561,6 +562,71 @@ START_TEST(swaps_worker) {
 }
 END_TEST
 
+/* A new plan with a split in force: the attention of every layer moved to
+ * the fast device mid-run, every unit fast (so the unsplit arithmetic),
+ * gives the all-CPU logits bit for bit, and the plan shows the split
+ * before and after; moving a split layer's MLP, or a plan that says
+ * another split, is refused and the engine runs on. */
+START_TEST(replan) {
+    const int L = g_smol->hp.n_layer, V = g_smol->hp.n_vocab, nu = g_smol->hp.n_ff / qi_engine_neuron_unit(g_smol);
+    int32_t tok[S][G];
+    memset(tok, 0xff, sizeof tok);
+    float *want = malloc(sizeof(float) * n_logits());
+    qi_engine_opts o;
+    opts(&o, NULL, NULL, 1);
+    run(&o, 0, 1, tok, want);
+    uint8_t *mask = malloc((size_t)L * nu);
+    memset(mask, 1, (size_t)L * nu);
+    opts(&o, "cpu,testdev", mask, 1);
+    qi_engine *eng = NULL;
+    qi_err e = {0};
+    ck_assert_msg(qi_engine_create(g_smol, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    int32_t p[40];
+    uint64_t seed = 77;
+    for (int i = 0; i < 5; i++) p[i] = (int32_t)(qi_test_rand(&seed) % 4000);
+    int id, nt;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    ck_assert_int_eq(qi_engine_seq_feed(eng, id, p, 5, false, &e), QI_OK);
+    qi_plan np;
+    for (int g = 0; g <= G; g++) {
+        ck_assert_msg(qi_engine_step(eng, &nt, &e) == QI_OK, "%s", e.msg);
+        ck_assert(memcmp(qi_engine_seq_logits(eng, id, -1), want + (size_t)g * V, sizeof(float) * V) == 0);
+        if (g == 1) {
+            ck_assert_int_eq(qi_plan_copy(&np, qi_engine_plan(eng), &e), QI_OK);
+            np.layers[0] = (qi_plan_layer){.mlp_dev = 1, .split_dev = -1, .ffn_dev = -1}; /* a split layer's MLP */
+            ck_assert_int_eq(qi_engine_replan(eng, &np, NULL, &e), QI_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(e.msg, "leave the MLPs of split layers on the cpu"), "%s", e.msg);
+            np.layers[0].mlp_dev = 0;
+            np.layers[1].ffn_rows -= qi_engine_neuron_unit(g_smol); /* another split */
+            qi_err_clear(&e);
+            ck_assert_int_eq(qi_engine_replan(eng, &np, NULL, &e), QI_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(e.msg, "fixed at creation"), "%s", e.msg);
+            np.layers[1].ffn_rows += qi_engine_neuron_unit(g_smol);
+            for (int l = 0; l < L; l++) np.layers[l].attn_dev = 1;
+            ck_assert_msg(qi_engine_replan(eng, &np, NULL, &e) == QI_OK, "%s", e.msg);
+            qi_plan_free(&np);
+            const qi_plan *shown = qi_engine_plan(eng);
+            for (int l = 0; l < L; l++) {
+                ck_assert_int_eq(shown->layers[l].attn_dev, 1);
+                ck_assert_int_eq(shown->layers[l].ffn_dev, 1);
+                ck_assert_int_eq(shown->layers[l].ffn_rows, g_smol->hp.n_ff);
+            }
+        }
+        if (g < G) {
+            const float *lg = qi_engine_seq_logits(eng, id, -1);
+            int b = 0;
+            for (int v = 1; v < V; v++) b = lg[v] > lg[b] ? v : b;
+            ck_assert_int_eq(b, tok[0][g]);
+            ck_assert_int_eq(qi_engine_seq_feed(eng, id, &tok[0][g], 1, false, &e), QI_OK);
+        }
+    }
+    ck_assert_int_eq(qi_engine_neuron_check(eng, &e), QI_OK);
+    qi_engine_free(eng);
+    free(mask);
+    free(want);
+}
+END_TEST
+
 static void refused(const qi_engine_opts *o, qi_status want, const char *what) {
     qi_engine *eng = NULL;
     qi_err e = {0};
@@ -723,6 +789,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, exact);
     tcase_add_test(tc, partial);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, replan);
     tcase_add_test(tc, cold_cats);
     tcase_add_test(tc, swaps);
     tcase_add_test(tc, swaps_worker);

@@ -548,8 +548,8 @@ START_TEST(t_bad_metadata) {
     expect_error(w, QI_ERR_FORMAT, "token_type");
 
     w = spm_writer(&v, true, extra, 1);
-    qi_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
-    expect_error(w, QI_ERR_UNSUPPORTED, "'bert'");
+    qi_gguf_writer_set_str(w, "tokenizer.ggml.model", "t5"); /* Unigram: not ours */
+    expect_error(w, QI_ERR_UNSUPPORTED, "'t5'");
 
     /* Keys llama.cpp ignores for SPM are ignored: pre-tokenizer names,
      * merges. */

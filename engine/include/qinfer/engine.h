@@ -115,10 +115,11 @@ typedef struct {
      * the slow side's before the residual. A layer with no unit marked is
      * not split; with every unit marked, its MLP's arithmetic is the
      * unsplit one on neuron_dev. A gated MLP only; not with sparsity, the
-     * observers or --repack; fixed at creation (qi_engine_replan refuses a
-     * plan while a split is in force). The plan (qi_engine_plan) shows it:
-     * ffn_dev and ffn_rows of each split layer. Copied at creation. NULL:
-     * no split. */
+     * observers or --repack; fixed at creation: a new plan
+     * (qi_engine_replan) may move any block but the MLPs of split layers,
+     * which stay on the cpu. The plan (qi_engine_plan) shows it: ffn_dev
+     * and ffn_rows of each split layer. Copied at creation. NULL: no
+     * split. */
     const uint8_t *neuron_fast;
     int neuron_dev;
     /* With a split: > 0 counts, per layer, the FFN neurons active in each
@@ -324,7 +325,8 @@ const char *qi_engine_kv_policy_name(const qi_engine *e);
  * steps (a policy that picks blocks, Quest) rather than the tokens held. */
 bool qi_engine_kv_budget_attended(const qi_engine *e);
 /* The placement plan the engine runs (opts.devices and opts.placement, or
- * the last qi_engine_replan). */
+ * the last qi_engine_replan), with a neuron split's ffn_dev and ffn_rows
+ * (opts.neuron_fast). */
 const qi_plan *qi_engine_plan(const qi_engine *e);
 /* The matrices the devices multiply by in a packed form of their own
  * (opts.repack), over the blocks of the plan in force. */
@@ -350,8 +352,10 @@ typedef struct {
  * the move is done), naming the device and the bytes short. The move is
  * all or nothing: a failed upload or copy leaves the engine on its old
  * plan, its sequences intact. *cost (may be NULL) receives the move's
- * cost, also summed in the profile. qi_engine_replan_spec takes a
- * --placement value instead. */
+ * cost, also summed in the profile. A neuron split stays as it was made:
+ * p's ffn_dev and ffn_rows are either unset (-1) or the split's, as in a
+ * copy of qi_engine_plan's. qi_engine_replan_spec takes a --placement
+ * value instead. */
 qi_status qi_engine_replan(qi_engine *e, const qi_plan *p, qi_engine_replan_cost *cost, qi_err *err);
 qi_status qi_engine_replan_spec(qi_engine *e, const char *placement, qi_engine_replan_cost *cost, qi_err *err);
 /* Device d of the plan: its name, capacity and bytes in use now and at

@@ -28,6 +28,24 @@ typedef struct {
 
 void qi_sysinfo_get(qi_sysinfo *out);
 
+/* The last-level cache: the largest cache level cpu0 lists under
+ * /sys/devices/system/cpu/cpu0/cache, in bytes; 0 if unknown. */
+uint64_t qi_sysinfo_llc_bytes(void);
+
+/* MemAvailable of /proc/meminfo in bytes: what a new buffer can take
+ * without swapping; 0 if unknown. */
+uint64_t qi_sysinfo_mem_available(void);
+
+/* qi_sysinfo_get and, when probe_bytes > 0, qi_sysinfo_mem_read_gbs
+ * (probe_bytes, n_threads, passes), both run in a forked child that is
+ * waited for before this returns, so that neither the probe's buffer (in
+ * this process's peak RSS) nor the CUDA runtime a CUDA build's device query
+ * starts (its threads and memory) stays in the calling process. Call it
+ * before the process starts threads of its own. Never fails: *bw_gbs is
+ * -1 when the bandwidth was not measured or the probe failed, and without a
+ * child (fork failed, the child died) *si is taken in this process. */
+void qi_sysinfo_get_apart(uint64_t probe_bytes, int n_threads, int passes, qi_sysinfo *si, double *bw_gbs);
+
 /* Host memory read bandwidth: a buffer of `bytes` (make it several times
  * the last-level cache to measure DRAM) first touched, then read `passes`
  * times by n_threads threads, eight independent sums each; the best pass

@@ -1,6 +1,7 @@
 /* tokenizer.h - the tokenizers of GGUF vocabularies: byte-level BPE
- * ("gpt2", SmolLM2 and other GPT-2-style models) and SentencePiece ("llama",
- * Gemma and other SPM models; tokenizer_spm.c).
+ * ("gpt2", SmolLM2 and other GPT-2-style models), BPE on UTF-8 with
+ * SentencePiece spaces ("gemma4"), SentencePiece ("llama", Gemma 3 and other
+ * SPM models; tokenizer_spm.c) and WordPiece ("bert"; tokenizer_wpm.c).
  *
  * Built from a model's tokenizer.ggml.* metadata and meant to give, token for
  * token, what llama.cpp gives for the same model: same pre-tokenizer splits,
@@ -23,29 +24,46 @@
 
 typedef struct qi_tokenizer qi_tokenizer;
 
-/* Build from metadata: tokenizer.ggml.model "gpt2" or "llama" (SentencePiece:
- * score-ordered merges, byte fallback, U+2581 for spaces, add_space_prefix;
- * a character with neither a token nor a byte token is QI_ERR_FORMAT at
- * tokenisation time). For "gpt2", tokenizer.ggml.pre
- * names the pre-tokenizer, one of the llama.cpp names whose regexes are
- * "smollm" (digits apart, then GPT-2's; also starcoder, refact, command-r,
- * ...), "gpt-2" (also phi-2, olmo, mpt, ...), "llama3" (also llama-bpe,
- * dbrx, ...), "qwen2" (also stablelm2, ...) or "default" (also when absent;
- * see pretok.c for the full list); tokens, token types, merges, special ids
- * and add_bos/add_eos as llama.cpp reads them. Errors: QI_ERR_FORMAT for
+/* Build from metadata: tokenizer.ggml.model "gpt2", "gemma4" (merges on
+ * UTF-8 characters, spaces as U+2581, "<0xXX>" byte fallback), "llama"
+ * (SentencePiece: score-ordered merges, byte fallback, U+2581 for spaces,
+ * add_space_prefix; a character with neither a token nor a byte token is
+ * QI_ERR_UNSUPPORTED at tokenisation time) or "bert" (WordPiece: BERT
+ * normalisation, greedy longest match, [UNK] for words without a cut). For
+ * "gpt2", tokenizer.ggml.pre names the pre-tokenizer, one of llama.cpp's
+ * names: "smollm" (digits apart, then GPT-2's; also starcoder, refact,
+ * command-r, ...), "gpt-2" (also phi-2, olmo, mpt, ...), "llama3" (also
+ * llama-bpe, dbrx, ...), "qwen2" (also stablelm2, ...), "qwen35", "falcon",
+ * "deepseek-llm", "deepseek-coder" or "default" (also when absent; see
+ * pretok_table.c for the full list); tokens, token types, merges, special
+ * ids and add_bos/add_eos as llama.cpp reads them. Errors: QI_ERR_FORMAT for
  * missing or mistyped keys and for merges naming unknown tokens,
  * QI_ERR_UNSUPPORTED for another tokenizer model or pre-tokenizer name,
  * QI_ERR_NOMEM. On failure *out is NULL. g is borrowed and may be closed
  * once this returns. */
 qi_status qi_tokenizer_create(const qi_gguf *g, qi_tokenizer **out, qi_err *err);
 void qi_tokenizer_free(qi_tokenizer *t); /* NULL is a no-op */
+/* The tokenizer of the GGUF file at path, without loading a model: any file
+ * whose metadata carries a tokenizer will do, with or without tensors and
+ * whatever its general.architecture (llama.cpp's vocabulary-only files
+ * included). Errors as qi_gguf_open and qi_tokenizer_create, prefixed with
+ * the path; QI_ERR_INVALID for NULL arguments. */
+qi_status qi_tokenizer_load(const char *path, qi_tokenizer **out, qi_err *err);
+/* The same from len bytes of GGUF in memory (borrowed only for the call: the
+ * tokenizer copies what it needs). The entry point for fuzzing: any bytes
+ * give a tokenizer or an error status (never an abort), and a tokenizer so
+ * made takes any bytes in qi_tokenize, qi_token_to_piece, qi_detokenize and
+ * qi_detok_push. QI_ERR_INVALID for NULL out, or NULL buf with len > 0. */
+qi_status qi_tokenizer_load_memory(const void *buf, size_t len, qi_tokenizer **out, qi_err *err);
 
 int32_t qi_tokenizer_n_vocab(const qi_tokenizer *t);
 int32_t qi_tokenizer_bos(const qi_tokenizer *t); /* -1 if none */
 int32_t qi_tokenizer_eos(const qi_tokenizer *t); /* -1 if none */
 /* Whether add_special tokenisation puts BOS first (tokenizer.ggml.add_bos_token,
  * else llama.cpp's default for the pre-tokenizer: true for the llama3 family,
- * false otherwise) and EOS last (tokenizer.ggml.add_eos_token, else false). */
+ * false otherwise; always for gemma4 and WordPiece) and EOS last
+ * (tokenizer.ggml.add_eos_token, else false; never for WordPiece, which puts
+ * its separator token last instead). */
 bool qi_tokenizer_add_bos(const qi_tokenizer *t);
 bool qi_tokenizer_add_eos(const qi_tokenizer *t);
 /* End of generation: eos, eot, eom, the FIM pad/repo/file-separator tokens and
@@ -88,6 +106,17 @@ size_t qi_token_to_piece(const qi_tokenizer *t, int32_t id, bool special, char *
  * qi_tokenizer_max_piece(t) + QI_DETOK_MAX_PENDING bytes always suffices for
  * qi_detok_push. */
 size_t qi_tokenizer_max_piece(const qi_tokenizer *t);
+
+/* A whole sequence back to text, as llama.cpp's llama_detokenize gives it
+ * (without its clean_spaces pass, so byte-level vocabularies give exactly the
+ * concatenated pieces): remove_special drops a leading BOS and a trailing EOS
+ * where the model adds them; unparse_special is qi_token_to_piece's
+ * `special`; a SentencePiece-style vocabulary that puts a space in front of
+ * the text (add_space_prefix) takes it off the first token again unless a
+ * BOS was dropped. Writes at most cap bytes to out (may be NULL if cap is 0)
+ * and returns the full length. */
+size_t qi_detokenize(const qi_tokenizer *t, const int32_t *ids, size_t n, bool remove_special,
+                     bool unparse_special, char *out, size_t cap);
 
 /* Streaming detokeniser. Push ids one at a time; what comes back is only whole
  * UTF-8 characters: the bytes of a character split across tokens are held
