@@ -125,6 +125,13 @@ if expect_ok "$Q" synth -o "$g" --preset qwen2-1.5b --n-layer 2 --n-vocab 600 --
   if expect_ok "$Q" generate -m "$g" -p "hello" -n 6 -t 2 --ignore-eos; then
     grep -q "generated 6 tokens" "$tmp/err" || bad "qwen2: generate did not decode 6 tokens: $(cat "$tmp/err")"
   fi
+  # the biases travel with their layer's block: the last layer on testdev decodes the same text
+  if expect_ok "$Q" generate -m "$g" -p "hello" -n 8 -t 2 --temp 0 --ignore-eos; then
+    cp "$tmp/out" "$tmp/qwen2-cpu.txt"
+    if expect_ok "$Q" generate -m "$g" -p "hello" -n 8 -t 2 --temp 0 --ignore-eos --devices cpu,testdev --placement ngl=1; then
+      cmp -s "$tmp/out" "$tmp/qwen2-cpu.txt" || bad "qwen2: a layer on testdev decodes other text: $(cat "$tmp/out") vs $(cat "$tmp/qwen2-cpu.txt")"
+    fi
+  fi
 fi
 # qwen2 at its full shape, shapes only: a header, loaded by the simulator
 g="$tmp/qwen2-shapes.gguf"
