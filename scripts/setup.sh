@@ -3,19 +3,26 @@
 # needs, build it, and fetch the default model and the evaluation corpus into
 # the cache ($QINFER_CACHE, default ~/.cache/qinfer).
 #
-#   scripts/setup.sh            everything
-#   scripts/setup.sh --no-fetch install and build only
+#   scripts/setup.sh                 everything
+#   scripts/setup.sh --with NAME     also fetch NAME of models/manifest.tsv
+#                                    (e.g. qwen2.5-coder-1.5b, 1.1 GB)
+#   scripts/setup.sh --no-fetch      install and build only
 #   scripts/setup.sh --help
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fetch=1
-for arg in "$@"; do
-  case "$arg" in
+extra=()
+while (($#)); do
+  case "$1" in
     --no-fetch) fetch=0 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+    --with)
+      [[ -n ${2:-} ]] || { echo "setup.sh: --with needs a name of models/manifest.tsv" >&2; exit 2; }
+      extra+=("$2"); shift ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
 
 # libopenblas0 is what --attn-blas loads at run time (the build never links
@@ -46,6 +53,6 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 
 if ((fetch)); then
-  models/fetch.sh smollm2-135m devil
+  models/fetch.sh smollm2-135m devil ${extra[@]+"${extra[@]}"}
 fi
 echo "setup.sh: done; the program is build/qinfer"

@@ -316,12 +316,13 @@ typedef struct {
      * not the host's (the simulated ones) moves the host's clock up. */
     void (*host_wait)(qi_backend *b, double t);
     /* Optional ops of the architectures only simulated devices run (OPT,
-     * Falcon; NULL on the CPU and testdev, and the engine refuses such a
-     * model on a device without them):
+     * Falcon; NULL on the CPU, testdev and CUDA, and the engine refuses
+     * such a model on a device without them):
      * layernorm: y[T][n] = (x - mean(x)) / sqrt(var(x) + eps) * w + bias
      * (bias may be NULL; y may alias x);
-     * add_bias: x[t][i] += bias[i] for t < T, i < n;
-     * act: x[T][n] = relu(x) (gelu false) or gelu(x), in place, no gate. */
+     * act: x[T][n] = relu(x) (gelu false) or gelu(x), in place, no gate.
+     * And one every device has (qwen2's q, k, v biases; OPT's biases):
+     * add_bias: x[t][i] += bias[i] for t < T, i < n, one f32 add each. */
     void (*layernorm)(qi_backend *b, const float *x, const float *w, const float *bias, int T, int n, float eps,
                       float *y);
     void (*add_bias)(qi_backend *b, float *x, const float *bias, int T, int n);

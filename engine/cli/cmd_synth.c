@@ -1,5 +1,5 @@
-/* cmd_synth.c - `qinfer synth`: a llama- or gemma3-architecture GGUF with
- * random weights, of any size.
+/* cmd_synth.c - `qinfer synth`: a llama-, qwen2- or gemma3-architecture GGUF
+ * with random weights, of any size.
  *
  * Why: throughput depends on a model's shapes and weight types, not on its
  * values, and the models at hand are small enough to live in this class of
@@ -28,6 +28,11 @@
  * Gemma's: <pad> <eos> <bos> <unk>, the turn markers, the 256 "<0xXX>" byte
  * tokens, then "<unusedN>" control tokens; so the SPM tokenizer and the
  * Gemma chat turns are the ones exercised.
+ *
+ * qwen2 (the qwen2-1.5b preset) is llama's skeleton with biases on the
+ * query, key and value projections (random, of order one half, so that a
+ * bias added to the wrong element shows) and RoPE rotating halves; its
+ * output head is a matrix of its own, as in Qwen2.5-1.5B.
  */
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +52,7 @@ typedef struct {
     int n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
     float rope_base;
     bool tied;
-    const char *arch; /* general.architecture: llama, gemma3, or opt and falcon (shapes only) */
+    const char *arch; /* general.architecture: llama, qwen2, gemma3, or opt and falcon (shapes only) */
     int head_dim;        /* 0: n_embd / n_head */
     int n_swa;           /* gemma3: sliding window of the local layers (0: all global) */
     float rope_base_swa; /* gemma3: the local layers' RoPE base */
@@ -68,6 +73,9 @@ static const synth_shape k_presets[] = {
     {"llama-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, false, "llama", 0, 0, 0.0f},
     {"llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, false, "llama", 0, 0, 0.0f},
     {"llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, 10000.0f, false, "llama", 0, 0, 0.0f},
+    /* Qwen2.5-1.5B: 12 query heads of 128, 2 KV heads, q/k/v biases, a
+     * 152k vocabulary and an output head of its own */
+    {"qwen2-1.5b", 1536, 8960, 28, 12, 2, 151936, 32768, 1000000.0f, false, "qwen2", 0, 0, 0.0f},
     /* Gemma 3 270M: 4 query heads of 256 over a 640-wide stream, one KV
      * head, 512-token windows on five layers of six, a 262k vocabulary */
     {"gemma3-270m", 640, 2048, 18, 4, 1, 262144, 32768, 1000000.0f, true, "gemma3", 256, 512, 10000.0f},
@@ -81,7 +89,7 @@ static const synth_shape k_presets[] = {
 
 static void help(void) {
     printf("usage: qinfer synth -o FILE [--preset NAME] [--type T] [shape options]\n\n"
-           "Write a llama- or gemma3-architecture GGUF with random weights: real\n"
+           "Write a llama-, qwen2- or gemma3-architecture GGUF with random weights: real\n"
            "throughput for a model shape that is not at hand, never real text (the file\n"
            "is marked qinfer.synthetic = true, and qinfer bench says so).\n\n"
            "  -o, --output FILE   the GGUF to write (an existing file is replaced)\n"
@@ -190,7 +198,11 @@ static qi_status add_matrix(qi_gguf_writer *w, const char *name, uint32_t t, int
     }
     uint8_t *buf = qi_malloc(rb * (uint64_t)rows);
     if (!buf) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for %s (%.1f MiB)", name, rb * (double)rows / 1048576.0);
-    if (t == QI_TYPE_F32) {
+    const size_t nl = strlen(name);
+    if (t == QI_TYPE_F32 && nl > 5 && !strcmp(name + nl - 5, ".bias")) { /* biases: uniform in [-0.5, 0.5] */
+        for (int64_t i = 0; i < cols * rows; i++)
+            ((float *)(void *)buf)[i] = (float)(rng_next(rng) % 1001) / 1000.0f - 0.5f;
+    } else if (t == QI_TYPE_F32) {
         for (int64_t i = 0; i < cols * rows; i++) ((float *)(void *)buf)[i] = 1.0f;
     } else {
         fill_rows(t, cols, rows, buf, rb, rng);
@@ -244,9 +256,10 @@ int qi_cmd_synth(int argc, char **argv) {
         qi_cli_error(cmd, "unknown or unsupported weight type '%s' (q4_0, q4_1, q8_0, q4_K, q6_K, f16)", type_arg);
         return QI_EXIT_USAGE;
     }
-    /* gemma3 is llama's decoder plus its extra norms: "llama" below means
-     * that skeleton, "gemma" the additions */
-    const bool gemma = !strcmp(base->arch, "gemma3"), llama = gemma || !strcmp(base->arch, "llama");
+    /* gemma3 and qwen2 are llama's decoder plus their extra norms or biases:
+     * "llama" below means that skeleton, "gemma" and "qwen2" the additions */
+    const bool gemma = !strcmp(base->arch, "gemma3"), qwen2 = !strcmp(base->arch, "qwen2");
+    const bool llama = gemma || qwen2 || !strcmp(base->arch, "llama");
     if (!llama && !shapes) {
         qi_cli_error(cmd, "preset %s is a %s model, which runs on simulated devices only: write it with --shapes-only",
                      base->name, base->arch);
@@ -351,7 +364,7 @@ int qi_cmd_synth(int argc, char **argv) {
     qi_gguf_writer_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)s.n_head_kv);
     qi_gguf_writer_set_u32(w, AKEY("context_length"), (uint32_t)s.n_ctx);
     if (llama) {
-        qi_gguf_writer_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), gemma ? 1e-6f : 1e-5f);
+        qi_gguf_writer_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), gemma || qwen2 ? 1e-6f : 1e-5f);
     } else {
         qi_gguf_writer_set_f32(w, AKEY("attention.layer_norm_epsilon"), 1e-5f);
     }
@@ -441,7 +454,8 @@ int qi_cmd_synth(int argc, char **argv) {
       falcon_t[] = {{"attn_norm.weight", s.n_embd, 1},   {"attn_norm.bias", s.n_embd, 1},
                     {"attn_norm_2.weight", s.n_embd, 1}, {"attn_norm_2.bias", s.n_embd, 1},
                     {"attn_qkv.weight", s.n_embd, s.n_embd + 2 * kvw}, {"attn_output.weight", s.n_embd, s.n_embd},
-                    {"ffn_up.weight", s.n_embd, s.n_ff}, {"ffn_down.weight", s.n_ff, s.n_embd}};
+                    {"ffn_up.weight", s.n_embd, s.n_ff}, {"ffn_down.weight", s.n_ff, s.n_embd}},
+      qwen2_t[] = {{"attn_q.bias", Dq, 1}, {"attn_k.bias", kvw, 1}, {"attn_v.bias", kvw, 1}};
     const bool opt = !strcmp(s.arch, "opt");
     const size_t n_t = llama ? sizeof llama_t / sizeof llama_t[0] - (gemma ? 0 : 4)
                        : opt ? sizeof opt_t / sizeof opt_t[0]
@@ -454,6 +468,11 @@ int qi_cmd_synth(int argc, char **argv) {
             if ((st = add_matrix(w, tn, x->rows == 1 ? QI_TYPE_F32 : t, x->cols, x->rows, &rng, shapes, &bytes,
                                  &err)))
                 goto done;
+        }
+        for (size_t i = 0; qwen2 && i < sizeof qwen2_t / sizeof qwen2_t[0]; i++) {
+            char tn[64];
+            snprintf(tn, sizeof tn, "blk.%d.%s", l, qwen2_t[i].name);
+            if ((st = add_matrix(w, tn, QI_TYPE_F32, qwen2_t[i].cols, 1, &rng, shapes, &bytes, &err))) goto done;
         }
         if (l % 8 == 7 || l == s.n_layer - 1)
             fprintf(stderr, "qinfer synth: %d/%d layers, %.1f MiB\n", l + 1, s.n_layer, bytes / 1048576.0);

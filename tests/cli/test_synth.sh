@@ -5,6 +5,8 @@
 # model column; the same seed gives the same file, another seed another.
 # The gemma3 preset: its extra keys and tensors, a SentencePiece vocabulary,
 # decode and bench at a small vocabulary, and once at its full 262144 tokens.
+# The qwen2 preset: its biases and output head, decoded small; its full
+# shape with --shapes-only, loaded by the simulator.
 # Needs no cached model. Usage: test_synth.sh PATH/TO/qinfer
 set -uo pipefail
 Q=${1:?usage: test_synth.sh PATH/TO/qinfer}
@@ -15,6 +17,8 @@ if expect_ok "$Q" synth --help; then
   grep -q "usage: qinfer synth" "$tmp/out" || bad "synth --help prints no usage"
   grep -q "tinyllama-1.1b" "$tmp/out" || bad "synth --help does not list the presets"
   grep -q "gemma3-270m .*4/1 heads of 256.*gemma3" "$tmp/out" || bad "synth --help does not list gemma3-270m"
+  grep -q "qwen2-1.5b .*embd 1536, ff 8960, 28 layers, 12/2 heads, vocab 151936, qwen2" "$tmp/out" ||
+    bad "synth --help does not list qwen2-1.5b"
 fi
 "$Q" --help | grep "^  synth " >/dev/null && ok || bad "qinfer --help does not list synth"
 expect_fail 2 "no output file given" "$Q" synth
@@ -102,6 +106,44 @@ if expect_ok "$Q" synth -o "$g" --preset gemma3-270m --n-layer 1 --type q4_0; th
   fi
   if expect_ok "$Q" generate -m "$g" -p "hello" -n 4 -t 2 --ignore-eos; then
     grep -q "generated 4 tokens" "$tmp/err" || bad "gemma3 full vocabulary: generate did not decode 4 tokens"
+  fi
+fi
+rm -f "$g"
+
+# qwen2, small: the q/k/v biases (random, not ones) and an output head of its own
+g="$tmp/qwen2.gguf"
+if expect_ok "$Q" synth -o "$g" --preset qwen2-1.5b --n-layer 2 --n-vocab 600 --n-embd 256 --n-ff 512 --n-head 4 \
+  --n-head-kv 2 --type q4_K; then
+  grep -q "wrote $g: synthetic qwen2-1.5b-shaped (random weights), .* q4_k," "$tmp/err" || bad "qwen2: no summary line: $(cat "$tmp/err")"
+  if expect_ok "$Q" inspect "$g"; then
+    for want in 'general.architecture .* "qwen2"' "qwen2.rope.freq_base .* 1e+06" "qwen2.attention.layer_norm_rms_epsilon .* 1e-06" \
+      "blk.1.attn_q.bias .* f32 .* 256 " "blk.1.attn_k.bias .* f32 .* 128 " "blk.1.attn_v.bias .* f32 .* 128 " \
+      " output.weight .* q4_k .* 256 x 600"; do
+      grep -q -- "$want" "$tmp/out" || bad "qwen2: inspect lacks '$want'"
+    done
+  fi
+  if expect_ok "$Q" generate -m "$g" -p "hello" -n 6 -t 2 --ignore-eos; then
+    grep -q "generated 6 tokens" "$tmp/err" || bad "qwen2: generate did not decode 6 tokens: $(cat "$tmp/err")"
+  fi
+  # the biases travel with their layer's block: the last layer on testdev decodes the same text
+  if expect_ok "$Q" generate -m "$g" -p "hello" -n 8 -t 2 --temp 0 --ignore-eos; then
+    cp "$tmp/out" "$tmp/qwen2-cpu.txt"
+    if expect_ok "$Q" generate -m "$g" -p "hello" -n 8 -t 2 --temp 0 --ignore-eos --devices cpu,testdev --placement ngl=1; then
+      cmp -s "$tmp/out" "$tmp/qwen2-cpu.txt" || bad "qwen2: a layer on testdev decodes other text: $(cat "$tmp/out") vs $(cat "$tmp/qwen2-cpu.txt")"
+    fi
+  fi
+fi
+# qwen2 at its full shape, shapes only: a header, loaded by the simulator
+g="$tmp/qwen2-shapes.gguf"
+if expect_ok "$Q" synth -o "$g" --preset qwen2-1.5b --type q4_K --shapes-only; then
+  [[ $(stat -c %s "$g") -lt 20000000 ]] || bad "qwen2 --shapes-only wrote $(stat -c %s "$g") bytes"
+  if expect_ok "$Q" inspect "$g"; then
+    grep -q "blk.27.attn_v.bias .* 256 " "$tmp/out" || bad "qwen2 shapes: no blk.27.attn_v.bias of 256"
+    grep -q " output.weight .* q4_k .* 1536 x 151936" "$tmp/out" || bad "qwen2 shapes: no 1536 x 151936 output head"
+  fi
+  P="$(dirname "${BASH_SOURCE[0]}")/../../engine/backend/sim/profiles/a100-pcie-2xeon.profile"
+  if expect_ok "$Q" bench -m "$g" --sim "$P" --devices cpu,gpu --placement ngl=29 -p 16 -n 4 -r 1; then
+    grep -q "| qwen2 .*synthetic" "$tmp/out" || bad "qwen2 shapes: bench on the simulator: $(cat "$tmp/out")"
   fi
 fi
 rm -f "$g"

@@ -1,7 +1,7 @@
 /* test_elem_emu.cpp - k_elem.cu's kernels run on the host emulation
  * (run.sh) against the CPU reference: RMSNorm, RoPE (both layouts, part
- * of the head rotated, q and k), SwiGLU, kv_write, add, scale, softcap
- * and gather_rows bit for bit, GeGLU within its fp16 table's tolerance.
+ * of the head rotated, q and k), SwiGLU, kv_write, add, scale, softcap,
+ * add_bias and gather_rows bit for bit, GeGLU within its fp16 table's tolerance.
  * Exit 0 when every check passes. */
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +74,10 @@ int main() {
       const float inv = 1.0f / 30.0f;
       for (long i = 0; i < n; i++) r[i] = tanhf(r[i] * inv) * 30.0f;
       qi_cuk_softcap(&c, x.data(), n, 30.0f, &what); CHK(nbits(x.data(), r.data(), n) == 0, "softcap"); printf("add/scale/softcap ok\n"); }
+    /* add_bias: 7 rows of 143 */
+    { int T = 7, n = 143; std::vector<float> x(T*n), bias(n); for (auto &v : x) v = rf(-50, 50); for (auto &v : bias) v = rf(-5, 5);
+      std::vector<float> r = x; for (int t = 0; t < T; t++) for (int i = 0; i < n; i++) r[t*n + i] += bias[i];
+      qi_cuk_add_bias(&c, x.data(), bias.data(), T, n, &what); CHK(nbits(x.data(), r.data(), T*n) == 0, "add_bias"); printf("add_bias ok\n"); }
     /* gather_rows */
     { int width = 33, N = 12; std::vector<float> x(N*width); for (auto &v : x) v = rf(-1, 1); std::vector<float> r = x;
       std::vector<int32_t> rows = {1, 2, 5, 6, 7, 11}; int n = (int)rows.size();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record llama.cpp reference outputs ("goldens") for one model.
 
-    record.py [MODEL] [--out DIR] [--only PART,...] [--info]
+    record.py [MODEL] [--out DIR] [--only PART,...] [--greedy all|small] [--n-gen N] [--info]
 
 MODEL is a short name from models/manifest.tsv (default: smollm2-135m); the
 model and the eval corpus must already be in the cache (models/fetch.sh).
@@ -13,7 +13,7 @@ model output itself: every number written comes from llama.cpp.
 
 Files written to tests/golden/<MODEL>/ (PART names for --only in brackets):
   tokenize.tsv [tokenize]  token ids for every string of strings.tsv
-  greedy.tsv   [greedy]    64 greedy tokens + top-2 logits per step, per prompt
+  greedy.tsv   [greedy]    64 (--n-gen) greedy tokens + top-2 logits per step, per prompt
   logits.tsv   [greedy]    top-10 logits of the first generated position
   ppl.tsv      [ppl]       llama-perplexity figures on the corpus
 and tests/golden/strings.tsv, the model-independent list of test strings.
@@ -46,7 +46,14 @@ VENV_PY = os.path.join(CACHE, "llama-venv", "bin", "python")
 
 N_THREADS = 2
 N_CTX = 2048
-N_GEN = 64
+N_GEN = 64  # --n-gen
+# --greedy small: the indices into greedy_prompts' list of the few prompts a
+# model too slow for the whole set is held to (plain text, code, a list of
+# digits, CJK, emoji, a ChatML conversation in the model's own template),
+# plus the corpus passage cut to SMALL_PASSAGE tokens.
+SMALL_PROMPTS = (0, 3, 13, 11, 21, 23)
+SMALL_PASSAGE = 160
+GREEDY_SET = "all"
 # (label, ctx, chunks or None for the whole corpus); --ppl-runs overrides,
 # e.g. "512:4,2048:2" for the quick runs a test can afford.
 PPL_RUNS = [("full", 512, None), ("2", 512, 2), ("4", 512, 4)]
@@ -541,6 +548,8 @@ def greedy_prompts(llm, corpus_text):
             break
         long_text = cand
     P.append(long_text)
+    if GREEDY_SET == "small":
+        P = [P[i] for i in SMALL_PROMPTS] + [corpus_passage(llm, corpus_text, "\nABSURDITY", SMALL_PASSAGE)]
     # Sliding-window models (gemma3: local layers see the last n_swa positions)
     # get three more passages, each longer than the window itself, so that the
     # local layers actually slide during the prompt (the longest also spans two
@@ -637,6 +646,10 @@ def record_greedy(llm, prompts, out, base_header):
         "greedy: next token = argmax of the raw logits (ties: lowest id), no sampler, no penalties; "
         "EOS/EOG does NOT stop generation: all %d tokens are generated" % N_GEN,
     ]
+    if GREEDY_SET == "small":
+        common.append("prompt set 'small' (record.py --greedy small --n-gen %d): prompts %s of the full set, then "
+                      "the corpus passage from ABSURDITY cut to at most %d tokens" % (
+                          N_GEN, ",".join(map(str, SMALL_PROMPTS)), SMALL_PASSAGE))
     write_lines(os.path.join(out, "greedy.tsv"), base_header + common + [
         "columns: hex(prompt)  prompt ids  %d generated ids  per step 'top1:logit1,top2:logit2' "
         "(space separated; step i's logits are those that chose generated token i)" % N_GEN,
@@ -746,7 +759,7 @@ def print_info(model_path, llm):
 
 
 def main():
-    global REUSE_LOGS
+    global REUSE_LOGS, GREEDY_SET, N_GEN
     reexec_under_venv()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", default="smollm2-135m")
@@ -756,11 +769,18 @@ def main():
     ap.add_argument("--info", action="store_true", help="print tokenizer metadata and tensor types")
     ap.add_argument("--ppl-runs", help="comma list of CTX:CHUNKS (CHUNKS 'all' = whole corpus) for the ppl part; "
                     "default 512:all,512:2,512:4")
+    ap.add_argument("--greedy", default="all", choices=("all", "small"),
+                    help="greedy prompt set: all (28+) or small (7, for a model too slow for the whole set)")
+    ap.add_argument("--n-gen", type=int, default=N_GEN, help="greedy tokens generated per prompt (default 64)")
     ap.add_argument("--reuse-logs", action="store_true",
                     help="take ppl figures from the full logs of earlier runs where they exist")
     args = ap.parse_args()
     parts = set(args.only.split(","))
     REUSE_LOGS = args.reuse_logs
+    GREEDY_SET = args.greedy
+    if not 1 <= args.n_gen <= 64:
+        ap.error("--n-gen takes 1..64")
+    N_GEN = args.n_gen
     if args.ppl_runs:
         PPL_RUNS[:] = []
         for item in args.ppl_runs.split(","):

@@ -33,7 +33,7 @@
  *     printed: about 5e-3);
  *   matmul, T > 8 (weights and activations rounded to fp16 for tensor-core
  *     GEMM, fp32 sums): fp16 keeps 11 bits, so 4e-3;
- *   get_rows, kv_write, add, scale, gather_rows: the same arithmetic as the
+ *   get_rows, kv_write, add, add_bias, scale, gather_rows: the same arithmetic as the
  *     CPU but for fused multiply-adds: 1e-6;
  *   rmsnorm, swiglu, softcap, rope: fp32 with the GPU's own expf, tanhf,
  *     sinf/cosf and square root (a few ulp): 1e-5; rope at positions up
@@ -177,9 +177,9 @@ static void check_small(int T, int n) {
     snprintf(what, sizeof what, "T=%d n=%d", T, n);
     dmem dx = dput(NULL, sizeof(float) * N), dy = dput(y, sizeof(float) * N), dw = dput(w, sizeof(float) * n);
     qi_err e = {0};
-    const char *names[] = {"rmsnorm", "swiglu", "geglu", "add", "scale", "softcap"};
-    const double tols[] = {1e-5, 1e-5, 2e-3, 1e-6, 1e-6, 1e-5};
-    for (int op = 0; op < 6; op++) {
+    const char *names[] = {"rmsnorm", "swiglu", "geglu", "add", "scale", "softcap", "add_bias"};
+    const double tols[] = {1e-5, 1e-5, 2e-3, 1e-6, 1e-6, 1e-5, 1e-6};
+    for (int op = 0; op < 7; op++) {
         memcpy(c, x, sizeof(float) * N);
         if (qi_dev_upload(g_gpu, qi_view_of(dx.buf, 0), x, sizeof(float) * N, &e)) die("upload", &e);
         qi_status st = QI_OK;
@@ -204,6 +204,10 @@ static void check_small(int T, int n) {
         case 5:
             g_cpu->iface->softcap(g_cpu, c, (long)N, 3.0f);
             st = qi_backend_softcap(g_gpu, dx.p, (long)N, 3.0f, &e);
+            break;
+        case 6: /* w as a bias of n over T rows (qwen2's q, k, v) */
+            g_cpu->iface->add_bias(g_cpu, c, w, T, n);
+            st = qi_backend_add_bias(g_gpu, dx.p, dw.p, T, n, &e);
             break;
         }
         if (st) die(names[op], &e);

@@ -254,6 +254,13 @@ static int k_softcap(const qi_cuk_ctx *c, float *x, long n, float cap, const cha
     F.cpu->iface->softcap(F.cpu, x, n, cap);
     return 0;
 }
+static int k_add_bias(const qi_cuk_ctx *c, float *x, const float *bias, int T, int n, const char **what) {
+    KERNEL("add_bias");
+    need_dev(x, sizeof *x * (size_t)T * (size_t)n);
+    need_dev(bias, sizeof *bias * (size_t)n);
+    F.cpu->iface->add_bias(F.cpu, x, bias, T, n);
+    return 0;
+}
 static int k_gather_rows(const qi_cuk_ctx *c, float *x, const int32_t *rows, int n, int width, const char **what) {
     KERNEL("gather_rows");
     need_dev(rows, sizeof *rows * (size_t)n);
@@ -314,7 +321,7 @@ static int k_merge(const qi_cuk_ctx *c, const qi_cuk_merge *a, const char **what
 static const qi_cuk k_fake_kernels = {
     .name = "cpu ops", .scratch_bytes = k_scratch, .type_ok = k_type_ok, .matmul = k_matmul,
     .get_rows = k_get_rows, .rmsnorm = k_rmsnorm, .rope = k_rope, .glu = k_glu, .kv_write = k_kv_write,
-    .add = k_add, .scale = k_scale, .softcap = k_softcap, .gather_rows = k_gather_rows,
+    .add = k_add, .scale = k_scale, .softcap = k_softcap, .add_bias = k_add_bias, .gather_rows = k_gather_rows,
     .attention = k_attention, .merge = k_merge,
 };
 

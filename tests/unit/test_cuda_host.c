@@ -172,7 +172,7 @@ START_TEST(test_small_ops) {
     qi_buf *bq, *bk, *bw, *bu;
     float *dq = dev_put(b, &bq, q, sizeof q), *dk = dev_put(b, &bk, k, sizeof k), *dw = dev_put(b, &bw, w, sizeof w),
           *du = dev_put(b, &bu, up, sizeof up);
-    for (int op = 0; op < 9; op++) {
+    for (int op = 0; op < 10; op++) {
         memcpy(r_cpu, q, sizeof q);
         memcpy(k_cpu, k, sizeof k);
         ck_assert_int_eq(qi_dev_upload(b, qi_view_of(bq, 0), q, sizeof q, &(qi_err){0}), QI_OK);
@@ -211,6 +211,10 @@ START_TEST(test_small_ops) {
         case 8:
             F.cpu->iface->gather_rows(F.cpu, r_cpu, rows, 3, H * D);
             b->iface->gather_rows(b, dq, rows, 3, H * D);
+            break;
+        case 9: /* a bias of H * D over T rows, from device memory (dw) */
+            F.cpu->iface->add_bias(F.cpu, r_cpu, w, T, H * D);
+            b->iface->add_bias(b, dq, dw, T, H * D);
             break;
         }
         dev_get(b, bq, r_dev, sizeof r_dev);

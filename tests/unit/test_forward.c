@@ -8,6 +8,9 @@
  * q/K/V and softmax weights to fp16), so what remains is float summation
  * order: the bound is tight for every type, and a wrong RoPE pairing, GQA
  * head mapping, norm or causal mask shows up as a large error.
+ * The qwen2 variant adds random biases to q, k and v and rotates halves of
+ * each head (NEOX), as llama.cpp's qwen2 graph does; a bias added to the
+ * wrong element or a RoPE pairing of the other layout is an O(1) error.
  * Also: loader errors for missing tensors, bad shapes and metadata.
  */
 #include <check.h>
@@ -30,7 +33,12 @@ typedef struct {
     float *norm_out;            /* [E] */
     float *an[L], *fn[L];       /* [E] */
     float *wq[L], *wk[L], *wv[L], *wo[L], *wg[L], *wu[L], *wd[L];
+    float *bq[L], *bk[L], *bv[L]; /* qwen2 only (NULL otherwise) */
 } ref_model;
+
+/* the architecture the next build() writes and ref_forward() computes:
+ * llama, or qwen2 (q/k/v biases, NEOX RoPE) */
+static bool g_qwen2;
 
 static float *rand_mat(uint64_t *st, int n, float scale) {
     float *m = malloc(sizeof(float) * (size_t)n);
@@ -100,16 +108,20 @@ static void *build(uint32_t type, bool tied, ref_model *rm, const char *skip, in
     uint64_t st = 1234 + type;
     qi_gguf_writer *w = qi_gguf_writer_create();
     ck_assert_ptr_nonnull(w);
-    qi_gguf_writer_set_str(w, "general.architecture", "llama");
-    qi_gguf_writer_set_u32(w, "llama.embedding_length", E);
-    qi_gguf_writer_set_u32(w, "llama.block_count", L);
-    qi_gguf_writer_set_u32(w, "llama.feed_forward_length", FF);
-    qi_gguf_writer_set_u32(w, "llama.attention.head_count", H);
-    qi_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)n_head_kv_meta);
-    qi_gguf_writer_set_u32(w, "llama.context_length", 128);
-    qi_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    qi_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    qi_gguf_writer_set_u32(w, "llama.rope.dimension_count", D);
+    const char *arch = g_qwen2 ? "qwen2" : "llama";
+    char key[64];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    qi_gguf_writer_set_str(w, "general.architecture", arch);
+    qi_gguf_writer_set_u32(w, K("embedding_length"), E);
+    qi_gguf_writer_set_u32(w, K("block_count"), L);
+    qi_gguf_writer_set_u32(w, K("feed_forward_length"), FF);
+    qi_gguf_writer_set_u32(w, K("attention.head_count"), H);
+    qi_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)n_head_kv_meta);
+    qi_gguf_writer_set_u32(w, K("context_length"), 128);
+    qi_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+    qi_gguf_writer_set_f32(w, K("rope.freq_base"), 10000.0f);
+    qi_gguf_writer_set_u32(w, K("rope.dimension_count"), D);
+#undef K
     /* vocabulary: the 256 byte tokens, then two specials */
     char *toks[NV];
     static char store[NV][16];
@@ -161,6 +173,18 @@ static void *build(uint32_t type, bool tied, ref_model *rm, const char *skip, in
         W(wu, "ffn_up", E, FF, 0.25f, type)
         W(wd, "ffn_down", FF, E, 0.2f, type)
 #undef W
+        rm->bq[l] = rm->bk[l] = rm->bv[l] = NULL;
+        if (!g_qwen2) continue;
+        struct {
+            float **b;
+            const char *nm;
+            int n;
+        } bias[] = {{&rm->bq[l], "attn_q", H * D}, {&rm->bk[l], "attn_k", HKV * D}, {&rm->bv[l], "attn_v", HKV * D}};
+        for (int i = 0; i < 3; i++) {
+            *bias[i].b = rand_mat(&st, bias[i].n, 1.0f);
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, bias[i].nm);
+            if (!skip || strcmp(skip, name) != 0) add_w(w, name, QI_TYPE_F32, *bias[i].b, bias[i].n, 1);
+        }
     }
     void *buf = NULL;
     qi_err e = {0};
@@ -183,6 +207,9 @@ static void free_ref(ref_model *rm) {
         free(rm->wg[l]);
         free(rm->wu[l]);
         free(rm->wd[l]);
+        free(rm->bq[l]);
+        free(rm->bk[l]);
+        free(rm->bv[l]);
     }
 }
 
@@ -219,16 +246,21 @@ static void rms(const float *x, const float *w, float *y) {
     for (int i = 0; i < E; i++) y[i] = x[i] * k * w[i];
 }
 
-/* rotate adjacent pairs of every head by pos * 10000^(-2i/D) */
+/* rotate pairs of every head by pos * 10000^(-2i/D): adjacent pairs
+ * (x[2i], x[2i+1]) for llama, halves (x[i], x[i + D/2]) for qwen2 */
 static void rope(float *v, int nh, int pos) {
     for (int h = 0; h < nh; h++)
         for (int i = 0; i < D; i += 2) {
             double th = pos * pow(10000.0, -(double)i / D);
             float c = (float)cos(th), s = (float)sin(th);
-            float *p = v + h * D + i, a = p[0], b = p[1];
+            float *p = v + h * D + (g_qwen2 ? i / 2 : i), *p1 = g_qwen2 ? p + D / 2 : p + 1, a = p[0], b = p1[0];
             p[0] = a * c - b * s;
-            p[1] = a * s + b * c;
+            p1[0] = a * s + b * c;
         }
+}
+
+static void add_bias(float *x, const float *b, int n) {
+    for (int i = 0; b && i < n; i++) x[i] += b[i];
 }
 
 /* Naive forward of a whole sequence; logits [T][NV]. */
@@ -242,6 +274,9 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int T, float *l
             mv(rm->wq[l], n, E, H * D, q);
             mv(rm->wk[l], n, E, HKV * D, k);
             mv(rm->wv[l], n, E, HKV * D, v);
+            add_bias(q, rm->bq[l], H * D);
+            add_bias(k, rm->bk[l], HKV * D);
+            add_bias(v, rm->bv[l], HKV * D);
             rope(q, H, t);
             rope(k, HKV, t);
             for (int i = 0; i < HKV * D; i++) {
@@ -290,6 +325,9 @@ static void check_type(uint32_t type, bool tied, float tol) {
     ck_assert_msg(qi_gguf_open_memory(buf, len, "tiny.gguf", &g, &e) == QI_OK, "%s", e.msg);
     ck_assert_msg(qi_model_from_gguf(g, &m, &e) == QI_OK, "%s", e.msg);
     ck_assert_int_eq(m->hp.tied_output, tied);
+    ck_assert_int_eq(m->hp.arch, g_qwen2 ? QI_ARCH_QWEN2 : QI_ARCH_LLAMA);
+    ck_assert_int_eq(m->hp.rope_mode, g_qwen2 ? QI_ROPE_NEOX : QI_ROPE_NORM);
+    ck_assert(g_qwen2 == (m->layers[0].bq.data != NULL && m->layers[L - 1].bv.data != NULL));
     ck_assert_int_eq(m->hp.n_head_kv, HKV);
     int32_t ids[NCTX];
     uint64_t st = 99;
@@ -327,7 +365,9 @@ static void check_type(uint32_t type, bool tied, float tol) {
                               want[(size_t)t * NV + v]);
             }
         }
-        if (threads == 1) printf("forward %-5s tied=%d: max |logit diff| %.2e (bound %.0e relative)\n", qi_type_get(type)->name, tied, worst, tol);
+        if (threads == 1)
+            printf("forward %s %-5s tied=%d: max |logit diff| %.2e (bound %.0e relative)\n", g_qwen2 ? "qwen2" : "llama",
+                   qi_type_get(type)->name, tied, worst, tol);
         qi_ctx_free(c);
     }
     free(want);
@@ -353,6 +393,19 @@ START_TEST(forward_q8_0) { check_type(QI_TYPE_Q8_0, false, 2.5e-1f); }
 END_TEST
 START_TEST(forward_q4_1) { check_type(QI_TYPE_Q4_1, true, 2.5e-1f); }
 END_TEST
+/* qwen2: biases and NEOX RoPE, an output head of its own and a tied one */
+START_TEST(forward_qwen2_f32) {
+    g_qwen2 = true;
+    check_type(QI_TYPE_F32, false, 5e-3f);
+    g_qwen2 = false;
+}
+END_TEST
+START_TEST(forward_qwen2_q8_0_tied) {
+    g_qwen2 = true;
+    check_type(QI_TYPE_Q8_0, true, 2.5e-1f);
+    g_qwen2 = false;
+}
+END_TEST
 
 static void expect_load_error(const char *skip, int n_head_kv_meta, const char *needle) {
     ref_model rm;
@@ -376,6 +429,22 @@ START_TEST(loader_errors) {
     expect_load_error("blk.1.ffn_up.weight", HKV, "blk.1.ffn_up.weight");
     expect_load_error(NULL, 3, "head");  /* 4 heads not divisible into 3 KV heads */
     expect_load_error(NULL, 1, "shape"); /* attn_k has 2 KV heads' rows */
+    g_qwen2 = true; /* the biases are optional, as llama.cpp loads them; their shape is not */
+    ref_model rm;
+    size_t len;
+    void *buf = build(QI_TYPE_F32, true, &rm, "blk.1.attn_k.bias", HKV, &len);
+    qi_gguf *g = NULL;
+    qi_model *m = NULL;
+    qi_err e = {0};
+    ck_assert_int_eq(qi_gguf_open_memory(buf, len, "tiny.gguf", &g, &e), QI_OK);
+    ck_assert_msg(qi_model_from_gguf(g, &m, &e) == QI_OK, "%s", e.msg);
+    ck_assert_ptr_null(m->layers[1].bk.data);
+    ck_assert_ptr_nonnull(m->layers[1].bq.data);
+    qi_model_free(m);
+    qi_free(buf);
+    free_ref(&rm);
+    free_qw();
+    g_qwen2 = false;
 }
 END_TEST
 
@@ -387,6 +456,8 @@ int main(void) {
     tcase_add_test(tc, forward_f16_tied);
     tcase_add_test(tc, forward_q8_0);
     tcase_add_test(tc, forward_q4_1);
+    tcase_add_test(tc, forward_qwen2_f32);
+    tcase_add_test(tc, forward_qwen2_q8_0_tied);
     tcase_add_test(tc, loader_errors);
     suite_add_tcase(su, tc);
     return qi_test_run_suite(su);

@@ -136,6 +136,20 @@ START_TEST(chat_chatml) {
     ck_assert_int_eq(qi_chat_format(&t, NULL, "Hi", &s, &e), QI_OK);
     ck_assert_str_eq(s, "<|im_start|>system\nYou are a helpful bot<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     qi_free(s);
+    /* Qwen2.5's: the newline an escape inside Jinja strings, and the first
+     * system turn the caller's message, the default the one after it */
+    const char *qwen = "{%- if messages[0]['role'] == 'system' %}\n"
+                       "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+                       "    {%- else %}\n"
+                       "        {{- '<|im_start|>system\\nYou are Qwen, a bot.<|im_end|>\\n' }}\n"
+                       "{%- endif %}{{- '<|im_start|>' + message.role + '\\n' }}";
+    ck_assert_int_eq(qi_chat_detect(qwen, "qwen2", &t, &e), QI_OK);
+    ck_assert_int_eq(t.kind, QI_CHAT_CHATML);
+    ck_assert_str_eq(t.default_system, "You are Qwen, a bot.");
+    ck_assert_int_eq(qi_chat_format(&t, NULL, "Hi", &s, &e), QI_OK);
+    ck_assert_str_eq(s, "<|im_start|>system\nYou are Qwen, a bot.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n");
+    qi_free(s);
     /* a system turn made of template expressions is not a default */
     ck_assert_int_eq(qi_chat_detect("<|im_start|>system\n{{ sys }}<|im_end|>", NULL, &t, &e), QI_OK);
     ck_assert_str_eq(t.default_system, "");

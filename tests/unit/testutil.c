@@ -228,7 +228,7 @@ char *qi_test_next_line(char **cur) {
 
 /* ---- llama.cpp model goldens (tests/golden/<model>/greedy.tsv, logits.tsv) ---- */
 
-#define N_GEN 64 /* generated tokens per golden prompt */
+#define N_GEN 64 /* generated tokens per golden prompt, at most (a slow model's files hold fewer) */
 #define N_GEN_QUICK 16 /* of them checked in quick mode (the sanitizer build) */
 
 /* Logits are recorded with %.9g, which round-trips to the exact float, so
@@ -252,14 +252,14 @@ void qi_test_golden_greedy(const qi_model *m, const char *path, int window, qi_t
         int32_t ids[2048 + N_GEN], gen[N_GEN];
         int P = qi_test_parse_ids(f[1], ids, 2048);
         int G = qi_test_parse_ids(f[2], gen, N_GEN);
-        ck_assert_int_eq(G, N_GEN);
+        ck_assert_int_gt(G, 0);
         ck_assert_int_gt(P, 0);
         n_long += window > 0 && P > window; /* the prompt alone slides the local layers */
         /* llama.cpp's top-2 ids and logits per step: "id:logit,id:logit" separated by spaces */
         int id1[N_GEN], id2[N_GEN];
         float lg1[N_GEN], lg2[N_GEN];
         char *s = f[3];
-        for (int i = 0; i < N_GEN; i++) {
+        for (int i = 0; i < G; i++) {
             int used = 0;
             ck_assert_msg(sscanf(s, " %d:%f,%d:%f%n", &id1[i], &lg1[i], &id2[i], &lg2[i], &used) == 4,
                           "bad step field %d", i);
@@ -269,7 +269,7 @@ void qi_test_golden_greedy(const qi_model *m, const char *path, int window, qi_t
         qi_ctx_reset(c);
         ck_assert_msg(qi_ctx_eval(c, ids, P, false, &e) == QI_OK, "%s", e.msg);
         int ok_here = 0;
-        const int n_steps = qi_test_quick() ? N_GEN_QUICK : N_GEN;
+        const int n_steps = qi_test_quick() && G > N_GEN_QUICK ? N_GEN_QUICK : G;
         for (int i = 0; i < n_steps; i++) {
             if (i > 0) ck_assert_msg(qi_ctx_eval(c, &gen[i - 1], 1, false, &e) == QI_OK, "%s", e.msg);
             const float *lg = qi_ctx_logits(c, -1);

@@ -378,6 +378,16 @@ static void cpu_add(qi_backend *b, float *x, const float *y, long n) {
     for (long i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* x[t][i] += bias[i]: a matmul's bias (qwen2's q, k, v), one f32 add per
+ * element as ggml_add broadcasts it. */
+static void cpu_add_bias(qi_backend *b, float *x, const float *bias, int T, int n) {
+    (void)b;
+    for (int t = 0; t < T; t++) {
+        float *xr = x + (long)t * n;
+        for (int i = 0; i < n; i++) xr[i] += bias[i];
+    }
+}
+
 static void cpu_scale(qi_backend *b, float *x, long n, float s) {
     (void)b;
     for (long i = 0; i < n; i++) x[i] *= s;
@@ -925,6 +935,7 @@ static const qi_backend_i k_cpu_iface = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .gather_rows = cpu_gather_rows,
+    .add_bias = cpu_add_bias,
     .reserve = cpu_reserve,
     .free = cpu_free,
     .buf_mem = cpu_buf_mem,

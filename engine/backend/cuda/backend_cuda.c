@@ -405,6 +405,12 @@ static void cu_scale(qi_backend *b, float *x, long n, float s) {
     const int rc = c->k->scale(&c->kc, x, n, s, &what);
     kfailed(b, rc, what, "scale n=%ld", n);
 }
+static void cu_add_bias(qi_backend *b, float *x, const float *bias, int T, int n) {
+    cu_ctx *c = C(b);
+    const char *what = NULL;
+    const int rc = c->k->add_bias(&c->kc, x, bias, T, n, &what);
+    kfailed(b, rc, what, "add_bias T=%d n=%d", T, n);
+}
 static void cu_softcap(qi_backend *b, float *x, long n, float cap) {
     cu_ctx *c = C(b);
     const char *what = NULL;
@@ -616,6 +622,7 @@ static const qi_backend_i k_cuda_iface = {
     .add = cu_add,
     .scale = cu_scale,
     .softcap = cu_softcap,
+    .add_bias = cu_add_bias,
     .gather_rows = cu_gather_rows,
     .reserve = cu_reserve,
     .free = cu_free,

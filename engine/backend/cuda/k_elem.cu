@@ -158,6 +158,12 @@ __global__ void k_scale(float *x, long n, float s) {
         x[i] = qk_mul(x[i], s);
 }
 
+/* x[t][i] += bias[i] (a matmul's bias): one f32 add per element, as the CPU */
+__global__ void k_add_bias(float *x, const float *bias, long n, int width) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        x[i] = qk_add(x[i], bias[i % width]);
+}
+
 /* cap * tanh(x / cap) as the CPU: tanhf(x * (1 / cap)) * cap */
 __global__ void k_softcap(float *x, long n, float inv, float cap) {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
@@ -174,6 +180,13 @@ extern "C" int qi_cuk_scale(const qi_cuk_ctx *c, float *x, long n, float s, cons
     if (n <= 0) return 0;
     k_scale<<<grid_for(n), ELEM_THREADS, 0, stream_of(c)>>>(x, n, s);
     return launched("scale", what);
+}
+
+extern "C" int qi_cuk_add_bias(const qi_cuk_ctx *c, float *x, const float *bias, int T, int n, const char **what) {
+    if (T <= 0 || n <= 0) return 0;
+    const long total = (long)T * n;
+    k_add_bias<<<grid_for(total), ELEM_THREADS, 0, stream_of(c)>>>(x, bias, total, n);
+    return launched("add_bias", what);
 }
 
 extern "C" int qi_cuk_softcap(const qi_cuk_ctx *c, float *x, long n, float cap, const char **what) {

@@ -30,6 +30,7 @@ int qi_cuk_kv_write(const qi_cuk_ctx *c, const float *const *src, uint16_t *cons
                     const char **what);
 int qi_cuk_add(const qi_cuk_ctx *c, float *x, const float *y, long n, const char **what);
 int qi_cuk_scale(const qi_cuk_ctx *c, float *x, long n, float s, const char **what);
+int qi_cuk_add_bias(const qi_cuk_ctx *c, float *x, const float *bias, int T, int n, const char **what);
 int qi_cuk_softcap(const qi_cuk_ctx *c, float *x, long n, float cap, const char **what);
 int qi_cuk_gather_rows(const qi_cuk_ctx *c, float *x, const int32_t *rows, int n, int width, const char **what);
 

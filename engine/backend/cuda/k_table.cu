@@ -27,6 +27,7 @@ extern "C" const qi_cuk *qi_cuk_cuda(void) {
         qi_cuk_add,
         qi_cuk_scale,
         qi_cuk_softcap,
+        qi_cuk_add_bias,
         qi_cuk_gather_rows,
         qi_cuk_attention,
         qi_cuk_attn_merge,

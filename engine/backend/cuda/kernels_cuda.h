@@ -98,6 +98,8 @@ typedef struct qi_cuk {
     int (*scale)(const qi_cuk_ctx *c, float *x, long n, float s, const char **what);
     int (*softcap)(const qi_cuk_ctx *c, float *x, long n, float cap, const char **what);
     /* row r of x[.][width] = row rows[r] (rows ascending, rows[r] >= r), in place */
+    /* x[t][i] += bias[i] for t < T, i < n */
+    int (*add_bias)(const qi_cuk_ctx *c, float *x, const float *bias, int T, int n, const char **what);
     int (*gather_rows)(const qi_cuk_ctx *c, float *x, const int32_t *rows, int n, int width, const char **what);
     /* a is host memory (the struct); what it points to is device memory */
     int (*attention)(const qi_cuk_ctx *c, const qi_cuk_attn *a, const char **what);

@@ -302,6 +302,11 @@ static void td_add(qi_backend *b, float *x, const float *y, long n) {
     in->iface->add(in, x, y, n);
     op_end(b);
 }
+static void td_add_bias(qi_backend *b, float *x, const float *bias, int T, int n) {
+    qi_backend *in = OP(b);
+    in->iface->add_bias(in, x, bias, T, n);
+    op_end(b);
+}
 static void td_scale(qi_backend *b, float *x, long n, float s) {
     qi_backend *in = OP(b);
     in->iface->scale(in, x, n, s);
@@ -386,6 +391,7 @@ static const qi_backend_i k_td_iface = {
     .scale = td_scale,
     .softcap = td_softcap,
     .gather_rows = td_gather_rows,
+    .add_bias = td_add_bias,
     .reserve = td_reserve,
     .free = td_free,
     .buf_mem = td_buf_mem,

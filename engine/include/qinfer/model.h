@@ -19,7 +19,13 @@
 /* OPT and Falcon run on simulated devices only (engine/backend/sim/): their
  * LayerNorm, gate-free FFN, learned positions and biases have no kernels on
  * the real devices, and the engine refuses them there. */
-typedef enum { QI_ARCH_LLAMA = 0, QI_ARCH_GEMMA3 = 1, QI_ARCH_OPT = 2, QI_ARCH_FALCON = 3 } qi_arch;
+typedef enum {
+    QI_ARCH_LLAMA = 0,
+    QI_ARCH_GEMMA3 = 1,
+    QI_ARCH_OPT = 2,
+    QI_ARCH_FALCON = 3,
+    QI_ARCH_QWEN2 = 4, /* llama's decoder with q, k, v biases and NEOX RoPE */
+} qi_arch;
 
 typedef enum {
     QI_FFN_SWIGLU = 0,     /* silu(gate) * up (llama) */
@@ -95,7 +101,9 @@ typedef struct {
     bool swa;                     /* sliding-window (local) layer */
     /* opt and falcon only (data NULL otherwise): the LayerNorms' biases, [n_embd]
      * f32; opt's matmul biases, f32 vectors of each matrix's n_rows. Falcon's
-     * ffn_norm is its ln_mlp, the second LayerNorm of the parallel block. */
+     * ffn_norm is its ln_mlp, the second LayerNorm of the parallel block.
+     * bq, bk, bv also where a llama-family file has them (qwen2: every
+     * layer; llama.cpp takes them from any llama, gemma3 or qwen2 file). */
     qi_weight attn_norm_b, ffn_norm_b;
     qi_weight bq, bk, bv, bo, b_up, b_down;
 } qi_layer;
