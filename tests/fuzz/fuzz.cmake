@@ -17,7 +17,7 @@ if(QI_HAVE_LUA)
   list(APPEND QI_FZ_TARGETS lua)
 endif()
 if(MHD_FOUND AND CJSON_FOUND)
-  list(APPEND QI_FZ_TARGETS serve)
+  list(APPEND QI_FZ_TARGETS serve http)
 endif()
 
 set(QI_FZ_ALL "")
@@ -48,9 +48,14 @@ if(TARGET fz_lua)
   target_compile_definitions(fz_lua PRIVATE QI_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
 if(TARGET fz_serve)
-  # the server's request parser and its request queue, as qinfer links them
+  # the server's request parser and its request queue, as qinfer links
+  # them; and its HTTP daemon
   target_sources(fz_serve PRIVATE ${CMAKE_SOURCE_DIR}/engine/cli/serve_api.c ${CMAKE_SOURCE_DIR}/engine/cli/serve_loop.c)
+  target_sources(fz_http PRIVATE ${CMAKE_SOURCE_DIR}/engine/cli/serve_api.c ${CMAKE_SOURCE_DIR}/engine/cli/serve_loop.c
+                 ${CMAKE_SOURCE_DIR}/engine/cli/serve_http.c)
   target_compile_definitions(fz_serve PRIVATE QI_HAVE_SERVE=1)
+  target_compile_definitions(fz_http PRIVATE QI_HAVE_SERVE=1)
   target_link_libraries(fz_serve PRIVATE PkgConfig::CJSON)
+  target_link_libraries(fz_http PRIVATE PkgConfig::CJSON PkgConfig::MHD)
 endif()
 add_custom_target(fuzz_targets DEPENDS ${QI_FZ_ALL})

@@ -2,7 +2,7 @@
 # build and the summary of a run's log.
 
 # The list of targets in the order the scripts run them.
-FZ_TARGETS=(gguf tok_bpe tok_spm plan json hwprofile simcal nprofile sparsity lua serve merge)
+FZ_TARGETS=(gguf tok_bpe tok_spm plan json hwprofile simcal nprofile sparsity lua serve http merge)
 
 # Exits 77 with the reason when clang cannot build a libFuzzer program.
 fz_need_libfuzzer() {
