@@ -4,7 +4,9 @@
 #   tests/fuzz/burst.sh [SECONDS]    each target SECONDS (default 5)
 #
 # Builds the libFuzzer targets in build-fuzz/ ($QI_FUZZ_BUILD; clang,
-# ASan + UBSan) and runs each from its committed corpus for SECONDS, nice'd,
+# ASan + UBSan) and runs each from its committed corpus and regression
+# inputs (under libFuzzer's memory limits, which the replays of other
+# builds do not have) for SECONDS, nice'd,
 # one at a time; new inputs go to a scratch folder (the committed corpus
 # is not changed: tests/fuzz/campaign.sh grows it). A finding fails the
 # run: its input is kept under build-fuzz/findings/TARGET/ and printed in
@@ -14,7 +16,7 @@ set -euo pipefail
 FZ_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FZ_BUILD=${QI_FUZZ_BUILD:-$FZ_ROOT/build-fuzz}
 . "$FZ_ROOT/tests/fuzz/fuzzlib.sh"
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 secs=${1:-5}
 fz_need_libfuzzer
 fz_build
@@ -28,7 +30,7 @@ for t in "${FZ_TARGETS[@]}"; do
   fz_opts "$t"
   rc=0
   nice "$FZ_BUILD/fz_$t" "${FZ_OPTS[@]}" -max_total_time="$secs" -artifact_prefix="$work/$t/art/" \
-    "$work/$t/new" "$FZ_ROOT/tests/fuzz/corpus/$t" >"$work/$t/log" 2>&1 || rc=$?
+    "$work/$t/new" "$FZ_ROOT/tests/fuzz/corpus/$t" "$FZ_ROOT/tests/fuzz/regress/$t" >"$work/$t/log" 2>&1 || rc=$?
   fz_summary "$work/$t/log"
   printf '%-10s %10s %8s %9s\n' "$t" "$FZ_EXECS" "$FZ_COV" "$FZ_FT"
   if ((rc != 0)); then
