@@ -4,7 +4,7 @@
 #   tests/fuzz/burst.sh [SECONDS]    each target SECONDS (default 5)
 #
 # Builds the libFuzzer targets in build-fuzz/ ($QI_FUZZ_BUILD; clang,
-# ASan + UBSan) and runs each from its committed corpus and regression
+# ASan + UBSan) and runs each from its seeds, corpus and regression
 # inputs (under libFuzzer's memory limits, which the replays of other
 # builds do not have) for SECONDS, nice'd,
 # one at a time; new inputs go to a scratch folder (the committed corpus
@@ -30,7 +30,8 @@ for t in "${FZ_TARGETS[@]}"; do
   fz_opts "$t"
   rc=0
   nice "$FZ_BUILD/fz_$t" "${FZ_OPTS[@]}" -max_total_time="$secs" -artifact_prefix="$work/$t/art/" \
-    "$work/$t/new" "$FZ_ROOT/tests/fuzz/corpus/$t" "$FZ_ROOT/tests/fuzz/regress/$t" >"$work/$t/log" 2>&1 || rc=$?
+    "$work/$t/new" "$FZ_ROOT/tests/fuzz/seeds/$t" "$FZ_ROOT/tests/fuzz/corpus/$t" "$FZ_ROOT/tests/fuzz/regress/$t" \
+    >"$work/$t/log" 2>&1 || rc=$?
   fz_summary "$work/$t/log"
   printf '%-10s %10s %8s %9s\n' "$t" "$FZ_EXECS" "$FZ_COV" "$FZ_FT"
   if ((rc != 0)); then

@@ -5,9 +5,9 @@
 # they link libFuzzer and everything is built for it (coverage, ASan,
 # UBSan): tests/fuzz/campaign.sh and tests/fuzz/burst.sh run them. In any
 # other build they link driver.c, a main that replays files, and CTest
-# entry fuzz_replay_NAME replays the committed corpus and every regression
-# input (tests/fuzz/corpus/NAME, tests/fuzz/regress/NAME) on every build:
-# a bug found once stays found.
+# entry fuzz_replay_NAME replays the seeds, the grown corpus and every
+# regression input (tests/fuzz/seeds/NAME, corpus/NAME, regress/NAME) on
+# every build: a bug found once stays found.
 set(QI_FZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
 set(QI_FZ_TARGETS gguf tok_bpe tok_spm hwprofile simcal nprofile sparsity)
 if(QI_HAVE_HARNESS)
@@ -34,7 +34,8 @@ foreach(t ${QI_FZ_TARGETS})
     target_link_options(fz_${t} PRIVATE -fsanitize=fuzzer)
   endif()
   list(APPEND QI_FZ_ALL fz_${t})
-  add_test(NAME fuzz_replay_${t} COMMAND fz_${t} -runs=0 ${QI_FZ_DIR}/corpus/${t} ${QI_FZ_DIR}/regress/${t})
+  add_test(NAME fuzz_replay_${t} COMMAND fz_${t} -runs=0 ${QI_FZ_DIR}/seeds/${t} ${QI_FZ_DIR}/corpus/${t}
+           ${QI_FZ_DIR}/regress/${t})
   set_tests_properties(fuzz_replay_${t} PROPERTIES LABELS fuzz TIMEOUT 120)
 endforeach()
 if(TARGET fz_plan)
