@@ -45,7 +45,7 @@ fz_opts() {
 fz_summary() {
   local log=$1
   FZ_EXECS=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-  FZ_COV=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
-  FZ_FT=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+  FZ_COV=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2 || true)
+  FZ_FT=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2 || true)
   FZ_EXECS=${FZ_EXECS:-0} FZ_COV=${FZ_COV:-0} FZ_FT=${FZ_FT:-0}
 }
