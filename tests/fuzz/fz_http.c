@@ -61,10 +61,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(MHD_add_connection(g_d, sv[1], (struct sockaddr *)&peer, sizeof peer) == MHD_YES, "add_connection");
     char buf[65536];
     size_t got = 0, off = 0;
-    bool shut = false;
-    for (int idle = 0; idle < 1000;) { /* 1000 quiet 10 ms polls: 10 s, a hang */
+    bool shut = false, closed = false;
+    for (int idle = 0; idle < 10000;) { /* 10000 quiet 1 ms polls: 10 s, a hang */
+        if (off >= size && !shut) shutdown(sv[0], SHUT_WR), shut = true; /* all sent: the client is done */
         struct pollfd pf = {.fd = sv[0], .events = POLLIN | (off < size ? POLLOUT : 0)};
-        if (poll(&pf, 1, 10) <= 0) {
+        if (poll(&pf, 1, 1) <= 0) {
             idle++;
             continue;
         }
@@ -73,14 +74,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (k > 0) off += (size_t)k;
             else off = size; /* the daemon closed: it read what it wanted */
         }
-        if (off >= size && !shut) shutdown(sv[0], SHUT_WR), shut = true;
         if (pf.revents & (POLLIN | POLLHUP)) {
             ssize_t k = read(sv[0], got < sizeof buf ? buf + got : buf, got < sizeof buf ? sizeof buf - got : sizeof buf);
-            if (k <= 0) break;
+            if (k <= 0) {
+                closed = true;
+                break;
+            }
             if (got < sizeof buf) got += (size_t)k;
         }
     }
     close(sv[0]);
+    FZ_CHECK(closed, "the daemon neither answered nor closed within 10 s of the request's end");
     FZ_CHECK(got == 0 || (got >= 12 && memcmp(buf, "HTTP/1.", 7) == 0), "an answer that is not HTTP: %.40s", buf);
     if (got) fz_note("%.12s", buf + 0);
     for (int i = 0; connections() > 0; i++) {
