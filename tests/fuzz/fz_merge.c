@@ -3,9 +3,11 @@
  *
  * Each input is written as the one input database; the output is a fresh
  * copy of a results database holding one experiment, a done run and a
- * failed run (made once with the harness's own writer). Checked: a
+ * failed run (made once with the harness's own writer, in the WAL mode it
+ * leaves databases in: a refused merge into a database in another mode
+ * leaves it switched to WAL, which is all qi_db_open changes). Checked: a
  * refusal has a message and leaves the output byte for byte as it was,
- * with no journal or WAL file beside it; an accepted merge leaves an output
+ * with no journal and no WAL frame beside it; an accepted merge leaves an output
  * that opens as a results database, and merging the same input again adds
  * nothing (inputs merged twice count once).
  *
@@ -27,10 +29,12 @@ static void must(qi_status st, const qi_err *e, const char *what) {
     }
 }
 
-/* A results database at path: experiment `name` with runs of the given
- * configurations (done unless failed[i]), each with a metric. */
+/* A results database at path as the harness writes it (WAL mode):
+ * experiment `name` with runs of the given configurations (done unless
+ * failed[i]), each with metrics; small (512-byte pages, no WAL) when
+ * `small`, as the seeds are. */
 static void make_db(const char *path, const char *name, const char *sha, const char *const *configs,
-                    const bool *failed, int n) {
+                    const bool *failed, int n, bool small) {
     qi_db *db = NULL;
     qi_err e = {0};
     int64_t exp = 0, run = 0;
@@ -47,6 +51,7 @@ static void make_db(const char *path, const char *name, const char *sha, const c
         must(qi_db_run_end(db, run, !failed[i], failed[i] ? "it failed" : NULL, &e), &e, "end");
     }
     qi_db_close(db);
+    if (!small) return;
     sqlite3 *c = NULL;
     if (sqlite3_open(path, &c) != SQLITE_OK ||
         sqlite3_exec(c, "PRAGMA journal_mode=DELETE; PRAGMA page_size=512; VACUUM;", NULL, NULL, NULL) != SQLITE_OK) {
@@ -87,13 +92,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     static const bool failed_b[] = {true};
     char path[4200];
     snprintf(path, sizeof path, "%s/same-experiment.db", seeds);
-    make_db(path, "fuzz", "0123", cfg_a, failed_a, 2);
+    make_db(path, "fuzz", "0123", cfg_a, failed_a, 2, true);
     snprintf(path, sizeof path, "%s/failed-run.db", seeds);
-    make_db(path, "fuzz", "0123", cfg_b, failed_b, 1);
+    make_db(path, "fuzz", "0123", cfg_b, failed_b, 1, true);
     snprintf(path, sizeof path, "%s/other-script.db", seeds);
-    make_db(path, "fuzz", "4567", cfg_b, failed_b, 1);
+    make_db(path, "fuzz", "4567", cfg_b, failed_b, 1, true);
     snprintf(path, sizeof path, "%s/other-experiment.db", seeds);
-    make_db(path, "other", NULL, cfg_a, failed_a, 2);
+    make_db(path, "other", NULL, cfg_a, failed_a, 2, true);
     exit(0);
 }
 
@@ -104,15 +109,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_path(in, sizeof in, "in.db");
     fz_path(out, sizeof out, "out.db");
     if (!tmpl) {
-        make_db(out, "fuzz", "0123", k_cfg_out, k_failed_out, 2);
+        make_db(out, "fuzz", "0123", k_cfg_out, k_failed_out, 2, false);
         tmpl = slurp(out, &n_tmpl);
         FZ_CHECK(tmpl != NULL, "no template database");
     }
     fz_write(in, data, size);
     fz_write(out, tmpl, n_tmpl);
     static const char *const sfx[] = {"-journal", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(side, sizeof side, "%s%s", in, sfx[i]);
+    for (int i = 0; i < 6; i++) { /* what an earlier input's merge left beside either file */
+        snprintf(side, sizeof side, "%s%s", i < 3 ? in : out, sfx[i % 3]);
         unlink(side);
     }
     const char *ins[1] = {in};
@@ -125,10 +130,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         unsigned char *now = slurp(out, &n);
         FZ_CHECK(now && n == n_tmpl && memcmp(now, tmpl, n) == 0, "a refused merge changed the output (%s)", e.msg);
         free(now);
-        for (int i = 0; i < 3; i++) {
-            snprintf(side, sizeof side, "%s%s", out, sfx[i]);
-            FZ_CHECK(!exists(side), "a refused merge left %s", side);
-        }
+        /* no journal, and no frame in the WAL (a read-only look at a WAL
+         * database leaves its -wal and -shm files, empty of changes) */
+        struct stat st;
+        snprintf(side, sizeof side, "%s-journal", out);
+        FZ_CHECK(!exists(side), "a refused merge left %s", side);
+        snprintf(side, sizeof side, "%s-wal", out);
+        FZ_CHECK(stat(side, &st) != 0 || st.st_size == 0, "a refused merge left %lld bytes in %s",
+                 (long long)st.st_size, side);
         return 0;
     }
     FZ_CHECK(ms.n_added <= ms.n_runs && ms.n_replaced <= ms.n_added, "stats %lld runs, %lld added, %lld replaced",
