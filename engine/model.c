@@ -140,6 +140,11 @@ static qi_status read_shape(qi_model *m, const char *eps_key, qi_err *err) {
         return QI_ERR(err, QI_ERR_FORMAT,
                       "%s: inconsistent hyper-parameters (n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d)",
                       qi_gguf_path(g), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    /* every layer has tensors of its own: a count past the file's tensors
+     * is a lie, and the layer table sized by it could be gigabytes */
+    if ((uint64_t)hp->n_layer > qi_gguf_n_tensors(g))
+        return QI_ERR(err, QI_ERR_FORMAT, "%s: block_count %d, but the file has %llu tensors", qi_gguf_path(g),
+                      hp->n_layer, (unsigned long long)qi_gguf_n_tensors(g));
     return QI_OK;
 }
 

@@ -33,10 +33,12 @@ done
 # serve (the HTTP API); its tests put the openai client from PyPI in a venv
 # of their own in the model cache. libcurl4-openssl-dev builds qinfer load
 # (the load test of qinfer serve, an HTTP client). libglpk-dev solves the
-# flexgen placement policy's linear program.
+# flexgen placement policy's linear program. clang and libclang-rt-14-dev
+# (libFuzzer and the sanitizers' runtimes for clang) build the fuzz targets
+# of tests/fuzz/ for libFuzzer (tests/fuzz/burst.sh, tests/fuzz/campaign.sh).
 pkgs=(build-essential cmake pkg-config libopenblas0 libopenblas-dev libsqlite3-dev liblua5.4-dev lua5.4
       check libpcre2-dev gnuplot-nox sqlite3 python3-pip python3-venv unzip ca-certificates
-      slurm-wlm munge libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libglpk-dev)
+      slurm-wlm munge libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libglpk-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: a Release build with every test (unit, goldens
-# against llama.cpp, CLI, GGUF fuzzing), then an AddressSanitizer + UBSan
-# build running the unit tests and 10,000 fuzzed GGUF files, with the
+# against llama.cpp, CLI, GGUF fuzzing, the fuzz targets' corpora and
+# regression inputs), then an AddressSanitizer + UBSan build running the
+# unit tests, the same replays and 10,000 fuzzed GGUF files, with the
 # model-level golden tests cut to a few cases (QI_TEST_QUICK=1), and the
 # CLI, Lua and serve scripts to their checks of bad input, errors after the
 # model loads included (QI_TEST_ERRORS_ONLY=1, tests/cli/lib.sh): the runs
-# whose output they check are the Release build's, to stay fast.
+# whose output they check are the Release build's, to stay fast; last,
+# every libFuzzer target for a few seconds (tests/fuzz/burst.sh, its own
+# clang build in build-fuzz/; skipped without clang).
 #
 #   tests/run.sh            both builds
 #   tests/run.sh --fast     Release build only
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fast=0
 [[ ${1:-} == --fast ]] && fast=1
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 
 # each stage's wall time, for the CI log (the whole run must stay short)
 t0=$SECONDS
@@ -65,5 +68,18 @@ if ((fast == 0)); then
   (cd build-asan && QI_TEST_QUICK=1 QI_TEST_ERRORS_ONLY=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
   stage "sanitizer tests done"
+fi
+
+# Every libFuzzer target for a short burst from its committed corpus (the
+# corpus and every regression input were replayed above, fuzz_replay_*, in
+# both builds): tests/fuzz/README.md. Skipped, with the reason, where clang
+# or libFuzzer is absent.
+if ((fast == 0)); then
+  echo "== fuzz bursts (${QI_FUZZ_BURST_S:-4} s a target)"
+  rc=0
+  bash tests/fuzz/burst.sh "${QI_FUZZ_BURST_S:-4}" || rc=$?
+  ((rc == 77)) && echo "== fuzz bursts skipped"
+  ((rc == 0 || rc == 77)) || { echo "== fuzz bursts found something"; exit 1; }
+  stage "fuzz bursts done"
 fi
 echo "== all tests passed"

@@ -47,4 +47,12 @@ char *qi_serve_utf8_clean(const char *s, size_t n);
 /* A JSON string of s[0..n), cleaned; NULL when out of memory. */
 cJSON *qi_serve_json_text(const char *s, size_t n);
 
+struct sockaddr;
+struct MHD_Daemon;
+/* The HTTP daemon serving ap's API (serve_http.c): libmicrohttpd, a thread
+ * per connection, listening on sa; sa NULL: on no socket, its connections
+ * handed to it with MHD_add_connection. NULL when it cannot start (errno
+ * says why). Stop it with MHD_stop_daemon before ap's server. */
+struct MHD_Daemon *qi_serve_http_start(qi_serve_app *ap, const struct sockaddr *sa);
+
 #endif

@@ -18,6 +18,18 @@
 
 #include "qinfer/types.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* Whether the CPU has F16C (the fp16 conversions the AVX2 and AVX-512
+ * kernels use): CPUID leaf 1, ECX bit 29. __builtin_cpu_supports("f16c")
+ * says the same in gcc, but clang before 15 (the libFuzzer build's,
+ * tests/fuzz/) does not know the name and refuses to compile it. */
+static inline int qi_cpu_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 /* Which of llama.cpp's two F16 matmul paths an attention dot follows.
  * VEC:  ggml_vec_dot_f16, taken when the batch has one token (T == 1).
  * GEMM: llamafile's tinyBLAS, taken for T >= 2 (when its shape checks pass;

@@ -894,7 +894,7 @@ static const qi_kernels k_avx2 = {
 
 const qi_kernels *qi_kernels_avx2(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && qi_cpu_f16c())
         return &k_avx2;
     return NULL;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define QI_SPARSE_X86 1
@@ -433,7 +435,7 @@ T2 static void sparse_avx2(const qi_colw *w, const float *x, size_t x_stride, in
 
 qi_sparse_fn qi_sparse_matmul_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && qi_cpu_f16c()
                ? sparse_avx2
                : NULL;
 }
@@ -666,7 +668,7 @@ T5 static int threshold1_avx512(float *x, int64_t n, float thr, int32_t *idx, lo
 qi_sparse_fn qi_sparse_matmul_avx512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c")
+                   qi_cpu_f16c()
                ? sparse_avx512
                : NULL;
 }

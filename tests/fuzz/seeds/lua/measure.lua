@@ -1,0 +1,6 @@
+local m = qinfer.load(MODEL, {threads = 1})
+local r = qinfer.generate(m, "the", {n = 4, greedy = true, n_ctx = 32})
+local w = qinfer.workload({n = 3, rate = 10, prompt_len = 4, output_len = 2, seed = 1})
+local stats = require("qinfer.stats")
+local now = qinfer.now()
+local si = qinfer.sysinfo()
