@@ -141,41 +141,7 @@ END_TEST
  * whole-corpus figure is for the record, not for CI). Printed to 4
  * decimals, hence the tolerance. */
 START_TEST(perplexity_matches_llama_cpp) {
-    const char *cp = qi_test_cached(CORPUS_FILE);
-    ck_assert_msg(cp != NULL, "corpus not cached; run models/fetch.sh devil");
-    size_t tlen;
-    char *corpus = qi_test_read_file(cp, &tlen);
-    char *golden = qi_test_read_file(GOLDEN_DIR "ppl.tsv", NULL);
-    ck_assert_ptr_nonnull(corpus);
-    ck_assert_msg(golden != NULL, "missing " GOLDEN_DIR "ppl.tsv");
-    if (tlen > 0 && corpus[tlen - 1] == '\n') tlen--; /* as llama-perplexity reads it */
-    qi_err e = {0};
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    ck_assert_int_eq(qi_tokenize(g_model->tok, corpus, tlen, true, false, &ids, &n_ids, &e), QI_OK);
-    int checked = 0;
-    char *cur = golden, *line;
-    while ((line = qi_test_next_line(&cur))) {
-        if (line[0] == '#' || !line[0]) continue;
-        char *f[8];
-        if (qi_test_split_tabs(line, f, 8) < 7) continue;
-        const int ctx = atoi(f[1]), chunks = atoi(f[2]);
-        if (ctx != 512 || chunks > 2) continue;
-        ck_assert_int_eq(atoi(f[3]), (int)n_ids); /* the corpus's tokens, as llama.cpp counted them */
-        const double want = atof(f[5]);
-        qi_ctx *c = NULL;
-        ck_assert_int_eq(qi_ctx_create(g_model, ctx, 2, &c, &e), QI_OK);
-        qi_ppl_result r;
-        ck_assert_msg(qi_perplexity(g_model, c, ids, n_ids, ctx, chunks, NULL, NULL, &r, &e) == QI_OK, "%s", e.msg);
-        printf("perplexity, ctx %d, %d chunks: qinfer %.4f, llama.cpp %.4f\n", ctx, chunks, r.ppl, want);
-        ck_assert_msg(fabs(r.ppl - want) <= 6e-5, "ctx %d: perplexity %.5f vs llama.cpp %.4f", ctx, r.ppl, want);
-        qi_ctx_free(c);
-        checked++;
-    }
-    ck_assert_int_ge(checked, 1);
-    qi_free(ids);
-    free(corpus);
-    free(golden);
+    ck_assert_int_ge(qi_test_golden_ppl(g_model, CORPUS_FILE, GOLDEN_DIR "ppl.tsv", 512, 2, true), 1);
 }
 END_TEST
 

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "qinfer/model.h"
+#include "qinfer/perplexity.h"
 #include "qinfer/sampler.h"
 #include "qinfer/tokenizer.h"
 #include <math.h>
@@ -424,3 +425,41 @@ qi_model *qi_test_synth(const char *args) {
     return m;
 }
 
+int qi_test_golden_ppl(const qi_model *m, const char *corpus, const char *path, int ctx, int max_chunks,
+                       bool check_tokens) {
+    const char *cp = qi_test_cached(corpus);
+    ck_assert_msg(cp != NULL, "corpus %s not cached; run models/fetch.sh devil", corpus);
+    size_t tlen;
+    char *text = qi_test_read_file(cp, &tlen);
+    char *golden = qi_test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(golden != NULL, "missing %s", path);
+    if (tlen > 0 && text[tlen - 1] == '\n') tlen--; /* as llama-perplexity reads it */
+    qi_err e = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    ck_assert_int_eq(qi_tokenize(m->tok, text, tlen, true, false, &ids, &n_ids, &e), QI_OK);
+    int checked = 0;
+    char *cur = golden, *line;
+    while ((line = qi_test_next_line(&cur))) {
+        if (line[0] == '#' || !line[0]) continue;
+        char *f[8];
+        if (qi_test_split_tabs(line, f, 8) < 7) continue;
+        const int c = atoi(f[1]), chunks = atoi(f[2]);
+        if ((ctx && c != ctx) || chunks > max_chunks) continue;
+        if (check_tokens) ck_assert_int_eq(atoi(f[3]), (int)n_ids); /* as llama.cpp counted them */
+        const double want = atof(f[5]);
+        qi_ctx *x = NULL;
+        ck_assert_int_eq(qi_ctx_create(m, c, 2, &x, &e), QI_OK);
+        qi_ppl_result r;
+        ck_assert_msg(qi_perplexity(m, x, ids, n_ids, c, chunks, NULL, NULL, &r, &e) == QI_OK, "%s", e.msg);
+        printf("perplexity, ctx %d, %d chunks: qinfer %.4f, llama.cpp %.4f\n", c, chunks, r.ppl, want);
+        ck_assert_msg(fabs(r.ppl - want) <= 6e-5, "ctx %d: perplexity %.5f vs llama.cpp %.4f", c, r.ppl, want);
+        qi_ctx_free(x);
+        checked++;
+    }
+    qi_free(ids);
+    free(text);
+    free(golden);
+    return checked;
+}

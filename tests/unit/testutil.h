@@ -100,6 +100,15 @@ void qi_test_golden_greedy(const struct qi_model *m, const char *path, int windo
 /* The first generated position's top-10 logits must equal llama.cpp's bit
  * for bit. */
 void qi_test_golden_first_logits(const struct qi_model *m, const char *path);
+/* Perplexity against llama-perplexity's rows of the golden file `path`
+ * (columns: run ctx chunks n_tokens n_scored ppl +/- running) over the
+ * cached corpus `corpus`, read as llama-perplexity reads it: every row of
+ * context `ctx` (0: any) over at most `max_chunks` chunks (the whole
+ * corpus's is for the record, not for CI), each within the 4 decimals
+ * printed; with `check_tokens`, the corpus's token count too. Returns the
+ * rows checked. */
+int qi_test_golden_ppl(const struct qi_model *m, const char *corpus, const char *path, int ctx, int max_chunks,
+                       bool check_tokens);
 
 /* The Check test case a CTest entry selects (CK_RUN_CASE, set by
  * CMakeLists.txt where one suite is several entries), or "" for all. Its
