@@ -759,7 +759,7 @@ END_TEST
 
 /* A plan changing before every step (weights uploaded to testdev and
  * freed there, every layer's working KV moving between the pools as its
- * attention moves) computes what the all-CPU run computes, bit for bit,
+ * attention moves, layers becoming streamed and held again) computes what the all-CPU run computes, bit for bit,
  * under the full cache and under policies that evict (whose offload tier
  * stays in host memory). */
 START_TEST(replans_exact) {
@@ -767,8 +767,10 @@ START_TEST(replans_exact) {
     char half[16], all[16];
     snprintf(half, sizeof half, "ngl=%d", L / 2);
     snprintf(all, sizeof all, "ngl=%d", L + 1);
-    const char *const cycle[] = {half, plan_file(g_model, 0), plan_file(g_model, 2), plan_file(g_model, 1), all,
-                                 "all-cpu", NULL};
+    /* streamed layers among them: their staging made, remade and let go
+     * as the plans change (engine_stream.c) */
+    const char *const cycle[] = {half, plan_file(g_model, 0), plan_file(g_model, 3), plan_file(g_model, 2),
+                                 plan_file(g_model, 4), plan_file(g_model, 1), all, "all-cpu", NULL};
     static const config pols[] = {{.policy = "full"},
                                   {.policy = "h2o", .frac = 0.5},
                                   {.policy = "qinfer", .frac = 0.5, .params = "full_layers=1,probe_every=2,fetch=0"}};
@@ -788,7 +790,7 @@ START_TEST(replans_exact) {
         printf("replans: %ld new plans moved %.1f MiB of weights and %ld KV blocks\n", g_replans,
                g_moved.weight_bytes / 1048576.0, g_moved.kv_blocks);
     }
-    for (int k = 0; k < 3; k++) unlink(cycle[1 + k]);
+    for (int k = 0; k < 5; k++) unlink(cycle[1 + k]);
 }
 END_TEST
 
