@@ -13,6 +13,7 @@
  *   engine_sparsity.c   activation sparsity (teal, cats) on the CPU
  *   engine_neuron.c     the FFN split by neurons
  *   engine_swap.c       the neuron swaps, between steps or by the worker
+ *   engine_stream.c     streamed layers: weights copied from the host each time they run
  *   engine_devices.c    devices, weight blocks, activations, copies
  *   engine_replan.c     a new plan between steps
  *   engine_checks.c     which options, plans and devices go together
@@ -63,6 +64,7 @@ void qi_engine_free(qi_engine *e) {
         }
     qi_free(e->ps);
     eng_sparsity_free(e);
+    eng_stream_free(e);
     qi_kv_policy_free(e->pol);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];

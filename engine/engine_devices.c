@@ -62,8 +62,12 @@ size_t eng_walign(size_t n) { return (n + WALIGN - 1) / WALIGN * WALIGN; }
  * it runs in its own form (qi_dev_weight_prepare): the CPU runs on the
  * model's own views, or on its packed groups with repack; another device
  * holds an uploaded copy. A new plan moves a block by preparing it where
- * it goes and freeing it where it was. */
-int eng_wblock_dev(const qi_plan *p, int b) { return qi_plan_block_dev(p, b); }
+ * it goes and freeing it where it was. A streamed layer's blocks are the
+ * host's: their weights stay there (engine_stream.c). */
+int eng_wblock_dev(const qi_plan *p, int b) {
+    if (b > 0 && b < 2 * p->n_layer + 1 && p->layers[(b - 1) / 2].stream) return 0;
+    return qi_plan_block_dev(p, b);
+}
 
 const char *eng_wblock_name(const qi_model *m, int b, char *buf, size_t n) {
     return qi_plan_block_name(m->hp.n_layer, b, buf, n);
@@ -247,7 +251,7 @@ qi_status eng_setup_devices(qi_engine *e, size_t R, qi_err *err) {
         for (int l = 0; l < L; l++) attn |= p->layers[l].attn_dev == d || (p->layers[l].split > 0.0f && p->layers[l].split_dev == d);
         if (attn && (st = qi_kv_pool_create(D->be, m->hp.head_dim, e->o.kv_max_bytes, &D->pool, err))) return st;
     }
-    return QI_OK;
+    return eng_stream_apply(e, p, err);
 }
 
 const qi_plan *qi_engine_plan(const qi_engine *e) { return e->ns ? &e->ns->shown : &e->plan; }

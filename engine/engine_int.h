@@ -232,6 +232,8 @@ typedef struct {
     qi_plan shown; /* the plan with the split in it (eng_neurons_show) */
 } eng_neurons;
 
+typedef struct eng_stream eng_stream; /* streamed layers (engine_stream.c) */
+
 struct qi_engine {
     const qi_model *m;
     /* the caller's request as given (its pointers borrowed for
@@ -313,6 +315,7 @@ struct qi_engine {
 
     eng_sparsity sp;        /* opts.sparsity, opts.act_observe (engine_sparsity.c) */
     eng_neurons *ns;        /* opts.neuron_fast: the neuron split (NULL: none; engine_neuron.c, engine_swap.c) */
+    eng_stream *stream;     /* the plan's streamed layers' staging (NULL: none; engine_stream.c) */
 };
 
 typedef struct {
@@ -450,6 +453,14 @@ void eng_neurons_show(qi_engine *e);
 void eng_neurons_free(qi_engine *e);
 void eng_count_active(qi_engine *e, int l, const float *a, int rows, int n, bool fast);
 qi_status eng_mlp_split(qi_engine *e, int l, int rows, qi_err *err);
+
+/* engine_stream.c: streamed layers. apply: the staging for plan p (the
+ * old one let go; at creation and by a re-plan); before and after: the
+ * hooks around layer l in the forward pass (after passes st through). */
+qi_status eng_stream_apply(qi_engine *e, const qi_plan *p, qi_err *err);
+void eng_stream_free(qi_engine *e);
+qi_status eng_stream_before(qi_engine *e, int l, qi_err *err);
+qi_status eng_stream_after(qi_engine *e, int l, qi_status st, qi_err *err);
 
 /* engine_swap.c */
 void eng_unit_bytes(const qi_layer *ly, int unit, size_t *gb, size_t *ub, size_t *blk);

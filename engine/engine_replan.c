@@ -66,6 +66,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
                           w + kv - room);
         }
     }
+    if ((st = eng_stream_apply(e, np, err))) return st; /* the staging streamed layers need */
     qi_plan next = {0};
     qi_buf **nblk = qi_calloc((size_t)NB, sizeof *nblk);
     const long n_streams = (long)e->o.max_seqs * L * Hkv;
@@ -73,6 +74,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
     if (!nblk || !undo || (st = qi_plan_copy(&next, np, err))) {
         qi_free(nblk);
         qi_free(undo);
+        eng_stream_apply(e, &e->plan, NULL);
         return nblk && undo ? st : QI_ERR(err, QI_ERR_NOMEM, "out of memory for a new plan");
     }
     /* the blocks that arrive on a device, prepared there */
@@ -125,6 +127,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
             if (eng_wblock_dev(np, b) == 0 && eng_wblock_dev(&e->plan, b) != 0) eng_wblock_reset(m, &e->dev[0], b);
         }
         qi_plan_free(&next);
+        eng_stream_apply(e, &e->plan, NULL); /* the old plan's staging again */
     } else {
         for (int b = 0; b < NB; b++) {
             const int od = eng_wblock_dev(&e->plan, b), nd = eng_wblock_dev(np, b);

@@ -88,11 +88,29 @@ static qi_status embed_block(qi_engine *e, int T, qi_err *err) {
     return st;
 }
 
+/* Layer l's two blocks, each on its device (the hidden state moved there
+ * first) and timed as its span; *rows: the rows carried on (0 after the
+ * last layer when no logits are wanted). */
+static qi_status layer(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *x_dev, int *rows,
+                       qi_err *err) {
+    const int a = e->plan.layers[l].attn_dev, f = e->plan.layers[l].mlp_dev;
+    qi_event *t0;
+    qi_status st;
+    if ((st = eng_move_x(e, x_dev, a, *rows, err)) || (st = eng_span_begin(e, a, 1 + 2 * l, &t0, err)) ||
+        (st = eng_span_end(e, a, 1 + 2 * l, t0, eng_attention_block(e, segs, n_seg, T, R, l, rows, err), err)))
+        return st;
+    if (*rows == 0) return QI_OK;
+    if ((st = eng_move_x(e, x_dev, f, *rows, err)) || (st = eng_span_begin(e, f, 2 + 2 * l, &t0, err)))
+        return st;
+    return eng_span_end(e, f, 2 + 2 * l, t0, eng_mlp_block(e, l, *rows, err), err);
+}
+
 /* The forward pass of a step: T rows of segs (R of them wanted as
  * logits), every block on the device the plan names, each timed as a
  * span of its device (profile), the hidden state moved to the device of
  * the next block. Block b's span: 0 the embedding, 1 + 2l layer l's
- * attention, 2 + 2l its MLP, 2L + 1 the head (plan.h). */
+ * attention, 2 + 2l its MLP, 2L + 1 the head (plan.h). A streamed layer's
+ * weights arrive around it (engine_stream.c). */
 static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
     const int L = e->m->hp.n_layer;
     const qi_plan *p = &e->plan;
@@ -103,16 +121,10 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     int x_dev = p->embd_dev, rows = T;
     if ((st = eng_span_begin(e, x_dev, 0, &t0, err)) || (st = eng_span_end(e, x_dev, 0, t0, embed_block(e, T, err), err)))
         return st;
-    for (int l = 0; l < L; l++) {
-        const int a = p->layers[l].attn_dev, f = p->layers[l].mlp_dev;
-        if ((st = eng_move_x(e, &x_dev, a, rows, err)) || (st = eng_span_begin(e, a, 1 + 2 * l, &t0, err)) ||
-            (st = eng_span_end(e, a, 1 + 2 * l, t0, eng_attention_block(e, segs, n_seg, T, R, l, &rows, err), err)))
+    for (int l = 0; l < L && rows > 0; l++)
+        if ((st = eng_stream_before(e, l, err)) ||
+            (st = eng_stream_after(e, l, layer(e, segs, n_seg, T, R, l, &x_dev, &rows, err), err)))
             return st;
-        if (rows == 0) break;
-        if ((st = eng_move_x(e, &x_dev, f, rows, err)) || (st = eng_span_begin(e, f, 2 + 2 * l, &t0, err)) ||
-            (st = eng_span_end(e, f, 2 + 2 * l, t0, eng_mlp_block(e, l, rows, err), err)))
-            return st;
-    }
     if (R == 0) return QI_OK;
     const int hb = 2 * L + 1;
     if ((st = eng_move_x(e, &x_dev, p->head_dev, R, err)) || (st = eng_span_begin(e, p->head_dev, hb, &t0, err)))

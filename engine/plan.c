@@ -105,6 +105,9 @@ qi_status qi_plan_validate(const qi_plan *p, qi_err *err) {
                              : y->ffn_dev < 1 || y->ffn_dev >= nd || y->ffn_dev == y->mlp_dev || y->ffn_rows < 1)
             return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: a neuron split of %d neurons on device %d (it needs a "
                           "device after the cpu other than the MLP's, and neurons)", l, y->ffn_rows, y->ffn_dev);
+        if (y->stream && (y->attn_dev != y->mlp_dev || y->attn_dev == 0 || y->ffn_dev != -1))
+            return QI_ERR(err, QI_ERR_INVALID, "plan layer %d: a streamed layer runs both its blocks on one device "
+                          "other than the cpu, without a neuron split", l);
     }
     return QI_OK;
 }
@@ -170,6 +173,15 @@ static qi_status parse_file(const char *path, int n_layer, qi_plan *p, qi_err *e
             break;
         }
         qi_plan_layer *y = &p->layers[l];
+        const size_t n0 = strlen(tok[0]), n1 = strlen(tok[1]);
+        const bool s0 = n0 > 1 && tok[0][n0 - 1] == '~', s1 = n1 > 1 && tok[1][n1 - 1] == '~';
+        if (s0 != s1) {
+            st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: a streamed layer marks both devices with '~' (ATTN~ MLP~)", path,
+                        lineno);
+            break;
+        }
+        if (s0) tok[0][n0 - 1] = tok[1][n1 - 1] = 0;
+        y->stream = s0;
         y->attn_dev = device_of(p, tok[0]);
         y->mlp_dev = device_of(p, tok[1]);
         if (y->attn_dev < 0 || y->mlp_dev < 0) {
@@ -257,7 +269,7 @@ static int as_ngl(const qi_plan *p) {
     int n = 0;
     for (int l = 0; l < p->n_layer; l++) {
         const qi_plan_layer *y = &p->layers[l];
-        if (y->split > 0.0f || y->attn_dev != y->mlp_dev || y->attn_dev > 1) return -1;
+        if (y->split > 0.0f || y->attn_dev != y->mlp_dev || y->attn_dev > 1 || y->stream) return -1;
         if (y->attn_dev == 1) n++;
         else if (n > 0) return -1; /* device 1 must hold a suffix */
     }
@@ -277,17 +289,20 @@ int qi_plan_summary(const qi_plan *p, char *buf, size_t len) {
     else if (n > 0)
         put(&o, "ngl=%d (%s)", n, p->devices[1]);
     else {
-        int attn[QI_PLAN_MAX_DEVICES] = {0}, mlp[QI_PLAN_MAX_DEVICES] = {0}, split = 0, ffn = 0, fdev = 0;
+        int attn[QI_PLAN_MAX_DEVICES] = {0}, mlp[QI_PLAN_MAX_DEVICES] = {0}, split = 0, ffn = 0, fdev = 0, streamed = 0;
         long rows = 0;
         for (int l = 0; l < p->n_layer; l++) {
             attn[p->layers[l].attn_dev]++;
             mlp[p->layers[l].mlp_dev]++;
             split += p->layers[l].split > 0.0f;
+            streamed += p->layers[l].stream;
             if (p->layers[l].ffn_dev > 0) ffn++, rows += p->layers[l].ffn_rows, fdev = p->layers[l].ffn_dev;
         }
         put(&o, "plan:");
         for (int d = 0; d < p->n_devices; d++) put(&o, " %s attn %d mlp %d;", p->devices[d], attn[d], mlp[d]);
-        put(&o, " split layers %d; head %s", split, p->devices[p->head_dev]);
+        put(&o, " split layers %d;", split);
+        if (streamed) put(&o, " streamed layers %d;", streamed);
+        put(&o, " head %s", p->devices[p->head_dev]);
         if (ffn) put(&o, "; neuron split layers %d, %ld neurons on %s", ffn, rows, p->devices[fdev]);
     }
     return (int)o.at;
@@ -301,7 +316,7 @@ int qi_plan_format(const qi_plan *p, char *buf, size_t len) {
     put(&o, "\n# layer: ATTN MLP SPLIT SPLIT_DEV\nembd %s\n", p->devices[p->embd_dev]);
     for (int l = 0; l < p->n_layer; l++) {
         const qi_plan_layer *y = &p->layers[l];
-        put(&o, "%s %s", p->devices[y->attn_dev], p->devices[y->mlp_dev]);
+        put(&o, "%s%s %s%s", p->devices[y->attn_dev], y->stream ? "~" : "", p->devices[y->mlp_dev], y->stream ? "~" : "");
         if (y->split > 0.0f) put(&o, " %.9g %s", y->split, p->devices[y->split_dev]);
         put(&o, "   # layer %d", l);
         if (y->ffn_dev > 0) put(&o, ", %d FFN neurons on %s (a neuron split: not in the file format)", y->ffn_rows,
@@ -322,6 +337,7 @@ int qi_plan_json(const qi_plan *p, char *buf, size_t len) {
         const qi_plan_layer *y = &p->layers[l];
         put(&o, "%s[%d,%d", l ? "," : "", y->attn_dev, y->mlp_dev);
         if (y->split > 0.0f) put(&o, ",%.9g,%d", y->split, y->split_dev);
+        if (y->stream) put(&o, "%s\"stream\"", y->split > 0.0f ? "," : ",0,-1,");
         put(&o, "]");
     }
     put(&o, "]");

@@ -141,7 +141,8 @@ void qi_pub_resolve(qi_pub_row *r) {
         if (r->n_gen < 1) return (void)snprintf(r->why, sizeof r->why, "no generated length");
         if (!strstr(r->settings, "all on GPU"))
             return (void)snprintf(r->why, sizeof r->why,
-                                  "FlexGen's offload (weights streamed from the host each step) is not simulated");
+                                  "FlexGen's offload needs its block schedule (GPU batches inside each layer, KV moved "
+                                  "per batch), not run here (its streamed layers are)");
     } else {
         return (void)snprintf(r->why, sizeof r->why, "test '%s' not known", r->test);
     }

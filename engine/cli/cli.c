@@ -401,7 +401,9 @@ void qi_cli_place_help(void) {
            "                          with --sim, cpu,gpu[:BYTES] (the profile's GPU, its memory capped)\n"
            "      --placement P       all-cpu (default); ngl=N (the last N layers, and the output\n"
            "                          head when N > layers, as -ngl 99, on the second device); or a plan file:\n"
-           "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name;\n"
+           "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name\n"
+           "                          (DEV~ DEV~: the layer streamed to DEV, its weights copied from\n"
+           "                          host memory each time it runs, as FlexGen's offload);\n"
            "                          or policy:NAME[:K=V,...], a policy's plan (generate; bench --batch):\n");
     for (int i = 0; qi_placement_policies[i]; i++)
         printf("                            %-10s %s%s%s%s\n", qi_placement_policies[i]->name,

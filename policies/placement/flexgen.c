@@ -13,11 +13,16 @@
  * throughput. qinfer has no disk tier: FlexGen's disk shares are 0 and its
  * disk copies vanish. The terms are written out in README.md.
  *
- * The plan: qinfer runs each block on the device holding its weights, it
- * does not stream weights as FlexGen does, so the weight share wg becomes
- * whole layers on the accelerator (the last first, the head once every
- * layer is there, as static.c), and the KV share cg becomes each layer's
- * attention split (qi_plan_layer.split). The registry's memory check has
+ * The plan: the weight share wg becomes whole layers held on the
+ * accelerator (the last first, the head once every layer is there, as
+ * static.c), and the KV share cg becomes each layer's attention split
+ * (qi_plan_layer.split). The other layers run on the CPU (stream=0, the
+ * default: llama.cpp's offload, as the placement ablation measured it), or
+ * with stream=1 FlexGen's way: on the accelerator, their weights streamed
+ * from host memory each time they run (qi_plan_layer.stream,
+ * engine/engine_stream.c). FlexGen's GPU batch size and number of GPU
+ * batches are not executed (the engine has no block schedule): a step
+ * runs the batch it is given. The registry's memory check has
  * the last word: while the mapped plan does not fit, a layer goes back to
  * the CPU.
  *
@@ -256,25 +261,29 @@ typedef struct {
     qi_hwprofile prof;
     double eff_gpu, eff_cpu, eff_link;
     long gbs_max, num_gb_max;
+    bool stream;              /* layers not held on the accelerator streamed to it (else on the CPU) */
     qi_flexgen_solution last; /* the solution behind the last plan */
 } flexgen_policy;
 
 static qi_status flexgen_create(const qi_params *params, qi_placement_policy **out, qi_err *err) {
-    static const char *const known[] = {"profile", "eff_gpu", "eff_cpu", "eff_link", "gbs_max", "num_gb_max", NULL};
+    static const char *const known[] = {"profile", "eff_gpu",    "eff_cpu", "eff_link",
+                                        "gbs_max", "num_gb_max", "stream",  NULL};
     double eg = 1.0, ec = 1.0, el = 1.0;
-    long gbs_max = 256, num_gb_max = 64;
+    long gbs_max = 256, num_gb_max = 64, stream = 0;
     qi_status st = qi_params_check_known(params, "flexgen", known, err);
     if (!st) st = qi_params_double(params, "flexgen", "eff_gpu", 1.0, 1e-6, 1.0, &eg, err);
     if (!st) st = qi_params_double(params, "flexgen", "eff_cpu", 1.0, 1e-6, 1.0, &ec, err);
     if (!st) st = qi_params_double(params, "flexgen", "eff_link", 1.0, 1e-6, 1.0, &el, err);
     if (!st) st = qi_params_int(params, "flexgen", "gbs_max", 256, 1, 1 << 20, &gbs_max, err);
     if (!st) st = qi_params_int(params, "flexgen", "num_gb_max", 64, 1, 1 << 20, &num_gb_max, err);
+    if (!st) st = qi_params_int(params, "flexgen", "stream", 0, 0, 1, &stream, err);
     if (st) return st;
     flexgen_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "flexgen: out of memory");
     p->base.iface = &qi_placement_flexgen_policy;
     p->eff_gpu = eg, p->eff_cpu = ec, p->eff_link = el;
     p->gbs_max = gbs_max, p->num_gb_max = num_gb_max;
+    p->stream = stream != 0;
     const char *path = qi_params_get(params, "profile");
     if (path) {
         qi_err e = {0};
@@ -306,13 +315,14 @@ static float split_of(double r) {
 }
 
 /* The plan of n layers (and the head when n = L + 1) on acc, the rest on
- * the CPU, with the KV share cg as splits. */
-static void set_plan(qi_plan *out, int acc, int n, double cg, bool splits) {
+ * the CPU or streamed to acc, with the KV share cg as splits. */
+static void set_plan(qi_plan *out, int acc, int n, double cg, bool splits, bool stream) {
     const int L = out->n_layer;
     for (int l = 0; l < L; l++) {
         qi_plan_layer *y = &out->layers[l];
-        const bool on_acc = l >= L - n;
+        const bool held = l >= L - n, on_acc = held || stream;
         y->attn_dev = y->mlp_dev = on_acc ? acc : 0;
+        y->stream = on_acc && !held;
         y->split = splits ? split_of(on_acc ? 1.0 - cg : cg) : 0.0f;
         y->split_dev = y->split > 0.0f ? (on_acc ? 0 : acc) : -1;
     }
@@ -385,10 +395,10 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
     /* a budgeted KV policy evicts, which a split layer cannot: no splits then */
     const bool splits = wl->kv_budget == 0;
     for (; n >= 0; n--) {
-        set_plan(out, acc, n, sol.cg, splits);
+        set_plan(out, acc, n, sol.cg, splits, p->stream);
         if (qi_placement_check(m, devs, wl, out, 0, NULL) == QI_OK) return QI_OK;
     }
-    set_plan(out, acc, 0, 0.0, false); /* not even the KV's share fits: all-cpu */
+    set_plan(out, acc, 0, 0.0, false, false); /* not even the KV's share fits: all-cpu */
     return QI_OK;
 }
 
@@ -399,7 +409,8 @@ const qi_placement_policy_i qi_placement_flexgen_policy = {
     .name = "flexgen",
     .summary = "FlexGen's cost model as an LP (GLPK): weight share as layers on the accelerator, KV share as splits",
     .params = "profile=PATH (hardware profile, required with an accelerator), eff_gpu=1, eff_cpu=1, eff_link=1 "
-              "(share of each peak reached), gbs_max=256, num_gb_max=64",
+              "(share of each peak reached), gbs_max=256, num_gb_max=64, stream=0 (1: the layers not held on the "
+              "accelerator streamed to it, FlexGen's offload, rather than computed by the CPU)",
     .create = flexgen_create,
     .plan = flexgen_plan,
     .free = flexgen_free,

@@ -161,7 +161,9 @@ void qi_placement_policy_free(qi_placement_policy *p); /* NULL is a no-op */
  * there (each sequence's KV budget, or a sliding-window layer's window if
  * smaller, in whole KV blocks of 64 tokens, F16 keys and values; a split
  * layer's share by its ratio) and an activations estimate
- * (qi_placement_act_bytes). The CPU (device 0) runs on the model's own
+ * (qi_placement_act_bytes); a streamed layer's weights stay on the host,
+ * and the device it streams to holds two slots of the largest one's bytes
+ * (engine/engine_stream.c). The CPU (device 0) runs on the model's own
  * mapping and is not counted: 0. */
 size_t qi_placement_kv_bytes(const struct qi_model *m, const qi_placement_workload *wl, int layer);
 size_t qi_placement_act_bytes(const struct qi_model *m, const qi_placement_workload *wl, int n_devices);

@@ -148,12 +148,29 @@ size_t qi_placement_act_bytes(const qi_model *m, const qi_placement_workload *wl
     return total;
 }
 
+/* Whether block b is a streamed layer's: its weights stay on the host. */
+static bool streamed(const qi_plan *p, int b) {
+    return b > 0 && b < 2 * p->n_layer + 1 && p->layers[(b - 1) / 2].stream;
+}
+
+/* The staging of plan p's streamed layers on device d: two slots of the
+ * largest streamed layer's bytes (engine/engine_stream.c). */
+static size_t stream_need(const qi_model *m, const qi_plan *p, int d) {
+    size_t most = 0;
+    for (int l = 0; l < p->n_layer; l++) {
+        if (!p->layers[l].stream || p->layers[l].attn_dev != d) continue;
+        const size_t n = qi_plan_block_bytes(m, 1 + 2 * l) + qi_plan_block_bytes(m, 2 + 2 * l);
+        most = n > most ? n : most;
+    }
+    return 2 * most;
+}
+
 /* Bytes of block b of plan p that fall on device d (a layer's attention
- * with its share of the KV). */
+ * with its share of the KV; a streamed layer's KV alone). */
 static size_t block_need(const qi_model *m, const qi_placement_devices *devs, const qi_placement_workload *wl,
                          const qi_plan *p, int d, int b) {
     size_t n = 0;
-    if (qi_plan_block_dev(p, b) == d)
+    if (qi_plan_block_dev(p, b) == d && !streamed(p, b))
         n = devs && devs->engine ? qi_engine_block_bytes(devs->engine, d, b) : qi_plan_block_bytes(m, b);
     if (b == 0 || b == 2 * p->n_layer + 1 || (b - 1) % 2) return n;
     const qi_plan_layer *y = &p->layers[(b - 1) / 2];
@@ -178,7 +195,7 @@ static bool uses(const qi_plan *p, int d) {
 
 size_t qi_placement_need(const qi_model *m, const qi_placement_workload *wl, const qi_plan *p, int d) {
     if (d == 0 || !uses(p, d)) return 0;
-    size_t n = qi_placement_act_bytes(m, wl, p->n_devices);
+    size_t n = qi_placement_act_bytes(m, wl, p->n_devices) + stream_need(m, p, d);
     for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) n += block_need(m, NULL, wl, p, d, b);
     return n;
 }
@@ -190,10 +207,11 @@ qi_status qi_placement_check(const qi_model *m, const qi_placement_devices *devs
         if (!dv->capacity || !uses(p, d)) continue;
         const size_t free = dv->free > dv->capacity ? dv->capacity : dv->free;
         const size_t room = free > reserve ? free - reserve : 0;
-        size_t need = dv->holds_act ? 0 : qi_placement_act_bytes(m, wl, p->n_devices);
+        size_t need = (dv->holds_act ? 0 : qi_placement_act_bytes(m, wl, p->n_devices)) + stream_need(m, p, d);
         if (need > room)
             return QI_ERR(err, QI_ERR_NOMEM,
-                          "plan does not fit device %s: its activations need %zu bytes of the %zu free%s (%zu short)",
+                          "plan does not fit device %s: its activations and streaming slots need %zu bytes of the "
+                          "%zu free%s (%zu short)",
                           dv->name, need, room, reserve ? " after the reserve" : "", need - room);
         for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) {
             need += block_need(m, devs, wl, p, d, b);

@@ -722,6 +722,48 @@ START_TEST(test_flexgen_plan) {
     qi_placement_policy_free(p);
 }
 END_TEST
+
+/* stream=1: the layers not held on the accelerator are streamed to it
+ * (FlexGen's offload), none computed by the CPU once the staging fits; the
+ * held ones the same as stream=0 gives where the staging leaves room, and
+ * the memory check counts a streamed layer's KV and two staging slots on
+ * the accelerator, its weights on the host. */
+START_TEST(test_flexgen_stream) {
+    const qi_model m = model();
+    qi_placement_policy *p = NULL;
+    qi_err e = {0};
+    ck_assert_msg(fg_create("profile=" FG_PROFILE ",stream=1", &p, &e) == QI_OK, "%s", e.msg);
+    const size_t all = ngl_need(&m, L + 1) * 3, slots = 2 * (qi_plan_block_bytes(&m, 1) + qi_plan_block_bytes(&m, 2));
+    int n_streamed = 0, n_mixed = 0;
+    for (size_t cap = all / 64; cap <= all; cap += all / 64) {
+        qi_placement_devices d = devices(cap);
+        qi_plan got = {0};
+        ck_assert_msg(qi_placement_policy_plan(p, &m, &d, &wl, &got, &e) == QI_OK, "%zu: %s", cap, e.msg);
+        int streamed = 0, held = 0;
+        for (int l = 0; l < L; l++) {
+            const qi_plan_layer *y = &got.layers[l];
+            streamed += y->stream;
+            held += y->attn_dev == 1 && !y->stream;
+            /* held layers are the last ones: a streamed one never follows one */
+            if (l > 0 && got.layers[l - 1].attn_dev == 1 && !got.layers[l - 1].stream) ck_assert(!y->stream);
+        }
+        if (streamed) {
+            ck_assert_int_eq(streamed + held, L); /* no layer on the CPU */
+            n_streamed++;
+            n_mixed += held > 0;
+            /* the staging counts: without room for it the same plan is refused */
+            qi_placement_devices tight = devices(qi_placement_need(&m, &wl, &got, 1) - 1);
+            ck_assert_int_eq(qi_placement_check(&m, &tight, &wl, &got, 0, &e), QI_ERR_NOMEM);
+            qi_err_clear(&e);
+            ck_assert(qi_placement_need(&m, &wl, &got, 1) >= slots);
+        }
+        qi_plan_free(&got);
+    }
+    ck_assert_msg(n_streamed > 0 && n_mixed > 0, "plans with streamed layers %d, with held ones too %d", n_streamed,
+                  n_mixed);
+    qi_placement_policy_free(p);
+}
+END_TEST
 #endif
 
 static Suite *placement_suite(void) {
@@ -748,6 +790,7 @@ static Suite *placement_suite(void) {
     tcase_add_test(tc, test_flexgen_search);
     tcase_add_test(tc, test_flexgen_errors);
     tcase_add_test(tc, test_flexgen_plan);
+    tcase_add_test(tc, test_flexgen_stream);
     suite_add_tcase(s, tc);
 #endif
     return s;

@@ -197,6 +197,57 @@ START_TEST(test_file_errors) {
 }
 END_TEST
 
+/* Streamed layers: `ATTN~ MLP~` in a file, round trips through the text
+ * and JSON forms, and the refusals (one device not the host, both marked,
+ * no neuron split). */
+START_TEST(test_stream) {
+    qi_err e = {0};
+    qi_plan p = two();
+    ck_assert_msg(qi_plan_parse(write_tmp("testdev~ 1~\ncpu cpu\n1 1 0.5 cpu\n"), 3, &p, &e) == QI_OK, "%s", e.msg);
+    ck_assert(p.layers[0].stream && !p.layers[1].stream && !p.layers[2].stream);
+    ck_assert_int_eq(p.layers[0].attn_dev, 1);
+    ck_assert_int_eq(p.layers[0].mlp_dev, 1);
+    char text[2048], j[512], sum[256];
+    ck_assert_int_lt(qi_plan_format(&p, text, sizeof text), (int)sizeof text);
+    ck_assert_ptr_nonnull(strstr(text, "testdev~ testdev~"));
+    qi_plan q = two();
+    ck_assert_msg(qi_plan_parse(write_tmp(text), 3, &q, &e) == QI_OK, "%s\n%s", e.msg, text);
+    ck_assert_mem_eq(p.layers, q.layers, sizeof *p.layers * 3);
+    qi_plan_json(&q, j, sizeof j);
+    ck_assert_str_eq(j, "{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":0,\"layers\":[[1,1,0,-1,\"stream\"],"
+                        "[0,0],[1,1,0.5,0]]}");
+    qi_plan_summary(&q, sum, sizeof sum);
+    ck_assert_str_eq(sum, "plan: cpu attn 1 mlp 1; testdev attn 2 mlp 2; split layers 1; streamed layers 1; head cpu");
+    /* not ngl=N even when the devices would say so */
+    qi_plan n = two();
+    ck_assert_int_eq(qi_plan_parse(write_tmp("cpu cpu\n1~ 1~\n"), 2, &n, &e), QI_OK);
+    qi_plan_summary(&n, sum, sizeof sum);
+    ck_assert_ptr_null(strstr(sum, "ngl"));
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"testdev~ testdev\ncpu cpu\n", ":1: a streamed layer marks both devices"},
+        {"cpu~ cpu~\ncpu cpu\n", "layer 0: a streamed layer runs both its blocks on one device other than the cpu"},
+        {"testdev~ cpu~\ncpu cpu\n", "layer 0: a streamed layer"},
+        {"~ ~\ncpu cpu\n", ":1: no device '~'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qi_plan b = two();
+        qi_err_clear(&e);
+        ck_assert_msg(qi_plan_parse(write_tmp(bad[i].text), 2, &b, &e) != QI_OK, "case %zu accepted", i);
+        ck_assert_msg(strstr(e.msg, bad[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, e.msg, bad[i].want);
+    }
+    p.layers[0].ffn_dev = 1; /* a neuron split on a streamed layer */
+    p.layers[0].ffn_rows = 10;
+    qi_err_clear(&e);
+    ck_assert_int_eq(qi_plan_validate(&p, &e), QI_ERR_INVALID);
+    qi_plan_free(&n);
+    qi_plan_free(&p);
+    qi_plan_free(&q);
+    unlink(write_tmp(""));
+}
+END_TEST
+
 START_TEST(test_validate) {
     qi_err e = {0};
     qi_plan p = two();
@@ -248,6 +299,7 @@ static Suite *plan_suite(void) {
     tcase_add_test(tc, test_file_round_trip);
     tcase_add_test(tc, test_file_errors);
     tcase_add_test(tc, test_validate);
+    tcase_add_test(tc, test_stream);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,7 +17,9 @@
  * are bit-identical, test anything). Each case is a CTest entry:
  *   - ngl=N for N = 0, 1, half the layers, all of them, and all plus the
  *     output head; attention and MLP alternating between the devices; every
- *     block on testdev (embedding and output head too);
+ *     block on testdev (embedding and output head too); every layer
+ *     streamed to testdev (its weights copied from host memory each time it
+ *     runs, engine_stream.c), and every third beside held and host layers;
  *   - every KV policy with a budget with every block on testdev, and h2o
  *     and qinfer also with half the layers there and with only the MLP
  *     and head there (the "policies" case);
@@ -52,6 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "qinfer/params.h"
@@ -69,6 +72,10 @@ typedef struct {
      * replans to the next of these in turn (--placement values) */
     const char *const *replans;
     bool repack; /* opts.repack: the devices pack their matrices */
+    /* testdev's copy-stream copies held until this many more of its ops
+     * have run (qi_testdev_slow_copies; 0: not), so an op that reads a
+     * streamed layer's weights without waiting for them meets NaN */
+    long slow_copies;
 } config;
 
 /* What the replans of run() moved, summed. */
@@ -101,6 +108,7 @@ static void run(const qi_model *m, const config *c, int S, int32_t tokens[16][G]
     qi_engine *eng = NULL;
     qi_err e = {0};
     ck_assert_msg(create(m, c, S, &eng, &e) == QI_OK, "%s / %s: %s", c->devices, c->placement, e.msg);
+    if (c->slow_copies) qi_testdev_slow_copies(qi_engine_backend(eng, 1), c->slow_copies, 2000);
     int ids[16], done[16] = {0};
     for (int s = 0; s < S; s++) {
         int32_t prompt[140];
@@ -270,7 +278,7 @@ static void check_plan(const qi_model *m, const config *c, int S, const char *wh
 }
 
 static char *plan_file(const qi_model *m, int kind) {
-    static char path[3][64];
+    static char path[5][64];
     snprintf(path[kind], sizeof path[kind], "/tmp/qi_test_plan_engine_%d_%d.txt", (int)getpid(), kind);
     FILE *f = fopen(path[kind], "w");
     ck_assert_ptr_nonnull(f);
@@ -281,6 +289,10 @@ static char *plan_file(const qi_model *m, int kind) {
         if (kind == 0) fprintf(f, "%s %s\n", l % 2 ? "testdev" : "cpu", l % 2 ? "cpu" : "testdev");
         if (kind == 1) fprintf(f, "cpu testdev   # attention on the host, MLP on the device\n");
         if (kind == 2) fprintf(f, "1 1\n");
+        /* streamed layers (engine_stream.c): every one, or every third
+         * beside layers held on testdev and on the host */
+        if (kind == 3) fprintf(f, "testdev~ testdev~\n");
+        if (kind == 4) fprintf(f, "%s\n", l % 3 == 0 ? "testdev~ 1~" : l % 3 == 1 ? "testdev testdev" : "cpu cpu");
     }
     fclose(f);
     return path[kind];
@@ -299,9 +311,10 @@ static void plans_for(const qi_model *m, const char *name) {
         check_plan(m, &c, 1, what);
         check_plan(m, &c, S, what);
     }
-    const char *const kinds[] = {"alternating attention/MLP", "MLP and head on testdev", "everything on testdev"};
-    for (int k = 0; k < 3; k++) {
-        const config c = {.devices = "cpu,testdev", .placement = plan_file(m, k)};
+    const char *const kinds[] = {"alternating attention/MLP", "MLP and head on testdev", "everything on testdev",
+                                 "every layer streamed", "streamed, held and host layers"};
+    for (int k = 0; k < 5; k++) {
+        const config c = {.devices = "cpu,testdev", .placement = plan_file(m, k), .slow_copies = k >= 3 ? 4 : 0};
         char what[64];
         snprintf(what, sizeof what, "%s %s", name, kinds[k]);
         check_plan(m, &c, 1, what);
@@ -746,7 +759,7 @@ END_TEST
 
 /* A plan changing before every step (weights uploaded to testdev and
  * freed there, every layer's working KV moving between the pools as its
- * attention moves) computes what the all-CPU run computes, bit for bit,
+ * attention moves, layers becoming streamed and held again) computes what the all-CPU run computes, bit for bit,
  * under the full cache and under policies that evict (whose offload tier
  * stays in host memory). */
 START_TEST(replans_exact) {
@@ -754,8 +767,10 @@ START_TEST(replans_exact) {
     char half[16], all[16];
     snprintf(half, sizeof half, "ngl=%d", L / 2);
     snprintf(all, sizeof all, "ngl=%d", L + 1);
-    const char *const cycle[] = {half, plan_file(g_model, 0), plan_file(g_model, 2), plan_file(g_model, 1), all,
-                                 "all-cpu", NULL};
+    /* streamed layers among them: their staging made, remade and let go
+     * as the plans change (engine_stream.c) */
+    const char *const cycle[] = {half, plan_file(g_model, 0), plan_file(g_model, 3), plan_file(g_model, 2),
+                                 plan_file(g_model, 4), plan_file(g_model, 1), all, "all-cpu", NULL};
     static const config pols[] = {{.policy = "full"},
                                   {.policy = "h2o", .frac = 0.5},
                                   {.policy = "qinfer", .frac = 0.5, .params = "full_layers=1,probe_every=2,fetch=0"}};
@@ -775,7 +790,7 @@ START_TEST(replans_exact) {
         printf("replans: %ld new plans moved %.1f MiB of weights and %ld KV blocks\n", g_replans,
                g_moved.weight_bytes / 1048576.0, g_moved.kv_blocks);
     }
-    for (int k = 0; k < 3; k++) unlink(cycle[1 + k]);
+    for (int k = 0; k < 5; k++) unlink(cycle[1 + k]);
 }
 END_TEST
 

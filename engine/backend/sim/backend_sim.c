@@ -21,8 +21,9 @@
  * the host goes on at once, so the CPU's work that follows overlaps it, as
  * on a real machine. An event records its stream's clock; a stream that
  * waits for one moves its clock up to the event's time; the host waiting
- * (qi_event_sync, a synchronise) moves the host's clock up. The engine's
- * own host work between ops (scheduling, the KV policy's decisions, the
+ * (qi_event_sync, a synchronise) moves the host's clock up. The GPU's
+ * copy stream (its copy engine) has a clock of its own too (sim_stream.c).
+ * The engine's own host work between ops (scheduling, the KV policy's decisions, the
  * sampler) costs no simulated time.
  *
  * Memory: buffers come from one reserved range of address space per
@@ -43,6 +44,7 @@
 
 #include "backend.h"
 #include "qinfer/types.h"
+#include "sim_stream.h"
 
 struct qi_sim {
     qi_hwprofile prof;
@@ -63,6 +65,7 @@ typedef struct {
     qi_sim *sim;
     bool gpu;
     double t; /* the GPU stream's clock (the CPU uses sim->host) */
+    double tcopy; /* the GPU's copy stream's clock (sim_stream.c) */
     char *base;
     size_t len, bump;
     free_run *free; /* released ranges, reused by exact size */
@@ -560,9 +563,10 @@ static bool in_dev(const sim_dev *d, const void *p) {
 }
 
 /* height rows of width bytes (pitches dpitch, spitch) as one copy: one
- * latency or launch, the bytes at the path's bandwidth */
-static void sim_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                        size_t height) {
+ * latency or launch, the bytes at the path's bandwidth; its duration (the
+ * host's side of it done: zeros received, host bytes moved) */
+double sim_copy_cost(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                     size_t height) {
     sim_dev *d = S(b);
     const qi_hwprofile *pr = &d->sim->prof;
     const qi_sim_params *p = &d->sim->par;
@@ -582,10 +586,22 @@ static void sim_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src
         for (size_t r = 0; r < height; r++) memset((char *)dst + r * dpitch, 0, width);
         dur = pr->link_latency.value + n / (pr->link_d2h_bw.value * p->link);
     }
-    advance(b, QI_SIM_OP_CLASSES, dur * noise(d->sim));
+    return dur * noise(d->sim);
+}
+
+static void sim_copy_2d(qi_backend *b, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height) {
+    advance(b, QI_SIM_OP_CLASSES, sim_copy_cost(b, dst, dpitch, src, spitch, width, height));
 }
 
 static void sim_copy(qi_backend *b, void *dst, const void *src, size_t n) { sim_copy_2d(b, dst, n, src, n, n, 1); }
+
+sim_clocks sim_clocks_of(qi_backend *b) {
+    sim_dev *d = S(b);
+    return (sim_clocks){.gpu = d->gpu, .host = &d->sim->host, .main = d->gpu ? &d->t : &d->sim->host,
+                        .copy = d->gpu ? &d->tcopy : &d->sim->host, .busy_copies = &d->busy[QI_SIM_OP_CLASSES],
+                        .copies = &d->sim->copies, .n_copies = &d->sim->n_ops[d->gpu][QI_SIM_OP_CLASSES]};
+}
 
 /* A marker completes when the stream reaches it, which is no earlier than
  * the host issued it: an idle GPU's clock is behind the host's. */
@@ -605,6 +621,7 @@ static void sim_wait(qi_backend *b, qi_event *ev) {
 static void sim_drain(qi_backend *b) {
     sim_dev *d = S(b);
     if (d->gpu && d->t > d->sim->host) d->sim->host = d->t;
+    if (d->gpu && d->tcopy > d->sim->host) d->sim->host = d->tcopy;
 }
 
 static void sim_host_wait(qi_backend *b, double t) {
@@ -680,6 +697,10 @@ static const qi_backend_i k_sim_iface = {
     .layernorm = sim_layernorm,
     .add_bias = sim_add_bias,
     .act = sim_act,
+    .cs_copy = sim_cs_copy,
+    .cs_copy_2d = sim_cs_copy_2d,
+    .cs_mark = sim_cs_mark,
+    .cs_wait = sim_cs_wait,
 };
 
 qi_status qi_backend_sim_create(qi_sim *s, bool gpu, size_t capacity, qi_backend **out, qi_err *err) {

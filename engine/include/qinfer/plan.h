@@ -20,7 +20,12 @@
  * MLP's device): the engine sets ffn_dev and ffn_rows from its neuron
  * split (qinfer/engine.h, opts.neuron_fast), so a plan shows it and stores
  * it in JSON; plan files have no syntax for it (qi_plan_format writes it
- * as a comment).
+ * as a comment). A layer may be streamed (FlexGen's offload, where
+ * llama.cpp's computes a layer left on the host there): both its blocks
+ * run on one device other than the host, whose copy stream brings the
+ * layer's weights from host memory every time it runs, overlapped with the
+ * compute of the layer before (engine/engine_stream.c); a plan file marks
+ * it with `~` after both devices (`gpu~ gpu~`).
  */
 #ifndef QINFER_PLAN_H
 #define QINFER_PLAN_H
@@ -40,6 +45,7 @@ typedef struct {
     int split_dev;  /* the second attention device; -1 when split is 0 */
     int ffn_dev;    /* the fast device of an FFN neuron split (-1: none) */
     int ffn_rows;   /* the neurons (gate/up rows, down columns) on ffn_dev (0 with ffn_dev -1) */
+    bool stream;    /* the layer's weights stay in host memory and are streamed to its device each time it runs */
 } qi_plan_layer;
 
 typedef struct {
@@ -64,7 +70,8 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
  *            count (any N above n_layer: all of them, as -ngl 99);
  *   a file   one line per layer, in order: ATTN MLP [SPLIT [SPLIT_DEV]]
  *            (devices by name or index, SPLIT a ratio in [0, 1], its
- *            device by default the other of a two-device list), and
+ *            device by default the other of a two-device list; ATTN~
+ *            MLP~, one device other than the host, a streamed layer), and
  *            optionally `embd DEV` and `head DEV` lines; '#' starts a
  *            comment. Errors name the file and the line.
  * A value policy:NAME[:K=V,...] names a placement policy
@@ -74,7 +81,8 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
 qi_status qi_plan_parse(const char *spec, int n_layer, qi_plan *p, qi_err *err);
 /* Every block on device 0 of the devices in p. */
 qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err);
-/* Checks indices, ratios and the neuron split's fields. */
+/* Checks indices, ratios, the neuron split's fields and streamed layers
+ * (one device, not the host, for both blocks; no neuron split). */
 qi_status qi_plan_validate(const qi_plan *p, qi_err *err);
 void qi_plan_free(qi_plan *p);
 /* A deep copy (dst's old layers are not freed). */
