@@ -532,8 +532,10 @@ typedef struct {
      * cpu_unpack: the cost of one unit of a format's unpacking work
      *   (qi_sim_cpu_unpack_ops) per weight, in multiply-adds;
      * cpu_matmul_overlap: how much of the shorter of a matmul's compute
-     *   and memory times hides under the longer (1: their max; 0: sum). */
-    double cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap;
+     *   and memory times hides under the longer (1: their max; 0: sum);
+     * cpu_matmul_tiled: the compute share on the kernels' tiled path
+     *   (qi_sim_cpu_tiled; 0: compute[0][0]). */
+    double cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled;
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */

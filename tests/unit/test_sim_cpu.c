@@ -3,8 +3,8 @@
  *
  * The fit (qi_calib_fit) gives back the model's known parameters from the
  * step times they produce over synthetic models (working sets inside,
- * across and past the usable last-level cache; four weight types; one to
- * 64 tokens), and a row planted 40% off stays visible in its residual
+ * across and past the usable last-level cache; four weight types, two of
+ * them on the kernels' tiled path from 8 tokens; one to 64 tokens), and a row planted 40% off stays visible in its residual
  * instead of being absorbed. A calibration file with its `# machine:`
  * record loads; the record matches the profile it was written from and
  * not one of another CPU, core count, bandwidth or cache. Seconds.
@@ -99,9 +99,9 @@ static qi_status predict_rows(void *vctx, const char *const *keys, const double 
 }
 
 static const char *const k_keys[] = {"cpu_dram_memory", "cpu_llc_memory",     "cpu_llc_share", "cpu_matmul_compute",
-                                     "cpu_unpack",      "cpu_matmul_overlap", "cpu_op_s"};
-static const double k_truth[] = {0.8, 0.6, 0.5, 0.7, 0.8, 0.4, 3e-6};
-#define N_KEYS 7
+                                     "cpu_unpack",      "cpu_matmul_overlap", "cpu_op_s",      "cpu_matmul_tiled"};
+static const double k_truth[] = {0.8, 0.6, 0.5, 0.7, 0.8, 0.4, 3e-6, 1.3};
+#define N_KEYS 8
 
 static void make_rows(rows_ctx *c) {
     cpu_profile(&c->pr);
@@ -124,7 +124,7 @@ static void fit_rows(rows_ctx *c, const double *meas, double *vals, double *pred
     for (int i = 0; i < N_KEYS; i++) {
         vals[i] = i == 6 ? 4e-6 : 0.5;
         lo[i] = i == 6 ? 2e-7 : 0.01;
-        hi[i] = i == 6 ? 5e-5 : i == 3 || i == 4 ? 4 : 1;
+        hi[i] = i == 6 ? 5e-5 : i == 3 || i == 4 || i == 7 ? 4 : 1;
     }
     qi_err e = {0};
     qi_calib_fit_report rep;
@@ -144,6 +144,9 @@ START_TEST(test_unpack_ops) {
     ck_assert(qi_sim_cpu_unpack_ops(QI_TYPE_Q8_0) < qi_sim_cpu_unpack_ops(QI_TYPE_Q4_0));
     ck_assert(qi_sim_cpu_unpack_ops(QI_TYPE_Q4_0) < qi_sim_cpu_unpack_ops(QI_TYPE_Q5_0));
     ck_assert(qi_sim_cpu_unpack_ops(QI_TYPE_I32) < 0);
+    /* the kernels' tiled path: q4_K and q6_K from 8 tokens */
+    ck_assert(qi_sim_cpu_tiled(QI_TYPE_Q4_K, 8) && qi_sim_cpu_tiled(QI_TYPE_Q6_K, 64));
+    ck_assert(!qi_sim_cpu_tiled(QI_TYPE_Q4_K, 7) && !qi_sim_cpu_tiled(QI_TYPE_Q8_0, 64));
     qi_sim_params p;
     qi_sim_params_default(&p);
     ck_assert(!qi_sim_cpu_on(&p)); /* off until a calibration turns it on */

@@ -213,6 +213,7 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
         {"cpu_llc_share", offsetof(qi_sim_params, cpu_llc_share), 1, false},
         {"cpu_unpack", offsetof(qi_sim_params, cpu_unpack), 8, true},
         {"cpu_matmul_overlap", offsetof(qi_sim_params, cpu_matmul_overlap), 1, true},
+        {"cpu_matmul_tiled", offsetof(qi_sim_params, cpu_matmul_tiled), QI_SIM_EFF_MAX, true},
     };
     for (size_t i = 0; i < sizeof gk / sizeof gk[0]; i++) {
         if (strcmp(key, gk[i].key) != 0) continue;
@@ -245,7 +246,7 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
                   "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, {cpu,gpu}_{matmul,attention,other}_"
                   "{compute,memory}, {cpu,gpu}_matmul_compute_TYPE, TYPE a weight type such as q4_k, "
                   "gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, "
-                  "gpu_power_exp, cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap)",
+                  "gpu_power_exp, cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled)",
                   key);
 }
 

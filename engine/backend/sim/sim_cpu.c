@@ -26,12 +26,17 @@
  *   the float types, whose dot products run on the FMA units rather than
  *   the int8 ones) takes that instead.
  * - peak: cpu.int8 for a quantised weight where the profile gives it,
- *   else cpu.fp32 (the probe's FMA rate).
+ *   else cpu.fp32 (the probe's FMA rate); the share cpu_matmul_compute,
+ *   or on the kernels' tiled path (qi_sim_cpu_tiled: q4_K and q6_K from
+ *   8 tokens, each unpacked block reused across a tile of tokens and its
+ *   activations across a tile of rows) cpu_matmul_tiled where set.
+ * - bw_llc is at least bw_dram: the cache is never slower than DRAM.
  */
 #include "sim_cpu.h"
 
 #include <math.h>
 
+#include "kernels/kernels.h"
 #include "qinfer/types.h"
 
 bool qi_sim_cpu_on(const qi_sim_params *p) { return p->cpu_dram_memory > 0; }
@@ -85,12 +90,21 @@ static bool is_quant(uint32_t t) {
     return t != QI_TYPE_F32 && t != QI_TYPE_F16 && t != QI_TYPE_BF16;
 }
 
+/* The engine's kernels take a tiled path (gemm_wide: a tile of rows
+ * against a tile of tokens, each unpacked block reused across the tokens)
+ * for q4_K and q6_K from QI_K_WIDE_MIN tokens, on AVX2 and AVX-512 alike
+ * (kernels/kernels.h); every other type, and fewer tokens, a row at a time. */
+bool qi_sim_cpu_tiled(uint32_t type, int T) {
+    return T >= QI_K_WIDE_MIN && (type == QI_TYPE_Q4_K || type == QI_TYPE_Q6_K);
+}
+
 double qi_sim_cpu_matmul_s(qi_sim_cpu_ws *ws, const qi_hwprofile *pr, const qi_sim_params *p,
                            const qi_weight *const *w, int n, int T) {
     for (int i = 0; i < n; i++) ws_add(ws, w[i]);
     const double bw_dram = pr->cpu_mem_bw.value * p->cpu_dram_memory;
     const bool llc = pr->cpu_llc.set && pr->cpu_llc_bw.set && p->cpu_llc_memory > 0 && p->cpu_llc_share > 0;
-    const double bw_llc = llc ? pr->cpu_llc_bw.value * p->cpu_llc_memory : bw_dram;
+    /* the cache is never slower than the memory behind it */
+    const double bw_llc = llc ? fmax(pr->cpu_llc_bw.value * p->cpu_llc_memory, bw_dram) : bw_dram;
     double h = 0;
     if (llc) {
         const double L = pr->cpu_llc.value * p->cpu_llc_share;
@@ -108,7 +122,8 @@ double qi_sim_cpu_matmul_s(qi_sim_cpu_ws *ws, const qi_hwprofile *pr, const qi_s
         const double own = t < QI_TYPE_COUNT ? p->cpu_matmul_type[t] : 0;
         double u = qi_sim_cpu_unpack_ops(t);
         if (u < 0) u = 1; /* a type the CPU does not compute with: as a 4-bit one */
-        tc += own > 0 ? f / (peak * own) : f * (1 + p->cpu_unpack * u) / (peak * p->compute[0][0]);
+        const double eff = qi_sim_cpu_tiled(t, T) && p->cpu_matmul_tiled > 0 ? p->cpu_matmul_tiled : p->compute[0][0];
+        tc += own > 0 ? f / (peak * own) : f * (1 + p->cpu_unpack * u) / (peak * eff);
     }
     tm += 4.0 * T * ((double)w[0]->n_cols + rows) / bw_llc;
     const double hi = tc > tm ? tc : tm, lo = tc > tm ? tm : tc;

@@ -32,6 +32,10 @@ bool qi_sim_cpu_on(const qi_sim_params *p);
  * -1 for a type the CPU does not compute with. */
 double qi_sim_cpu_unpack_ops(uint32_t type);
 
+/* The engine's kernels take their tiled path for weights of type over T
+ * tokens (q4_K and q6_K from QI_K_WIDE_MIN tokens). */
+bool qi_sim_cpu_tiled(uint32_t type, int T);
+
 /* Seconds of one CPU matmul launch over n weights (one matmul_n) of T
  * tokens on profile pr with parameters p, its fixed cost included (no
  * noise); ws gets the weights added first. */
