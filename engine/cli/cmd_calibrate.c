@@ -703,12 +703,16 @@ int qi_cmd_calibrate(int argc, char **argv) {
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
         fprintf(f, "# The simulator's parameters fitted to this machine by qinfer calibrate: load with\n"
                    "# --sim %s --sim-cal FILE (engine/backend/sim/README.md, Calibration).\n"
-                   "# models %s; batches", kvo.sim, models_arg);
-        for (int i = 0; i < n_b; i++) fprintf(f, "%s%d", i ? "," : " ", batches[i]);
-        fprintf(f, "; contexts");
-        for (int j = 0; j < n_c; j++) fprintf(f, "%s%d", j ? "," : " ", ctxs[j]);
-        fprintf(f, "; B x C <= %d; %d threads; ", max_tokens, n_threads);
-        if (times_in) fprintf(f, "the times of %s", times_in);
+                   "# models %s; ", kvo.sim, models_arg);
+        if (!times_in) {
+            fprintf(f, "batches");
+            for (int i = 0; i < n_b; i++) fprintf(f, "%s%d", i ? "," : " ", batches[i]);
+            fprintf(f, "; contexts");
+            for (int j = 0; j < n_c; j++) fprintf(f, "%s%d", j ? "," : " ", ctxs[j]);
+            fprintf(f, "; B x C <= %d; ", max_tokens);
+        }
+        fprintf(f, "%d threads; ", n_threads);
+        if (times_in) fprintf(f, "the points and times of %s", times_in);
         else fprintf(f, "%d rounds, the %s", reps, use_min ? "least" : "median");
         if (max_others < 1) fprintf(f, "; points with other processes above %g%% of the CPUs left out", 100 * max_others);
         char mline[512];
