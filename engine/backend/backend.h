@@ -521,6 +521,21 @@ typedef struct {
      *   ("gpu_matmul_compute_f16"; 0: compute[1][0]). */
     double gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, gpu_power_exp;
     double gpu_matmul_type[QI_TYPE_COUNT];
+    /* The CPU's machine model for matmuls (sim/sim_cpu.c, sim/README.md
+     * "The CPU's machine model"); off, the class roofline above, while
+     * cpu_dram_memory is 0 (the default):
+     * cpu_dram_memory: the share of the profile's cpu.mem_bw a weight
+     *   streamed from DRAM is read at;
+     * cpu_llc_memory: the share of cpu.llc_bw a weight the last-level cache
+     *   holds is read at;
+     * cpu_llc_share: the share of cpu.llc the CPU's weights keep;
+     * cpu_unpack: the cost of one unit of a format's unpacking work
+     *   (qi_sim_cpu_unpack_ops) per weight, in multiply-adds;
+     * cpu_matmul_overlap: how much of the shorter of a matmul's compute
+     *   and memory times hides under the longer (1: their max; 0: sum);
+     * cpu_matmul_tiled: the compute share on the kernels' tiled path
+     *   (qi_sim_cpu_tiled; 0: compute[0][0]). */
+    double cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled;
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */
@@ -542,6 +557,15 @@ qi_status qi_sim_params_load(const char *path, qi_sim_params *p, qi_err *err);
  * its predictions were from what they were checked against) into out;
  * false (out "") when the file has none or cannot be read. */
 bool qi_sim_cal_validated(const char *path, char *out, size_t cap);
+/* The machine a calibration is fitted on, as its file records it (`qinfer
+ * calibrate -o` writes this line from the profile): "# machine: cpu=NAME;
+ * cores=N; mem_bw=X GB/s; llc=Y MiB". */
+void qi_sim_cal_machine_line(const qi_hwprofile *prof, char *out, size_t cap);
+/* True, with the reason in why, when the calibration at path records a
+ * machine other than prof's: another CPU model or core count, or a memory
+ * bandwidth or last-level cache a quarter or more apart. False when they
+ * match, the file has no record, or it cannot be read. */
+bool qi_sim_cal_machine_differs(const char *path, const qi_hwprofile *prof, char *why, size_t cap);
 const char *qi_sim_op_class_name(int k); /* "matmul", "attention", "other"; "copy" for 3 */
 /* par NULL: the defaults. The profile is copied. */
 qi_status qi_sim_create(const qi_hwprofile *prof, const qi_sim_params *par, qi_sim **out, qi_err *err);

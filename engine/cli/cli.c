@@ -1,6 +1,7 @@
 /* cli.c - flag parsing and error reporting shared by the subcommands. */
 #include "cli.h"
 
+#include "backend.h"
 #include "kv/kv_policy.h"
 #include "placement/placement_policy.h"
 #include "qinfer/measure.h"
@@ -481,6 +482,15 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->sim = k->sim;
     o->sim_cal = k->sim_cal;
     o->sim_params = &k->sim_params;
+    static bool warned; /* once a run, though commands apply their options more than once */
+    if (k->sim && k->sim_cal && !warned) {
+        /* a calibration fitted on another machine than the profile's */
+        qi_hwprofile prof;
+        qi_err e = {0};
+        char why[768];
+        if (qi_hwprofile_load(k->sim, &prof, &e) == QI_OK && qi_sim_cal_machine_differs(k->sim_cal, &prof, why, sizeof why))
+            fprintf(stderr, "qinfer: warning: %s\n", why), warned = true;
+    }
     /* a policy's plan comes after creation (qi_cli_place_policy); a command
      * that does not run one passes the value on, and the engine refuses it */
     o->placement = policy_spec(k) && k->policy_ok ? "all-cpu" : k->placement;

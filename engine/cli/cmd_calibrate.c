@@ -38,13 +38,59 @@
 #include "qinfer/model_files.h"
 #include "threadpool.h"
 
-#define MAX_MODELS 4
-#define MAX_GRID 16
-#define MAX_KEYS 16
+#include "calib_int.h"
 
 static const char *const k_default_keys =
     "cpu_matmul_compute,cpu_matmul_memory,cpu_attention_compute,cpu_attention_memory,cpu_other_compute,"
     "cpu_other_memory,cpu_op_s";
+/* the CPU's machine model (sim/sim_cpu.c), the default where the profile
+ * gives the last-level cache and its read rate */
+static const char *const k_machine_keys =
+    "cpu_dram_memory,cpu_llc_memory,cpu_llc_share,cpu_matmul_compute,cpu_matmul_tiled,cpu_unpack,cpu_matmul_overlap,"
+    "cpu_op_s,"
+    "cpu_attention_compute,cpu_attention_memory,cpu_other_memory";
+
+/* The physical range a fitted key moves in, and its start: a share of a
+ * measured rate or of the cache at most 1 (DRAM's at least 0.1: on a
+ * shared machine the other tenants take their part of the memory bus); the int8 dot products up to 4x
+ * the fp32 FMA rate the profile measured (VNNI's four multiply-adds per
+ * lane where an FMA does one); a format's unpacking up to 4 multiply-adds
+ * a unit; a fixed cost per op of a thread pool's wake and join, 0.2 to 50
+ * us; the attention's and element-wise ops' bytes from the caches up to 4x
+ * DRAM's rate. The class efficiencies of the older model keep their wide
+ * range (up to QI_SIM_EFF_MAX: caches absorbed into them). */
+static void key_range(const char *k, const qi_sim_params *def, bool machine, double *v, double *lo, double *hi) {
+    static const struct { const char *key; double v, lo, hi; } mk[] = {
+        {"cpu_dram_memory", 0.8, 0.1, 1},      {"cpu_llc_memory", 0.5, 0.05, 1},
+        {"cpu_matmul_tiled", 0.5, 0.05, 4},
+        {"cpu_llc_share", 0.5, 0.01, 1},       {"cpu_matmul_compute", 0.5, 0.05, 4},
+        {"cpu_unpack", 0.5, 0.01, 4},          {"cpu_matmul_overlap", 0.5, 0.01, 1},
+        {"cpu_op_s", 4e-6, 2e-7, 5e-5},        {"cpu_attention_compute", 0.3, 0.02, 1},
+        {"cpu_attention_memory", 0.5, 0.05, 4}, {"cpu_other_memory", 0.5, 0.05, 4},
+    };
+    for (size_t i = 0; machine && i < sizeof mk / sizeof mk[0]; i++)
+        if (!strcmp(k, mk[i].key)) {
+            *v = mk[i].v, *lo = mk[i].lo, *hi = mk[i].hi;
+            return;
+        }
+    if (!strcmp(k, "cpu_op_s")) {
+        *v = def->cpu_op_s, *lo = 1e-8, *hi = 1e-2;
+    } else if (!strcmp(k, "link")) {
+        *v = def->link, *lo = 1e-3, *hi = 1;
+    } else if (!strncmp(k, "cpu_matmul_compute_", 19)) {
+        *v = def->compute[0][0], *lo = 1e-3, *hi = QI_SIM_EFF_MAX;
+    } else {
+        const bool gpu = k[0] == 'g', mem = strstr(k, "_memory") != NULL;
+        const int cls = strstr(k, "_matmul_") ? 0 : strstr(k, "_attention_") ? 1 : 2;
+        *v = (mem ? def->memory : def->compute)[gpu][cls];
+        *lo = 1e-3, *hi = QI_SIM_EFF_MAX;
+        if (!strcmp(k, "cpu_dram_memory") || !strcmp(k, "cpu_llc_memory") || !strcmp(k, "cpu_llc_share") ||
+            !strcmp(k, "cpu_matmul_overlap"))
+            *v = 0.5, *hi = 1;
+        else if (!strcmp(k, "cpu_unpack"))
+            *v = 0.5, *hi = 4;
+    }
+}
 
 static void help(void) {
     printf(
@@ -69,10 +115,22 @@ static void help(void) {
         "                        by step (another process's work only adds time); or median\n"
         "  -n, --decode N        decode steps timed per run, the median kept (default 5)\n"
         "  -t, --threads N       worker threads (default: physical cores)\n"
-        "      --fit KEYS        the parameters fitted, comma-separated (default the CPU's:\n"
-        "                        %s)\n"
+        "      --fit KEYS        the parameters fitted, comma-separated (default, where PROFILE\n"
+        "                        gives cpu.llc and cpu.llc_bw, the CPU's machine model:\n"
+        "                        %s;\n"
+        "                        else the class efficiencies: %s)\n"
         "      --max-evals N     simulated predictions the fit may make (default 1500)\n"
         "      --quick           a small run for tests: -b 1,2 -c 64,128 -r 1 -n 3\n"
+        "      --synth DIR       calibrate over shapes: the cached real models and synthetic ones\n"
+        "                        (about 100M to 1.1B parameters, q4_K, q6_K, q8_0 beside the real\n"
+        "                        models' types), written into DIR once; -b 1,4,16 -c 64,256,1024\n"
+        "                        --max-tokens 1024 --max-work 0.3: about 10 minutes on 2 cores\n"
+        "      --full            with --synth: up to 7B parameters, q4_0, q4_K, q6_K, q8_0, f16 and\n"
+        "                        Qwen2.5-Coder-1.5B; -b 1,4,16,64 -c 64,256,1024,4096 --max-tokens\n"
+        "                        4096 --max-work 2 (about an hour; 12 GB in DIR)\n"
+        "      --max-work W      leave out points whose B x C x parameters exceed W x 1e12\n"
+        "      --loo             also leave out each shape and each weight type in turn, fit the\n"
+        "                        rest and predict it: MAPE of prefill, decode and batched decode\n"
         "      --times-out FILE  also write the measured times (model B C prefill_s decode_s runs)\n"
         "      --times-in FILE   fit to those instead of measuring (the same models and grid)\n"
         "      --max-others PCT  leave out of the fit and the check the points whose quietest run\n"
@@ -84,7 +142,7 @@ static void help(void) {
         "  -h, --help            this help\n"
         "The column others %% is the share of the CPUs other processes used during a point's\n"
         "quietest run (/proc/stat): the measurement is this machine's own only near 0.\n",
-        k_default_keys);
+        k_machine_keys, k_default_keys);
 }
 
 /* "1,2,4" into out (each in lo..hi), at most cap; false with a message. */
@@ -119,20 +177,6 @@ static double median(double *v, int n) {
         }
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-#define MAX_REPS 16
-
-typedef struct {
-    int model, batch, ctx;
-    bool fit;
-    int n_runs, n_steps;             /* n_steps: the prefill's (-1: runs differ, or too many) */
-    double pp[MAX_REPS], dc[MAX_REPS]; /* measured, per run */
-    double *step;                    /* [MAX_REPS][QI_CALIB_MAX_STEPS] the prefill's steps, per run */
-    double meas[2], pred[2], def[2]; /* [0] prefill, [1] decode */
-    long tokens;                     /* B x C */
-    double others;                   /* the least share of the CPUs other processes used in a run */
-    bool excluded;                   /* others above --max-others: neither fitted nor validated */
-} point;
 
 /* The CPUs' busy and total time (all of them, /proc/stat) and this
  * process's (/proc/self/stat), in clock ticks; false where unreadable. */
@@ -186,20 +230,9 @@ static void estimate(point *p, bool use_min) {
     }
 }
 
-typedef struct {
-    qi_model *m[MAX_MODELS];
-    point *pts;
-    int n_pts;
-    const qi_engine_opts *base; /* the real engine's options */
-    const char *sim;
-    int n_decode;
-    bool fit_only; /* predict the fitted points only */
-    int pass;      /* which prediction slot to fill: 0 pred, 1 def */
-} cal_ctx;
-
 /* The simulated times at the given parameters, for the fitted points (or
  * all), two a point, in pred (NULL: into each point's slot). */
-static qi_status predict(void *vctx, const char *const *keys, const double *values, int n_keys, double *pred,
+qi_status calib_predict(void *vctx, const char *const *keys, const double *values, int n_keys, double *pred,
                          qi_err *err) {
     cal_ctx *c = vctx;
     qi_params sp;
@@ -212,15 +245,20 @@ static qi_status predict(void *vctx, const char *const *keys, const double *valu
     int k = 0;
     for (int i = 0; i < c->n_pts; i++) {
         point *p = &c->pts[i];
-        if (c->fit_only && (!p->fit || p->excluded)) continue;
+        if (c->fit_only && !p->in_fit) continue;
         qi_calib_time t;
-        st = qi_calib_measure(c->m[p->model], &o, p->batch, p->ctx, c->n_decode, &t, err);
+        /* one simulated decode step: they are deterministic (calibrate sets
+         * no noise), and the median of n_decode measured ones is the step at
+         * context C + n_decode / 2, a few slots of attention more (well
+         * under 1% of a step at C >= 64), where one step costs the fit's
+         * evaluations a fraction of their time */
+        st = qi_calib_measure(c->m[p->model], &o, p->batch, p->ctx, 1, &t, err);
         if (st) return st;
         if (pred) {
             pred[k++] = t.prefill_s;
             pred[k++] = t.decode_s;
         } else {
-            double *slot = c->pass ? p->def : p->pred;
+            double *slot = c->pass == 2 ? p->tmp : c->pass ? p->def : p->pred;
             slot[0] = t.prefill_s;
             slot[1] = t.decode_s;
         }
@@ -244,6 +282,44 @@ static double set_mape(const cal_ctx *c, bool fit, int slot, double max_others, 
     }
     if (n_out) *n_out = n;
     return n ? s / n : 0;
+}
+
+/* --times-in: the points are the file's lines of the models named (the
+ * lists -b, -c and --max-tokens do not apply), cap of them at most; each
+ * model's split a checkerboard on the ranks of its own batches and
+ * contexts. Several runs' files may be concatenated. */
+static int rank_of(const int *v, int n, int x) {
+    int r = 0;
+    for (int i = 0; i < n; i++) r += v[i] < x;
+    return r;
+}
+
+static qi_status times_points(const char *path, cal_ctx *c, char (*mnames)[256], int n_models, int cap, qi_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return QI_ERR(err, QI_ERR_IO, "--times-in %s: cannot open", path);
+    char line[512], name[256];
+    while (fgets(line, sizeof line, f)) {
+        int B, C;
+        if (line[0] == '#' || sscanf(line, "%255s %d %d", name, &B, &C) != 3 || B < 1 || C < 1) continue;
+        for (int mi = 0; mi < n_models && c->n_pts < cap; mi++)
+            if (!strcmp(mnames[mi], name))
+                c->pts[c->n_pts++] = (point){.model = mi, .batch = B, .ctx = C, .tokens = (long)B * C};
+    }
+    fclose(f);
+    for (int i = 0; i < c->n_pts; i++) {
+        int bs[MAX_GRID * MAX_GRID], cs[MAX_GRID * MAX_GRID], nb = 0, nc = 0;
+        for (int j = 0; j < c->n_pts; j++) {
+            if (c->pts[j].model != c->pts[i].model) continue;
+            bool dup = false;
+            for (int k = 0; k < nb; k++) dup |= bs[k] == c->pts[j].batch;
+            if (!dup && nb < MAX_GRID * MAX_GRID) bs[nb++] = c->pts[j].batch;
+            dup = false;
+            for (int k = 0; k < nc; k++) dup |= cs[k] == c->pts[j].ctx;
+            if (!dup && nc < MAX_GRID * MAX_GRID) cs[nc++] = c->pts[j].ctx;
+        }
+        c->pts[i].fit = (rank_of(bs, nb, c->pts[i].batch) + rank_of(cs, nc, c->pts[i].ctx)) % 2 == 0;
+    }
+    return QI_OK;
 }
 
 /* --times-in: every point's measured times from an earlier run's
@@ -291,7 +367,10 @@ int qi_cmd_calibrate(int argc, char **argv) {
     int max_tokens = 2048, reps = 3, n_decode = 5, n_threads = qi_n_physical_cores(), max_evals = 1000;
     bool use_min = true;
     float max_others_pct = 100;
-    bool quick = false, b_given = false, c_given = false, r_given = false, n_given = false;
+    const char *synth_dir = NULL;
+    float max_work = 0; /* B x C x parameters, in 1e12 (0: no cap) */
+    bool full = false, work_given = false, m_given = false;
+    bool quick = false, loo = false, b_given = false, c_given = false, r_given = false, n_given = false;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--published")) return qi_cmd_calibrate_published(argc, argv);
     qi_cli_kv kvo;
@@ -301,7 +380,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
     qi_args_init(&a, cmd, argc, argv);
     while (qi_args_next(&a)) {
         if (qi_args_is(&a, "-h", "--help")) { help(); return 0; }
-        else if (qi_args_is(&a, "-m", "--model")) models_arg = qi_args_str(&a);
+        else if (qi_args_is(&a, "-m", "--model")) models_arg = qi_args_str(&a), m_given = true;
         else if (qi_args_is(&a, "-o", "--output")) out_path = qi_args_str(&a);
         else if (qi_args_is(&a, "-b", "--batch")) {
             const char *s = qi_args_str(&a);
@@ -327,6 +406,10 @@ int qi_cmd_calibrate(int argc, char **argv) {
         else if (qi_args_is(&a, NULL, "--fit")) fit_arg = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--max-evals")) qi_args_int(&a, 1, 1000000, &max_evals);
         else if (qi_args_is(&a, NULL, "--quick")) quick = true;
+        else if (qi_args_is(&a, NULL, "--loo")) loo = true;
+        else if (qi_args_is(&a, NULL, "--synth")) synth_dir = qi_args_str(&a);
+        else if (qi_args_is(&a, NULL, "--full")) full = true;
+        else if (qi_args_is(&a, NULL, "--max-work")) work_given = qi_args_float(&a, 1e-6f, 1e9f, &max_work);
         else if (qi_args_is(&a, NULL, "--times-out")) times_out = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--max-others")) qi_args_float(&a, 0, 100, &max_others_pct);
         else if (qi_args_is(&a, NULL, "--times-in")) times_in = qi_args_str(&a);
@@ -344,6 +427,26 @@ int qi_cmd_calibrate(int argc, char **argv) {
                           "--profile-out writes one; see qinfer calibrate --help)");
         return QI_EXIT_USAGE;
     }
+    char synth_list[4096];
+    if (full && !synth_dir) {
+        qi_cli_error(cmd, "option --full: it chooses the --synth set (--synth DIR --full)");
+        return QI_EXIT_USAGE;
+    }
+    if (synth_dir) {
+        /* the calibration over shapes: its models and grid */
+        qi_err se = {0};
+        if (m_given) {
+            qi_cli_error(cmd, "option --synth: it chooses the models; -m names them instead");
+            return QI_EXIT_USAGE;
+        }
+        if (calib_synth_set(synth_dir, full, synth_list, sizeof synth_list, &se)) return qi_cli_fail(cmd, &se);
+        models_arg = synth_list;
+        static const int fb[] = {1, 4, 16, 64}, fc[] = {64, 256, 1024, 4096};
+        if (!b_given) n_b = full ? 4 : 3, memcpy(batches, fb, sizeof fb);
+        if (!c_given) n_c = full ? 4 : 3, memcpy(ctxs, fc, sizeof fc);
+        if (max_tokens == 2048) max_tokens = full ? 4096 : 1024;
+        if (!work_given) max_work = full ? 2.0f : 0.3f;
+    }
     if (quick) {
         if (!b_given) batches[0] = 1, batches[1] = 2, n_b = 2;
         if (!c_given) ctxs[0] = 64, ctxs[1] = 128, n_c = 2;
@@ -356,7 +459,11 @@ int qi_cmd_calibrate(int argc, char **argv) {
     const char *keys[MAX_KEYS];
     double vals[MAX_KEYS], lo[MAX_KEYS], hi[MAX_KEYS];
     int n_keys = 0;
-    snprintf(keybuf, sizeof keybuf, "%s", fit_arg ? fit_arg : k_default_keys);
+    qi_err err = {0};
+    qi_hwprofile prof;
+    if (qi_hwprofile_load(kvo.sim, &prof, &err)) return qi_cli_fail(cmd, &err);
+    const bool machine = prof.cpu_llc.set && prof.cpu_llc_bw.set;
+    snprintf(keybuf, sizeof keybuf, "%s", fit_arg ? fit_arg : machine ? k_machine_keys : k_default_keys);
     qi_sim_params def;
     qi_sim_params_default(&def);
     for (char *tok = strtok(keybuf, ","); tok; tok = strtok(NULL, ",")) {
@@ -369,16 +476,7 @@ int qi_cmd_calibrate(int argc, char **argv) {
             return QI_EXIT_USAGE;
         }
         keys[n_keys] = tok;
-        if (!strcmp(tok, "cpu_op_s")) {
-            vals[n_keys] = def.cpu_op_s, lo[n_keys] = 1e-8, hi[n_keys] = 1e-2;
-        } else if (!strcmp(tok, "link")) {
-            vals[n_keys] = def.link, lo[n_keys] = 1e-3, hi[n_keys] = 1;
-        } else {
-            const bool gpu = tok[0] == 'g', mem = strstr(tok, "_memory") != NULL;
-            const int cls = strstr(tok, "_matmul_") ? 0 : strstr(tok, "_attention_") ? 1 : 2;
-            vals[n_keys] = (mem ? def.memory : def.compute)[gpu][cls];
-            lo[n_keys] = 1e-3, hi[n_keys] = QI_SIM_EFF_MAX;
-        }
+        key_range(tok, &def, machine, &vals[n_keys], &lo[n_keys], &hi[n_keys]);
         n_keys++;
     }
     if (!n_keys) {
@@ -386,13 +484,10 @@ int qi_cmd_calibrate(int argc, char **argv) {
         return QI_EXIT_USAGE;
     }
 
-    qi_err err = {0};
     int rc = 0;
     cal_ctx c = {0};
-    char mnames[MAX_MODELS][256], mlist[512];
+    char mnames[MAX_MODELS][256], mlist[4096];
     int n_models = 0;
-    qi_hwprofile prof;
-    if (qi_hwprofile_load(kvo.sim, &prof, &err)) return qi_cli_fail(cmd, &err);
     snprintf(mlist, sizeof mlist, "%s", models_arg);
     for (char *tok = strtok(mlist, ","); tok; tok = strtok(NULL, ",")) {
         if (n_models == MAX_MODELS) {
@@ -413,15 +508,18 @@ int qi_cmd_calibrate(int argc, char **argv) {
     }
 
     /* the points, models interleaved so that each round alternates them */
-    c.pts = qi_calloc((size_t)(n_models * n_b * n_c), sizeof *c.pts);
+    c.pts = qi_calloc((size_t)(n_models * MAX_GRID * MAX_GRID), sizeof *c.pts);
     if (!c.pts) {
         QI_ERR(&err, QI_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < n_b; i++)
+    if (times_in && times_points(times_in, &c, mnames, n_models, n_models * MAX_GRID * MAX_GRID, &err)) goto fail;
+    for (int i = 0; i < n_b && !times_in; i++)
         for (int j = 0; j < n_c; j++)
             for (int mi = 0; mi < n_models; mi++) {
                 if ((long)batches[i] * ctxs[j] > max_tokens) continue;
+                if (max_work > 0 && (double)batches[i] * ctxs[j] * (double)c.m[mi]->n_params > max_work * 1e12)
+                    continue;
                 const int nc = c.m[mi]->hp.n_ctx_train;
                 if (ctxs[j] + n_decode + 1 > nc) continue;
                 c.pts[c.n_pts++] = (point){.model = mi, .batch = batches[i], .ctx = ctxs[j], .fit = (i + j) % 2 == 0,
@@ -517,7 +615,8 @@ int qi_cmd_calibrate(int argc, char **argv) {
         point *p = &c.pts[i];
         if (!times_in) estimate(p, use_min);
         p->excluded = p->others > max_others;
-        n_fit += p->fit && !p->excluded;
+        p->in_fit = p->fit && !p->excluded;
+        n_fit += p->in_fit;
         if (p->fit && !p->excluded && n_meas + 2 <= (int)(sizeof meas / sizeof meas[0])) {
             meas[n_meas++] = p->meas[0];
             meas[n_meas++] = p->meas[1];
@@ -548,13 +647,13 @@ int qi_cmd_calibrate(int argc, char **argv) {
 
     /* the defaults' predictions, then the fit, then the fit's predictions */
     c.pass = 1;
-    if (predict(&c, keys, vals, n_keys, NULL, &err)) goto fail;
+    if (calib_predict(&c, keys, vals, n_keys, NULL, &err)) goto fail;
     c.fit_only = true;
     qi_calib_fit_report rep;
-    if (qi_calib_fit(keys, vals, lo, hi, n_keys, meas, n_meas, predict, &c, max_evals, &rep, &err)) goto fail;
+    if (qi_calib_fit(keys, vals, lo, hi, n_keys, meas, n_meas, calib_predict, &c, max_evals, &rep, &err)) goto fail;
     c.fit_only = false;
     c.pass = 0;
-    if (predict(&c, keys, vals, n_keys, NULL, &err)) goto fail;
+    if (calib_predict(&c, keys, vals, n_keys, NULL, &err)) goto fail;
 
     printf("calibration of the simulated %s against this machine (%d threads): %d points, %d fitted, %d held out\n\n",
            prof.name, n_threads, c.n_pts, n_fit, c.n_pts - n_fit);
@@ -579,6 +678,8 @@ int qi_cmd_calibrate(int argc, char **argv) {
            100 * set_mape(&c, false, 1, INFINITY, NULL));
     printf("measured in %.0f s, fitted in %.0f s (%d simulated evaluations)\n", t_meas,
            qi_now_s() - t_start - t_meas, rep.evals);
+    if (loo && calib_loo(&c, mnames, n_models, keys, vals, lo, hi, n_keys, max_evals / 2, max_others, &err))
+        goto fail;
     if (others_n > 0) {
         /* the measurements are this machine's only while it was not shared */
         const double o = others_sum / others_n;
@@ -602,15 +703,22 @@ int qi_cmd_calibrate(int argc, char **argv) {
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
         fprintf(f, "# The simulator's parameters fitted to this machine by qinfer calibrate: load with\n"
                    "# --sim %s --sim-cal FILE (engine/backend/sim/README.md, Calibration).\n"
-                   "# models %s; batches", kvo.sim, models_arg);
-        for (int i = 0; i < n_b; i++) fprintf(f, "%s%d", i ? "," : " ", batches[i]);
-        fprintf(f, "; contexts");
-        for (int j = 0; j < n_c; j++) fprintf(f, "%s%d", j ? "," : " ", ctxs[j]);
-        fprintf(f, "; B x C <= %d; %d threads; ", max_tokens, n_threads);
-        if (times_in) fprintf(f, "the times of %s", times_in);
+                   "# models %s; ", kvo.sim, models_arg);
+        if (!times_in) {
+            fprintf(f, "batches");
+            for (int i = 0; i < n_b; i++) fprintf(f, "%s%d", i ? "," : " ", batches[i]);
+            fprintf(f, "; contexts");
+            for (int j = 0; j < n_c; j++) fprintf(f, "%s%d", j ? "," : " ", ctxs[j]);
+            fprintf(f, "; B x C <= %d; ", max_tokens);
+        }
+        fprintf(f, "%d threads; ", n_threads);
+        if (times_in) fprintf(f, "the points and times of %s", times_in);
         else fprintf(f, "%d rounds, the %s", reps, use_min ? "least" : "median");
         if (max_others < 1) fprintf(f, "; points with other processes above %g%% of the CPUs left out", 100 * max_others);
-        fprintf(f, "\n# validated: held-out MAPE %.1f%% over %d times (measured on this machine, points the fit did "
+        char mline[512];
+        qi_sim_cal_machine_line(&prof, mline, sizeof mline);
+        fprintf(f, "\n%s\n", mline);
+        fprintf(f, "# validated: held-out MAPE %.1f%% over %d times (measured on this machine, points the fit did "
                    "not see)\n", 100 * held_mape, nh);
         for (int i = 0; i < n_keys; i++)
             fprintf(f, "%s = %.6g  # source: fitted by qinfer calibrate, %s, profile %s, %d configurations, fit "

@@ -63,6 +63,13 @@ if expect_ok "$Q" synth --preset llama-2-70b --type q4_0 --shapes-only -o "$M70"
   expect_ok "${sim[@]}" -p 0 --sim-cal "$tmp/bad.cal" && fast=$(tail -1 "$tmp/out")
   expect_ok "${sim[@]}" -p 0 --sim-cal "$tmp/bad.cal" --sim-param cpu_matmul_memory=0.1 && slow=$(tail -1 "$tmp/out")
   [[ ${fast:-} != "${slow:-}" ]] || bad "--sim-param does not override --sim-cal"
+  # the machine a calibration records: another one's warns, the profile's own does not
+  cal "# machine: cpu=Other CPU; cores=64; mem_bw=200.00 GB/s; llc=256.0 MiB" "cpu_op_s = 1e-5  # source: test"
+  expect_ok "${sim[@]}" -p 0 --sim-cal "$tmp/bad.cal" && { grep -q "warning: .*bad.cal was fitted on another machine.*CPU model differs" "$tmp/err" ||
+    bad "no warning for a calibration of another machine: $(cat "$tmp/err")"; }
+  cal "# machine: cpu=AMD EPYC; cores=2; mem_bw=17.37 GB/s; llc=0.0 MiB" "cpu_op_s = 1e-5  # source: test"
+  expect_ok "${sim[@]}" -p 0 --sim-cal "$tmp/bad.cal" && { ! grep -q "warning" "$tmp/err" ||
+    bad "a warning for the profile's own machine: $(cat "$tmp/err")"; }
 fi
 
 cache=${QINFER_CACHE:-$HOME/.cache/qinfer}
@@ -81,6 +88,8 @@ if expect_ok "$Q" calibrate --sim "$P" -m smollm2-135m -t 2 --quick -o "$tmp/q.c
     bad "calibrate: no MAPE line: $(tail -3 "$tmp/cal.out")"
   n=$(grep -c "# source: fitted by qinfer calibrate, .*, profile epyc-2core-kvm, 2 configurations, fit MAPE" "$tmp/q.cal")
   [[ $n -eq 7 ]] || bad "calibrate -o: $n sourced lines, want 7: $(cat "$tmp/q.cal")"
+  grep -q "^# machine: cpu=AMD EPYC; cores=2; mem_bw=17.37 GB/s; llc=0.0 MiB$" "$tmp/q.cal" ||
+    bad "calibrate -o: no machine record: $(cat "$tmp/q.cal")"
   # a quick run's held-out error on a shared machine says little (one
   # round, other processes' work in it); only a wild one is a failure
   h=$(sed -n 's/.*held-out MAPE \([0-9.]*\)%.*/\1/p' "$tmp/cal.out" | head -1)

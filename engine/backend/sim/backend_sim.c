@@ -44,6 +44,7 @@
 
 #include "backend.h"
 #include "qinfer/types.h"
+#include "sim_cpu.h"
 #include "sim_stream.h"
 
 struct qi_sim {
@@ -53,6 +54,7 @@ struct qi_sim {
     uint64_t rng;  /* noise */
     long ops, copies;
     long n_ops[2][QI_SIM_OP_CLASSES + 1]; /* per device (CPU, GPU) and class, copies last */
+    qi_sim_cpu_ws ws; /* the CPU's weights, for its machine model (sim_cpu.c) */
 };
 
 typedef struct free_run {
@@ -151,6 +153,12 @@ void qi_sim_params_default(qi_sim_params *p) {
         p->memory[0][k] = cpu_m[k];
     }
     p->gpu_matmul_overlap = 1;
+    /* the CPU's machine model, off; where a calibration turns it on, these
+     * are the fit's starting points */
+    p->cpu_llc_memory = 0.5;
+    p->cpu_llc_share = 0.5;
+    p->cpu_unpack = 0.5;
+    p->cpu_matmul_overlap = 0.5;
     p->link = 0.80;
     p->cpu_op_s = 4e-6;
     p->noise = 0;
@@ -201,6 +209,14 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
         {"gpu_op_cycles", offsetof(qi_sim_params, gpu_op_cycles), 1e6, true},
         {"gpu_power_ref", offsetof(qi_sim_params, gpu_power_ref), 1000, true},
         {"gpu_power_exp", offsetof(qi_sim_params, gpu_power_exp), 2, true},
+        /* the CPU's machine model (sim_cpu.c): shares of measured rates and
+         * of the cache, at most 1; the unpacking cost a few multiply-adds */
+        {"cpu_dram_memory", offsetof(qi_sim_params, cpu_dram_memory), 1, true},
+        {"cpu_llc_memory", offsetof(qi_sim_params, cpu_llc_memory), 1, false},
+        {"cpu_llc_share", offsetof(qi_sim_params, cpu_llc_share), 1, false},
+        {"cpu_unpack", offsetof(qi_sim_params, cpu_unpack), 8, true},
+        {"cpu_matmul_overlap", offsetof(qi_sim_params, cpu_matmul_overlap), 1, true},
+        {"cpu_matmul_tiled", offsetof(qi_sim_params, cpu_matmul_tiled), QI_SIM_EFF_MAX, true},
     };
     for (size_t i = 0; i < sizeof gk / sizeof gk[0]; i++) {
         if (strcmp(key, gk[i].key) != 0) continue;
@@ -233,7 +249,7 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
                   "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, {cpu,gpu}_{matmul,attention,other}_"
                   "{compute,memory}, {cpu,gpu}_matmul_compute_TYPE, TYPE a weight type such as q4_k, "
                   "gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, "
-                  "gpu_power_exp)",
+                  "gpu_power_exp, cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled)",
                   key);
 }
 
@@ -390,8 +406,17 @@ static double type_tc(qi_backend *b, const qi_weight *w, int T, double f) {
     return f / (matmul_peak(b, w, T) * p->cpu_matmul_type[w->type]);
 }
 
+/* A CPU matmul under the machine model (sim_cpu.c), when it is on. */
+static bool cpu_model_matmul(qi_backend *b, const qi_weight *const *w, int n, int T) {
+    qi_sim *s = S(b)->sim;
+    if (S(b)->gpu || !qi_sim_cpu_on(&s->par)) return false;
+    advance(b, 0, qi_sim_cpu_matmul_s(&s->ws, &s->prof, &s->par, w, n, T) * noise(s));
+    return true;
+}
+
 static void sim_matmul(qi_backend *b, const qi_weight *w, const float *x, int T, float *y) {
     (void)x, (void)y;
+    if (cpu_model_matmul(b, &w, 1, T)) return;
     const double f = 2.0 * T * (double)w->n_rows * (double)w->n_cols;
     advance(b, 0, op_time_tc(b, 0, f, wbytes(w) + 4.0 * T * ((double)w->n_cols + (double)w->n_rows),
                              matmul_peak(b, w, T), type_tc(b, w, T, f)));
@@ -399,6 +424,7 @@ static void sim_matmul(qi_backend *b, const qi_weight *w, const float *x, int T,
 
 static void sim_matmul_n(qi_backend *b, const qi_weight *const *w, float *const *y, int n, const float *x, int T) {
     (void)x, (void)y;
+    if (cpu_model_matmul(b, w, n, T)) return;
     double f = 0, by = 4.0 * T * (double)w[0]->n_cols, tc = 0;
     bool typed = false;
     for (int i = 0; i < n; i++) {

@@ -60,6 +60,8 @@ static const field fields[] = {
     NUM("cpu.fp32", cpu_fp32, 'f', REQ_ALL, "TFLOP/s", 1e12),
     NUM("cpu.int8", cpu_int8, 'f', OPT_ALL, "TOP/s", 1e12),
     NUM("cpu.mem_bw", cpu_mem_bw, 'b', REQ_ALL, "GB/s", 1e9),
+    NUM("cpu.llc", cpu_llc, 'm', OPT_ALL, "MiB", 1048576.0),
+    NUM("cpu.llc_bw", cpu_llc_bw, 'b', OPT_ALL, "GB/s", 1e9),
     NUM("cpu.mem", cpu_mem_bytes, 'm', REQ_ALL, "GiB", 1073741824.0),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])

@@ -109,3 +109,52 @@ qi_status qi_sim_params_load(const char *path, qi_sim_params *p, qi_err *err) {
     if (!st) *p = out;
     return st;
 }
+
+/* ---- the machine a calibration was fitted on ----------------------------------------- */
+
+/* "# machine: cpu=NAME; cores=N; mem_bw=X GB/s; llc=Y MiB" (llc=0: none) */
+#define MACHINE_TAG "# machine:"
+
+void qi_sim_cal_machine_line(const qi_hwprofile *prof, char *out, size_t cap) {
+    snprintf(out, cap, MACHINE_TAG " cpu=%s; cores=%.0f; mem_bw=%.2f GB/s; llc=%.1f MiB", prof->cpu_name,
+             prof->cpu_cores.value, prof->cpu_mem_bw.value / 1e9,
+             prof->cpu_llc.set ? prof->cpu_llc.value / 1048576.0 : 0.0);
+}
+
+/* a and b differ by more than a quarter of the larger */
+static bool apart(double a, double b) { return fabs(a - b) > 0.25 * fmax(a, b); }
+
+bool qi_sim_cal_machine_differs(const char *path, const qi_hwprofile *prof, char *why, size_t cap) {
+    if (cap) why[0] = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return false;
+    char line[CAL_LINE_MAX + 2], cpu[256] = "";
+    double cores = 0, bw = 0, llc = -1;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *s = trim(line);
+        if (strncmp(s, MACHINE_TAG, strlen(MACHINE_TAG)) != 0) continue;
+        s = trim(s + strlen(MACHINE_TAG));
+        char *semi = strchr(s, ';');
+        if (strncmp(s, "cpu=", 4) != 0 || !semi) break;
+        *semi = 0;
+        snprintf(cpu, sizeof cpu, "%s", s + 4);
+        found = sscanf(semi + 1, " cores=%lf; mem_bw=%lf GB/s; llc=%lf MiB", &cores, &bw, &llc) == 3;
+    }
+    fclose(f);
+    if (!found) return false; /* a calibration from before the record: nothing to compare */
+    const double pllc = prof->cpu_llc.set ? prof->cpu_llc.value / 1048576.0 : 0;
+    const char *what = strcmp(cpu, prof->cpu_name) != 0             ? "CPU model"
+                       : cores != prof->cpu_cores.value               ? "core count"
+                       : apart(bw * 1e9, prof->cpu_mem_bw.value)      ? "memory bandwidth"
+                       : llc > 0 && pllc > 0 && apart(llc, pllc)      ? "last-level cache"
+                                                                      : NULL;
+    if (!what) return false;
+    snprintf(why, cap,
+             "%s was fitted on another machine (%s: %s, %.0f cores, %.1f GB/s, LLC %.0f MiB; profile %s: %s, %.0f "
+             "cores, %.1f GB/s, LLC %.0f MiB): its %s differs, so its CPU figures may not hold; calibrate this "
+             "machine (qinfer calibrate, engine/backend/sim/README.md)",
+             path, "the calibration's", cpu, cores, bw, llc, prof->name, prof->cpu_name, prof->cpu_cores.value,
+             prof->cpu_mem_bw.value / 1e9, pllc, what);
+    return true;
+}

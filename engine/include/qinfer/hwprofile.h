@@ -28,7 +28,7 @@ typedef struct {
 
 /* kind: "server", "desktop", "cloud-vm" or "cpu-only"; a cpu-only profile
  * has no gpu.* or link.* field, every other kind has them all (gpu.bf16, gpu.clock,
- * gpu.tdp and cpu.int8 are optional everywhere). */
+ * gpu.tdp, cpu.int8, cpu.llc and cpu.llc_bw are optional everywhere). */
 typedef struct qi_hwprofile {
     char name[64];
     char kind[16];
@@ -57,6 +57,8 @@ typedef struct qi_hwprofile {
     qi_hwfig cpu_fp32;     /* FLOP/s, all cores */
     qi_hwfig cpu_int8;     /* OP/s, all cores; optional */
     qi_hwfig cpu_mem_bw;   /* bytes/s, all sockets */
+    qi_hwfig cpu_llc;      /* bytes, the last-level cache (one socket's); optional */
+    qi_hwfig cpu_llc_bw;   /* bytes/s, a read within it, all cores; optional */
     qi_hwfig cpu_mem_bytes; /* bytes */
 } qi_hwprofile;
 
