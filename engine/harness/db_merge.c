@@ -15,8 +15,10 @@
  *    The experiments of all inputs must agree: one name, one script
  *    (script_sha256), else the merge is refused. The output, if it exists,
  *    is checked the same way.
- * 2. Merging. The output is opened with qi_db_open (created and migrated
- *    like any results database), ATTACHed read-write, and everything is
+ * 2. Merging. A new output is created with qi_db_open (as any results
+ *    database, in WAL mode); an existing one is left in its journal mode,
+ *    since switching it would change the file before anything is merged.
+ *    The output is ATTACHed read-write, and everything is
  *    written in one transaction, input after input: a run whose experiment
  *    and configuration key the output already holds as 'done' is left out,
  *    a 'done' run replaces a 'failed' one, a 'failed' run is copied only
@@ -420,12 +422,16 @@ qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_i
         if (st != QI_OK) goto done;
     }
 
-    /* 2. the output: created or opened as any results database, then
-     * written in one transaction */
-    if ((st = qi_db_open(out_path, &out, err)) != QI_OK) goto done;
-    created = !out_existed;
-    qi_db_close(out);
-    out = NULL;
+    /* 2. the output: a new one created as any results database; one that
+     * exists (checked above: this build's schema version) is written as it
+     * is, in its own journal mode, so that a refusal leaves it byte for
+     * byte as it was. Then everything in one transaction. */
+    if (!out_existed) {
+        if ((st = qi_db_open(out_path, &out, err)) != QI_OK) goto done;
+        created = true;
+        qi_db_close(out);
+        out = NULL;
+    }
     if ((st = attach_checked(&m, out_path, "out", false, err)) != QI_OK) goto done;
     attached_out = true;
     if ((rc = sqlite3_exec(m.conn, "PRAGMA out.synchronous = FULL; BEGIN IMMEDIATE", NULL, NULL, NULL)) !=

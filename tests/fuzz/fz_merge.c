@@ -4,8 +4,8 @@
  * Each input is written as the one input database; the output is a fresh
  * copy of a results database holding one experiment, a done run and a
  * failed run (made once with the harness's own writer, in the WAL mode it
- * leaves databases in: a refused merge into a database in another mode
- * leaves it switched to WAL, which is all qi_db_open changes). Checked: a
+ * leaves databases in; test_db_merge holds a refusal into one in another
+ * mode to the same rules). Checked: a
  * refusal has a message and leaves the output byte for byte as it was,
  * with no journal and no WAL frame beside it; an accepted merge leaves an output
  * that opens as a results database, and merging the same input again adds

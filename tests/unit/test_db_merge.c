@@ -4,7 +4,10 @@
  * -shm file beside it:
  *   - an input whose rows break a CHECK of the schema that SQLite's
  *     integrity_check passes (json_valid(placement), a metric's params) is
- *     refused while the inputs are checked, in the input's name.
+ *     refused while the inputs are checked, in the input's name;
+ *   - a merge into an output in rollback-journal mode that fails after the
+ *     inputs were checked (out of memory at each allocation in turn) does
+ *     not leave it switched to WAL.
  * The merge's accepting paths are test_db.c's. Built only with SQLite. */
 #include <check.h>
 #include <sqlite3.h>
@@ -115,11 +118,38 @@ START_TEST(check_constraint_refused_at_the_input) {
 }
 END_TEST
 
+START_TEST(journal_mode_kept_on_refusal) {
+    tmp t;
+    tmp_init(&t);
+    make_db(t.out, "00ff", 1);
+    raw_exec(t.out, "PRAGMA journal_mode = DELETE");
+    make_db(t.in, "00ff", 2);
+    char before[65], after[65];
+    file_sha(t.out, before);
+    int n_fail = 0;
+    for (long n = 1;; n++) {
+        qi_err e;
+        qi_alloc_fail_after(n);
+        qi_status s = merge1(t.out, t.in, &e);
+        qi_alloc_fail_after(0);
+        if (s == QI_OK) break;
+        ck_assert_msg(s == QI_ERR_NOMEM, "allocation %ld: %s", n, e.msg);
+        file_sha(t.out, after);
+        ck_assert_msg(strcmp(after, before) == 0, "allocation %ld failed: the output changed", n);
+        no_side_files(t.out, "a refusal");
+        n_fail++;
+    }
+    ck_assert_int_gt(n_fail, 0);
+    tmp_fini(&t);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("db_merge");
     TCase *tc = tcase_create("db_merge");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, check_constraint_refused_at_the_input);
+    tcase_add_test(tc, journal_mode_kept_on_refusal);
     suite_add_tcase(s, tc);
     return qi_test_run_suite(s);
 }
