@@ -8,23 +8,25 @@
  *    opened; each input is ATTACHed read-only (a URI with mode=ro), checked
  *    (a qinfer results database of this build's schema version, whose
  *    PRAGMA integrity_check is "ok": a truncated or damaged file stops the
- *    merge here, and whose rows all keep the schema's constraints, written
- *    for a moment into the scratch database's copy of the schema: a row
- *    the output would refuse stops it here too), and its experiments, runs and metrics are copied into
- *    scratch tables tagged with the input's number; then it is DETACHed.
- *    The experiments of all inputs must agree: one name, one script
- *    (script_sha256), else the merge is refused. The output, if it exists,
- *    is checked the same way.
+ *    merge here; and whose rows all keep the schema's constraints, written
+ *    for a moment into the scratch database's copy of the schema: a row the
+ *    output would refuse stops it here too), and its experiments, runs and
+ *    metrics are copied into scratch tables tagged with the input's number;
+ *    then it is DETACHed. The experiments of all inputs must agree: one
+ *    name, one script (script_sha256), else the merge is refused.
  * 2. Merging. A new output is created with qi_db_open (as any results
- *    database, in WAL mode); an existing one is left in its journal mode,
- *    since switching it would change the file before anything is merged.
- *    The output is ATTACHed read-write, and everything is
- *    written in one transaction, input after input: a run whose experiment
- *    and configuration key the output already holds as 'done' is left out,
- *    a 'done' run replaces a 'failed' one, a 'failed' run is copied only
- *    where the output has nothing for its configuration. Runs get new ids;
- *    their metrics follow them. A failure rolls the transaction back, and an
- *    output that did not exist before is removed.
+ *    database, in WAL mode); an existing one keeps its journal mode, since
+ *    switching it would change the file before anything is merged. The
+ *    output is ATTACHed read-write and checked as the inputs were
+ *    (read-write even where the merge is then refused: a read-only look at
+ *    a WAL-mode database leaves empty -wal and -shm files beside it), its
+ *    experiments are compared with the inputs' under the write lock, and
+ *    everything is written in one transaction, input after input: a run
+ *    whose experiment and configuration key the output already holds as
+ *    'done' is left out, a 'done' run replaces a 'failed' one, a 'failed'
+ *    run is copied only where the output has nothing for its configuration.
+ *    Runs get new ids; their metrics follow them. A failure rolls the
+ *    transaction back, and an output that did not exist before is removed.
  *
  * So merging is idempotent (a second merge of the same inputs finds every
  * run present), overlapping inputs add each configuration once (the first
@@ -415,12 +417,6 @@ qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_i
         if (st != QI_OK) goto done;
     }
     if ((st = check_definitions(&m, out_path, in_paths, false, err)) != QI_OK) goto done;
-    if (out_existed) {
-        st = attach_checked(&m, out_path, "out", true, err);
-        if (st == QI_OK) st = check_definitions(&m, out_path, in_paths, true, err);
-        detach(&m, "out");
-        if (st != QI_OK) goto done;
-    }
 
     /* 2. the output: a new one created as any results database; one that
      * exists (checked above: this build's schema version) is written as it
@@ -432,8 +428,11 @@ qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_i
         qi_db_close(out);
         out = NULL;
     }
-    if ((st = attach_checked(&m, out_path, "out", false, err)) != QI_OK) goto done;
+    /* checked like an input, but read-write: a read-only connection leaves
+     * the -wal and -shm files of a WAL-mode database beside it (it cannot
+     * checkpoint), where the read-write one's detach removes them */
     attached_out = true;
+    if ((st = attach_checked(&m, out_path, "out", false, err)) != QI_OK) goto done;
     if ((rc = sqlite3_exec(m.conn, "PRAGMA out.synchronous = FULL; BEGIN IMMEDIATE", NULL, NULL, NULL)) !=
         SQLITE_OK) {
         st = fail_at(&m, out_path, rc, err, "beginning the merge");

@@ -1,13 +1,15 @@
 /* test_db_merge.c - a refused `qinfer results merge` (qi_db_merge,
  * engine/harness/db_merge.c) leaves the output byte for byte as it was
- * (the SHA-256 of its file before and after), with no -journal, -wal or
- * -shm file beside it:
+ * (the SHA-256 of its file before and after), in its journal mode, with no
+ * -journal, -wal or -shm file beside it:
  *   - an input whose rows break a CHECK of the schema that SQLite's
  *     integrity_check passes (json_valid(placement), a metric's params) is
  *     refused while the inputs are checked, in the input's name;
  *   - a merge into an output in rollback-journal mode that fails after the
  *     inputs were checked (out of memory at each allocation in turn) does
- *     not leave it switched to WAL.
+ *     not leave it switched to WAL;
+ *   - a merge refused on a look at a WAL-mode output (an experiment of
+ *     another script) leaves no empty -wal and -shm files beside it.
  * The merge's accepting paths are test_db.c's. Built only with SQLite. */
 #include <check.h>
 #include <sqlite3.h>
@@ -144,12 +146,31 @@ START_TEST(journal_mode_kept_on_refusal) {
 }
 END_TEST
 
+START_TEST(no_side_files_on_refusal) {
+    tmp t;
+    tmp_init(&t);
+    make_db(t.out, "00ff", 1);
+    make_db(t.in, "11ee", 2); /* experiment "e" from another script */
+    no_side_files(t.out, "the harness's close");
+    char before[65], after[65];
+    file_sha(t.out, before);
+    qi_err e;
+    ck_assert_int_eq(merge1(t.out, t.in, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "another script"), "%s", e.msg);
+    file_sha(t.out, after);
+    ck_assert_str_eq(after, before);
+    no_side_files(t.out, "a refusal");
+    tmp_fini(&t);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("db_merge");
     TCase *tc = tcase_create("db_merge");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, check_constraint_refused_at_the_input);
     tcase_add_test(tc, journal_mode_kept_on_refusal);
+    tcase_add_test(tc, no_side_files_on_refusal);
     suite_add_tcase(s, tc);
     return qi_test_run_suite(s);
 }
