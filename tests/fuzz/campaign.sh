@@ -6,9 +6,10 @@
 #   tests/fuzz/campaign.sh --list            the targets
 #
 # Builds the libFuzzer targets (clang, ASan + UBSan, coverage) in
-# build-fuzz/ ($QI_FUZZ_BUILD), runs the target nice'd from its committed
-# seeds and corpus (tests/fuzz/seeds/TARGET, kept as they are, and
-# tests/fuzz/corpus/TARGET) with its dictionary, then replaces the corpus
+# build-fuzz/ ($QI_FUZZ_BUILD), runs the target nice'd from its seeds
+# (tests/fuzz/seeds/TARGET, or for gguf and merge build-fuzz/fuzz-seeds/TARGET,
+# written by make_seeds.sh; kept as they are) and its corpus
+# (tests/fuzz/corpus/TARGET) with its dictionary, then replaces the corpus
 # with the minimised union of it and what the run added (libFuzzer's
 # -merge=1: the smallest inputs that add features to the seeds), at most
 # $QI_FUZZ_CORPUS_KB KiB of it (default 128; smallest inputs first). A
@@ -22,7 +23,7 @@ FZ_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FZ_BUILD=${QI_FUZZ_BUILD:-$FZ_ROOT/build-fuzz}
 . "$FZ_ROOT/tests/fuzz/fuzzlib.sh"
 case ${1:-} in
-  -h|--help|"") sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help|"") sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --list) printf '%s\n' "${FZ_TARGETS[@]}"; exit 0 ;;
 esac
 t=$1 secs=${2:?usage: campaign.sh TARGET SECONDS}
@@ -32,7 +33,7 @@ runs=${3:--1}
 [[ $runs == -1 || ($runs =~ ^[0-9]+$ && $runs -ge 1) ]] || { echo "campaign.sh: RUNS must be a positive whole number" >&2; exit 2; }
 fz_need_libfuzzer
 fz_build
-seeds=$FZ_ROOT/tests/fuzz/seeds/$t corpus=$FZ_ROOT/tests/fuzz/corpus/$t regress=$FZ_ROOT/tests/fuzz/regress/$t
+seeds=$(fz_seeds "$t") corpus=$FZ_ROOT/tests/fuzz/corpus/$t regress=$FZ_ROOT/tests/fuzz/regress/$t
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/new" "$work/art" "$corpus"
