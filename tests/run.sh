@@ -78,7 +78,9 @@ fi
 if ((fast == 0)); then
   echo "== fuzz bursts (${QI_FUZZ_BURST_S:-2} s a target)"
   rc=0
-  bash tests/fuzz/burst.sh "${QI_FUZZ_BURST_S:-2}" || rc=$?
+  # the seeds' GGUF models written by the Release build's qinfer (not
+  # one more qinfer built, instrumented, in build-fuzz/)
+  QI_FUZZ_QINFER=$PWD/build/qinfer bash tests/fuzz/burst.sh "${QI_FUZZ_BURST_S:-2}" || rc=$?
   ((rc == 77)) && echo "== fuzz bursts skipped"
   ((rc == 0 || rc == 77)) || { echo "== fuzz bursts found something"; exit 1; }
   stage "fuzz bursts done"

@@ -73,10 +73,11 @@ static void help_merge(void) {
         "copied with its metrics unless OUT.db already holds that configuration of\n"
         "the experiment as done; a done run replaces a failed one. Merging twice, or\n"
         "inputs that overlap, adds nothing twice. Inputs are only read.\n\n"
-        "Refused, with nothing written to OUT.db: an input that is missing, not a\n"
-        "results database, truncated or corrupt (PRAGMA integrity_check), of another\n"
-        "schema version, or holding an experiment of the same name run from another\n"
-        "script (a different experiment definition).\n\n"
+        "Refused, with nothing written to OUT.db (left byte for byte as it was): an\n"
+        "input that is missing, not a results database, truncated or corrupt (PRAGMA\n"
+        "integrity_check), holding a row the schema forbids (a placement that is not\n"
+        "JSON), of another schema version, or holding an experiment of the same name\n"
+        "run from another script (a different experiment definition).\n\n"
         "  -h, --help   this help\n");
 }
 

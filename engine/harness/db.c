@@ -129,7 +129,7 @@ static qi_status check_version(const qi_db *db, int64_t app, int64_t ver, qi_err
     return QI_OK;
 }
 
-static qi_status migrate(qi_db *db, qi_err *err) {
+qi_status qi_db_migrate(qi_db *db, qi_err *err) {
     int64_t app, ver;
     int rc;
     if ((rc = query_int(db, "PRAGMA application_id", &app)) != SQLITE_OK ||
@@ -210,7 +210,7 @@ static qi_status db_setup(qi_db *db, qi_err *err) {
         return QI_ERR(err, QI_ERR_DB, "%s: cannot use WAL mode (the journal stays '%s'; is it on a network file system?)",
                       db->path, mode);
     if ((rc = qi_db_exec(db, "PRAGMA synchronous = FULL")) != SQLITE_OK) return qi_db_fail(db, rc, err, "setting synchronous");
-    return migrate(db, err);
+    return qi_db_migrate(db, err);
 }
 
 /* A handle holding a copy of the path, not yet connected. */

@@ -238,10 +238,12 @@ typedef struct {
  * configuration done wins), so merging twice, or overlapping inputs, adds
  * nothing twice. Everything is written in one transaction, after every
  * input has been checked: a failure writes nothing (an output created by
- * the call is removed). stats (may be NULL) receives n_in entries.
+ * the call is removed; an existing one is left byte for byte as it was,
+ * in its journal mode). stats (may be NULL) receives n_in entries.
  * Errors: QI_ERR_IO (a missing or unreadable file); QI_ERR_DB (not a
  * qinfer results database, a truncated or corrupt one: integrity_check
- * fails, or SQLite fails); QI_ERR_UNSUPPORTED (a schema version other than
+ * fails, or a row breaks one of the schema's constraints, such as a
+ * placement that is not JSON; or SQLite fails); QI_ERR_UNSUPPORTED (a schema version other than
  * this build's); QI_ERR_INVALID (one experiment name run from two different
  * scripts, i.e. different script_sha256, across the databases; an input
  * that is the output); QI_ERR_NOMEM. */

@@ -24,6 +24,10 @@ qi_status qi_db_fail(const qi_db *db, int rc, qi_err *err, const char *fmt, ...)
 #endif
     ;
 
+/* Bring db's "main" to this build's schema version, creating the schema
+ * in an empty database (db.c; db_merge.c checks inputs against it). */
+qi_status qi_db_migrate(qi_db *db, qi_err *err);
+
 /* How a metric is shown and selected (`qinfer results --metric`, the CSV
  * export): its name, then its params, if any, as [key=value,...]:
  * decode.tokens_per_s[batch=4]. M is the metrics table's alias. */

@@ -8,19 +8,25 @@
  *    opened; each input is ATTACHed read-only (a URI with mode=ro), checked
  *    (a qinfer results database of this build's schema version, whose
  *    PRAGMA integrity_check is "ok": a truncated or damaged file stops the
- *    merge here), and its experiments, runs and metrics are copied into
- *    scratch tables tagged with the input's number; then it is DETACHed.
- *    The experiments of all inputs must agree: one name, one script
- *    (script_sha256), else the merge is refused. The output, if it exists,
- *    is checked the same way.
- * 2. Merging. The output is opened with qi_db_open (created and migrated
- *    like any results database), ATTACHed read-write, and everything is
- *    written in one transaction, input after input: a run whose experiment
- *    and configuration key the output already holds as 'done' is left out,
- *    a 'done' run replaces a 'failed' one, a 'failed' run is copied only
- *    where the output has nothing for its configuration. Runs get new ids;
- *    their metrics follow them. A failure rolls the transaction back, and an
- *    output that did not exist before is removed.
+ *    merge here; and whose rows all keep the schema's constraints, written
+ *    for a moment into the scratch database's copy of the schema: a row the
+ *    output would refuse stops it here too), and its experiments, runs and
+ *    metrics are copied into scratch tables tagged with the input's number;
+ *    then it is DETACHed. The experiments of all inputs must agree: one
+ *    name, one script (script_sha256), else the merge is refused.
+ * 2. Merging. A new output is created with qi_db_open (as any results
+ *    database, in WAL mode); an existing one keeps its journal mode, since
+ *    switching it would change the file before anything is merged. The
+ *    output is ATTACHed read-write and checked as the inputs were
+ *    (read-write even where the merge is then refused: a read-only look at
+ *    a WAL-mode database leaves empty -wal and -shm files beside it), its
+ *    experiments are compared with the inputs' under the write lock, and
+ *    everything is written in one transaction, input after input: a run
+ *    whose experiment and configuration key the output already holds as
+ *    'done' is left out, a 'done' run replaces a 'failed' one, a 'failed'
+ *    run is copied only where the output has nothing for its configuration.
+ *    Runs get new ids; their metrics follow them. A failure rolls the
+ *    transaction back, and an output that did not exist before is removed.
  *
  * So merging is idempotent (a second merge of the same inputs finds every
  * run present), overlapping inputs add each configuration once (the first
@@ -209,7 +215,53 @@ static void detach(merge_ctx *m, const char *alias) {
     sqlite3_exec(m->conn, sql, NULL, NULL, NULL);
 }
 
-/* Copy input `src` (attached as "src") into the scratch tables. */
+/* Each statement of sql in turn, ?1 bound to src where a statement has it;
+ * SQLITE_OK, or the failing code with the connection's message left set. */
+static int exec_all(sqlite3 *c, const char *sql, int64_t src) {
+    const char *tail = sql;
+    while (*tail) {
+        sqlite3_stmt *s = NULL;
+        int rc = sqlite3_prepare_v2(c, tail, -1, &s, &tail);
+        if (rc == SQLITE_OK && s) {
+            if (sqlite3_bind_parameter_count(s) > 0) sqlite3_bind_int64(s, 1, src);
+            rc = sqlite3_step(s);
+            if (rc == SQLITE_DONE) rc = SQLITE_OK;
+        }
+        sqlite3_finalize(s);
+        if (rc != SQLITE_OK) return rc;
+        while (*tail == ' ' || *tail == '\n') tail++;
+    }
+    return SQLITE_OK;
+}
+
+/* Every row of the input (attached as "src") written, inside a savepoint
+ * rolled back afterwards, into the scratch database's own copy of the
+ * results schema: a row that breaks one of its constraints is refused
+ * here, before the output is touched, not by the output's write. A CHECK
+ * such as json_valid(placement) passes integrity_check; NOT NULL, UNIQUE
+ * and the foreign keys are the input's own schema's to keep, and a hostile
+ * file may declare none. */
+static qi_status check_rows(merge_ctx *m, const char *path, qi_err *err) {
+    static const char sql[] =
+        "SAVEPOINT chk;"
+        "INSERT INTO main.experiments (id, name, script_path, script_sha256, created)"
+        " SELECT id, name, script_path, script_sha256, created FROM src.experiments;"
+        "INSERT INTO main.runs (id, experiment_id, config_json, config_key, status, error, git_rev, git_dirty, cpu,"
+        " cores, mem_bytes, gpu, gpu_driver, model_path, model_sha256, engine_version, seed, simulated, started,"
+        " finished, placement)"
+        " SELECT id, experiment_id, config_json, config_key, status, error, git_rev, git_dirty, cpu, cores,"
+        " mem_bytes, gpu, gpu_driver, model_path, model_sha256, engine_version, seed, simulated, started, finished,"
+        " placement FROM src.runs;"
+        "INSERT INTO main.metrics (id, run_id, name, value, unit, repetition, simulated, params)"
+        " SELECT id, run_id, name, value, unit, repetition, simulated, params FROM src.metrics;";
+    int rc = exec_all(m->conn, sql, 0);
+    qi_status st = rc == SQLITE_OK ? QI_OK : fail_at(m, path, rc, err, "a row breaks the results schema");
+    sqlite3_exec(m->conn, "ROLLBACK TO chk; RELEASE chk", NULL, NULL, NULL);
+    return st;
+}
+
+/* Copy input `src` (attached as "src") into the scratch tables, once its
+ * rows are checked against the schema. */
 static qi_status stage(merge_ctx *m, const char *path, int64_t src, qi_err *err) {
     static const char sql[] =
         "INSERT INTO in_experiments SELECT ?1, name, script_path, script_sha256, created FROM src.experiments;"
@@ -222,20 +274,10 @@ static qi_status stage(merge_ctx *m, const char *path, int64_t src, qi_err *err)
         " FROM src.runs r JOIN src.experiments e ON e.id = r.experiment_id ORDER BY r.id;"
         "INSERT INTO in_metrics (src, run_id, name, value, unit, repetition, simulated, params)"
         " SELECT ?1, run_id, name, value, unit, repetition, simulated, params FROM src.metrics ORDER BY id;";
-    const char *tail = sql;
-    while (*tail) {
-        sqlite3_stmt *s = NULL;
-        int rc = sqlite3_prepare_v2(m->conn, tail, -1, &s, &tail);
-        if (rc == SQLITE_OK && s) {
-            sqlite3_bind_int64(s, 1, src);
-            rc = sqlite3_step(s);
-            if (rc == SQLITE_DONE) rc = SQLITE_OK;
-        }
-        sqlite3_finalize(s);
-        if (rc != SQLITE_OK) return fail_at(m, path, rc, err, "reading its runs");
-        while (*tail == ' ' || *tail == '\n') tail++;
-    }
-    return QI_OK;
+    qi_status st = check_rows(m, path, err);
+    if (st != QI_OK) return st;
+    int rc = exec_all(m->conn, sql, src);
+    return rc == SQLITE_OK ? QI_OK : fail_at(m, path, rc, err, "reading its runs");
 }
 
 /* Refuse the first pair of inputs (with_out: or the output, number 0,
@@ -364,6 +406,8 @@ qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_i
         st = fail_at(&m, out_path, rc, err, "preparing the scratch database");
         goto done;
     }
+    /* the results schema itself, which check_rows holds each input to */
+    if ((st = qi_db_migrate(&m.view, err)) != QI_OK) goto done;
 
     /* 1. every input checked and staged before the output is touched */
     for (int i = 0; i < n_in; i++) {
@@ -373,21 +417,22 @@ qi_status qi_db_merge(const char *out_path, const char *const *in_paths, int n_i
         if (st != QI_OK) goto done;
     }
     if ((st = check_definitions(&m, out_path, in_paths, false, err)) != QI_OK) goto done;
-    if (out_existed) {
-        st = attach_checked(&m, out_path, "out", true, err);
-        if (st == QI_OK) st = check_definitions(&m, out_path, in_paths, true, err);
-        detach(&m, "out");
-        if (st != QI_OK) goto done;
-    }
 
-    /* 2. the output: created or opened as any results database, then
-     * written in one transaction */
-    if ((st = qi_db_open(out_path, &out, err)) != QI_OK) goto done;
-    created = !out_existed;
-    qi_db_close(out);
-    out = NULL;
-    if ((st = attach_checked(&m, out_path, "out", false, err)) != QI_OK) goto done;
+    /* 2. the output: a new one created as any results database; one that
+     * exists (checked above: this build's schema version) is written as it
+     * is, in its own journal mode, so that a refusal leaves it byte for
+     * byte as it was. Then everything in one transaction. */
+    if (!out_existed) {
+        if ((st = qi_db_open(out_path, &out, err)) != QI_OK) goto done;
+        created = true;
+        qi_db_close(out);
+        out = NULL;
+    }
+    /* checked like an input, but read-write: a read-only connection leaves
+     * the -wal and -shm files of a WAL-mode database beside it (it cannot
+     * checkpoint), where the read-write one's detach removes them */
     attached_out = true;
+    if ((st = attach_checked(&m, out_path, "out", false, err)) != QI_OK) goto done;
     if ((rc = sqlite3_exec(m.conn, "PRAGMA out.synchronous = FULL; BEGIN IMMEDIATE", NULL, NULL, NULL)) !=
         SQLITE_OK) {
         st = fail_at(&m, out_path, rc, err, "beginning the merge");

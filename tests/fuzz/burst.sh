@@ -30,7 +30,7 @@ for t in "${FZ_TARGETS[@]}"; do
   fz_opts "$t"
   rc=0
   nice "$FZ_BUILD/fz_$t" "${FZ_OPTS[@]}" -max_total_time="$secs" -artifact_prefix="$work/$t/art/" \
-    "$work/$t/new" "$FZ_ROOT/tests/fuzz/seeds/$t" "$FZ_ROOT/tests/fuzz/corpus/$t" "$FZ_ROOT/tests/fuzz/regress/$t" \
+    "$work/$t/new" "$(fz_seeds "$t")" "$FZ_ROOT/tests/fuzz/corpus/$t" "$FZ_ROOT/tests/fuzz/regress/$t" \
     >"$work/$t/log" 2>&1 || rc=$?
   fz_summary "$work/$t/log"
   printf '%-10s %10s %8s %9s\n' "$t" "$FZ_EXECS" "$FZ_COV" "$FZ_FT"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A fuzzing campaign on one target (tests/fuzz/README.md).
 #
-#   tests/fuzz/campaign.sh TARGET SECONDS    run fz_TARGET for SECONDS
+#   tests/fuzz/campaign.sh TARGET SECONDS [RUNS]    run fz_TARGET for SECONDS
+#                                           (or RUNS executions, if sooner)
 #   tests/fuzz/campaign.sh --list            the targets
 #
 # Builds the libFuzzer targets (clang, ASan + UBSan, coverage) in
-# build-fuzz/ ($QI_FUZZ_BUILD), runs the target nice'd from its committed
-# seeds and corpus (tests/fuzz/seeds/TARGET, kept as they are, and
-# tests/fuzz/corpus/TARGET) with its dictionary, then replaces the corpus
+# build-fuzz/ ($QI_FUZZ_BUILD), runs the target nice'd from its seeds
+# (tests/fuzz/seeds/TARGET, or for gguf and merge build-fuzz/fuzz-seeds/TARGET,
+# written by make_seeds.sh; kept as they are) and its corpus
+# (tests/fuzz/corpus/TARGET) with its dictionary, then replaces the corpus
 # with the minimised union of it and what the run added (libFuzzer's
 # -merge=1: the smallest inputs that add features to the seeds), at most
 # $QI_FUZZ_CORPUS_KB KiB of it (default 128; smallest inputs first). A
@@ -21,25 +23,29 @@ FZ_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FZ_BUILD=${QI_FUZZ_BUILD:-$FZ_ROOT/build-fuzz}
 . "$FZ_ROOT/tests/fuzz/fuzzlib.sh"
 case ${1:-} in
-  -h|--help|"") sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help|"") sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --list) printf '%s\n' "${FZ_TARGETS[@]}"; exit 0 ;;
 esac
 t=$1 secs=${2:?usage: campaign.sh TARGET SECONDS}
 [[ " ${FZ_TARGETS[*]} " == *" $t "* ]] || { echo "campaign.sh: unknown target '$t' (--list)" >&2; exit 2; }
 [[ $secs =~ ^[0-9]+$ && $secs -ge 1 ]] || { echo "campaign.sh: SECONDS must be a positive whole number" >&2; exit 2; }
+runs=${3:--1}
+[[ $runs == -1 || ($runs =~ ^[0-9]+$ && $runs -ge 1) ]] || { echo "campaign.sh: RUNS must be a positive whole number" >&2; exit 2; }
 fz_need_libfuzzer
 fz_build
-seeds=$FZ_ROOT/tests/fuzz/seeds/$t corpus=$FZ_ROOT/tests/fuzz/corpus/$t regress=$FZ_ROOT/tests/fuzz/regress/$t
+seeds=$(fz_seeds "$t") corpus=$FZ_ROOT/tests/fuzz/corpus/$t regress=$FZ_ROOT/tests/fuzz/regress/$t
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/new" "$work/art" "$corpus"
 fz_opts "$t"
 before=$(find "$corpus" -type f | wc -l)
+t0=$SECONDS
 set +e
-nice "$FZ_BUILD/fz_$t" "${FZ_OPTS[@]}" -max_total_time="$secs" -artifact_prefix="$work/art/" \
+nice "$FZ_BUILD/fz_$t" "${FZ_OPTS[@]}" -max_total_time="$secs" -runs="$runs" -artifact_prefix="$work/art/" \
   "$work/new" "$seeds" "$corpus" >"$work/log" 2>&1
 rc=$?
 set -e
+elapsed=$((SECONDS - t0))
 fz_summary "$work/log"
 findings=0
 for f in "$work"/art/*; do
@@ -76,5 +82,5 @@ while read -r size f; do
 done < <(find "$work/min" -maxdepth 1 -type f -printf '%s %p\n' | sort -n)
 after=$(find "$corpus" -type f | wc -l)
 printf '%s: %s s, %s executions, coverage %s edges, %s features, corpus %s files (%+d), findings %d\n' \
-  "$t" "$secs" "$FZ_EXECS" "$FZ_COV" "$FZ_FT" "$after" $((after - before)) "$findings"
+  "$t" "$elapsed" "$FZ_EXECS" "$FZ_COV" "$FZ_FT" "$after" $((after - before)) "$findings"
 ((findings == 0))

@@ -8,7 +8,14 @@
 # entry fuzz_replay_NAME replays the seeds, the grown corpus and every
 # regression input (tests/fuzz/seeds/NAME, corpus/NAME, regress/NAME) on
 # every build: a bug found once stays found.
+#
+# The gguf and merge targets' seeds are binary (GGUF models, results
+# databases): they are written at build time into ${CMAKE_BINARY_DIR}/fuzz-seeds
+# by tests/fuzz/make_seeds.sh (`qinfer synth` and fz_merge's own writer),
+# which CTest runs as fixture fuzz_seeds before the replays that need them
+# (gguf, merge, and lua, whose model is gguf/llama.gguf there).
 set(QI_FZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
+set(QI_FZ_GEN ${CMAKE_BINARY_DIR}/fuzz-seeds)
 set(QI_FZ_TARGETS gguf tok_bpe tok_spm hwprofile simcal nprofile sparsity)
 if(QI_HAVE_HARNESS)
   list(APPEND QI_FZ_TARGETS plan json merge)
@@ -34,10 +41,24 @@ foreach(t ${QI_FZ_TARGETS})
     target_link_options(fz_${t} PRIVATE -fsanitize=fuzzer)
   endif()
   list(APPEND QI_FZ_ALL fz_${t})
-  add_test(NAME fuzz_replay_${t} COMMAND fz_${t} -runs=0 ${QI_FZ_DIR}/seeds/${t} ${QI_FZ_DIR}/corpus/${t}
-           ${QI_FZ_DIR}/regress/${t})
+  if(t MATCHES "^(gguf|merge)$")
+    set(seeds ${QI_FZ_GEN}/${t})
+  else()
+    set(seeds ${QI_FZ_DIR}/seeds/${t})
+  endif()
+  add_test(NAME fuzz_replay_${t} COMMAND fz_${t} -runs=0 ${seeds} ${QI_FZ_DIR}/corpus/${t} ${QI_FZ_DIR}/regress/${t})
   set_tests_properties(fuzz_replay_${t} PROPERTIES LABELS fuzz TIMEOUT 120)
+  if(t MATCHES "^(gguf|merge|lua)$")
+    set_tests_properties(fuzz_replay_${t} PROPERTIES FIXTURES_REQUIRED fuzz_seeds)
+  endif()
 endforeach()
+if(TARGET fz_merge)
+  set(QI_FZ_MERGE_EXE $<TARGET_FILE:fz_merge>)
+else()
+  set(QI_FZ_MERGE_EXE -)
+endif()
+add_test(NAME fuzz_seeds COMMAND bash ${QI_FZ_DIR}/make_seeds.sh $<TARGET_FILE:qinfer> ${QI_FZ_MERGE_EXE} ${QI_FZ_GEN})
+set_tests_properties(fuzz_seeds PROPERTIES LABELS fuzz FIXTURES_SETUP fuzz_seeds TIMEOUT 120)
 if(TARGET fz_plan)
   target_link_libraries(fz_plan PRIVATE qinfer_harness)
   target_link_libraries(fz_json PRIVATE qinfer_harness)
@@ -46,7 +67,7 @@ endif()
 if(TARGET fz_lua)
   target_include_directories(fz_lua PRIVATE ${CMAKE_BINARY_DIR}/generated)
   target_link_libraries(fz_lua PRIVATE qinfer_lua)
-  target_compile_definitions(fz_lua PRIVATE QI_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_compile_definitions(fz_lua PRIVATE QI_FZ_LUA_MODEL_PATH="${QI_FZ_GEN}/gguf/llama.gguf")
 endif()
 if(TARGET fz_serve)
   # the server's request parser and its request queue, as qinfer links

@@ -21,15 +21,30 @@ fz_need_libfuzzer() {
 }
 
 # Configures (once) and builds the fuzz targets in $FZ_BUILD with clang and
-# -DQI_FUZZ=ON; the build's output goes to $FZ_BUILD/build.log.
+# -DQI_FUZZ=ON, then writes the binary seeds into $FZ_BUILD/fuzz-seeds
+# (make_seeds.sh: the GGUF models, the results databases) with the qinfer
+# named by $QI_FUZZ_QINFER (tests/run.sh: its Release build's), else one
+# built here too; the output of both goes to $FZ_BUILD/build.log.
 fz_build() {
   if [[ ! -f $FZ_BUILD/CMakeCache.txt ]]; then
     CC=clang cmake -S "$FZ_ROOT" -B "$FZ_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQI_FUZZ=ON -DQI_CUDA=OFF \
       -DQI_BUILD_TESTS=OFF -DQI_BUILD_BENCH=OFF >"$FZ_BUILD.cfg.log" 2>&1 ||
       { cat "$FZ_BUILD.cfg.log"; echo "fuzz: configuring $FZ_BUILD failed"; return 1; }
   fi
-  nice cmake --build "$FZ_BUILD" -j"$(nproc)" --target fuzz_targets >"$FZ_BUILD/build.log" 2>&1 ||
+  local qinfer=${QI_FUZZ_QINFER:-} targets=(fuzz_targets)
+  [[ -n $qinfer ]] || { qinfer=$FZ_BUILD/qinfer; targets+=(qinfer); }
+  nice cmake --build "$FZ_BUILD" -j"$(nproc)" --target "${targets[@]}" >"$FZ_BUILD/build.log" 2>&1 ||
     { tail -n 40 "$FZ_BUILD/build.log"; echo "fuzz: building the fuzz targets failed"; return 1; }
+  local merge=-
+  [[ -x $FZ_BUILD/fz_merge ]] && merge=$FZ_BUILD/fz_merge
+  bash "$FZ_ROOT/tests/fuzz/make_seeds.sh" "$qinfer" "$merge" "$FZ_BUILD/fuzz-seeds" >>"$FZ_BUILD/build.log" 2>&1 ||
+    { tail -n 20 "$FZ_BUILD/build.log"; echo "fuzz: writing the seeds failed"; return 1; }
+}
+
+# The folder of target $1's seeds: written at build time for gguf and merge
+# (fz_build), committed under tests/fuzz/seeds/ for the others.
+fz_seeds() {
+  if [[ -d $FZ_BUILD/fuzz-seeds/$1 ]]; then echo "$FZ_BUILD/fuzz-seeds/$1"; else echo "$FZ_ROOT/tests/fuzz/seeds/$1"; fi
 }
 
 # The libFuzzer options every run gets: a hang is a finding past 10 s, as

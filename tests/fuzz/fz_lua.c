@@ -11,8 +11,9 @@
  * (package.cpath, package.loadlib), debug (its hooks and upvalue joins
  * would undo the bounds) and qinfer.sleep (wall time the count
  * hook cannot bound); load and require load text only. qinfer.load loads
- * only the tiny synthetic model tests/fuzz/data/tiny-llama.gguf, named
- * MODEL in the script, at most 2 threads. If the script returns a table,
+ * only the tiny synthetic model fuzz-seeds/gguf/llama.gguf of the build
+ * (tests/fuzz/make_seeds.sh; QI_FZ_LUA_MODEL names another), named MODEL
+ * in the script, at most 2 threads. If the script returns a table,
  * it is handed to qinfer.sweep's prepare (the experiment table checks of
  * `qinfer run`). A Lua error is a normal outcome; only a crash, a
  * sanitizer report, a leak or an exhausted bound that Lua did not catch
@@ -25,8 +26,8 @@
 #include "fz.h"
 #include "lua_int.h"
 
-#ifndef QI_SOURCE_DIR
-#define QI_SOURCE_DIR "."
+#ifndef QI_FZ_LUA_MODEL_PATH
+#define QI_FZ_LUA_MODEL_PATH "fuzz-seeds/gguf/llama.gguf"
 #endif
 
 enum { LUA_STEPS = 2000000, LUA_MEM = 64 << 20 };
@@ -73,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *model;
     if (!model) {
         const char *env = getenv("QI_FZ_LUA_MODEL");
-        model = env && *env ? env : QI_SOURCE_DIR "/tests/fuzz/data/tiny-llama.gguf";
+        model = env && *env ? env : QI_FZ_LUA_MODEL_PATH;
     }
     lua_State *L = lq_state_new(NULL);
     FZ_CHECK(L != NULL, "no Lua state");
