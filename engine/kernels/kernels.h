@@ -58,6 +58,12 @@ typedef struct qi_kernels {
      * more (its tiled K-quant matmul); NULL where that is gemm's order. The
      * choice is by the whole matmul's token count, not a block's. */
     qi_k_gemm_fn gemm_wide[QI_TYPE_COUNT];
+    /* Tokens a gemm_wide call should carry, at most: 0 for the caller's own
+     * blocking (a few dozen, whose quantised activations stay in L1); more
+     * where the kernel reads each weight row once per call and reuses it
+     * for all the call's tokens (the AMX table's). Results do not depend
+     * on it: every dot is the reference's whatever the call's tokens. */
+    int wide_block;
     /* s[p] = q16 . k_p for p < n_pos, k_p = k + p * k_stride (elements);
      * D elements each. */
     void (*attn_scores)(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,

@@ -4,9 +4,9 @@
  * gemm_wide q4_K and q6_K of the amx table must equal the reference
  * table's gemm_wide (qi_k_dot_q4_K_tiled_ref, qi_k_dot_q6_K_tiled_ref) on
  * every shape class of the tile code: 1 to 40 weight rows (one 16-row
- * group, partial groups, several), 8 to 40 tokens (one or two 16-token
- * tiles, partial tiles, a second 32-token pass), rows of 1 to 35
- * super-blocks (one chunk of 12, several, a partial last one), quantised
+ * group, partial groups, several), 8 to 530 tokens (one or more 16-token
+ * tiles, partial tiles, several passes over the rows), rows of 1 to 35
+ * super-blocks, quantised
  * Gaussian weights and raw random block bytes (every code and scale), and
  * activations with huge outliers. Outputs are strided with guard slots that
  * must survive. llama.cpp's recorded results for the tiled order are held
@@ -76,6 +76,8 @@ typedef struct {
 static const shape k_shapes[] = {
     {256, 1, 8},   {256, 16, 16},  {512, 17, 9},    {1536, 16, 32}, {1536, 40, 33},
     {256 * 12, 5, 15}, {256 * 13, 33, 17}, {256 * 35, 16, 8}, {256 * 25, 3, 40}, {768, 32, 24},
+    {256 * 35, 17, 130}, /* two passes of the tokens whose quants fit ACT_BYTES */
+    {256, 3, 530},       /* more tokens than a row group's running sums hold (TB) */
 };
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
