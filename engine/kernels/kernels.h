@@ -50,7 +50,7 @@ typedef void (*qi_k_gemm_fn)(int64_t n, const void *w, size_t w_stride, int n_w,
 #define QI_K_WIDE_MIN 8
 
 typedef struct qi_kernels {
-    const char *name; /* "ref", "avx2", "avx512" */
+    const char *name; /* "ref", "avx2", "avx512", "amx" */
     /* Indexed by weight type; NULL where no x86-order kernel exists (the
      * backend then uses quant.c's qi_vec_dot_ref, ggml's generic order). */
     qi_k_gemm_fn gemm[QI_TYPE_COUNT];
@@ -58,6 +58,12 @@ typedef struct qi_kernels {
      * more (its tiled K-quant matmul); NULL where that is gemm's order. The
      * choice is by the whole matmul's token count, not a block's. */
     qi_k_gemm_fn gemm_wide[QI_TYPE_COUNT];
+    /* Tokens a gemm_wide call should carry, at most: 0 for the caller's own
+     * blocking (a few dozen, whose quantised activations stay in L1); more
+     * where the kernel reads each weight row once per call and reuses it
+     * for all the call's tokens (the AMX table's). Results do not depend
+     * on it: every dot is the reference's whatever the call's tokens. */
+    int wide_block;
     /* s[p] = q16 . k_p for p < n_pos, k_p = k + p * k_stride (elements);
      * D elements each. */
     void (*attn_scores)(qi_k_order ord, int D, const uint16_t *q16, const uint16_t *k,
@@ -105,7 +111,7 @@ typedef struct qi_kernels {
 
 /* The kernel table to use: the widest variant the CPU supports; the
  * reference when QI_FORCE_REF=1 is in the environment; the one named by
- * QI_KERNELS=ref|avx2|avx512 when set and available. Chosen on the first
+ * QI_KERNELS=ref|avx2|avx512|amx when set and available. Chosen on the first
  * call (thread-safe); never NULL. */
 const qi_kernels *qi_kernels_get(void);
 
@@ -117,6 +123,13 @@ const qi_kernels *qi_kernels_get(void);
 const qi_kernels *qi_kernels_ref(void);
 const qi_kernels *qi_kernels_avx2(void);   /* AVX2 + FMA + F16C */
 const qi_kernels *qi_kernels_avx512(void); /* + AVX-512 F/BW/VL/VNNI */
+/* The AVX-512 table with the K-quant matmuls of QI_K_WIDE_MIN tokens or more
+ * (gemm_wide q4_K, q6_K) on AMX tiles (kernels_amx.c), bit-identical to the
+ * tiled references; NULL without AMX-TILE/AMX-INT8 or the kernel's
+ * permission for the tile state (asked on the first call). */
+const qi_kernels *qi_kernels_amx(void);
+/* Why qi_kernels_amx() is NULL (one line), or NULL when it is not. */
+const char *qi_kernels_amx_absent(void);
 
 /* ---- Packed weights (kernels_packed.c) ------------------------------------
  *

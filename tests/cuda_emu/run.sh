@@ -28,7 +28,7 @@ INC="-I$ROOT/engine/include -I$ROOT/engine"
 # waitall PID...: wait for each; fails if any failed
 waitall() { rc=0; for p in "$@"; do wait "$p" || rc=1; done; return $rc; }
 pids=
-for f in kernels/kernels_ref kernels/kernels_packed kernels/quant types; do
+for f in kernels/kernels_ref kernels/kernels_packed kernels/quant kernels/quant_legacy kernels/quant_k types; do
   $CC -std=c11 -O2 -ffp-contract=off -fno-fast-math $INC -c "$ROOT/engine/$f.c" -o "$B/$(basename $f).o" &
   pids="$pids $!"
 done
@@ -41,7 +41,7 @@ done
 $CXX $XF -c "$HERE/emu.cpp" -o "$B/emu.o" &
 # shellcheck disable=SC2086 # a list of process ids
 waitall $pids $!
-LIBS="$B/emu.o $B/kernels_ref.o $B/kernels_packed.o $B/quant.o $B/types.o -lpthread -lm"
+LIBS="$B/emu.o $B/kernels_ref.o $B/kernels_packed.o $B/quant.o $B/quant_legacy.o $B/quant_k.o $B/types.o -lpthread -lm"
 pids=
 for k in attn matmul elem; do
   $CXX $XF "$HERE/test_${k}_emu.cpp" "$B/k_${k}_emu.o" $LIBS -o "$B/test_${k}_emu" &

@@ -11,11 +11,12 @@
  * table.
  *
  * Built by CMake when nvcc is found; by hand, from the repository root:
- *   for f in kernels/kernels_ref kernels/kernels_packed kernels/quant types; do
+ *   for f in kernels/kernels_ref kernels/kernels_packed kernels/quant kernels/quant_legacy kernels/quant_k types; do
  *     cc -std=c11 -O2 -ffp-contract=off -I engine/include -I engine \
  *        -c engine/$f.c -o /tmp/$(basename $f).o; done
  *   nvcc -std=c++17 -O2 -I engine/include -I engine tests/unit/test_cuda_math.cu \
- *     /tmp/kernels_ref.o /tmp/kernels_packed.o /tmp/quant.o /tmp/types.o -lpthread -lm \
+ *     /tmp/kernels_ref.o /tmp/kernels_packed.o /tmp/quant.o /tmp/quant_legacy.o \
+ *     /tmp/quant_k.o /tmp/types.o -lpthread -lm \
  *     -o /tmp/test_cuda_math && /tmp/test_cuda_math */
 #include <float.h>
 #include <math.h>

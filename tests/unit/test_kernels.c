@@ -230,8 +230,9 @@ static void golden_k_inputs(uint32_t type, int n_tok, void *w, void *a) {
 }
 
 START_TEST(test_golden_k_matmul) {
-    const qi_kernels *tabs[3] = {qi_kernels_ref()};
-    const int n_tabs = 1 + simd_tables(tabs + 1);
+    const qi_kernels *tabs[4] = {qi_kernels_ref()};
+    int n_tabs = 1 + simd_tables(tabs + 1);
+    if (qi_kernels_amx()) tabs[n_tabs++] = qi_kernels_amx(); /* its own suite: test_kernels_amx */
     static const uint32_t types[2] = {QI_TYPE_Q4_K, QI_TYPE_Q6_K};
     const uint32_t *gold[2][2] = {{k_golden_q4_K_3, k_golden_q4_K_9}, {k_golden_q6_K_3, k_golden_q6_K_9}};
     for (int ti = 0; ti < 2; ti++)
@@ -1073,7 +1074,8 @@ END_TEST
 START_TEST(test_dispatch_sane) {
     const qi_kernels *k = qi_kernels_get();
     ck_assert_ptr_nonnull(k);
-    ck_assert(!strcmp(k->name, "ref") || !strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"));
+    ck_assert(!strcmp(k->name, "ref") || !strcmp(k->name, "avx2") || !strcmp(k->name, "avx512") ||
+              !strcmp(k->name, "amx"));
     ck_assert_ptr_nonnull(k->attn_scores);
     ck_assert_ptr_nonnull(k->attn_values);
     ck_assert_ptr_nonnull(k->softmax_f16);
@@ -1086,7 +1088,8 @@ START_TEST(test_dispatch_sane) {
     for (int i = 0; i < N_DOT_TYPES; i++) ck_assert_ptr_nonnull(k->gemm[k_dot_types[i]]);
     const char *f = getenv("QI_FORCE_REF");
     if (!(f && *f && strcmp(f, "0"))) {
-        if (qi_kernels_avx512()) ck_assert_str_eq(k->name, "avx512");
+        if (qi_kernels_amx()) ck_assert_str_eq(k->name, "amx");
+        else if (qi_kernels_avx512()) ck_assert_str_eq(k->name, "avx512");
         else if (qi_kernels_avx2()) ck_assert_str_eq(k->name, "avx2");
         else ck_assert_str_eq(k->name, "ref");
     }

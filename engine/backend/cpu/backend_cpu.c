@@ -65,6 +65,7 @@ typedef struct {
     float *y[MM_MAX_W];
     qi_k_gemm_fn gemm[MM_MAX_W]; /* NULL: quant.c's generic-order reference */
     bool packed[MM_MAX_W];       /* gemm takes w->packed's 16-row groups */
+    int block[MM_MAX_W];         /* tokens per gemm call: MM_TOKEN_BLOCK, or the table's wide_block */
     int n_w;
     long n_rows;                 /* of all the weights */
     const float *x;
@@ -104,8 +105,9 @@ static void mm_range(const mm_job *j, int i, long lo, long hi) {
         base = (const char *)w->data + (uint64_t)lo * w->row_bytes;
         stride = w->row_bytes;
     }
-    for (int t0 = 0; t0 < j->T; t0 += MM_TOKEN_BLOCK) {
-        const int nt = j->T - t0 < MM_TOKEN_BLOCK ? j->T - t0 : MM_TOKEN_BLOCK;
+    const int tb = j->block[i];
+    for (int t0 = 0; t0 < j->T; t0 += tb) {
+        const int nt = j->T - t0 < tb ? j->T - t0 : tb;
         j->gemm[i](w->n_cols, base, stride, (int)(hi - lo), (const char *)j->xq + (uint64_t)t0 * j->qrow_bytes,
                    j->qrow_bytes, nt, j->y[i] + (long)t0 * w->n_rows + lo, (size_t)w->n_rows);
     }
@@ -145,11 +147,13 @@ static void cpu_matmul_n(qi_backend *b, const qi_weight *const *w, float *const 
             const int k = j.n_w++;
             j.w[k] = wi;
             j.y[k] = y[i0];
-            j.gemm[k] = T >= QI_K_WIDE_MIN && c->k->gemm_wide[wi->type] ? c->k->gemm_wide[wi->type]
-                                                                       : c->k->gemm[wi->type];
+            const bool wide = T >= QI_K_WIDE_MIN && c->k->gemm_wide[wi->type];
+            j.gemm[k] = wide ? c->k->gemm_wide[wi->type] : c->k->gemm[wi->type];
+            j.block[k] = wide && c->k->wide_block > 0 ? c->k->wide_block : MM_TOKEN_BLOCK;
             if (wi->packed && c->k->gemm_packed[wi->type]) {
                 j.gemm[k] = c->k->gemm_packed[wi->type];
                 j.packed[k] = true;
+                j.block[k] = MM_TOKEN_BLOCK;
             }
             j.n_rows += wi->n_rows;
         }
