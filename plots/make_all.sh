@@ -287,7 +287,10 @@ fig_sparsity() {
          heading="Sparse over dense decode step time" ;;
     esac
     check "$fig" "$db" "$exp" sparsity_sweep.lua "$metric" || continue
-    series_data "$db" "$exp" "$metric" "$(cfg model) || ' ' || $(cfg mode)" "round($(cfg sparsity) * 100, 3)" ||
+    # a text other than devil names the series (runs before the corpus parameter scored devil)
+    series_data "$db" "$exp" "$metric" "$(cfg model) || ' ' || CASE coalesce($(cfg corpus), 'devil') WHEN 'devil' THEN ''
+                 ELSE replace($(cfg corpus), rtrim($(cfg corpus), replace($(cfg corpus), '/', '')), '') || ' ' END || $(cfg mode)" \
+      "round($(cfg sparsity) * 100, 3)" ||
       { fail "$fig" "$db: $(head -1 "$work/sql.err")"; continue; }
     local sim mark=""
     sim=$(simulated "$db" "$exp" "$metric")
@@ -295,7 +298,7 @@ fig_sparsity() {
     render "$fig" sparsity_sweep.gp "data='$work/series.dat'" "n=$(cat "$work/series.n")" \
       "titles=$(gp_str "$(cat "$work/series.titles")")" "ylab=$(gp_str "$ylab")" "fity=$fity" \
       "heading=$(gp_title "$heading against activation sparsity (teal, cats)$mark")" \
-      "subline=$(gp_title "$(models "$db" "$exp"), devil corpus, decode mode; $(hardware "$db" "$exp"); mean and sample sd over repetitions")"
+      "subline=$(gp_title "$(models "$db" "$exp"), devil corpus unless named; $(hardware "$db" "$exp"); mean and sample sd over repetitions")"
   done
 }
 

@@ -2,7 +2,9 @@
  *
  * How concentrated and how stable the FFN's work is, on a real model over a
  * real text: the corpus is tokenised once (with BOS if the model adds one),
- * and its first --tokens tokens run through the engine in chunks of --ctx,
+ * and its first --tokens tokens (after the first --skip, so that a calibration
+ * can come from another part of the text than a perplexity scores) run
+ * through the engine in chunks of --ctx,
  * each chunk a fresh sequence whose first token is BOS (when the model adds
  * one; as qinfer ppl does), every row observed (logits for every token, so
  * the last layer sees every row too). The engine's FFN observer
@@ -43,7 +45,7 @@
 
 static void help(void) {
     printf(
-        "usage: qinfer profile [-m MODEL] -f CORPUS [--tokens N] [--ctx N] [--threshold T]\n"
+        "usage: qinfer profile [-m MODEL] -f CORPUS [--tokens N] [--skip N] [--ctx N] [--threshold T]\n"
         "                      [--top F] [--window N] [-o FILE] [--sparsity-out FILE] [-t N]\n"
         "                      [--devices LIST --placement P]   (every MLP on the CPU)\n\n"
         "FFN neuron profile: runs the model over a text in chunks and records, per layer\n"
@@ -54,6 +56,8 @@ static void help(void) {
         "  -f, --file CORPUS   text file, or a cached corpus short name (e.g. devil)\n"
         "      --tokens N      tokens profiled, from the corpus's start (default 4096;\n"
         "                      fewer if the corpus is shorter)\n"
+        "      --skip N        start at the corpus's token N (default 0), e.g. to calibrate\n"
+        "                      on another part of it than qinfer ppl --chunks scores\n"
         "  -c, --ctx N         tokens per chunk, each a fresh sequence (default 512)\n"
         "      --threshold T   a neuron is active on a token when |act| > T (default 0.1;\n"
         "                      gated activations are rarely exactly 0, so a cut is needed)\n"
@@ -125,7 +129,7 @@ static qi_status read_text(const char *path, char **out, size_t *n, qi_err *err)
 
 int qi_cmd_profile(int argc, char **argv) {
     const char *cmd = "profile", *model_arg = "smollm2-135m", *file_arg = NULL, *out_arg = NULL, *sp_out = NULL;
-    int n_tokens = 4096, n_ctx = 512, n_threads = qi_n_physical_cores(), window = 64;
+    int n_tokens = 4096, n_skip = 0, n_ctx = 512, n_threads = qi_n_physical_cores(), window = 64;
     float threshold = 0.1f;
     double top = 0.2;
     qi_cli_kv kvo;
@@ -139,6 +143,7 @@ int qi_cmd_profile(int argc, char **argv) {
         else if (qi_args_is(&a, "-o", "--output")) out_arg = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--sparsity-out")) sp_out = qi_args_str(&a);
         else if (qi_args_is(&a, NULL, "--tokens")) qi_args_int(&a, 1, 1 << 30, &n_tokens);
+        else if (qi_args_is(&a, NULL, "--skip")) qi_args_int(&a, 0, 1 << 30, &n_skip);
         else if (qi_args_is(&a, "-c", "--ctx")) qi_args_int(&a, 2, 1 << 20, &n_ctx);
         else if (qi_args_is(&a, NULL, "--window")) qi_args_int(&a, 1, 1 << 20, &window);
         else if (qi_args_is(&a, "-t", "--threads")) qi_args_int(&a, 1, 1024, &n_threads);
@@ -201,11 +206,14 @@ int qi_cmd_profile(int argc, char **argv) {
     }
     if (read_text(fpath, &text, &len, &err) || qi_tokenize(m->tok, text, len, true, false, &ids, &n_ids, &err))
         goto fail;
-    if (n_ids < 2) {
-        QI_ERR(&err, QI_ERR_INVALID, "%s is %zu tokens; the profile needs at least 2", fpath, n_ids);
+    if (n_ids < (size_t)n_skip + 2) {
+        QI_ERR(&err, QI_ERR_INVALID, "%s is %zu tokens; the profile needs at least 2 after --skip %d", fpath, n_ids,
+               n_skip);
         goto fail;
     }
-    const int total = n_ids < (size_t)n_tokens ? (int)n_ids : n_tokens;
+    const int32_t *const from = ids + n_skip;
+    const size_t n_from = n_ids - (size_t)n_skip;
+    const int total = n_from < (size_t)n_tokens ? (int)n_from : n_tokens;
     qi_ffnprof_opts po = {.threshold = threshold, .top = top, .window = window};
     if (qi_ffnprof_create(m->hp.n_layer, m->hp.n_ff, &po, &prof, &err)) goto fail;
     observe_ctx oc = {prof};
@@ -224,16 +232,16 @@ int qi_cmd_profile(int argc, char **argv) {
     qi_cli_kv_apply(&kvo, &eo);
     if (qi_engine_create(m, &eo, &eng, &err)) goto fail;
     const int n_chunk = (total + n_ctx - 1) / n_ctx;
-    fprintf(stderr, "qinfer profile: %s, %s: %d of %zu tokens in %d chunks of up to %d, %d threads\n", mpath, fpath,
-            total, n_ids, n_chunk, n_ctx, n_threads);
+    fprintf(stderr, "qinfer profile: %s, %s: %d of %zu tokens from token %d in %d chunks of up to %d, %d threads\n",
+            mpath, fpath, total, n_ids, n_skip, n_chunk, n_ctx, n_threads);
     const bool add_bos = qi_tokenizer_add_bos(m->tok);
     const int32_t bos = qi_tokenizer_bos(m->tok);
     const double t0 = qi_now_s();
     for (int c = 0; c < n_chunk; c++) {
         const int off = c * n_ctx, n = total - off < n_ctx ? total - off : n_ctx;
-        if (add_bos && bos >= 0) ids[off] = bos;
+        if (add_bos && bos >= 0) ids[n_skip + off] = bos;
         int id;
-        if (qi_engine_seq_add(eng, &id, &err) || qi_engine_seq_feed(eng, id, ids + off, n, true, &err)) goto fail;
+        if (qi_engine_seq_add(eng, &id, &err) || qi_engine_seq_feed(eng, id, from + off, n, true, &err)) goto fail;
         while (qi_engine_seq_pending(eng, id) > 0)
             if (qi_engine_step(eng, NULL, &err)) goto fail;
         if (qi_engine_seq_remove(eng, id, &err)) goto fail;

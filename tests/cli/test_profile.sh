@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if expect_ok "$Q" profile --help; then
   grep -q "usage: qinfer profile" "$tmp/out" || bad "profile --help prints no usage"
-  for f in --tokens --ctx --threshold --top --window --output --devices --placement; do
+  for f in --tokens --skip --ctx --threshold --top --window --output --devices --placement; do
     grep -q -- "$f" "$tmp/out" || bad "profile --help does not mention $f"
   done
 fi
@@ -30,6 +30,7 @@ expect_fail 2 "option --tokens: '0' is not an integer" "$Q" profile -f devil --t
 expect_fail 2 "option --tokens: '-5' is not an integer" "$Q" profile -f devil --tokens -5
 expect_fail 2 "option --tokens: '12x' is not an integer" "$Q" profile -f devil --tokens 12x
 expect_fail 2 "option --ctx: '1' is not an integer" "$Q" profile -f devil --ctx 1
+expect_fail 2 "option --skip: '-1' is not an integer" "$Q" profile -f devil --skip -1
 expect_fail 2 "option --window: '0' is not an integer" "$Q" profile -f devil --window 0
 expect_fail 2 "option --top: '0' is not a fraction in (0, 1\]" "$Q" profile -f devil --top 0
 expect_fail 2 "option --top: '1.5' is not a fraction in (0, 1\]" "$Q" profile -f devil --top 1.5
@@ -80,7 +81,16 @@ if full_runs; then
     awk '!/^#/ { if ($3 < 0 || $3 > 128 || $4 < 0 || $4 > 128 || $5 < 0) bad = 1; hot[$1] += $4 }
          END { for (l = 0; l < 30; l++) if (hot[l] != 128 * 307) bad = 1; exit bad }' "$f" ||
       bad "profile file counts are inconsistent"
+    # --skip: the run's second chunk alone (tokens 64..127) and its first
+    # alone (--tokens 64) add up to the whole run, neuron by neuron
+    if expect_ok "$Q" profile "${M[@]}" -f devil --skip 64 --tokens 64 --ctx 64 --window 16 -o "$tmp/p2.txt" &&
+      expect_ok "$Q" profile "${M[@]}" -f devil --tokens 64 --ctx 64 --window 16 -o "$tmp/p1.txt"; then
+      paste <(grep -v "^#" "$tmp/p1.txt") <(grep -v "^#" "$tmp/p2.txt") <(grep -v "^#" "$f") |
+        awk '{ if ($3 + $8 != $13 || $4 + $9 != $14) bad = 1; n++ } END { exit bad || n != 30 * 1536 }' &&
+        ok || bad "profile --skip 64: the two halves do not add up to the whole run"
+    fi
   fi
+  expect_fail 2 "the profile needs at least 2 after --skip 1000000000" "$Q" profile "${M[@]}" -f devil --skip 1000000000
 fi
 
 # Activation sparsity: the calibration file (30 layers x 5 sites, 101
