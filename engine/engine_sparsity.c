@@ -2,10 +2,12 @@
  * (opts.sparsity: teal thresholds the inputs of every matrix, cats the
  * gate's activations) and the activation observers. A thresholded site
  * keeps the union of its active columns over the step's rows; the
- * matrices are then read by those columns (their column forms, sparse.h)
- * or by those rows (cats's up), each equal bit for bit to the dense
- * matmul of the zeroed input. Paused (qi_engine_sparsity_pause), a step
- * takes the dense path. */
+ * matrices are then read by those rows (cats's up: the dense kernels,
+ * equal bit for bit to the dense matmul of the zeroed input) or by those
+ * columns (their column forms, sparse.h: a float product over the exact
+ * weights, not the dense matmul's, which first quantises the activations
+ * to 8 bits; the two paths' perplexities differ, paper-repro claim 12).
+ * Paused (qi_engine_sparsity_pause), a step takes the dense path. */
 #include "engine_int.h"
 
 float eng_sp_thr(const qi_engine *e, int l, int site) {
@@ -54,7 +56,7 @@ qi_status eng_sp_run(qi_engine *e, sp_job *j) {
  * whose active columns are e->sp.idx[0..n_idx) (n_idx < 0: not
  * thresholded): the sparse kernels where every matrix has a column form
  * and few enough columns are active, else the dense matmul (of the zeroed
- * x: the same activations, the dense arithmetic). */
+ * x: the same activations, the dense arithmetic, 8-bit activations). */
 qi_status eng_mm_site(qi_engine *e, qi_backend *b, int l, const int *wi, const qi_weight *const *w, float *const *y,
                       int n, const float *x, int T, int n_idx, qi_err *err) {
     qi_status st;
