@@ -29,6 +29,16 @@
  * sums stay in a buffer of TB tokens until the group's last super-block
  * (a float's round trip through memory is exact).
  *
+ * At a decode step's 16 tokens that unpacking costs more than the tile
+ * products it feeds, so the weights can also be held unpacked: the packed
+ * form (qi_k_amx_pack_group, the CPU backend's repack) is each (16-row
+ * group, super-block)'s parts and per-row scales exactly as unpack_rows
+ * makes them, and gemm_wide_packed reads them in place, prefetching the
+ * next super-block. Same integers, same floats: bit-identical to
+ * gemm_wide. It is 2.1 bytes a weight for q4_K, 3.1 for q6_K, against
+ * 0.56 and 0.82, so it pays only where tokens share the read; the backend
+ * keeps the rows for calls of fewer than QI_K_WIDE_MIN tokens.
+ *
  * AMX needs the kernel's permission for the tile data state
  * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), Linux 5.16+),
  * asked once per process; without AMX, or without the permission, the
