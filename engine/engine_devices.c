@@ -2,6 +2,7 @@
  * weight blocks it runs (in its own form), its activations and its KV
  * pool; and the copies between devices that order their streams. */
 #include "engine_int.h"
+#include "kernels.h"
 
 /* The capacity of a device name "NAME:BYTES" (K, M or G suffixes), 0 for
  * "NAME" (len: NAME's length). */
@@ -121,8 +122,10 @@ void eng_wblock_reset(const qi_model *m, dev_state *D, int b) {
 
 /* Block b prepared on device D: one buffer, *out (NULL when D needs none),
  * and D's views of the weights pointing into it. The work is queued on
- * D's stream. On the CPU, the rows of a matrix it packed go back to the
- * file (the embedding table's stay: it is still read by row). */
+ * D's stream. On the CPU, the rows of a matrix it packed in the packed
+ * order go back to the file (the embedding table's stay: it is still read
+ * by row; so do q4_K's and q6_K's beside their AMX form: fewer than
+ * QI_K_WIDE_MIN tokens read them). */
 qi_status eng_wblock_prepare(const qi_engine *e, dev_state *D, int b, qi_buf **out, qi_err *err) {
     *out = NULL;
     const size_t total = eng_wblock_bytes(e->m, D, b);
@@ -138,7 +141,8 @@ qi_status eng_wblock_prepare(const qi_engine *e, dev_state *D, int b, qi_buf **o
         const size_t nb = qi_dev_weight_size(D->be, src[i], mm[i]);
         st = qi_dev_weight_prepare(D->be, src[i], mm[i], qi_view_of(*out, off), dst[i], err);
         off += eng_walign(nb);
-        if (!st && nb && D->be == e->be && dst[i]->packed && src[i]->data != e->m->tok_embd.data)
+        if (!st && nb && D->be == e->be && dst[i]->packed && qi_k_pack_supported(src[i]->type) &&
+            src[i]->data != e->m->tok_embd.data)
             qi_model_release_rows(e->m, src[i]);
     }
     if (st) {

@@ -490,12 +490,18 @@ qi_status qi_model_load(const char *path, qi_model **out, qi_err *err) {
 
 int qi_model_n_matrices(const qi_model *m) { return (qi_ffn_gate_free(m->hp.ffn_act) ? 6 : 7) * m->hp.n_layer + 1; }
 
+/* The packed order's types, or q4_K and q6_K where the kernels in use hold
+ * them in the AMX tiles' form (gemm_wide_packed). */
+static int packable(uint32_t type) {
+    return qi_k_pack_supported(type) || (type < QI_TYPE_COUNT && qi_kernels_get()->gemm_wide_packed[type]);
+}
+
 int qi_model_n_packable(const qi_model *m) {
-    int n = qi_k_pack_supported(m->output.type);
+    int n = packable(m->output.type);
     for (int l = 0; l < m->hp.n_layer; l++) {
         const qi_layer *L = &m->layers[l];
         const qi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += qi_k_pack_supported(ws[i]->type);
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += packable(ws[i]->type);
     }
     return n;
 }

@@ -613,8 +613,8 @@ qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err 
     qi_status st = qi_model_load(path, m, err);
     const int n_mat = st == QI_OK ? qi_model_n_matrices(*m) : 0, n_pack = st == QI_OK ? qi_model_n_packable(*m) : 0;
     if (st == QI_OK && repack && n_pack < n_mat)
-        fprintf(stderr, "qinfer: --repack: %d of the %d matrices have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0); the others "
-                        "keep llama.cpp's order\n", n_pack, n_mat);
+        fprintf(stderr, "qinfer: --repack: %d of the %d matrices have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K, "
+                        "q6_K with AMX); the others are read as the file has them\n", n_pack, n_mat);
     return st;
 }
 

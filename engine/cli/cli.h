@@ -194,11 +194,15 @@ void qi_cli_kv_help(void);
 
 /* --repack's help line (the engine's repack option); the model loader the
  * commands share: path loaded, and with repack a note of the matrices
- * that have no packed form and keep llama.cpp's order. */
+ * that have no packed form. */
 #define QI_CLI_REPACK_HELP                                                                       \
     "      --repack          repack q4_0/q4_1/q5_0/q5_1/q8_0 matrices into 16-row groups:\n" \
     "                        faster, batched above all, but summed in another order\n"     \
-    "                        than llama.cpp's (logits differ in the last bits)\n"
+    "                        than llama.cpp's (logits differ in the last bits); with\n"  \
+    "                        the AMX kernels also q4_K/q6_K, unpacked into the tiles'\n" \
+    "                        int8 form beside the file's rows (3.7x their bytes\n" \
+    "                        more): 8+ tokens run from it, fewer read the rows, same\n"  \
+    "                        results as without\n"
 qi_status qi_cli_load_model(const char *path, bool repack, qi_model **m, qi_err *err);
 
 /* An op profile (qi_engine_profile, or a part of one) as one stderr line:

@@ -107,6 +107,13 @@ typedef struct qi_kernels {
      * n_w the rows from there (the last group may be partial); otherwise as
      * qi_k_gemm_fn. Every dot is qi_k_dot_packed_ref's, whatever n_a. */
     qi_k_gemm_fn gemm_packed[QI_TYPE_COUNT];
+    /* gemm_wide over the AMX table's packed form of q4_K and q6_K (see
+     * qi_k_amx_pack_group), NULL elsewhere: w is the first packed 16-row
+     * group, w_stride the bytes of one group (qi_k_amx_pack_group_bytes),
+     * n_w the rows from there; every dot is gemm_wide's (the tiled order),
+     * so a weight that has this form keeps its rows for calls of fewer
+     * than QI_K_WIDE_MIN tokens and gives the same results either way. */
+    qi_k_gemm_fn gemm_wide_packed[QI_TYPE_COUNT];
 } qi_kernels;
 
 /* The kernel table to use: the widest variant the CPU supports; the
@@ -130,6 +137,16 @@ const qi_kernels *qi_kernels_avx512(void); /* + AVX-512 F/BW/VL/VNNI */
 const qi_kernels *qi_kernels_amx(void);
 /* Why qi_kernels_amx() is NULL (one line), or NULL when it is not. */
 const char *qi_kernels_amx_absent(void);
+/* The AMX table's packed form of q4_K and q6_K: a 16-row group's weights
+ * as gemm_wide unpacks them, held ready (per super-block the int8 parts of
+ * codes times scale digits in the tiles' VNNI layout, then the rows' d,
+ * dmin and mins; 2.1 bytes a weight for q4_K, 3.1 for q6_K). Bytes of one
+ * group of n elements: 0 where the type has no such form. */
+uint64_t qi_k_amx_pack_group_bytes(uint32_t type, int64_t n);
+/* Pack n_rows <= QI_K_PACK_ROWS rows (row r at w + r * w_stride bytes) into
+ * one group at dst, 64-byte aligned; absent rows are zero. Only where
+ * qi_kernels_amx() is not NULL. */
+void qi_k_amx_pack_group(uint32_t type, int64_t n, const void *w, size_t w_stride, int n_rows, void *dst);
 
 /* ---- Packed weights (kernels_packed.c) ------------------------------------
  *

@@ -29,6 +29,16 @@
  * sums stay in a buffer of TB tokens until the group's last super-block
  * (a float's round trip through memory is exact).
  *
+ * At a decode step's 16 tokens that unpacking costs more than the tile
+ * products it feeds, so the weights can also be held unpacked: the packed
+ * form (qi_k_amx_pack_group, the CPU backend's repack) is each (16-row
+ * group, super-block)'s parts and per-row scales exactly as unpack_rows
+ * makes them, and gemm_wide_packed reads them in place, prefetching the
+ * next super-block. Same integers, same floats: bit-identical to
+ * gemm_wide. It is 2.1 bytes a weight for q4_K, 3.1 for q6_K, against
+ * 0.56 and 0.82, so it pays only where tokens share the read; the backend
+ * keeps the rows for calls of fewer than QI_K_WIDE_MIN tokens.
+ *
  * AMX needs the kernel's permission for the tile data state
  * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), Linux 5.16+),
  * asked once per process; without AMX, or without the permission, the
@@ -98,13 +108,22 @@ T5 static void transpose16(const __m512i in[16], __m512i out[16]) {
 }
 
 /* The weight side of one super-block of a 16-row group: each part in the
- * VNNI layout (bq[p][k][r]: dword k of row r's part bytes, k < 64), and
- * per row (one lane each) d, dmin and q4_K's mins as int16 pairs. */
+ * VNNI layout (bq[p][k][r]: dword k of row r's part bytes, k < 64; 4 KiB a
+ * part), then the tail: per row (one lane each) q4_K's mins as int16
+ * pairs, d and -dmin. The packed form (qi_k_amx_pack_group) is these
+ * blocks as they are, np parts each, one after another. */
+#define PART_BYTES (64 * TR * 4)
 typedef struct {
-    uint32_t bq[NP_MAX][64][TR];
     __m512i mn[4];
     __m512 d, negdmin;
+} wtail;
+typedef struct {
+    uint32_t bq[NP_MAX][64][TR];
+    wtail t;
 } wside;
+
+/* Bytes of one packed super-block of a 16-row group: np parts and the tail. */
+static size_t packed_block_bytes(int q4) { return (size_t)(q4 ? 2 : 3) * PART_BYTES + sizeof(wtail); }
 
 /* q6_K's scale digit i in [-3, 4] (see the file comment). */
 static inline int q6_digit(int sc, int i) {
@@ -112,7 +131,8 @@ static inline int q6_digit(int sc, int i) {
     return ((sc + 3) & 7) - 3;
 }
 
-T5 static void unpack_rows(wside *ws, const char *w, size_t w_stride, int nr, int64_t b, int q4) {
+/* The parts go to bq (part i at i * PART_BYTES), the tail to *tl. */
+T5 static void unpack_rows(uint8_t *bq, wtail *tl, const char *w, size_t w_stride, int nr, int64_t b, int q4) {
     const int np = q4 ? 2 : 3;
     uint8_t part[NP_MAX][TR][256];
     float d[TR] = {0}, dmin[TR] = {0};
@@ -162,17 +182,17 @@ T5 static void unpack_rows(wside *ws, const char *w, size_t w_stride, int nr, in
             __m512i in[16], out[16];
             for (int r = 0; r < TR; r++) in[r] = _mm512_loadu_si512(part[i][r] + 4 * k0);
             transpose16(in, out);
-            for (int k = 0; k < 16; k++) _mm512_storeu_si512(ws->bq[i][k0 + k], out[k]);
+            for (int k = 0; k < 16; k++) _mm512_storeu_si512(bq + (size_t)i * PART_BYTES + 64 * (k0 + k), out[k]);
         }
     }
-    ws->d = _mm512_loadu_ps(d);
-    ws->negdmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(dmin));
-    for (int q = 0; q < 4; q++) ws->mn[q] = _mm512_loadu_si512(mn[q]);
+    tl->d = _mm512_loadu_ps(d);
+    tl->negdmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(dmin));
+    for (int q = 0; q < 4; q++) tl->mn[q] = _mm512_loadu_si512(mn[q]);
 }
 
 /* q4_K's s2 for one token against the 16 rows: sum over sub-blocks s of
  * mn[s] * (bsums[2s] + bsums[2s + 1]), one row per lane. */
-T5 static inline __m512i q4_s2(const wside *ws, const int16_t *bsums) {
+T5 static inline __m512i q4_s2(const wtail *ws, const int16_t *bsums) {
     const __m256i S = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), _mm256_set1_epi16(1));
     const __m128i S16 = _mm256_cvtepi32_epi16(S); /* |S| <= 2 * 16 * 127: int16 */
     uint32_t pr[4];
@@ -182,11 +202,15 @@ T5 static inline __m512i q4_s2(const wside *ws, const int16_t *bsums) {
     return s2;
 }
 
+/* packed: w is the first packed 16-row group (w_stride its bytes), else
+ * the rows as the model has them, unpacked here once per call. */
 AT static inline __attribute__((always_inline)) void gemm_k_amx(int64_t n, const void *w, size_t w_stride,
                                                                 int n_w, const void *a, size_t a_stride,
-                                                                int n_a, float *y, size_t y_stride, int q4) {
+                                                                int n_a, float *y, size_t y_stride, int q4,
+                                                                int packed) {
     const int64_t nb = n / 256;
     const int np = q4 ? 2 : 3;
+    const size_t pbb = packed_block_bytes(q4);
     wside ws;
     int32_t cb[NP_MAX][16 * TR]; /* [part][token * 16 + row] */
     uint8_t pad[16 * 256];       /* a partial token tile's quants, zero-padded */
@@ -201,7 +225,18 @@ AT static inline __attribute__((always_inline)) void gemm_k_amx(int64_t n, const
         const int nr = n_w - r0 < TR ? n_w - r0 : TR;
         const int na = n_a - tb < tb_n ? n_a - tb : tb_n;
         for (int64_t b = 0; b < nb; b++) {
-            unpack_rows(&ws, (const char *)w + (size_t)r0 * w_stride, w_stride, nr, b, q4);
+            const uint8_t *bq;
+            const wtail *tl;
+            if (packed) {
+                bq = (const uint8_t *)w + (size_t)(r0 / TR) * w_stride + (size_t)b * pbb;
+                tl = (const wtail *)(const void *)(bq + (size_t)np * PART_BYTES);
+                if (b + 1 < nb)
+                    for (size_t o = 0; o < pbb; o += 64) _mm_prefetch((const char *)bq + pbb + o, _MM_HINT_T0);
+            } else {
+                unpack_rows((uint8_t *)ws.bq, &ws.t, (const char *)w + (size_t)r0 * w_stride, w_stride, nr, b, q4);
+                bq = (const uint8_t *)ws.bq;
+                tl = &ws.t;
+            }
             for (int t0 = tb; t0 < tb + na; t0 += 16) {
                 const int nt = tb + na - t0 < 16 ? tb + na - t0 : 16;
                 const qi_block_q8_K *y0 = (const qi_block_q8_K *)((const char *)a + (size_t)t0 * a_stride) + b;
@@ -218,12 +253,12 @@ AT static inline __attribute__((always_inline)) void gemm_k_amx(int64_t n, const
                 if (np > 2) _tile_zero(6);
                 for (int kk = 0; kk < 4; kk++) {
                     _tile_loadd(0, (const char *)qa + 64 * kk, qs_stride);
-                    _tile_loadd(1, ws.bq[0][16 * kk], 64);
+                    _tile_loadd(1, bq + 0 * PART_BYTES + 1024 * kk, 64);
                     _tile_dpbssd(4, 0, 1);
-                    _tile_loadd(2, ws.bq[1][16 * kk], 64);
+                    _tile_loadd(2, bq + 1 * PART_BYTES + 1024 * kk, 64);
                     _tile_dpbssd(5, 0, 2);
                     if (np > 2) {
-                        _tile_loadd(3, ws.bq[2][16 * kk], 64);
+                        _tile_loadd(3, bq + 2 * PART_BYTES + 1024 * kk, 64);
                         _tile_dpbssd(6, 0, 3);
                     }
                 }
@@ -236,11 +271,11 @@ AT static inline __attribute__((always_inline)) void gemm_k_amx(int64_t n, const
                                                   _mm512_slli_epi32(_mm512_loadu_si512(cb[1] + 16 * t), 3));
                     __m512 rr;
                     if (q4) {
-                        rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), ws.d);
-                        rr = _mm512_fmadd_ps(ws.negdmin, _mm512_cvtepi32_ps(q4_s2(&ws, yb->bsums)), rr);
+                        rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), tl->d);
+                        rr = _mm512_fmadd_ps(tl->negdmin, _mm512_cvtepi32_ps(q4_s2(tl, yb->bsums)), rr);
                     } else {
                         s1 = _mm512_add_epi32(s1, _mm512_slli_epi32(_mm512_loadu_si512(cb[2] + 16 * t), 6));
-                        rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), ws.d);
+                        rr = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), tl->d);
                     }
                     float *at = acc + (size_t)(t0 - tb + t) * TR;
                     const __m512 sum = b == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(at);
@@ -254,14 +289,32 @@ AT static inline __attribute__((always_inline)) void gemm_k_amx(int64_t n, const
     _tile_release();
 }
 
-AT static void gemm_q4_K_amx(int64_t n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride,
-                             int n_a, float *y, size_t y_stride) {
-    gemm_k_amx(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 1);
+#define DEFINE_GEMM_AMX(NAME, Q4, PACKED)                                                                   \
+    AT static void NAME(int64_t n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride,  \
+                        int n_a, float *y, size_t y_stride) {                                                 \
+        gemm_k_amx(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, Q4, PACKED);                          \
+    }
+DEFINE_GEMM_AMX(gemm_q4_K_amx, 1, 0)
+DEFINE_GEMM_AMX(gemm_q6_K_amx, 0, 0)
+DEFINE_GEMM_AMX(gemm_q4_K_amx_packed, 1, 1)
+DEFINE_GEMM_AMX(gemm_q6_K_amx_packed, 0, 1)
+
+/* ---- the packed form ------------------------------------------------------------------ */
+
+uint64_t qi_k_amx_pack_group_bytes(uint32_t type, int64_t n) {
+    if (type != QI_TYPE_Q4_K && type != QI_TYPE_Q6_K) return 0;
+    return (uint64_t)(n / 256) * packed_block_bytes(type == QI_TYPE_Q4_K);
 }
 
-AT static void gemm_q6_K_amx(int64_t n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride,
-                             int n_a, float *y, size_t y_stride) {
-    gemm_k_amx(n, w, w_stride, n_w, a, a_stride, n_a, y, y_stride, 0);
+void qi_k_amx_pack_group(uint32_t type, int64_t n, const void *w, size_t w_stride, int n_rows, void *dst) {
+    const int q4 = type == QI_TYPE_Q4_K;
+    const size_t pbb = packed_block_bytes(q4);
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)b * pbb;
+        wtail tl;
+        unpack_rows(blk, &tl, w, w_stride, n_rows, b, q4);
+        memcpy(blk + (size_t)(q4 ? 2 : 3) * PART_BYTES, &tl, sizeof tl);
+    }
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -291,6 +344,8 @@ static void build(void) {
     k_amx.name = "amx";
     k_amx.gemm_wide[QI_TYPE_Q4_K] = gemm_q4_K_amx;
     k_amx.gemm_wide[QI_TYPE_Q6_K] = gemm_q6_K_amx;
+    k_amx.gemm_wide_packed[QI_TYPE_Q4_K] = gemm_q4_K_amx_packed;
+    k_amx.gemm_wide_packed[QI_TYPE_Q6_K] = gemm_q6_K_amx_packed;
     k_amx.wide_block = 512; /* a 512-token prompt's matmuls in one call per thread */
 }
 
@@ -308,5 +363,13 @@ const char *qi_kernels_amx_absent(void) {
 
 const qi_kernels *qi_kernels_amx(void) { return NULL; }
 const char *qi_kernels_amx_absent(void) { return "not an x86-64 Linux build with GCC or clang"; }
+uint64_t qi_k_amx_pack_group_bytes(uint32_t type, int64_t n) {
+    (void)type;
+    (void)n;
+    return 0;
+}
+void qi_k_amx_pack_group(uint32_t type, int64_t n, const void *w, size_t w_stride, int n_rows, void *dst) {
+    (void)type, (void)n, (void)w, (void)w_stride, (void)n_rows, (void)dst;
+}
 
 #endif

@@ -9,7 +9,8 @@
  * super-blocks, quantised
  * Gaussian weights and raw random block bytes (every code and scale), and
  * activations with huge outliers. Outputs are strided with guard slots that
- * must survive. llama.cpp's recorded results for the tiled order are held
+ * must survive. gemm_wide_packed over the weights packed in 16-row groups
+ * (qi_k_amx_pack_group) must give the same outputs, bit for bit. llama.cpp's recorded results for the tiled order are held
  * by test_kernels' golden test, which runs this table too.
  *
  * Planted fault: ggml's order (gemm, not gemm_wide) differs from the
@@ -113,6 +114,22 @@ static long run_shape(uint32_t t, const shape *sh, uint64_t *rng, int raw, qi_k_
             for (int r = n_w; r < n_w + 2; r++)
                 qi_check_msg(got[(size_t)j * ys + r] == -12345.0f, "amx %s: guard %d,%d overwritten",
                               qi_type_get(t)->name, j, r);
+        /* the packed form: the same outputs from the groups, bit for bit */
+        const uint64_t gb = qi_k_amx_pack_group_bytes(t, n);
+        const int ng = (n_w + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
+        char *pk = aligned_alloc(64, (size_t)gb * (size_t)ng);
+        ck_assert(gb % 64 == 0 && pk);
+        for (int g = 0; g < ng; g++) {
+            const int rows = n_w - g * QI_K_PACK_ROWS < QI_K_PACK_ROWS ? n_w - g * QI_K_PACK_ROWS : QI_K_PACK_ROWS;
+            qi_k_amx_pack_group(t, n, w + (size_t)g * QI_K_PACK_ROWS * wb, wb, rows, pk + (size_t)g * gb);
+        }
+        for (size_t i = 0; i < ys * (size_t)n_a; i++) got[i] = -12345.0f;
+        qi_kernels_amx()->gemm_wide_packed[t](n, pk, gb, n_w, a, ab, n_a, got, ys);
+        const long dp = first_diff(ref, got, (long)(ys * (size_t)n_a));
+        qi_check_msg(dp < 0, "amx packed %s%s n=%lld %dx%d: token %ld row %ld: ref %.9g, got %.9g",
+                      qi_type_get(t)->name, raw ? " (raw)" : "", (long long)n, n_w, n_a, dp / (long)ys, dp % (long)ys,
+                      dp >= 0 ? ref[dp] : 0.0f, dp >= 0 ? got[dp] : 0.0f);
+        free(pk);
     }
     free(w);
     free(a);

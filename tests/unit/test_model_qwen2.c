@@ -25,6 +25,7 @@
 #include "qinfer/model.h"
 #include "qinfer/perplexity.h"
 #include "qinfer/sampler.h"
+#include "kernels.h"
 #include "testutil.h"
 
 #define MODEL_FILE "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -125,6 +126,17 @@ END_TEST
 START_TEST(first_logits_match_llama_cpp) { qi_test_golden_first_logits(g_model, GOLDEN_DIR "logits.tsv"); }
 END_TEST
 
+/* With --repack on the AMX kernels the q4_K/q6_K matrices are also held in
+ * the tiles' packed form, which the prompts' matmuls (8+ tokens) read: the
+ * same logits, bit for bit. Added only where that form exists. */
+START_TEST(first_logits_match_llama_cpp_repacked) {
+    ck_assert_int_eq(qi_model_n_packable(g_model), qi_model_n_matrices(g_model));
+    qi_test_repack = true;
+    qi_test_golden_first_logits(g_model, GOLDEN_DIR "logits.tsv");
+    qi_test_repack = false;
+}
+END_TEST
+
 START_TEST(greedy_matches_llama_cpp) {
     qi_test_greedy r;
     qi_test_golden_greedy(g_model, GOLDEN_DIR "greedy.tsv", 0, &r);
@@ -165,6 +177,7 @@ int main(void) {
     tcase_add_test(tc, tokenizer_matches_llama_cpp);
     tcase_add_test(tc, chat_prompt_matches_template);
     tcase_add_test(tc, first_logits_match_llama_cpp); /* quick mode: the first 3 prompts */
+    if (qi_kernels_amx()) tcase_add_test(tc, first_logits_match_llama_cpp_repacked);
     if (!qi_test_quick()) tcase_add_test(tc, greedy_matches_llama_cpp);
     suite_add_tcase(su, tc);
     /* a CTest entry of its own (test_model_qwen2_ppl), skipped in quick mode */

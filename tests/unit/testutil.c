@@ -303,13 +303,16 @@ void qi_test_golden_greedy(const qi_model *m, const char *path, int window, qi_t
     out->worst = worst;
 }
 
+bool qi_test_repack;
+
 void qi_test_golden_first_logits(const qi_model *m, const char *path) {
     size_t len;
     char *text = qi_test_read_file(path, &len);
     ck_assert_msg(text != NULL, "missing %s", path);
     qi_ctx *c = NULL;
     qi_err e = {0};
-    ck_assert_int_eq(qi_ctx_create(m, 2048, 2, &c, &e), QI_OK);
+    const qi_ctx_opts co = {.n_ctx = 2048, .n_threads = 2, .repack = qi_test_repack};
+    ck_assert_int_eq(qi_ctx_create_opts(m, &co, &c, &e), QI_OK);
     int n = 0;
     float worst = 0;
     char *cur = text, *line;

@@ -98,7 +98,8 @@ typedef struct {
 struct qi_model;
 void qi_test_golden_greedy(const struct qi_model *m, const char *path, int window, qi_test_greedy *out);
 /* The first generated position's top-10 logits must equal llama.cpp's bit
- * for bit. */
+ * for bit; with qi_test_repack set, on a context with the repack option. */
+extern bool qi_test_repack;
 void qi_test_golden_first_logits(const struct qi_model *m, const char *path);
 /* Perplexity against llama-perplexity's rows of the golden file `path`
  * (columns: run ctx chunks n_tokens n_scored ppl +/- running) over the

@@ -154,6 +154,9 @@ static void cpu_matmul_n(qi_backend *b, const qi_weight *const *w, float *const 
                 j.gemm[k] = c->k->gemm_packed[wi->type];
                 j.packed[k] = true;
                 j.block[k] = MM_TOKEN_BLOCK;
+            } else if (wi->packed && wide && c->k->gemm_wide_packed[wi->type]) {
+                j.gemm[k] = c->k->gemm_wide_packed[wi->type]; /* fewer tokens read the rows */
+                j.packed[k] = true;
             }
             j.n_rows += wi->n_rows;
         }
@@ -428,24 +431,35 @@ static void cpu_drain(qi_backend *b) { (void)b; }
 
 /* ---- weights: the model's rows, or with QI_CPU_REPACK their packed form --------- */
 
+/* Bytes of one packed 16-row group of w: the packed order's groups, or for
+ * q4_K and q6_K on the AMX table that table's packed form; 0 for none. */
+static uint64_t pack_group_bytes(const cpu_ctx *c, const qi_weight *w) {
+    if (qi_k_pack_supported(w->type)) return qi_k_pack_group_bytes(w->type, w->n_cols);
+    if (c->k->gemm_wide_packed[w->type]) return qi_k_amx_pack_group_bytes(w->type, w->n_cols);
+    return 0;
+}
+
 static size_t cpu_weight_size(qi_backend *b, const qi_weight *w, bool matmul) {
-    if (!C(b)->repack || !matmul || !qi_k_pack_supported(w->type)) return 0;
+    if (!C(b)->repack || !matmul) return 0;
     const uint64_t groups = (uint64_t)(w->n_rows + QI_K_PACK_ROWS - 1) / QI_K_PACK_ROWS;
-    return (size_t)(groups * qi_k_pack_group_bytes(w->type, w->n_cols));
+    return (size_t)(groups * pack_group_bytes(C(b), w));
 }
 
 /* The 16-row groups in mem; the rows stay the model's, host memory the
  * CPU reads (get_rows reads the token embedding by row, also when the
  * output head shares it). */
 static void cpu_weight_prepare(qi_backend *b, const qi_weight *w, bool matmul, void *mem, qi_weight *out) {
-    (void)b;
     (void)matmul;
-    const uint64_t gb = qi_k_pack_group_bytes(w->type, w->n_cols);
+    const uint64_t gb = pack_group_bytes(C(b), w);
+    const bool pk = qi_k_pack_supported(w->type);
     char *dst = mem;
     for (int64_t r0 = 0; r0 < w->n_rows; r0 += QI_K_PACK_ROWS, dst += gb) {
         const int rows = w->n_rows - r0 < QI_K_PACK_ROWS ? (int)(w->n_rows - r0) : QI_K_PACK_ROWS;
-        qi_k_pack_group(w->type, w->n_cols, (const char *)w->data + (uint64_t)r0 * w->row_bytes, w->row_bytes, rows,
-                        dst);
+        const char *src = (const char *)w->data + (uint64_t)r0 * w->row_bytes;
+        if (pk)
+            qi_k_pack_group(w->type, w->n_cols, src, w->row_bytes, rows, dst);
+        else
+            qi_k_amx_pack_group(w->type, w->n_cols, src, w->row_bytes, rows, dst);
     }
     out->data = w->data;
     out->packed = mem;

@@ -134,8 +134,9 @@ void qi_model_free(qi_model *m);
 /* The matrices a forward pass multiplies by: seven per layer (six without
  * an FFN gate) and the output head. */
 int qi_model_n_matrices(const qi_model *m);
-/* How many of them have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0):
- * those a CPU repacks with the engine's repack option. */
+/* How many of them have a packed form (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K
+ * and q6_K where the CPU's kernels are the AMX ones): those a CPU repacks
+ * with the engine's repack option. */
 int qi_model_n_packable(const qi_model *m);
 /* Give back the resident pages of w's rows in the model file's mapping (a
  * later read faults them in again from the file): for a device that holds
