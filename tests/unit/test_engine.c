@@ -1138,7 +1138,8 @@ START_TEST(profile_counts) {
 END_TEST
 
 /* Gemma 3 with packed weights: its q5_0 and q8_0 matrices packed, its q4_K
- * and q6_K ones left in the x86 order, logits close to the x86 order's.
+ * and q6_K ones left in the x86 order (or, where the AMX kernels run, held
+ * in their packed form beside it), logits close to the x86 order's.
  * (Batched steps are not compared with separate runs here: llama.cpp's
  * order for q4_K and q6_K, which those matrices keep, changes when a
  * matmul has QI_K_WIDE_MIN tokens or more, so a batch of 16 decodes sums
@@ -1146,15 +1147,26 @@ END_TEST
 START_TEST(gemma_packed) {
     qi_model *m = load(GEMMA_FILE);
     ck_assert(m);
-    int want = qi_k_pack_supported(m->output.type);
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const qi_layer *ly = &m->layers[l];
-        const qi_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (int i = 0; i < 7; i++) want += qi_k_pack_supported(ws[i]->type);
+    /* legacy: the matrices packed in place; want: those and, where the AMX
+     * kernels run, the q4_K and q6_K ones held in their packed form too */
+    const qi_kernels *k = qi_kernels_get();
+    const bool amx = k->gemm_wide_packed[QI_TYPE_Q4_K] != NULL;
+    int want = 0, legacy = 0;
+    for (int l = -1; l < m->hp.n_layer; l++) {
+        const qi_layer *ly = l < 0 ? NULL : &m->layers[l];
+        const qi_weight *ws[7] = {&m->output};
+        const int n = ly ? 7 : 1;
+        if (ly) ws[0] = &ly->wq, ws[1] = &ly->wk, ws[2] = &ly->wv, ws[3] = &ly->wo, ws[4] = &ly->w_gate,
+            ws[5] = &ly->w_up, ws[6] = &ly->w_down;
+        for (int i = 0; i < n; i++) {
+            legacy += qi_k_pack_supported(ws[i]->type);
+            want += qi_k_pack_supported(ws[i]->type) || k->gemm_wide_packed[ws[i]->type] != NULL;
+        }
     }
     ck_assert_int_eq(qi_model_n_packable(m), want);
-    ck_assert_int_gt(want, 4 * m->hp.n_layer); /* q, k, gate and up (q5_0) at least */
-    ck_assert_int_lt(want, qi_model_n_matrices(m));
+    ck_assert_int_gt(legacy, 4 * m->hp.n_layer); /* q, k, gate and up (q5_0) at least */
+    ck_assert_int_lt(legacy, qi_model_n_matrices(m));
+    ck_assert_int_eq(want > legacy, amx); /* its q4_K and q6_K join them only on AMX */
     g_repack = true;
     qi_engine *eng = make_engine(m, "full", NULL, 0, 0.0, 64, 1); /* checks that `want` were packed */
     qi_engine_free(eng);
