@@ -177,7 +177,10 @@ int main(void) {
     tcase_add_test(tc, tokenizer_matches_llama_cpp);
     tcase_add_test(tc, chat_prompt_matches_template);
     tcase_add_test(tc, first_logits_match_llama_cpp); /* quick mode: the first 3 prompts */
-    if (qi_kernels_amx()) tcase_add_test(tc, first_logits_match_llama_cpp_repacked);
+    if (qi_kernels_amx())
+        tcase_add_test(tc, first_logits_match_llama_cpp_repacked);
+    else
+        printf("first_logits_match_llama_cpp_repacked: skipped: %s\n", qi_kernels_amx_absent());
     if (!qi_test_quick()) tcase_add_test(tc, greedy_matches_llama_cpp);
     suite_add_tcase(su, tc);
     /* a CTest entry of its own (test_model_qwen2_ppl), skipped in quick mode */
