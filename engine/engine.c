@@ -65,6 +65,7 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ps);
     eng_sparsity_free(e);
     eng_stream_free(e);
+    eng_block_free(e);
     qi_kv_policy_free(e->pol);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
@@ -190,9 +191,10 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = eng_check_observe(e, &e->plan, err)) ||
         (st = eng_check_sparse(e, &e->plan, err)) || (st = eng_sparse_setup(e, R, err)) ||
         (st = eng_check_picks(e, &e->plan, err)) || (st = eng_check_neurons(e, err)) ||
-        (st = eng_neuron_setup(e, err)))
+        (st = eng_neuron_setup(e, err)) || (st = eng_block_check(e, &e->plan, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
+    e->o.plan = NULL;
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
     e->q_pos = qi_malloc(sizeof(int32_t) * R);
