@@ -20,6 +20,11 @@
  * (their bytes over the link), not once per GPU batch: within 1.5x of one
  * pass of the weights, where batches run one after another through all
  * layers would take four.
+ *
+ * "policy" (GLPK builds): the flexgen placement policy with block=1 gives
+ * plans with gpu_batch its GPU batch size, and the memory check counts
+ * one GPU batch's activations there (less than a whole step's); without
+ * block=1 its plans have none, as before.
  */
 #include <check.h>
 #include <math.h>
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "placement/placement_policy.h"
 #include "qinfer/engine.h"
 #include "qinfer/model.h"
 #include "testutil.h"
@@ -234,6 +240,50 @@ START_TEST(sim_weights_once) {
 }
 END_TEST
 
+#ifdef QI_HAVE_GLPK
+START_TEST(flexgen_block) {
+    ck_assert_int_eq(chdir(QI_SOURCE_DIR), 0);
+    const qi_placement_workload wl = {.batch = 16, .prompt_len = 128, .gen_len = 32};
+    double wb = 0;
+    for (int b = 1; b < qi_plan_n_blocks(g_model->hp.n_layer); b++) wb += (double)qi_plan_block_bytes(g_model, b);
+    int n_block = 0;
+    for (int blk = 0; blk < 2; blk++) {
+        char spec[160];
+        snprintf(spec, sizeof spec, "policy:flexgen:profile=engine/backend/sim/profiles/t4-cloud-vm.profile,stream=1%s",
+                 blk ? ",block=1" : "");
+        qi_placement_policy *p = NULL;
+        qi_err e = {0};
+        ck_assert_msg(qi_placement_policy_from_spec(spec, &p, &e) == QI_OK, "%s", e.msg);
+        for (int k = 1; k <= 8; k++) {
+            qi_placement_devices d = {.n_devices = 2};
+            snprintf(d.dev[0].name, sizeof d.dev[0].name, "cpu");
+            d.dev[0].kind = QI_PLACEMENT_DEV_CPU;
+            snprintf(d.dev[1].name, sizeof d.dev[1].name, "gpu");
+            d.dev[1].kind = QI_PLACEMENT_DEV_ACCEL;
+            d.dev[1].capacity = d.dev[1].free = (size_t)(wb * k / 4);
+            qi_plan got = {0};
+            ck_assert_msg(qi_placement_policy_plan(p, g_model, &d, &wl, &got, &e) == QI_OK, "%s", e.msg);
+            if (!blk) ck_assert_int_eq(got.gpu_batch, 0);
+            if (blk && got.gpu_batch > 0) {
+                ck_assert_int_le(got.gpu_batch, wl.batch);
+                n_block++;
+                const size_t need = qi_placement_need(g_model, &wl, &got, 1);
+                const int gb = got.gpu_batch;
+                got.gpu_batch = 0;
+                const size_t whole = qi_placement_need(g_model, &wl, &got, 1);
+                printf("flexgen block=1, %zu bytes free: GPU batches of %d, the accelerator needs %zu bytes (a "
+                       "whole step's activations: %zu)\n", d.dev[1].capacity, gb, need, whole);
+                ck_assert_msg(gb == wl.batch ? need == whole : need < whole, "a GPU batch's activations %zu, a step's %zu", need, whole);
+            }
+            qi_plan_free(&got);
+        }
+        qi_placement_policy_free(p);
+    }
+    ck_assert_msg(n_block > 0, "no plan with a block schedule");
+}
+END_TEST
+#endif
+
 int main(void) {
     const char *cs = qi_test_case();
     if (!(g_model = qi_test_synth(QI_TEST_SYNTH_SMOL))) return 1;
@@ -248,6 +298,11 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sim_weights_once);
     suite_add_tcase(s, tc);
+#ifdef QI_HAVE_GLPK
+    tc = tcase_create("policy");
+    tcase_add_test(tc, flexgen_block);
+    suite_add_tcase(s, tc);
+#endif
     (void)cs;
     const int rc = qi_test_run_suite(s);
     qi_model_free(g_model);
