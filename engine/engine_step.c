@@ -121,7 +121,8 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     for (int i = 0; i < n_seg; i++)
         for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
     int x_dev = p->embd_dev, rows = T;
-    if (p->gpu_batch) return eng_block_forward(e, segs, n_seg, T, R, err); /* engine_zigzag.c */
+    if (p->gpu_batch && n_seg > p->gpu_batch) /* more than one GPU batch: engine_zigzag.c */
+        return eng_block_forward(e, segs, n_seg, T, R, err);
     if ((st = eng_span_begin(e, x_dev, 0, &t0, err)) ||
         (st = eng_span_end(e, x_dev, 0, t0, eng_embed_block(e, T, err), err)))
         return st;

@@ -26,7 +26,9 @@
  *
  * In a block step every sequence of the block gets an equal share of the
  * step's prompt rows (eng_block_chunk), so the block's prompts go through
- * the layers together, as FlexGen's prefill does. Refused with KV
+ * the layers together, as FlexGen's prefill does. A step of one GPU
+ * batch is the ordinary step (its hidden state stays on the device, as
+ * FlexGen's does when it keeps activations on the GPU). Refused with KV
  * policies other than full, sparsity and a neuron split (not built with
  * GPU batches). */
 #include "engine_int.h"
