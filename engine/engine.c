@@ -14,6 +14,7 @@
  *   engine_neuron.c     the FFN split by neurons
  *   engine_swap.c       the neuron swaps, between steps or by the worker
  *   engine_stream.c     streamed layers: weights copied from the host each time they run
+ *   engine_zigzag.c     FlexGen's block schedule: layers outside, GPU batches inside
  *   engine_devices.c    devices, weight blocks, activations, copies
  *   engine_replan.c     a new plan between steps
  *   engine_checks.c     which options, plans and devices go together
