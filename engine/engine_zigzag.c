@@ -78,7 +78,9 @@ qi_status eng_block_check(const qi_engine *e, const qi_plan *p, qi_err *err) {
                      : e->o.sparsity || e->o.act_observe || e->o.ffn_observe ? "sparsity or an activation observer"
                      : e->ns                                               ? "a neuron split"
                                                                            : NULL;
-    if (no) return QI_ERR(err, QI_ERR_UNSUPPORTED, "a block schedule (gpu_batch %d) is not built with %s", p->gpu_batch, no);
+    if (no)
+        return QI_ERR(err, QI_ERR_UNSUPPORTED, "a block schedule (gpu_batch %d) is not built with %s", p->gpu_batch,
+                      no);
     const size_t need = eng_block_rows(e, p, e->dev[0].act_rows);
     for (int d = 1; d < p->n_devices; d++)
         if (e->dev[d].act_rows && e->dev[d].act_rows < need)
@@ -161,7 +163,8 @@ static qi_status embed(qi_engine *e, const gbatch *g, qi_err *err) {
     qi_event *t0;
     qi_status st;
     enter(e, g);
-    if ((st = eng_span_begin(e, d, 0, &t0, err)) || (st = eng_span_end(e, d, 0, t0, eng_embed_block(e, g->T, err), err)))
+    if ((st = eng_span_begin(e, d, 0, &t0, err)) ||
+        (st = eng_span_end(e, d, 0, t0, eng_embed_block(e, g->T, err), err)))
         return st;
     return store(e, g, d, g->T, false, err);
 }

@@ -52,7 +52,8 @@ static void plan_file(const char *path, int L, int kind, const char *dev, int gb
     ck_assert_ptr_nonnull(f);
     for (int l = 0; l < L; l++) {
         if (kind == 0) fprintf(f, "%s~ %s~\n", dev, dev);
-        if (kind == 1) fprintf(f, "%s\n", l % 3 == 0 ? "testdev~ testdev~" : l % 3 == 1 ? "testdev testdev" : "cpu cpu");
+        if (kind == 1)
+            fprintf(f, "%s\n", l % 3 == 0 ? "testdev~ testdev~" : l % 3 == 1 ? "testdev testdev" : "cpu cpu");
         if (kind == 2) fprintf(f, "%s %s 1 cpu\n", dev, dev);
     }
     if (gb) fprintf(f, "gpu_batch %d\n", gb);
@@ -273,7 +274,8 @@ START_TEST(flexgen_block) {
                 const size_t whole = qi_placement_need(g_model, &wl, &got, 1);
                 printf("flexgen block=1, %zu bytes free: GPU batches of %d, the accelerator needs %zu bytes (a "
                        "whole step's activations: %zu)\n", d.dev[1].capacity, gb, need, whole);
-                ck_assert_msg(gb == wl.batch ? need == whole : need < whole, "a GPU batch's activations %zu, a step's %zu", need, whole);
+                ck_assert_msg(gb == wl.batch ? need == whole : need < whole,
+                              "a GPU batch's activations %zu, a step's %zu", need, whole);
             }
             qi_plan_free(&got);
         }

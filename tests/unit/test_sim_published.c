@@ -78,8 +78,8 @@ START_TEST(test_table) {
     qi_free(r);
     /* FlexGen's policy in the input row after an offloaded row: its block
      * schedule (the row is then simulated, offloaded) */
-    const char *fg = "train\tFlexGen\tOPT-30B\tFP16\tNVIDIA T4 16GB\tgeneration throughput, prompt 512, generate 32\t7.32"
-                     "\ttok/s\teffective batch 144, lowest tier CPU; policy in the next row\tsrc\n"
+    const char *fg = "train\tFlexGen\tOPT-30B\tFP16\tNVIDIA T4 16GB\tgeneration throughput, prompt 512, "
+                     "generate 32\t7.32\ttok/s\teffective batch 144, lowest tier CPU; policy in the next row\tsrc\n"
                      "input\tFlexGen\tOPT-30B\tFP16\tT4 16GB\tpolicy at prompt 512\t--percent 20 80 0 100 0 100 "
                      "--gpu-batch-size 48 --num-gpu-batches 3\t-\tx\tsrc\n";
     ck_assert_msg(qi_pub_load(write_tmp(fg), &r, &n, &e) == QI_OK, "%s", e.msg);
