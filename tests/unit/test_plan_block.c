@@ -8,7 +8,9 @@
  * 2) and 1 (4 x 1) under every layer streamed, of 3 (3 + 1) under
  * streamed layers mixed with held and host ones, and of 2 with every
  * layer's attention on the host's KV (split ratio 1, FlexGen's cache on
- * the CPU). QI_TEST_QUICK=1 leaves out the mix. testdev's copies
+ * the CPU). QI_TEST_QUICK=1 leaves out the mix. Refused: a block with a KV
+ * policy other than full, and a plan without a block on an engine made
+ * with one (its device holds one GPU batch's activations). testdev's copies
  * complete on a worker thread and fill their destination with NaN first,
  * and are held back (its main stream's 200 us each, its copy stream's
  * until 4 more ops have run), so a host layer that read the store before
@@ -150,7 +152,8 @@ START_TEST(gemma_exact) {
 }
 END_TEST
 
-/* A refused block: a KV policy other than full. */
+/* Refused: a block with a KV policy other than full; a plan without a
+ * block on an engine made with one. */
 START_TEST(refusals) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/qi_test_plan_block_r_%d.txt", (int)getpid());
@@ -168,6 +171,20 @@ START_TEST(refusals) {
     qi_err e = {0};
     ck_assert_int_eq(qi_engine_create(g_model, &o, &eng, &e), QI_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "block schedule"), "%s", e.msg);
+    /* made with a block, testdev holds one GPU batch's activations: a new
+     * plan without one is refused, the block kept running */
+    o.kv_policy = "full";
+    o.kv_budget_frac = 0.0;
+    qi_err_clear(&e);
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    char spec[80];
+    snprintf(spec, sizeof spec, "%s.whole", path);
+    plan_file(spec, g_model->hp.n_layer, 0, "testdev", 0);
+    ck_assert_int_eq(qi_engine_replan_spec(eng, spec, NULL, &e), QI_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "one GPU batch"), "%s", e.msg);
+    ck_assert_int_eq(qi_engine_plan(eng)->gpu_batch, 2);
+    qi_engine_free(eng);
+    unlink(spec);
     unlink(path);
 }
 END_TEST
