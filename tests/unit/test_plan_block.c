@@ -62,10 +62,8 @@ static void plan_file(const char *path, int L, int kind, const char *dev, int gb
     fclose(f);
 }
 
-/* S sequences' logits under placement: each prompt's last row, then G
- * greedy decode steps; out [S][G + 1][V]. */
-static void run(const char *placement, float *out) {
-    const int V = g_model->hp.n_vocab;
+/* The engine's options for S sequences over cpu,testdev under placement. */
+static qi_engine_opts opts_for(const char *placement) {
     qi_engine_opts o;
     qi_engine_opts_default(&o);
     o.n_threads = 2;
@@ -73,6 +71,14 @@ static void run(const char *placement, float *out) {
     o.max_seqs = S;
     o.devices = "cpu,testdev";
     o.placement = placement;
+    return o;
+}
+
+/* S sequences' logits under placement: each prompt's last row, then G
+ * greedy decode steps; out [S][G + 1][V]. */
+static void run(const char *placement, float *out) {
+    const int V = g_model->hp.n_vocab;
+    const qi_engine_opts o = opts_for(placement);
     qi_engine *eng = NULL;
     qi_err e = {0};
     ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s: %s", placement, e.msg);
@@ -159,13 +165,7 @@ START_TEST(refusals) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/qi_test_plan_block_r_%d.txt", (int)getpid());
     plan_file(path, g_model->hp.n_layer, 0, "testdev", 2);
-    qi_engine_opts o;
-    qi_engine_opts_default(&o);
-    o.n_threads = 1;
-    o.n_ctx = 128;
-    o.max_seqs = S;
-    o.devices = "cpu,testdev";
-    o.placement = path;
+    qi_engine_opts o = opts_for(path);
     o.kv_policy = "h2o";
     o.kv_budget_frac = 0.5;
     qi_engine *eng = NULL;
