@@ -51,7 +51,7 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err) {
             return QI_ERR(err, QI_ERR_INVALID, "devices '%s': more than %d devices", spec, QI_PLAN_MAX_DEVICES);
         memcpy(names[n], s, len);
         names[n][len] = 0;
-        if (strcmp(names[n], "embd") == 0 || strcmp(names[n], "head") == 0)
+        if (strcmp(names[n], "embd") == 0 || strcmp(names[n], "head") == 0 || strcmp(names[n], "gpu_batch") == 0)
             return QI_ERR(err, QI_ERR_INVALID, "devices '%s': '%s' is a word of the plan file, not a device name", spec,
                           names[n]);
         for (int i = 0; i < n; i++)

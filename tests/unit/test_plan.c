@@ -29,8 +29,9 @@ START_TEST(test_devices) {
     ck_assert_str_eq(p.devices[2], "cuda:0");
     static const char *const bad[] = {"", "gpu", "testdev,cpu", "cpu,", "cpu,,testdev", "cpu,a b",
                                       "cpu,testdev,testdev", "cpu,a,b,c,d", "cpu,aaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-                                      /* the plan file's own words: a layer on "head" would read back as the head's line */
-                                      "cpu,head", "cpu,c,embd"};
+                                      /* the plan file's own words: a layer on "head" would read back as the head's line,
+                                       * one on "gpu_batch" as the block schedule's */
+                                      "cpu,head", "cpu,c,embd", "cpu,gpu_batch"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         qi_err_clear(&e);
         ck_assert_msg(qi_plan_devices_parse(bad[i], &p, &e) == QI_ERR_INVALID, "'%s' accepted", bad[i]);
