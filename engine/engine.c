@@ -43,6 +43,7 @@ void qi_engine_opts_default(qi_engine_opts *o) {
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
     eng_neurons_free(e); /* first: the swap worker writes what is freed below */
+    eng_activity_free(e);
     if (e->seqs) {
         for (int i = 0; i < e->o.max_seqs; i++) {
             seq_state *s = &e->seqs[i];
@@ -190,7 +191,7 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = eng_check_observe(e, &e->plan, err)) ||
         (st = eng_check_sparse(e, &e->plan, err)) || (st = eng_sparse_setup(e, R, err)) ||
         (st = eng_check_picks(e, &e->plan, err)) || (st = eng_check_neurons(e, err)) ||
-        (st = eng_neuron_setup(e, err)))
+        (st = eng_neuron_setup(e, err)) || (st = eng_activity_setup(e, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
