@@ -197,6 +197,11 @@ return {
       cfg.prompt, cfg.batch, cfg.n_gen = 16, 2, 2
     end
     local m = qinfer.load(shapes(cfg))
+    -- OPT has 2048 learned positions: its prompt is cut to leave room for
+    -- the generated tokens (2016 at input 2048); the prompt run is stored
+    local n_pos = m:info().n_ctx_train
+    if cfg.model == "opt-30b" and cfg.prompt + cfg.n_gen > n_pos then cfg.prompt = n_pos - cfg.n_gen end
+    ctx.metric("workload.prompt_tokens", cfg.prompt, "1")
     local cap = profile_fig(cfg.profile, "gpu.mem")
     local o = {
       batch = cfg.batch, prompt = cfg.prompt, n_gen = cfg.n_gen,
