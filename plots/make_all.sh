@@ -504,7 +504,7 @@ fig_paper_fig12() {
   err=$(q "$db" "SELECT round(max(m.value) * 100, 1) FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where
                  AND m.name = 'sim.validated_error.prompt'")
   render "$fig" paper_fig12.gp "data='$work/$fig.dat'" "models=$(gp_str "$models")" "prompts=$(gp_str "$prompts")" \
-    "systems=$(gp_str "$systems")" "ylabel_text=$(gp_str "$metric (tok/s)")" \
+    "systems=$(gp_str "$systems")" "ylabel_text=$(gp_str "$([[ $metric == e2e.* ]] && echo "tokens/s, prefill included" || echo "decode tokens/s")")" \
     "heading=$(gp_title "Throughput against batch: llama.cpp, FlexGen, PowerInfer, Q-Infer$mark")" \
     "subline=$(gp_title "$word $profile, $weights weights; GPU calibration's validated error ${err:-?}% (median, prompt); host CPU not validated; a missing line: not run")"
 }
