@@ -44,6 +44,7 @@ void qi_engine_opts_default(qi_engine_opts *o) {
 void qi_engine_free(qi_engine *e) {
     if (!e) return;
     eng_neurons_free(e); /* first: the swap worker writes what is freed below */
+    eng_activity_free(e);
     if (e->seqs) {
         for (int i = 0; i < e->o.max_seqs; i++) {
             seq_state *s = &e->seqs[i];
@@ -192,7 +193,8 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = eng_check_observe(e, &e->plan, err)) ||
         (st = eng_check_sparse(e, &e->plan, err)) || (st = eng_sparse_setup(e, R, err)) ||
         (st = eng_check_picks(e, &e->plan, err)) || (st = eng_check_neurons(e, err)) ||
-        (st = eng_neuron_setup(e, err)) || (st = eng_block_check(e, &e->plan, err)))
+        (st = eng_neuron_setup(e, err)) || (st = eng_activity_setup(e, err)) ||
+        (st = eng_block_check(e, &e->plan, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
     e->o.plan = NULL;

@@ -20,6 +20,7 @@
 #include "kv.h"
 #include "kv/kv_policy.h"
 #include "neuron/neuron_live.h"
+#include "qinfer/activity.h"
 #include "qinfer/gguf.h"
 #include "qinfer/measure.h"
 #include "qinfer/quant.h"
@@ -319,6 +320,12 @@ struct qi_engine {
     eng_neurons *ns;        /* opts.neuron_fast: the neuron split (NULL: none; engine_neuron.c, engine_swap.c) */
     eng_stream *stream;     /* the plan's streamed layers' staging (NULL: none; engine_stream.c) */
     eng_block *block;       /* the block schedule's store of hidden states (engine_zigzag.c) */
+    /* opts.sim_activity (engine_activity.c): the model (NULL: none), the
+     * predictor's inner width (0: none), the neurons charged so far on the
+     * CPU (0) and on other devices (1) */
+    qi_activity *act;
+    int act_r;
+    double act_rows[2];
 };
 
 typedef struct {
@@ -425,6 +432,13 @@ qi_status eng_attend_split(qi_engine *e, const segment *segs, int n_seg, int T, 
 int eng_resolve_budget(const qi_engine *e, int32_t cur_pos);
 qi_status eng_policy_all(qi_engine *e, const qi_attn_paged_args *calls, const segment *segs, int n_seg, int l,
                          qi_err *err);
+
+/* engine_activity.c */
+qi_status eng_activity_setup(qi_engine *e, qi_err *err);
+void eng_activity_free(qi_engine *e);
+qi_status eng_activity_whole(qi_engine *e, const dev_state *M, int l, int rows, bool gelu, qi_err *err);
+qi_status eng_activity_split(qi_engine *e, int l, int rows, bool gelu, const dev_state *M, const dev_state *F,
+                             int n_slow, int n_fast, const qi_weight *w_slow, const qi_weight *w_fast, qi_err *err);
 
 /* engine_kv_pick.c */
 qi_status eng_pick_blocks(qi_engine *e, const dev_state *X, const segment *segs, int n_seg, int l, qi_err *err);

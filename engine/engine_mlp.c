@@ -95,9 +95,10 @@ qi_status eng_mlp_block(qi_engine *e, int l, int rows, qi_err *err) {
     if (qi_ffn_gate_free(hp->ffn_act)) return mlp_gate_free(e, l, rows, err);
     if (e->ns && e->ns->split[l].n[1]) return eng_mlp_split(e, l, rows, err);
     if ((st = qi_backend_rmsnorm(b, M->x, ly->ffn_norm.data, rows, E, hp->rms_eps, M->xn, err))) return st;
-    if (e->o.sim_cold_density > 0.0 && M == &e->dev[0]) { /* the what-if on the CPU's whole MLP */
-        if ((st = eng_ffn_sim_sparse(e, M, &ly->w_gate, &ly->w_up, &ly->w_down, hp->n_ff, rows,
-                          hp->ffn_act == QI_FFN_GEGLU_TANH, err)))
+    if (e->act || (e->o.sim_cold_density > 0.0 && M == &e->dev[0])) { /* the simulated activity, or the what-if */
+        const bool gelu = hp->ffn_act == QI_FFN_GEGLU_TANH;
+        if ((st = e->act ? eng_activity_whole(e, M, l, rows, gelu, err)
+                         : eng_ffn_sim_sparse(e, M, &ly->w_gate, &ly->w_up, &ly->w_down, hp->n_ff, rows, gelu, err)))
             return st;
         if (ly->ffn_post_norm.data && (st = qi_backend_rmsnorm(b, M->xn, ly->ffn_post_norm.data, rows, E, hp->rms_eps, M->xn, err)))
             return st;

@@ -397,9 +397,12 @@ static qi_status mlp_split_sides(qi_engine *e, int l, int rows, bool gelu, const
                                  const int32_t *slot, qi_err *err) {
     const qi_ffn_split *sp = &e->ns->split[l];
     qi_status st;
-    st = eng_ffn_side(e, F, e->ns->w[l][1], sp->n[1], rows, gelu, err);
+    if (e->act) /* the simulated activity: the predictor, then each side's active neurons */
+        st = eng_activity_split(e, l, rows, gelu, M, F, sp->n[0], sp->n[1], e->ns->w[l][0], e->ns->w[l][1], err);
+    else
+        st = eng_ffn_side(e, F, e->ns->w[l][1], sp->n[1], rows, gelu, err);
     if (st) return st;
-    if (sp->n[0] && (st = e->sp.w && !e->sp.paused       ? ffn_side_cats(e, M, l, rows, gelu, err)
+    if (!e->act && sp->n[0] && (st = e->sp.w && !e->sp.paused       ? ffn_side_cats(e, M, l, rows, gelu, err)
                           : e->o.sim_cold_density > 0.0 ? eng_ffn_sim_sparse(e, M, &e->ns->w[l][0][0], &e->ns->w[l][0][1],
                                                                          &e->ns->w[l][0][2], sp->n[0], rows, gelu, err)
                                                         : eng_ffn_side(e, M, e->ns->w[l][0], sp->n[0], rows, gelu, err)))

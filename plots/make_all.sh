@@ -466,9 +466,53 @@ fig_neuron_split() {
     "subline=$(gp_title "$(models "$db" "$exp"); $word ${machine:-?}; density: the CPU's active share (what-if)")"
 }
 
+# ---- paper_fig12: the paper's Figure 12 on the simulated machine ---------------------
+# Throughput against batch, a panel per model and input length, a line per
+# system, for one weight type and profile (the first in the database, or
+# FIG12_WEIGHTS / FIG12_PROFILE).
+fig_paper_fig12() {
+  local fig=paper_fig12 db=$db_dir/paper_fig12.db exp=paper_fig12 metric=${FIG12_METRIC:-decode.tokens_per_s}
+  check "$fig" "$db" "$exp" paper_fig12.lua $metric || return
+  local where weights profile
+  where=$(done_runs "$db" "$exp")
+  weights=${FIG12_WEIGHTS:-$(q "$db" "SELECT $(cfg weights) FROM runs r WHERE $where ORDER BY r.id LIMIT 1")}
+  profile=${FIG12_PROFILE:-$(q "$db" "SELECT $(cfg profile) FROM runs r WHERE $where ORDER BY r.id LIMIT 1")}
+  where="$where AND $(cfg weights) = '$weights' AND $(cfg profile) = '$profile'"
+  local models prompts systems="" s mo pr
+  models=$(q "$db" "SELECT $(cfg model) FROM runs r WHERE $where GROUP BY 1 ORDER BY min(r.id)" | tr '\n' ' ')
+  prompts=$(q "$db" "SELECT $(cfg prompt) FROM runs r WHERE $where GROUP BY 1 ORDER BY 1" | tr '\n' ' ')
+  for s in llamacpp flexgen powerinfer qinfer; do
+    [[ -n $(q "$db" "SELECT 1 FROM runs r WHERE $where AND $(cfg system) = '$s' LIMIT 1") ]] && systems+="$s "
+  done
+  : >"$work/$fig.dat"
+  local first=1
+  for mo in $models; do
+    for pr in $prompts; do
+      for s in $systems; do
+        ((first)) || printf '\n\n' >>"$work/$fig.dat"
+        first=0
+        q "$db" "SELECT $(cfg batch), m.value FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where
+                 AND m.name = '$metric' AND $(cfg model) = '$mo' AND $(cfg prompt) = $pr AND $(cfg system) = '$s'
+                 ORDER BY $(cfg batch)" >"$work/block" || { fail "$fig" "$db: $(head -1 "$work/sql.err")"; return; }
+        if [[ -s $work/block ]]; then cat "$work/block" >>"$work/$fig.dat"; else printf '1\tNaN\n' >>"$work/$fig.dat"; fi
+      done
+    done
+  done
+  local sim mark="" word="measured on" err
+  sim=$(simulated "$db" "$exp" $metric)
+  [[ $sim == 1 ]] && mark=" (SIMULATED)" && word="SIMULATED machine"
+  err=$(q "$db" "SELECT round(max(m.value) * 100, 1) FROM runs r JOIN metrics m ON m.run_id = r.id WHERE $where
+                 AND m.name = 'sim.validated_error.prompt'")
+  render "$fig" paper_fig12.gp "data='$work/$fig.dat'" "models=$(gp_str "$models")" "prompts=$(gp_str "$prompts")" \
+    "systems=$(gp_str "$systems")" "ylabel_text=$(gp_str "$([[ $metric == e2e.* ]] && echo "tokens/s, prefill included" || echo "decode tokens/s")")" \
+    "heading=$(gp_title "Throughput against batch: llama.cpp, FlexGen, PowerInfer, Q-Infer$mark")" \
+    "subline=$(gp_title "$word $profile, $weights weights; GPU calibration's validated error ${err:-?}% (median, prompt); host CPU not validated; a missing line: not run")"
+}
+
 fig_quickstart
 fig_placement
 fig_neuron_split
+fig_paper_fig12
 fig_frontier
 fig_load_frontier
 fig_throughput

@@ -339,6 +339,17 @@ bool qi_cli_place_flag(qi_args *a, qi_cli_kv *k) {
         }
         return true;
     }
+    if (qi_args_is(a, NULL, "--sim-activity")) {
+        const char *v;
+        if (!k->neuron_ok) {
+            qi_cli_error(a->cmd, "option --sim-activity: qinfer %s takes no neuron split (generate, ppl and bench do)",
+                         a->cmd);
+            a->failed = true;
+        } else if ((v = qi_args_str(a))) {
+            k->sim_activity = v;
+        }
+        return true;
+    }
     if (qi_args_is(a, NULL, "--neuron-active")) {
         float v;
         if (!k->neuron_ok || strcmp(a->cmd, "ppl") != 0) {
@@ -478,6 +489,7 @@ void qi_cli_kv_apply(const qi_cli_kv *k, qi_engine_opts *o) {
     o->neuron_swap_worker = k->neuron_fast && k->neuron_swap_worker;
     o->neuron_swap_main_stream = o->neuron_swap_worker && k->neuron_swap_stream && !strcmp(k->neuron_swap_stream, "main");
     o->sim_cold_density = k->sim_cold_density;
+    o->sim_activity = k->sim_activity;
     o->neuron_live = &k->neuron_live;
     o->neuron_activity = k->neuron_act;
     o->devices = k->devices;

@@ -112,6 +112,7 @@ typedef struct {
     bool neuron_swap_worker; /* --neuron-swap-worker: those swaps made by a background thread */
     const char *neuron_swap_stream; /* --neuron-swap-stream copy|main: where the worker uploads (NULL: copy) */
     double sim_cold_density; /* --sim-cold-density D: with --sim, the cold side's share read (0: dense) */
+    const char *sim_activity; /* --sim-activity SPEC: with --sim, the predictor-gated FFN's activity model */
     qi_neuron_live_opts neuron_live; /* its rule's options, from the policy */
     double *neuron_act;    /* [n_layer * units] each unit's activity per token (for the swaps) */
     bool neuron_ok;        /* the command takes them (qi_cli_neuron_allow) */

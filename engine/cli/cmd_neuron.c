@@ -292,6 +292,13 @@ void qi_cli_neuron_help(void) {
            "                          the plan leaves on the CPU), each step reads up's rows and\n"
            "                          down's columns of the share D (0..1] alone, as cats would\n"
            "                          (gate whole; a GPU's neurons dense)\n"
+           "      --sim-activity SPEC  (with --sim) a predictor-gated FFN (PowerInfer's, Q-Infer's) on\n"
+           "                          every device: each step runs the predictor and reads the union\n"
+           "                          of the neurons its tokens activate, by the activity model SPEC:\n"
+           "                          a preset (opt, falcon-relu, llama-reglu: published statistics),\n"
+           "                          active=A,hot=H:Y (A active per token; H of the neurons give Y),\n"
+           "                          or profile=PATH (`qinfer profile -o`); ,pred=F sets the\n"
+           "                          predictor's share of the parameters (engine/backend/sim/README.md)\n"
            "      --neuron-active T   (ppl) print each layer's hot-set recall and precision against\n"
            "                          the neurons active in the run, |act| > T (the profile's 0.1);\n"
            "                          copies the hot side's activations back every layer: slower\n");

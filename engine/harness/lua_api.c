@@ -11,7 +11,8 @@
  *                attn_blas, repack, devices, placement, sim, sim_params, sim_cal,
  *                sparsity, sparsity_mode, sparsity_calib, sparse_max_density,
  *                neuron_policy, neuron_profile, neuron_budget, neuron_swap_every,
- *                neuron_swap_worker, neuron_swap_stream, sim_cold_density}
+ *                neuron_swap_worker, neuron_swap_stream, sim_cold_density,
+ *                sim_activity}
  *   engine:add() -> id; :remove(id); :feed(id, ids, logits_all); :step() -> n
  *   engine:pending(id), :n_past(id), :argmax(id[, row]), :logprob(id, tok[, row]),
  *   engine:topk(id, k[, row]) -> ids, logprobs; :kv_stats(id); :pool_stats();
@@ -361,6 +362,8 @@ static void read_neuron(lua_State *L, int idx, int arg, lq_eopts *eo, const lq_m
     /* sim_cold_density=D: the what-if density of the CPU's FFN neurons on
      * a simulated machine (the engine checks it) */
     eo->o.sim_cold_density = lq_opt_num(L, idx, arg, "sim_cold_density", 0.0);
+    /* sim_activity=SPEC: the predictor-gated FFN's activity model (qinfer/activity.h) */
+    eo->o.sim_activity = lq_opt_str(L, idx, arg, "sim_activity", NULL);
     const char *pol = lq_opt_str(L, idx, arg, "neuron_policy", NULL);
     const char *prof = lq_opt_str(L, idx, arg, "neuron_profile", NULL);
     const int every = (int)lq_opt_int(L, idx, arg, "neuron_swap_every", 0, 0, 1 << 20);

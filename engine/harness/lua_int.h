@@ -71,7 +71,7 @@ typedef struct {
     "threads", "kv_policy", "kv_params", "kv_budget", "kv_max_bytes", "profile", "attn_blas", "repack", "devices", \
         "placement", "sim", "sim_params", "sim_cal", "sparsity", "sparsity_mode", "sparsity_calib", "sparse_max_density", \
         "neuron_policy", "neuron_profile", "neuron_budget", "neuron_swap_every", "neuron_swap_worker", \
-        "neuron_swap_stream", "sim_cold_density"
+        "neuron_swap_stream", "sim_cold_density", "sim_activity"
 
 /* A call's temporaries: pushed to-be-closed by lq_scratch_push, freed by
  * __close when the C function returns or raises. */

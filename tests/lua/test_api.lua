@@ -305,6 +305,10 @@ end
 T.raises(function() m:engine { sim_cold_density = 0.5 } end, "what-if of a simulated machine")
 T.raises(function() m:engine { sim = SIM, devices = "cpu,gpu", sim_cold_density = 2 } end, "outside (0, 1]")
 T.raises(function() m:engine { sim_cold_density = "half" } end, "sim_cold_density")
+-- the activity model of a predictor-gated FFN (sim_activity): a bad spec and a real machine refused
+T.raises(function() m:engine { sim = SIM, devices = "cpu,gpu", sim_activity = "gpt" } end, "no preset 'gpt'")
+T.raises(function() m:engine { sim_activity = "opt" } end, "this one is real")
+T.raises(function() m:engine { sim = SIM, devices = "cpu,gpu", sim_activity = 3 } end, "sim_activity")
 local ok_p, err_p = pcall(qinfer.throughput, m, { batch = 1, n_gen = 2, prompt = 4, sim = SIM, devices = "cpu,gpu",
   placement = "policy:nope" })
 T.ok(not ok_p and tostring(err_p):find("unknown placement policy 'nope'", 1, true), "an unknown policy: " .. tostring(err_p))

@@ -172,6 +172,15 @@ typedef struct {
      * whole blocks of down's type), as cats reads them. Other devices'
      * neurons run dense. A gated MLP only. 0: dense. */
     double sim_cold_density;
+    /* On a simulated machine (sim): an activity model (qinfer/activity.h:
+     * a preset, "active=A,hot=H:Y[,pred=F]" or "profile=PATH[,pred=F]")
+     * for a predictor-gated FFN, as PowerInfer and Q-Infer run it: every
+     * MLP, on any device, runs its predictor and reads gate's and up's rows
+     * and down's columns of the union of the neurons its tokens activate
+     * (a split's fast side the hottest share, its slow side the rest;
+     * engine_activity.c). A gated, sequential MLP only; not with
+     * sim_cold_density or sparsity. NULL: dense. */
+    const char *sim_activity;
 } qi_engine_opts;
 
 /* The neurons of a unit of m's FFN split (opts.neuron_fast): its first
@@ -179,6 +188,11 @@ typedef struct {
  * down per width; qi_engine_create refuses a split of a model whose layers
  * differ). 0 for a model with no gated FFN. */
 int qi_engine_neuron_unit(const qi_model *m);
+
+/* With opts.sim_activity: the FFN neurons the activity model charged so
+ * far, summed over layers and steps, on the CPU (out[0]) and on the other
+ * devices (out[1]); zeros without it. */
+void qi_engine_activity_rows(const qi_engine *e, double out[2]);
 
 void qi_engine_opts_default(qi_engine_opts *o);
 
