@@ -14,6 +14,7 @@
  *   engine_neuron.c     the FFN split by neurons
  *   engine_swap.c       the neuron swaps, between steps or by the worker
  *   engine_stream.c     streamed layers: weights copied from the host each time they run
+ *   engine_zigzag.c     FlexGen's block schedule: layers outside, GPU batches inside
  *   engine_devices.c    devices, weight blocks, activations, copies
  *   engine_replan.c     a new plan between steps
  *   engine_checks.c     which options, plans and devices go together
@@ -65,6 +66,7 @@ void qi_engine_free(qi_engine *e) {
     qi_free(e->ps);
     eng_sparsity_free(e);
     eng_stream_free(e);
+    eng_block_free(e);
     qi_kv_policy_free(e->pol);
     for (int d = QI_PLAN_MAX_DEVICES - 1; d >= 0; d--) {
         dev_state *D = &e->dev[d];
@@ -191,9 +193,10 @@ qi_status qi_engine_create(const qi_model *m, const qi_engine_opts *o, qi_engine
     if ((st = eng_check_observe(e, &e->plan, err)) ||
         (st = eng_check_sparse(e, &e->plan, err)) || (st = eng_sparse_setup(e, R, err)) ||
         (st = eng_check_picks(e, &e->plan, err)) || (st = eng_check_neurons(e, err)) ||
-        (st = eng_neuron_setup(e, err)))
+        (st = eng_neuron_setup(e, err)) || (st = eng_block_check(e, &e->plan, err)))
         goto fail;
     e->o.devices = e->o.placement = NULL; /* read in create only; the plan is e->plan */
+    e->o.plan = NULL;
     e->seqs = qi_calloc((size_t)o->max_seqs, sizeof *e->seqs);
     e->tokens = qi_malloc(sizeof(int32_t) * R);
     e->q_pos = qi_malloc(sizeof(int32_t) * R);

@@ -190,6 +190,7 @@ static qi_status place_activations(qi_engine *e, int d, size_t R, qi_err *err) {
     for (int i = 0; i < n_arr; i++) total += eng_walign(sizeof(float) * R * widths[i]);
     qi_status st = qi_buf_alloc(D->be, total, "activations", &D->act, err);
     if (st) return st;
+    D->act_rows = R;
     size_t off = 0;
     D->act_base = qi_buf_ptr(D->be, qi_view_of(D->act, 0), total, err);
     for (int i = 0; i < n_arr; i++) {
@@ -206,8 +207,13 @@ qi_status eng_setup_devices(qi_engine *e, size_t R, qi_err *err) {
     const qi_model *m = e->m;
     const int L = m->hp.n_layer;
     qi_plan *p = &e->plan;
-    qi_status st = qi_plan_devices_parse(e->o.devices ? e->o.devices : "cpu", p, err);
-    if (!st) st = qi_plan_parse(e->o.placement ? e->o.placement : "all-cpu", L, p, err);
+    qi_status st;
+    if (e->o.plan)
+        st = e->o.plan->n_layer == L ? qi_plan_copy(p, e->o.plan, err)
+                                     : QI_ERR(err, QI_ERR_INVALID, "a plan of %d layers for a model of %d",
+                                              e->o.plan->n_layer, L);
+    else if (!(st = qi_plan_devices_parse(e->o.devices ? e->o.devices : "cpu", p, err)))
+        st = qi_plan_parse(e->o.placement ? e->o.placement : "all-cpu", L, p, err);
     if (!st) st = qi_plan_validate(p, err);
     if (!st) st = eng_check_splits(e, p, err);
     if (st) return st;
@@ -223,7 +229,7 @@ qi_status eng_setup_devices(qi_engine *e, size_t R, qi_err *err) {
         D->wblk = qi_calloc((size_t)wblock_count(m), sizeof *D->wblk);
         if (!D->layers || !D->wblk) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", L);
         for (int l = 0; l < L; l++) D->layers[l].swa = m->layers[l].swa;
-        if ((st = place_activations(e, d, R, err))) return st;
+        if ((st = place_activations(e, d, d ? eng_block_rows(e, p, R) : R, err))) return st;
         if (d == 0) {
             /* the model's own views until a block is prepared (the CPU runs
              * on them unless it repacks); another device's stay empty but

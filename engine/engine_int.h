@@ -77,6 +77,7 @@ typedef struct {
 typedef struct {
     qi_backend *be;
     qi_buf *act;
+    size_t act_rows;        /* the rows act holds (one GPU batch's under a block schedule, engine_zigzag.c) */
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
     /* split attention (when the device takes part in one): its partial
      * result (out [R][H*D], max and sum [R][H]), and, where the merge runs,
@@ -233,6 +234,7 @@ typedef struct {
 } eng_neurons;
 
 typedef struct eng_stream eng_stream; /* streamed layers (engine_stream.c) */
+typedef struct eng_block eng_block;   /* the block schedule's store (engine_zigzag.c) */
 
 struct qi_engine {
     const qi_model *m;
@@ -316,6 +318,7 @@ struct qi_engine {
     eng_sparsity sp;        /* opts.sparsity, opts.act_observe (engine_sparsity.c) */
     eng_neurons *ns;        /* opts.neuron_fast: the neuron split (NULL: none; engine_neuron.c, engine_swap.c) */
     eng_stream *stream;     /* the plan's streamed layers' staging (NULL: none; engine_stream.c) */
+    eng_block *block;       /* the block schedule's store of hidden states (engine_zigzag.c) */
 };
 
 typedef struct {
@@ -462,6 +465,22 @@ void eng_stream_free(qi_engine *e);
 qi_status eng_stream_before(qi_engine *e, int l, qi_err *err);
 qi_status eng_stream_after(qi_engine *e, int l, qi_status st, qi_err *err);
 
+/* engine_step.c: the forward pass's blocks, which the block schedule runs
+ * per GPU batch */
+qi_status eng_embed_block(qi_engine *e, int T, qi_err *err);
+qi_status eng_layer(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *x_dev, int *rows,
+                    qi_err *err);
+qi_status eng_head_block(qi_engine *e, int R, int r0, qi_err *err);
+/* engine_zigzag.c: the block schedule (plan.h's gpu_batch). chunk: the
+ * most prompt rows a sequence gets in a step; rows: a device's rows of
+ * activations for plan p (R: a whole step's); check: plan p against the
+ * options and the activations held (creation, re-plan); forward: a
+ * step's forward pass in GPU batches (the store made at the first). */
+int eng_block_chunk(const qi_engine *e);
+size_t eng_block_rows(const qi_engine *e, const qi_plan *p, size_t R);
+qi_status eng_block_check(const qi_engine *e, const qi_plan *p, qi_err *err);
+void eng_block_free(qi_engine *e);
+qi_status eng_block_forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err);
 /* engine_swap.c */
 void eng_unit_bytes(const qi_layer *ly, int unit, size_t *gb, size_t *ub, size_t *blk);
 void eng_swap_failed(qi_engine *e, qi_status st, const qi_err *se);

@@ -46,7 +46,7 @@ qi_status qi_engine_replan(qi_engine *e, const qi_plan *np, qi_engine_replan_cos
                           "creation)", d, np->devices[d], e->plan.devices[d]);
     if ((st = qi_plan_validate(np, err)) || (st = eng_check_splits(e, np, err)) || (st = eng_check_observe(e, np, err)) ||
         (st = eng_check_sparse(e, np, err)) || (st = eng_check_picks(e, np, err)) ||
-        (st = eng_check_neuron_plan(e, np, err)))
+        (st = eng_check_neuron_plan(e, np, err)) || (st = eng_block_check(e, np, err)))
         return st;
     /* refused before any work when what arrives on a device does not fit
      * beside what is there (a block leaves only once its move is done) */

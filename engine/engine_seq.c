@@ -189,7 +189,7 @@ void qi_engine_kv_pool_stats(const qi_engine *e, qi_engine_kv_pool *out) {
  * than being cut (see the top of the file). */
 int eng_schedule(qi_engine *e, int *T_out) {
     int n_seg = 0, T = 0, room = e->o.step_tokens;
-    const int S = e->o.max_seqs, chunk = room < QI_ENGINE_CHUNK ? room : QI_ENGINE_CHUNK;
+    const int S = e->o.max_seqs, chunk = eng_block_chunk(e); /* with a block schedule, an equal share */
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < S; k++) {
             const int id = (e->cursor + k) % S;

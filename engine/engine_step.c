@@ -37,13 +37,13 @@
 #include "engine_int.h"
 
 /* The output head on its device, R rows of logits into e->logits (the
- * host's). */
-static qi_status head_block(qi_engine *e, int R, qi_err *err) {
+ * host's) from row r0 on. */
+qi_status eng_head_block(qi_engine *e, int R, int r0, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     dev_state *O = &e->dev[e->plan.head_dev];
     qi_backend *b = O->be;
     const size_t bytes = sizeof(float) * (size_t)R * (size_t)hp->n_vocab;
-    float *out = e->logits;
+    float *out = e->logits + (size_t)r0 * (size_t)hp->n_vocab;
     qi_status st;
     if (O != &e->dev[0]) {
         if (R > O->cap_logit_rows) {
@@ -61,7 +61,8 @@ static qi_status head_block(qi_engine *e, int R, qi_err *err) {
     if (hp->logit_softcap > 0 && (st = qi_backend_softcap(b, out, (long)R * hp->n_vocab, hp->logit_softcap, err)))
         return st;
     if (O == &e->dev[0]) return QI_OK;
-    if ((st = qi_dev_download(b, e->logits, qi_view_of(O->lbuf, 0), bytes, err))) return st;
+    if ((st = qi_dev_download(b, e->logits + (size_t)r0 * (size_t)hp->n_vocab, qi_view_of(O->lbuf, 0), bytes, err)))
+        return st;
     return qi_dev_synchronize(b, err);
 }
 
@@ -79,7 +80,7 @@ static qi_status add_positions(qi_engine *e, const dev_state *X, int T, qi_err *
 
 /* The embedding block on its device: the step's T tokens' rows of the
  * table into x, scaled (gemma3), their learned positions added (opt). */
-static qi_status embed_block(qi_engine *e, int T, qi_err *err) {
+qi_status eng_embed_block(qi_engine *e, int T, qi_err *err) {
     const qi_hparams *hp = &e->m->hp;
     const dev_state *X = &e->dev[e->plan.embd_dev];
     qi_status st = qi_backend_get_rows(X->be, &X->tok_embd, e->tokens, T, X->x, err);
@@ -91,8 +92,8 @@ static qi_status embed_block(qi_engine *e, int T, qi_err *err) {
 /* Layer l's two blocks, each on its device (the hidden state moved there
  * first) and timed as its span; *rows: the rows carried on (0 after the
  * last layer when no logits are wanted). */
-static qi_status layer(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *x_dev, int *rows,
-                       qi_err *err) {
+qi_status eng_layer(qi_engine *e, const segment *segs, int n_seg, int T, int R, int l, int *x_dev, int *rows,
+                    qi_err *err) {
     const int a = e->plan.layers[l].attn_dev, f = e->plan.layers[l].mlp_dev;
     qi_event *t0;
     qi_status st;
@@ -110,7 +111,8 @@ static qi_status layer(qi_engine *e, const segment *segs, int n_seg, int T, int 
  * span of its device (profile), the hidden state moved to the device of
  * the next block. Block b's span: 0 the embedding, 1 + 2l layer l's
  * attention, 2 + 2l its MLP, 2L + 1 the head (plan.h). A streamed layer's
- * weights arrive around it (engine_stream.c). */
+ * weights arrive around it (engine_stream.c); a plan with a block schedule
+ * runs the step in GPU batches (engine_zigzag.c). */
 static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, int R, qi_err *err) {
     const int L = e->m->hp.n_layer;
     const qi_plan *p = &e->plan;
@@ -119,17 +121,20 @@ static qi_status forward(qi_engine *e, const segment *segs, int n_seg, int T, in
     for (int i = 0; i < n_seg; i++)
         for (int t = 0; t < segs[i].n; t++) e->q_pos[segs[i].off + t] = segs[i].pos0 + t;
     int x_dev = p->embd_dev, rows = T;
-    if ((st = eng_span_begin(e, x_dev, 0, &t0, err)) || (st = eng_span_end(e, x_dev, 0, t0, embed_block(e, T, err), err)))
+    if (p->gpu_batch && n_seg > p->gpu_batch) /* more than one GPU batch: engine_zigzag.c */
+        return eng_block_forward(e, segs, n_seg, T, R, err);
+    if ((st = eng_span_begin(e, x_dev, 0, &t0, err)) ||
+        (st = eng_span_end(e, x_dev, 0, t0, eng_embed_block(e, T, err), err)))
         return st;
     for (int l = 0; l < L && rows > 0; l++)
         if ((st = eng_stream_before(e, l, err)) ||
-            (st = eng_stream_after(e, l, layer(e, segs, n_seg, T, R, l, &x_dev, &rows, err), err)))
+            (st = eng_stream_after(e, l, eng_layer(e, segs, n_seg, T, R, l, &x_dev, &rows, err), err)))
             return st;
     if (R == 0) return QI_OK;
     const int hb = 2 * L + 1;
     if ((st = eng_move_x(e, &x_dev, p->head_dev, R, err)) || (st = eng_span_begin(e, p->head_dev, hb, &t0, err)))
         return st;
-    return eng_span_end(e, p->head_dev, hb, t0, head_block(e, R, err), err);
+    return eng_span_end(e, p->head_dev, hb, t0, eng_head_block(e, R, 0, err), err);
 }
 
 /* The end of a step: every device's stream waited for, the first failure

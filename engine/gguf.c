@@ -33,10 +33,14 @@
  * rejected (so every tensor has at least one data byte), and keys must be
  * non-empty. Like llama.cpp, a bool byte is not checked (nonzero is true),
  * strings need not be UTF-8, and a file without tensors need not be padded.
+ *
+ * The typed accessors over what was read are gguf_get.c; the tables both
+ * files see are gguf_read.h.
  */
 #include "qinfer/gguf.h"
 
 #include "gguf_int.h"
+#include "gguf_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,13 +81,6 @@ bool qi_str_eq(qi_str s, const char *cstr) {
     return s.len == n && (n == 0 || memcmp(s.ptr, cstr, n) == 0);
 }
 
-static int str_cmp(qi_str a, qi_str b) {
-    uint64_t n = a.len < b.len ? a.len : b.len;
-    int c = n ? memcmp(a.ptr, b.ptr, (size_t)n) : 0;
-    if (c) return c;
-    return a.len < b.len ? -1 : a.len > b.len;
-}
-
 /* Printable rendering of an untrusted name for messages: at most ~60 bytes,
  * non-printable bytes as \xNN. */
 static void fmt_name(char *dst, size_t cap, const char *p, uint64_t len) {
@@ -103,133 +100,6 @@ static void fmt_name(char *dst, size_t cap, const char *p, uint64_t len) {
     }
     dst[o] = 0;
 }
-
-/* ---- Numeric decoding (shared by scalar and array element getters) ------- */
-
-typedef enum { NUM_SIGNED, NUM_UNSIGNED, NUM_FLOAT, NUM_BOOL } num_kind;
-
-typedef struct {
-    num_kind kind;
-    int64_t i;
-    uint64_t u;
-    double f;
-} num;
-
-/* Decode the raw little-endian bits of a fixed-size value; false for STRING,
- * ARRAY and unknown types. */
-static bool num_decode(uint32_t type, uint64_t bits, num *out) {
-    memset(out, 0, sizeof *out);
-    switch (type) {
-    case QI_GGUF_U8:
-    case QI_GGUF_U16:
-    case QI_GGUF_U32:
-    case QI_GGUF_U64: out->kind = NUM_UNSIGNED; out->u = bits; return true;
-    case QI_GGUF_I8: out->kind = NUM_SIGNED; out->i = (int8_t)(uint8_t)bits; return true;
-    case QI_GGUF_I16: out->kind = NUM_SIGNED; out->i = (int16_t)(uint16_t)bits; return true;
-    case QI_GGUF_I32: out->kind = NUM_SIGNED; out->i = (int32_t)(uint32_t)bits; return true;
-    case QI_GGUF_I64: out->kind = NUM_SIGNED; out->i = (int64_t)bits; return true;
-    case QI_GGUF_BOOL: out->kind = NUM_BOOL; out->u = bits != 0; return true;
-    case QI_GGUF_F32: {
-        uint32_t b = (uint32_t)bits;
-        float f;
-        memcpy(&f, &b, sizeof f);
-        out->kind = NUM_FLOAT;
-        out->f = f;
-        return true;
-    }
-    case QI_GGUF_F64: {
-        double d;
-        memcpy(&d, &bits, sizeof d);
-        out->kind = NUM_FLOAT;
-        out->f = d;
-        return true;
-    }
-    default: return false;
-    }
-}
-
-static bool num_to_i64(uint32_t type, uint64_t bits, int64_t *out) {
-    num n;
-    if (!num_decode(type, bits, &n)) return false;
-    switch (n.kind) {
-    case NUM_SIGNED: *out = n.i; return true;
-    case NUM_UNSIGNED:
-    case NUM_BOOL:
-        if (n.u > (uint64_t)INT64_MAX) return false;
-        *out = (int64_t)n.u;
-        return true;
-    case NUM_FLOAT: return false;
-    }
-    return false;
-}
-
-static bool num_to_u64(uint32_t type, uint64_t bits, uint64_t *out) {
-    num n;
-    if (!num_decode(type, bits, &n)) return false;
-    switch (n.kind) {
-    case NUM_SIGNED:
-        if (n.i < 0) return false;
-        *out = (uint64_t)n.i;
-        return true;
-    case NUM_UNSIGNED:
-    case NUM_BOOL: *out = n.u; return true;
-    case NUM_FLOAT: return false;
-    }
-    return false;
-}
-
-static bool num_to_f64(uint32_t type, uint64_t bits, double *out) {
-    num n;
-    if (!num_decode(type, bits, &n)) return false;
-    switch (n.kind) {
-    case NUM_SIGNED: *out = (double)n.i; return true;
-    case NUM_UNSIGNED: *out = (double)n.u; return true;
-    case NUM_FLOAT: *out = n.f; return true;
-    case NUM_BOOL: return false;
-    }
-    return false;
-}
-
-/* ---- Reader state -------------------------------------------------------- */
-
-typedef struct arr_node {
-    uint32_t type;               /* element type */
-    uint64_t n;                  /* element count */
-    const uint8_t *data;         /* fixed-size elements, packed, in the mapping */
-    const qi_str *strs;          /* STRING elements: n entries of the string table */
-    const struct arr_node *subs; /* ARRAY elements: n consecutive child nodes */
-} arr_node;
-
-struct qi_gguf_kv {
-    qi_str key;
-    uint32_t type;
-    uint64_t bits;       /* fixed-size scalars: raw little-endian bits */
-    qi_str str;          /* STRING */
-    const arr_node *arr; /* ARRAY */
-};
-
-struct qi_gguf {
-    char *path;
-    const uint8_t *base;
-    uint64_t size;
-    void *map; /* non-NULL when we own an mmap of map_len bytes */
-    size_t map_len;
-    uint32_t version;
-    uint64_t alignment;
-    uint64_t data_off; /* file offset of the data section */
-    void *shapes_map;  /* a shapes-only file: the reserved, inaccessible data section */
-    size_t shapes_len;
-
-    uint64_t n_kv;
-    qi_gguf_kv *kvs;
-    const qi_gguf_kv **kv_sorted; /* by key */
-    qi_str *strs;                 /* all string-array elements */
-    arr_node *nodes;              /* all array nodes */
-
-    uint64_t n_tensors;
-    qi_gguf_tensor *tensors;
-    const qi_gguf_tensor **t_sorted; /* by name */
-};
 
 typedef struct {
     const uint8_t *p;
@@ -403,7 +273,7 @@ static qi_status parse_kvs(parser *ps, uint64_t n_kv, qi_gguf_kv *kvs) {
 
 static int cmp_kv_ptr(const void *a, const void *b) {
     const qi_gguf_kv *x = *(const qi_gguf_kv *const *)a, *y = *(const qi_gguf_kv *const *)b;
-    int c = str_cmp(x->key, y->key);
+    int c = gguf_str_cmp(x->key, y->key);
     if (c) return c;
     return x < y ? -1 : x > y; /* stable: file order among equal keys */
 }
@@ -411,7 +281,7 @@ static int cmp_kv_ptr(const void *a, const void *b) {
 static int cmp_tensor_name(const void *a, const void *b) {
     const qi_gguf_tensor *x = *(const qi_gguf_tensor *const *)a;
     const qi_gguf_tensor *y = *(const qi_gguf_tensor *const *)b;
-    int c = str_cmp(x->name, y->name);
+    int c = gguf_str_cmp(x->name, y->name);
     if (c) return c;
     return x < y ? -1 : x > y;
 }
@@ -488,7 +358,7 @@ static qi_status parse_metadata(parser *ps, qi_gguf *g, uint64_t n_kv) {
     if (n_kv > 1) qsort(g->kv_sorted, (size_t)n_kv, sizeof *g->kv_sorted, cmp_kv_ptr);
     for (uint64_t i = 1; i < n_kv; i++) {
         const qi_gguf_kv *a = g->kv_sorted[i - 1], *b = g->kv_sorted[i];
-        if (str_cmp(a->key, b->key) == 0) {
+        if (gguf_str_cmp(a->key, b->key) == 0) {
             char k[256];
             fmt_name(k, sizeof k, a->key.ptr, a->key.len);
             return perr(ps, QI_ERR_FORMAT, "duplicate key '%s' (kv %td and kv %td)", k,
@@ -622,7 +492,7 @@ static qi_status parse_tensors(parser *ps, qi_gguf *g, uint64_t n_tensors) {
     qsort(g->t_sorted, (size_t)n_tensors, sizeof *g->t_sorted, cmp_tensor_name);
     for (uint64_t i = 1; i < n_tensors; i++) {
         const qi_gguf_tensor *a = g->t_sorted[i - 1], *b = g->t_sorted[i];
-        if (str_cmp(a->name, b->name) == 0) {
+        if (gguf_str_cmp(a->name, b->name) == 0) {
             char tname[256];
             fmt_name(tname, sizeof tname, a->name.ptr, a->name.len);
             return perr(ps, QI_ERR_FORMAT, "duplicate tensor name '%s' (tensors %td and %td)",
@@ -749,165 +619,4 @@ void qi_gguf_close(qi_gguf *g) {
     qi_free(g->tensors);
     qi_free(g->t_sorted);
     qi_free(g);
-}
-
-/* ---- Accessors ----------------------------------------------------------- */
-
-uint32_t qi_gguf_version(const qi_gguf *g) { return g ? g->version : 0; }
-uint64_t qi_gguf_alignment(const qi_gguf *g) { return g ? g->alignment : 0; }
-uint64_t qi_gguf_file_size(const qi_gguf *g) { return g ? g->size : 0; }
-const char *qi_gguf_path(const qi_gguf *g) { return g ? g->path : NULL; }
-bool qi_gguf_mapped(const qi_gguf *g) { return g && g->map; }
-uint64_t qi_gguf_data_offset(const qi_gguf *g) { return g ? g->data_off : 0; }
-bool qi_gguf_shapes_only(const qi_gguf *g) { return g && g->shapes_map; }
-uint64_t qi_gguf_n_kv(const qi_gguf *g) { return g ? g->n_kv : 0; }
-
-const qi_gguf_kv *qi_gguf_kv_at(const qi_gguf *g, uint64_t i) {
-    return g && i < g->n_kv ? &g->kvs[i] : NULL;
-}
-
-const qi_gguf_kv *qi_gguf_kv_find(const qi_gguf *g, const char *key) {
-    if (!g || !key || !g->n_kv) return NULL;
-    qi_str k = {key, strlen(key)};
-    uint64_t lo = 0, hi = g->n_kv;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        int c = str_cmp(g->kv_sorted[mid]->key, k);
-        if (c == 0) return g->kv_sorted[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return NULL;
-}
-
-qi_str qi_gguf_kv_key(const qi_gguf_kv *kv) {
-    if (!kv) return (qi_str){"", 0};
-    return kv->key;
-}
-
-qi_gguf_vtype qi_gguf_kv_type(const qi_gguf_kv *kv) {
-    return kv ? (qi_gguf_vtype)kv->type : QI_GGUF_U8;
-}
-
-bool qi_gguf_kv_i64(const qi_gguf_kv *kv, int64_t *out) {
-    return kv && out && num_to_i64(kv->type, kv->bits, out);
-}
-
-bool qi_gguf_kv_u64(const qi_gguf_kv *kv, uint64_t *out) {
-    return kv && out && num_to_u64(kv->type, kv->bits, out);
-}
-
-bool qi_gguf_kv_f64(const qi_gguf_kv *kv, double *out) {
-    return kv && out && num_to_f64(kv->type, kv->bits, out);
-}
-
-bool qi_gguf_kv_bool(const qi_gguf_kv *kv, bool *out) {
-    if (!kv || !out || kv->type != QI_GGUF_BOOL) return false;
-    *out = kv->bits != 0;
-    return true;
-}
-
-bool qi_gguf_kv_str(const qi_gguf_kv *kv, qi_str *out) {
-    if (!kv || !out || kv->type != QI_GGUF_STRING) return false;
-    *out = kv->str;
-    return true;
-}
-
-bool qi_gguf_kv_arr(const qi_gguf_kv *kv, qi_gguf_arr *out) {
-    if (!kv || !out || kv->type != QI_GGUF_ARRAY) return false;
-    out->type = (qi_gguf_vtype)kv->arr->type;
-    out->n = kv->arr->n;
-    out->impl_ = kv->arr;
-    return true;
-}
-
-bool qi_gguf_get_i64(const qi_gguf *g, const char *key, int64_t *out) {
-    return qi_gguf_kv_i64(qi_gguf_kv_find(g, key), out);
-}
-bool qi_gguf_get_u64(const qi_gguf *g, const char *key, uint64_t *out) {
-    return qi_gguf_kv_u64(qi_gguf_kv_find(g, key), out);
-}
-bool qi_gguf_get_f64(const qi_gguf *g, const char *key, double *out) {
-    return qi_gguf_kv_f64(qi_gguf_kv_find(g, key), out);
-}
-bool qi_gguf_get_bool(const qi_gguf *g, const char *key, bool *out) {
-    return qi_gguf_kv_bool(qi_gguf_kv_find(g, key), out);
-}
-bool qi_gguf_get_str(const qi_gguf *g, const char *key, qi_str *out) {
-    return qi_gguf_kv_str(qi_gguf_kv_find(g, key), out);
-}
-bool qi_gguf_get_arr(const qi_gguf *g, const char *key, qi_gguf_arr *out) {
-    return qi_gguf_kv_arr(qi_gguf_kv_find(g, key), out);
-}
-
-/* The node behind an array view, with i checked; NULL otherwise. */
-static const arr_node *arr_elem(const qi_gguf_arr *a, uint64_t i) {
-    if (!a || !a->impl_) return NULL;
-    const arr_node *n = a->impl_;
-    return i < n->n ? n : NULL;
-}
-
-static bool arr_bits(const qi_gguf_arr *a, uint64_t i, uint32_t *type, uint64_t *bits) {
-    const arr_node *n = arr_elem(a, i);
-    if (!n) return false;
-    unsigned sz = vtype_size(n->type);
-    if (!sz) return false;
-    *type = n->type;
-    *bits = load_le(n->data + i * sz, sz);
-    return true;
-}
-
-bool qi_gguf_arr_i64(const qi_gguf_arr *a, uint64_t i, int64_t *out) {
-    uint32_t t;
-    uint64_t b;
-    return out && arr_bits(a, i, &t, &b) && num_to_i64(t, b, out);
-}
-
-bool qi_gguf_arr_u64(const qi_gguf_arr *a, uint64_t i, uint64_t *out) {
-    uint32_t t;
-    uint64_t b;
-    return out && arr_bits(a, i, &t, &b) && num_to_u64(t, b, out);
-}
-
-bool qi_gguf_arr_f64(const qi_gguf_arr *a, uint64_t i, double *out) {
-    uint32_t t;
-    uint64_t b;
-    return out && arr_bits(a, i, &t, &b) && num_to_f64(t, b, out);
-}
-
-bool qi_gguf_arr_str(const qi_gguf_arr *a, uint64_t i, qi_str *out) {
-    const arr_node *n = arr_elem(a, i);
-    if (!n || !out || n->type != QI_GGUF_STRING) return false;
-    *out = n->strs[i];
-    return true;
-}
-
-bool qi_gguf_arr_arr(const qi_gguf_arr *a, uint64_t i, qi_gguf_arr *out) {
-    const arr_node *n = arr_elem(a, i);
-    if (!n || !out || n->type != QI_GGUF_ARRAY) return false;
-    const arr_node *c = &n->subs[i];
-    out->type = (qi_gguf_vtype)c->type;
-    out->n = c->n;
-    out->impl_ = c;
-    return true;
-}
-
-uint64_t qi_gguf_n_tensors(const qi_gguf *g) { return g ? g->n_tensors : 0; }
-
-const qi_gguf_tensor *qi_gguf_tensor_at(const qi_gguf *g, uint64_t i) {
-    return g && i < g->n_tensors ? &g->tensors[i] : NULL;
-}
-
-const qi_gguf_tensor *qi_gguf_tensor_find(const qi_gguf *g, const char *name) {
-    if (!g || !name || !g->n_tensors) return NULL;
-    qi_str k = {name, strlen(name)};
-    uint64_t lo = 0, hi = g->n_tensors;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        int c = str_cmp(g->t_sorted[mid]->name, k);
-        if (c == 0) return g->t_sorted[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return NULL;
 }

@@ -51,7 +51,7 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err) {
             return QI_ERR(err, QI_ERR_INVALID, "devices '%s': more than %d devices", spec, QI_PLAN_MAX_DEVICES);
         memcpy(names[n], s, len);
         names[n][len] = 0;
-        if (strcmp(names[n], "embd") == 0 || strcmp(names[n], "head") == 0)
+        if (strcmp(names[n], "embd") == 0 || strcmp(names[n], "head") == 0 || strcmp(names[n], "gpu_batch") == 0)
             return QI_ERR(err, QI_ERR_INVALID, "devices '%s': '%s' is a word of the plan file, not a device name", spec,
                           names[n]);
         for (int i = 0; i < n; i++)
@@ -79,6 +79,7 @@ static qi_status alloc_layers(int n_layer, qi_plan *p, qi_err *err) {
     if (!p->layers) return QI_ERR(err, QI_ERR_NOMEM, "out of memory for a plan of %d layers", n_layer);
     p->n_layer = n_layer;
     p->embd_dev = p->head_dev = 0;
+    p->gpu_batch = 0;
     for (int l = 0; l < n_layer; l++)
         p->layers[l] = (qi_plan_layer){.attn_dev = 0, .mlp_dev = 0, .split = 0.0f, .split_dev = -1, .ffn_dev = -1};
     return QI_OK;
@@ -89,6 +90,7 @@ qi_status qi_plan_all_host(int n_layer, qi_plan *p, qi_err *err) { return alloc_
 qi_status qi_plan_validate(const qi_plan *p, qi_err *err) {
     const int nd = p->n_devices;
     if (nd < 1 || nd > QI_PLAN_MAX_DEVICES) return QI_ERR(err, QI_ERR_INVALID, "plan has %d devices", nd);
+    if (p->gpu_batch < 0) return QI_ERR(err, QI_ERR_INVALID, "plan: GPU batch of %d sequences", p->gpu_batch);
     if (p->embd_dev < 0 || p->embd_dev >= nd || p->head_dev < 0 || p->head_dev >= nd)
         return QI_ERR(err, QI_ERR_INVALID, "plan: embedding or output head on device %d of %d",
                       p->embd_dev < 0 || p->embd_dev >= nd ? p->embd_dev : p->head_dev, nd);
@@ -156,6 +158,18 @@ static qi_status parse_file(const char *path, int n_layer, qi_plan *p, qi_err *e
             tok[nt++] = s;
         }
         if (st || nt == 0) continue;
+        if (strcmp(tok[0], "gpu_batch") == 0) {
+            char *end = NULL;
+            errno = 0;
+            const long n = nt == 2 ? strtol(tok[1], &end, 10) : -1;
+            if (nt != 2 || *end || errno || n < 1 || n > 65536) {
+                st = QI_ERR(err, QI_ERR_FORMAT, "%s:%d: 'gpu_batch' takes one count of sequences in 1..65536", path,
+                            lineno);
+                break;
+            }
+            p->gpu_batch = (int)n;
+            continue;
+        }
         if (strcmp(tok[0], "embd") == 0 || strcmp(tok[0], "head") == 0) {
             const int d = nt == 2 ? device_of(p, tok[1]) : -1;
             if (d < 0) {
@@ -276,7 +290,7 @@ static int as_ngl(const qi_plan *p) {
         if (y->attn_dev == 1) n++;
         else if (n > 0) return -1; /* device 1 must hold a suffix */
     }
-    if (p->embd_dev != 0) return -1;
+    if (p->embd_dev != 0 || p->gpu_batch) return -1;
     for (int l = 0; l < p->n_layer; l++)
         if (p->layers[l].ffn_dev != -1) return -1;
     if (p->head_dev == 1) return n == p->n_layer ? n + 1 : -1;
@@ -305,6 +319,7 @@ int qi_plan_summary(const qi_plan *p, char *buf, size_t len) {
         for (int d = 0; d < p->n_devices; d++) put(&o, " %s attn %d mlp %d;", p->devices[d], attn[d], mlp[d]);
         put(&o, " split layers %d;", split);
         if (streamed) put(&o, " streamed layers %d;", streamed);
+        if (p->gpu_batch) put(&o, " block of GPU batches of %d;", p->gpu_batch);
         put(&o, " head %s", p->devices[p->head_dev]);
         if (ffn) put(&o, "; neuron split layers %d, %ld neurons on %s", ffn, rows, p->devices[fdev]);
     }
@@ -327,6 +342,7 @@ int qi_plan_format(const qi_plan *p, char *buf, size_t len) {
         put(&o, "\n");
     }
     put(&o, "head %s\n", p->devices[p->head_dev]);
+    if (p->gpu_batch) put(&o, "gpu_batch %d\n", p->gpu_batch);
     return (int)o.at;
 }
 
@@ -344,6 +360,7 @@ int qi_plan_json(const qi_plan *p, char *buf, size_t len) {
         put(&o, "]");
     }
     put(&o, "]");
+    if (p->gpu_batch) put(&o, ",\"gpu_batch\":%d", p->gpu_batch);
     bool ffn = false;
     for (int l = 0; l < p->n_layer; l++) {
         const qi_plan_layer *y = &p->layers[l];

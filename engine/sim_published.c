@@ -13,7 +13,17 @@
  *   - "prompt (~P tokens)": as ppP;
  *   - FlexGen's "generation throughput, prompt P, generate G" at effective
  *     batch B: B x G generated tokens over the prefill of B prompts and G
- *     decode steps at context P.
+ *     decode steps at context P, under FlexGen's policy run as its block
+ *     schedule (engine/engine_zigzag.c): "all on GPU" is one GPU batch of
+ *     B; an offloaded row takes its policy from the input row after it
+ *     (`--percent WG WC CG CC HG HC --gpu-batch-size N --num-gpu-batches
+ *     K`): the last WG% of the layers held on the GPU, the others streamed
+ *     to it, their attention's KV on the host (split 1 - CG%) where
+ *     CG < 100, the head on the host unless WG is 100, and the prefill in
+ *     steps of BLOCK_CHUNK tokens a sequence (each a block of all B), so
+ *     that one GPU batch's activations (fp32 here, fp16 in FlexGen) fit
+ *     beside the held weights; while the plan does not fit the GPU a held
+ *     layer is streamed instead.
  * -ngl N in the settings is the plan (ngl=N); none, all on the GPU.
  */
 #include "qinfer/sim_published.h"
@@ -27,6 +37,7 @@
 #include "qinfer/types.h"
 
 #define ALL_LAYERS 100000
+#define BLOCK_CHUNK 32 /* prompt tokens a sequence per prefill step of an offloaded FlexGen row */
 
 /* hardware words -> profile; the first match wins, so longer names first */
 static const struct {
@@ -139,14 +150,36 @@ void qi_pub_resolve(qi_pub_row *r) {
         const long b = int_after(r->settings, "effective batch");
         r->batch = b > 0 ? (int)b : 1;
         if (r->n_gen < 1) return (void)snprintf(r->why, sizeof r->why, "no generated length");
-        if (!strstr(r->settings, "all on GPU"))
+        if (strstr(r->settings, "all on GPU")) { /* one GPU batch, everything on the GPU */
+            r->gpu_batch = r->batch;
+            r->n_gpu_batches = 1;
+            r->w_gpu = r->c_gpu = 1.0;
+        } else if (r->gpu_batch < 1) {
             return (void)snprintf(r->why, sizeof r->why,
-                                  "FlexGen's offload needs its block schedule (GPU batches inside each layer, KV moved "
-                                  "per batch), not run here (its streamed layers are)");
+                                  "FlexGen's offload needs its policy (--percent, --gpu-batch-size, "
+                                  "--num-gpu-batches) in the input row after it");
+        }
+        r->offload = r->n_gpu_batches > 1 || r->w_gpu < 1.0 || r->c_gpu < 1.0;
     } else {
         return (void)snprintf(r->why, sizeof r->why, "test '%s' not known", r->test);
     }
     r->ok = true;
+}
+
+/* FlexGen's policy in text (`--percent WG WC CG CC HG HC --gpu-batch-size
+ * N --num-gpu-batches K`) into r; whether it was there whole. */
+static bool flexgen_policy(qi_pub_row *r, const char *text) {
+    const char *p = strstr(text, "--percent");
+    double pc[6];
+    int n = 0;
+    if (p) n = sscanf(p, "--percent %lf %lf %lf %lf %lf %lf", &pc[0], &pc[1], &pc[2], &pc[3], &pc[4], &pc[5]);
+    const long g = int_after(text, "--gpu-batch-size"), k = int_after(text, "--num-gpu-batches");
+    if (n != 6 || g < 1 || k < 1 || !(pc[0] >= 0 && pc[0] <= 100 && pc[2] >= 0 && pc[2] <= 100)) return false;
+    r->w_gpu = pc[0] / 100.0;
+    r->c_gpu = pc[2] / 100.0;
+    r->gpu_batch = (int)g;
+    r->n_gpu_batches = (int)k;
+    return true;
 }
 
 /* ---- the table --------------------------------------------------------------------- */
@@ -219,6 +252,9 @@ qi_status qi_pub_load(const char *path, qi_pub_row **rows, int *n, qi_err *err) 
             break;
         }
         if (fact) r->value = NAN;
+        /* FlexGen's policy, in the value of the input row after its generation row */
+        if (fact && k > 0 && strstr(v[k - 1].settings, "policy in the next row") && flexgen_policy(&v[k - 1], col[6]))
+            qi_pub_resolve(&v[k - 1]);
         if (fact) {
             r->ok = false;
             snprintf(r->why, sizeof r->why, "an %s row, not a measurement to predict", r->use);
@@ -232,12 +268,51 @@ qi_status qi_pub_load(const char *path, qi_pub_row **rows, int *n, qi_err *err) 
         qi_free(v);
         return st;
     }
+
     *rows = v;
     *n = k;
     return QI_OK;
 }
 
 /* ---- simulating a row ---------------------------------------------------------------- */
+
+/* FlexGen's policy of row r as a plan over cpu,gpu with `held` of its
+ * layers on the GPU (the last ones), the others streamed. */
+static void flexgen_plan(const qi_pub_row *r, int held, qi_plan *p) {
+    const int L = p->n_layer;
+    const float split = (float)(round((1.0 - r->c_gpu) * 100.0) / 100.0);
+    for (int l = 0; l < L; l++)
+        p->layers[l] = (qi_plan_layer){.attn_dev = 1, .mlp_dev = 1, .stream = l < L - held, .split = split,
+                                       .split_dev = split > 0.0f ? 0 : -1, .ffn_dev = -1};
+    p->head_dev = r->w_gpu >= 1.0 ? 1 : 0;
+    p->gpu_batch = r->gpu_batch;
+}
+
+/* A generation row's prefill and decode under FlexGen's policy as a block
+ * schedule (the top of the file); while the plan does not fit the GPU, one
+ * held layer fewer. */
+static qi_status flexgen_run(const qi_pub_row *r, const qi_model *m, const qi_engine_opts *o, qi_calib_time *t,
+                             qi_err *err) {
+    qi_engine_opts eo = *o;
+    qi_plan p = {0};
+    qi_status st = qi_plan_devices_parse("cpu,gpu", &p, err);
+    if (!st) st = qi_plan_all_host(m->hp.n_layer, &p, err);
+    if (st) return st;
+    const int L = m->hp.n_layer, chunk = r->n_gpu_batches > 1 && r->n_tokens > BLOCK_CHUNK ? BLOCK_CHUNK : r->n_tokens;
+    eo.step_tokens = r->batch * chunk;
+    eo.plan = &p;
+    for (int held = (int)lround(r->w_gpu * L);; held--) {
+        flexgen_plan(r, held, &p);
+        qi_err e = {0};
+        st = qi_calib_measure(m, &eo, r->batch, r->n_tokens, 1, t, &e);
+        if (st != QI_ERR_NOMEM || held == 0) {
+            if (st) QI_ERR(err, st, "%s", e.msg);
+            break;
+        }
+    }
+    qi_plan_free(&p);
+    return st;
+}
 
 qi_status qi_pub_simulate(const qi_pub_row *r, const qi_model *m, const qi_engine_opts *o, double *tok_s,
                           qi_err *err) {
@@ -260,7 +335,7 @@ qi_status qi_pub_simulate(const qi_pub_row *r, const qi_model *m, const qi_engin
         *tok_s = 1 / t.decode_s;
         break;
     case QI_PUB_GEN:
-        if ((st = qi_calib_measure(m, &eo, r->batch, r->n_tokens, 1, &t, err))) return st;
+        if ((st = flexgen_run(r, m, &eo, &t, err))) return st;
         *tok_s = (double)r->batch * r->n_gen / (t.prefill_s + r->n_gen * t.decode_s);
         break;
     }

@@ -458,6 +458,11 @@ void qi_testdev_hold(qi_backend *b, bool hold);
  * reads what a copy-stream copy writes without waiting for its event
  * meets the NaN. */
 void qi_testdev_slow_copies(qi_backend *b, long ops, int us);
+/* Tests: from now each copy on testdev's main stream, its destination
+ * filled with 0xff, waits us microseconds before writing it, so the host
+ * reading what such a copy writes without waiting for its event meets the
+ * NaN (0: not). */
+void qi_testdev_slow_main_copies(qi_backend *b, int us);
 /* The copies testdev's stream s has run. */
 long qi_testdev_copies(qi_backend *b, qi_stream s);
 

@@ -404,7 +404,9 @@ void qi_cli_place_help(void) {
            "                          head when N > layers, as -ngl 99, on the second device); or a plan file:\n"
            "                          one line per layer, ATTN MLP [SPLIT [DEV]], devices by name\n"
            "                          (DEV~ DEV~: the layer streamed to DEV, its weights copied from\n"
-           "                          host memory each time it runs, as FlexGen's offload);\n"
+           "                          host memory each time it runs, as FlexGen's offload; a line\n"
+           "                          gpu_batch N: FlexGen's zig-zag block, a step of more sequences run\n"
+           "                          in GPU batches of N, layers outside, each layer's weights loaded once);\n"
            "                          or policy:NAME[:K=V,...], a policy's plan (generate; bench --batch):\n");
     for (int i = 0; qi_placement_policies[i]; i++)
         printf("                            %-10s %s%s%s%s\n", qi_placement_policies[i]->name,

@@ -197,6 +197,21 @@ void qi_k_gemm_packed_q5_0_ref(int64_t n, const void *w, size_t w_stride, int n_
                                size_t a_stride, int n_a, float *y, size_t y_stride);
 void qi_k_gemm_packed_q5_1_ref(int64_t n, const void *w, size_t w_stride, int n_w, const void *a,
                                size_t a_stride, int n_a, float *y, size_t y_stride);
+/* The AVX2 and AVX-512 tables' gemm_packed entries (kernels_avx2_packed.c,
+ * kernels_avx512_packed.c; x86 with GCC or clang only). */
+#define QI_K_PACKED_DECL(NAME) \
+    void NAME(int64_t n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride, int n_a, float *y, size_t y_stride);
+QI_K_PACKED_DECL(qi_k_gemm_packed_q4_0_avx2)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q4_1_avx2)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q8_0_avx2)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q5_0_avx2)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q5_1_avx2)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q4_0_avx512)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q4_1_avx512)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q8_0_avx512)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q5_0_avx512)
+QI_K_PACKED_DECL(qi_k_gemm_packed_q5_1_avx512)
+#undef QI_K_PACKED_DECL
 
 /* ---- the references (kernels_ref.c) -------------------------------------- */
 

@@ -20,11 +20,13 @@
  * default: llama.cpp's offload, as the placement ablation measured it), or
  * with stream=1 FlexGen's way: on the accelerator, their weights streamed
  * from host memory each time they run (qi_plan_layer.stream,
- * engine/engine_stream.c). FlexGen's GPU batch size and number of GPU
- * batches are not executed (the engine has no block schedule): a step
- * runs the batch it is given. The registry's memory check has
- * the last word: while the mapped plan does not fit, a layer goes back to
- * the CPU.
+ * engine/engine_stream.c). With block=1 FlexGen's GPU batch size is the
+ * plan's gpu_batch, and the engine runs a step as its zig-zag block
+ * (engine/engine_zigzag.c): the layers outside, the GPU batches inside,
+ * each layer's weights loaded once for all of them (block=0, the default:
+ * a step runs the batch it is given whole). The registry's memory check
+ * has the last word (a GPU batch's activations under a block): while the
+ * mapped plan does not fit, a layer goes back to the CPU.
  *
  * An LP rather than a search over a grid of shares: the optimum of a
  * linear program lies on a vertex, which a grid misses, and the simplex
@@ -262,14 +264,15 @@ typedef struct {
     double eff_gpu, eff_cpu, eff_link;
     long gbs_max, num_gb_max;
     bool stream;              /* layers not held on the accelerator streamed to it (else on the CPU) */
+    bool block;               /* the plan runs FlexGen's block schedule (gpu_batch = the solution's gbs) */
     qi_flexgen_solution last; /* the solution behind the last plan */
 } flexgen_policy;
 
 static qi_status flexgen_create(const qi_params *params, qi_placement_policy **out, qi_err *err) {
     static const char *const known[] = {"profile", "eff_gpu",    "eff_cpu", "eff_link",
-                                        "gbs_max", "num_gb_max", "stream",  NULL};
+                                        "gbs_max", "num_gb_max", "stream",  "block", NULL};
     double eg = 1.0, ec = 1.0, el = 1.0;
-    long gbs_max = 256, num_gb_max = 64, stream = 0;
+    long gbs_max = 256, num_gb_max = 64, stream = 0, block = 0;
     qi_status st = qi_params_check_known(params, "flexgen", known, err);
     if (!st) st = qi_params_double(params, "flexgen", "eff_gpu", 1.0, 1e-6, 1.0, &eg, err);
     if (!st) st = qi_params_double(params, "flexgen", "eff_cpu", 1.0, 1e-6, 1.0, &ec, err);
@@ -277,6 +280,7 @@ static qi_status flexgen_create(const qi_params *params, qi_placement_policy **o
     if (!st) st = qi_params_int(params, "flexgen", "gbs_max", 256, 1, 1 << 20, &gbs_max, err);
     if (!st) st = qi_params_int(params, "flexgen", "num_gb_max", 64, 1, 1 << 20, &num_gb_max, err);
     if (!st) st = qi_params_int(params, "flexgen", "stream", 0, 0, 1, &stream, err);
+    if (!st) st = qi_params_int(params, "flexgen", "block", 0, 0, 1, &block, err);
     if (st) return st;
     flexgen_policy *p = qi_calloc(1, sizeof *p);
     if (!p) return QI_ERR(err, QI_ERR_NOMEM, "flexgen: out of memory");
@@ -284,6 +288,7 @@ static qi_status flexgen_create(const qi_params *params, qi_placement_policy **o
     p->eff_gpu = eg, p->eff_cpu = ec, p->eff_link = el;
     p->gbs_max = gbs_max, p->num_gb_max = num_gb_max;
     p->stream = stream != 0;
+    p->block = block != 0;
     const char *path = qi_params_get(params, "profile");
     if (path) {
         qi_err e = {0};
@@ -315,9 +320,11 @@ static float split_of(double r) {
 }
 
 /* The plan of n layers (and the head when n = L + 1) on acc, the rest on
- * the CPU or streamed to acc, with the KV share cg as splits. */
-static void set_plan(qi_plan *out, int acc, int n, double cg, bool splits, bool stream) {
+ * the CPU or streamed to acc, with the KV share cg as splits, and a block
+ * schedule of GPU batches of gbs (0: none). */
+static void set_plan(qi_plan *out, int acc, int n, double cg, bool splits, bool stream, int gbs) {
     const int L = out->n_layer;
+    out->gpu_batch = gbs;
     for (int l = 0; l < L; l++) {
         qi_plan_layer *y = &out->layers[l];
         const bool held = l >= L - n, on_acc = held || stream;
@@ -395,10 +402,10 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
     /* a budgeted KV policy evicts, which a split layer cannot: no splits then */
     const bool splits = wl->kv_budget == 0;
     for (; n >= 0; n--) {
-        set_plan(out, acc, n, sol.cg, splits, p->stream);
+        set_plan(out, acc, n, sol.cg, splits, p->stream, p->block ? sol.gbs : 0);
         if (qi_placement_check(m, devs, wl, out, 0, NULL) == QI_OK) return QI_OK;
     }
-    set_plan(out, acc, 0, 0.0, false, false); /* not even the KV's share fits: all-cpu */
+    set_plan(out, acc, 0, 0.0, false, false, 0); /* not even the KV's share fits: all-cpu */
     return QI_OK;
 }
 
@@ -410,7 +417,9 @@ const qi_placement_policy_i qi_placement_flexgen_policy = {
     .summary = "FlexGen's cost model as an LP (GLPK): weight share as layers on the accelerator, KV share as splits",
     .params = "profile=PATH (hardware profile, required with an accelerator), eff_gpu=1, eff_cpu=1, eff_link=1 "
               "(share of each peak reached), gbs_max=256, num_gb_max=64, stream=0 (1: the layers not held on the "
-              "accelerator streamed to it, FlexGen's offload, rather than computed by the CPU)",
+              "accelerator streamed to it, FlexGen's offload, rather than computed by the CPU), block=0 (1: a step "
+              "runs as FlexGen's zig-zag block, GPU batches of the chosen GPU batch size inside each layer, the "
+              "weights loaded once for all of them; FlexGen's whole policy is stream=1,block=1)",
     .create = flexgen_create,
     .plan = flexgen_plan,
     .free = flexgen_free,

@@ -148,6 +148,19 @@ size_t qi_placement_act_bytes(const qi_model *m, const qi_placement_workload *wl
     return total;
 }
 
+/* The activations a device other than the CPU holds for plan p: a whole
+ * step's rows, or under a block schedule one GPU batch's (its sequences'
+ * share of the step's rows, engine/engine_zigzag.c). */
+static size_t act_need(const qi_model *m, const qi_placement_workload *wl, const qi_plan *p) {
+    if (!p->gpu_batch) return qi_placement_act_bytes(m, wl, p->n_devices);
+    const long B = wl->batch > 0 ? wl->batch : 1;
+    const long R = wl->step_rows > 0 ? wl->step_rows : B * (wl->prompt_len > 0 ? wl->prompt_len : 1);
+    const long per = (R + B - 1) / B, gb = (long)p->gpu_batch * per;
+    qi_placement_workload w = *wl;
+    w.step_rows = (int)(gb < R ? gb : R);
+    return qi_placement_act_bytes(m, &w, p->n_devices);
+}
+
 /* Whether block b is a streamed layer's: its weights stay on the host. */
 static bool streamed(const qi_plan *p, int b) {
     return b > 0 && b < 2 * p->n_layer + 1 && p->layers[(b - 1) / 2].stream;
@@ -195,7 +208,7 @@ static bool uses(const qi_plan *p, int d) {
 
 size_t qi_placement_need(const qi_model *m, const qi_placement_workload *wl, const qi_plan *p, int d) {
     if (d == 0 || !uses(p, d)) return 0;
-    size_t n = qi_placement_act_bytes(m, wl, p->n_devices) + stream_need(m, p, d);
+    size_t n = act_need(m, wl, p) + stream_need(m, p, d);
     for (int b = 0; b < qi_plan_n_blocks(p->n_layer); b++) n += block_need(m, NULL, wl, p, d, b);
     return n;
 }
@@ -207,7 +220,7 @@ qi_status qi_placement_check(const qi_model *m, const qi_placement_devices *devs
         if (!dv->capacity || !uses(p, d)) continue;
         const size_t free = dv->free > dv->capacity ? dv->capacity : dv->free;
         const size_t room = free > reserve ? free - reserve : 0;
-        size_t need = (dv->holds_act ? 0 : qi_placement_act_bytes(m, wl, p->n_devices)) + stream_need(m, p, d);
+        size_t need = (dv->holds_act ? 0 : act_need(m, wl, p)) + stream_need(m, p, d);
         if (need > room)
             return QI_ERR(err, QI_ERR_NOMEM,
                           "plan does not fit device %s: its activations and streaming slots need %zu bytes of the "

@@ -13,7 +13,7 @@
 # with the minimised union of it and what the run added (libFuzzer's
 # -merge=1: the smallest inputs that add features to the seeds), at most
 # $QI_FUZZ_CORPUS_KB KiB of it (default 128; smallest inputs first). A
-# crash, leak, hang (over 10 s) or out-of-memory (over 2 GiB) stops the run and its input is saved under
+# crash, leak, hang (over 10 s of wall time, $QI_FUZZ_TIMEOUT) or out-of-memory (over 2 GiB) stops the run and its input is saved under
 # tests/fuzz/regress/TARGET/, which the CTest entry fuzz_replay_TARGET
 # replays in every build. Prints executions, coverage (edges), features,
 # corpus size and findings; exits 1 when there was a finding, 77 (with

@@ -47,11 +47,16 @@ fz_seeds() {
   if [[ -d $FZ_BUILD/fuzz-seeds/$1 ]]; then echo "$FZ_BUILD/fuzz-seeds/$1"; else echo "$FZ_ROOT/tests/fuzz/seeds/$1"; fi
 }
 
-# The libFuzzer options every run gets: a hang is a finding past 10 s, as
-# is a process past 2 GiB; the target's dictionary when it has one.
+# The libFuzzer options every run gets: a hang is a finding past
+# QI_FUZZ_TIMEOUT seconds of wall time (default 10; on a machine other jobs
+# keep busy, a nice'd target that starts threads waits for the CPU far longer
+# than it runs, so raise it there), as is a process past 2 GiB; the target's
+# dictionary when it has one.
 fz_opts() {
   local t=$1
-  FZ_OPTS=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1)
+  local to=${QI_FUZZ_TIMEOUT:-10}
+  [[ $to =~ ^[0-9]+$ && $to -ge 1 ]] || { echo "QI_FUZZ_TIMEOUT must be a positive whole number of seconds" >&2; exit 2; }
+  FZ_OPTS=(-timeout="$to" -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1)
   [[ -f $FZ_ROOT/tests/fuzz/dict/$t.dict ]] && FZ_OPTS+=("-dict=$FZ_ROOT/tests/fuzz/dict/$t.dict")
   true
 }

@@ -29,8 +29,9 @@ START_TEST(test_devices) {
     ck_assert_str_eq(p.devices[2], "cuda:0");
     static const char *const bad[] = {"", "gpu", "testdev,cpu", "cpu,", "cpu,,testdev", "cpu,a b",
                                       "cpu,testdev,testdev", "cpu,a,b,c,d", "cpu,aaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-                                      /* the plan file's own words: a layer on "head" would read back as the head's line */
-                                      "cpu,head", "cpu,c,embd"};
+                                      /* the plan file's own words: a layer on "head" would read back as the head's line,
+                                       * one on "gpu_batch" as the block schedule's */
+                                      "cpu,head", "cpu,c,embd", "cpu,gpu_batch"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         qi_err_clear(&e);
         ck_assert_msg(qi_plan_devices_parse(bad[i], &p, &e) == QI_ERR_INVALID, "'%s' accepted", bad[i]);
@@ -201,7 +202,7 @@ END_TEST
 
 /* Streamed layers: `ATTN~ MLP~` in a file, round trips through the text
  * and JSON forms, and the refusals (one device not the host, both marked,
- * no neuron split). */
+ * no neuron split); the block schedule's `gpu_batch N` likewise. */
 START_TEST(test_stream) {
     qi_err e = {0};
     qi_plan p = two();
@@ -238,6 +239,32 @@ START_TEST(test_stream) {
         qi_err_clear(&e);
         ck_assert_msg(qi_plan_parse(write_tmp(bad[i].text), 2, &b, &e) != QI_OK, "case %zu accepted", i);
         ck_assert_msg(strstr(e.msg, bad[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, e.msg, bad[i].want);
+    }
+    /* the block schedule: `gpu_batch N`, round trip, JSON, summary, refusals */
+    qi_plan g = two();
+    ck_assert_msg(qi_plan_parse(write_tmp("gpu_batch 48\n1~ 1~\ncpu cpu\n"), 2, &g, &e) == QI_OK, "%s", e.msg);
+    ck_assert_int_eq(g.gpu_batch, 48);
+    ck_assert_int_lt(qi_plan_format(&g, text, sizeof text), (int)sizeof text);
+    ck_assert_ptr_nonnull(strstr(text, "gpu_batch 48\n"));
+    qi_plan_free(&g);
+    g = two();
+    ck_assert_msg(qi_plan_parse(write_tmp(text), 2, &g, &e) == QI_OK, "%s\n%s", e.msg, text);
+    ck_assert_int_eq(g.gpu_batch, 48);
+    qi_plan_json(&g, j, sizeof j);
+    ck_assert_str_eq(j, "{\"devices\":[\"cpu\",\"testdev\"],\"embd\":0,\"head\":0,\"layers\":[[1,1,0,-1,\"stream\"],"
+                        "[0,0]],\"gpu_batch\":48}");
+    qi_plan_summary(&g, sum, sizeof sum);
+    ck_assert_ptr_nonnull(strstr(sum, "block of GPU batches of 48;"));
+    g.gpu_batch = -1;
+    ck_assert_int_eq(qi_plan_validate(&g, &e), QI_ERR_INVALID);
+    qi_plan_free(&g);
+    static const char *const bad_gb[] = {"gpu_batch\ncpu cpu\ncpu cpu\n", "gpu_batch 0\ncpu cpu\ncpu cpu\n",
+                                         "gpu_batch 2x\ncpu cpu\ncpu cpu\n", "gpu_batch 1 2\ncpu cpu\ncpu cpu\n"};
+    for (size_t i = 0; i < sizeof bad_gb / sizeof bad_gb[0]; i++) {
+        qi_plan b = two();
+        qi_err_clear(&e);
+        ck_assert_msg(qi_plan_parse(write_tmp(bad_gb[i]), 2, &b, &e) != QI_OK, "gpu_batch case %zu accepted", i);
+        ck_assert_msg(strstr(e.msg, "'gpu_batch' takes one count"), "%s", e.msg);
     }
     p.layers[0].ffn_dev = 1; /* a neuron split on a streamed layer */
     p.layers[0].ffn_rows = 10;

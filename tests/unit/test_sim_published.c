@@ -70,10 +70,21 @@ START_TEST(test_table) {
     ck_assert_str_eq(r[3].profile, "a100-pcie-2xeon");
     ck_assert(r[4].ok && r[4].kind == QI_PUB_GEN && r[4].batch == 2 && r[4].n_tokens == 512 && r[4].n_gen == 32);
     ck_assert_str_eq(r[4].preset, "opt-6.7b");
+    ck_assert(r[4].gpu_batch == 2 && r[4].n_gpu_batches == 1 && !r[4].offload); /* all on the GPU: one GPU batch */
     ck_assert(!r[5].ok && strstr(r[5].why, "offload"));
     ck_assert_str_eq(r[6].profile, "l40"); /* not L4 */
     ck_assert(!r[7].ok && strstr(r[7].why, "no profile"));
     ck_assert(!r[8].ok && isnan(r[8].value));
+    qi_free(r);
+    /* FlexGen's policy in the input row after an offloaded row: its block
+     * schedule (the row is then simulated, offloaded) */
+    const char *fg = "train\tFlexGen\tOPT-30B\tFP16\tNVIDIA T4 16GB\tgeneration throughput, prompt 512, "
+                     "generate 32\t7.32\ttok/s\teffective batch 144, lowest tier CPU; policy in the next row\tsrc\n"
+                     "input\tFlexGen\tOPT-30B\tFP16\tT4 16GB\tpolicy at prompt 512\t--percent 20 80 0 100 0 100 "
+                     "--gpu-batch-size 48 --num-gpu-batches 3\t-\tx\tsrc\n";
+    ck_assert_msg(qi_pub_load(write_tmp(fg), &r, &n, &e) == QI_OK, "%s", e.msg);
+    ck_assert_msg(r[0].ok && r[0].offload && r[0].batch == 144, "%s", r[0].why);
+    ck_assert(r[0].gpu_batch == 48 && r[0].n_gpu_batches == 3 && r[0].w_gpu == 0.2 && r[0].c_gpu == 0.0);
     qi_free(r);
     /* a short line and a figure that is not a number, each at its line */
     const char *bad[] = {"train\tllama.cpp\tLlama-2-7B\n",

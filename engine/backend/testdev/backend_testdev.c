@@ -23,6 +23,7 @@
  *   bit, which is what lets plan tests compare logits exactly.
  */
 #include <pthread.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -62,6 +63,7 @@ typedef struct {
     long copies[2];    /* copies run per stream */
     long slow_ops;     /* tests: qi_testdev_slow_copies */
     int slow_us;
+    int slow_main_us;  /* tests: qi_testdev_slow_main_copies */
 } td_ctx;
 
 static td_ctx *T(qi_backend *b) { return (td_ctx *)b->ctx; }
@@ -104,6 +106,7 @@ static void *worker_main(void *arg) {
         case CMD_COPY:
             for (size_t r = 0; r < k.height; r++) memset((char *)k.dst + r * k.dpitch, 0xff, k.n);
             if (si == QI_STREAM_COPY) slow_copy(c);
+            if (si == QI_STREAM_MAIN && c->slow_main_us > 0) usleep((useconds_t)c->slow_main_us);
             for (size_t r = 0; r < k.height; r++)
                 memmove((char *)k.dst + r * k.dpitch, (const char *)k.src + r * k.spitch, k.n);
             break;
@@ -164,6 +167,13 @@ void qi_testdev_slow_copies(qi_backend *b, long ops, int us) {
     pthread_mutex_lock(&c->mu);
     c->slow_ops = ops;
     c->slow_us = us;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void qi_testdev_slow_main_copies(qi_backend *b, int us) {
+    td_ctx *c = T(b);
+    pthread_mutex_lock(&c->mu);
+    c->slow_main_us = us;
     pthread_mutex_unlock(&c->mu);
 }
 

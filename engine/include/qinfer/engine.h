@@ -52,6 +52,8 @@ typedef struct {
     bool profile;           /* time every op (qi_engine_profile) */
     const char *devices;    /* --devices: "cpu" (default), "cpu,cuda[:BYTES]" or "cpu,testdev[:BYTES]" (plan.h) */
     const char *placement;  /* --placement: "all-cpu" (default), "ngl=N" or a plan file (plan.h) */
+    const qi_plan *plan;    /* a plan made by the caller, its devices with it (devices and placement then
+                             * unread; NULL: none); read in qi_engine_create only */
     bool attn_blas;         /* prompt chunks' attention through OpenBLAS sgemm (default off):
                              * faster, but the logits are no longer bit-identical to llama.cpp's;
                              * one-token steps are unchanged. Needs libopenblas0 at run time:

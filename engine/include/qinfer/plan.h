@@ -25,7 +25,12 @@
  * run on one device other than the host, whose copy stream brings the
  * layer's weights from host memory every time it runs, overlapped with the
  * compute of the layer before (engine/engine_stream.c); a plan file marks
- * it with `~` after both devices (`gpu~ gpu~`).
+ * it with `~` after both devices (`gpu~ gpu~`). A plan may run a step as
+ * FlexGen's zig-zag block: the step's sequences in GPU batches of
+ * gpu_batch each, the layers outside and the GPU batches inside, so a
+ * layer's weights (streamed or held) serve every GPU batch of the block
+ * once loaded, and the block's hidden states wait in host memory between
+ * layers (engine/engine_zigzag.c); a plan file says `gpu_batch N`.
  */
 #ifndef QINFER_PLAN_H
 #define QINFER_PLAN_H
@@ -54,6 +59,7 @@ typedef struct {
     char devices[QI_PLAN_MAX_DEVICES][QI_PLAN_DEV_NAME]; /* names, [0] the host CPU */
     int embd_dev, head_dev;
     qi_plan_layer *layers; /* [n_layer] */
+    int gpu_batch;         /* sequences per GPU batch of the block schedule (0: none, a step runs whole) */
 } qi_plan;
 
 /* The device list of --devices: comma-separated names, the first of which
@@ -72,7 +78,8 @@ qi_status qi_plan_devices_parse(const char *spec, qi_plan *p, qi_err *err);
  *            (devices by name or index, SPLIT a ratio in [0, 1], its
  *            device by default the other of a two-device list; ATTN~
  *            MLP~, one device other than the host, a streamed layer), and
- *            optionally `embd DEV` and `head DEV` lines; '#' starts a
+ *            optionally `embd DEV`, `head DEV` and `gpu_batch N` (the
+ *            block schedule, N sequences per GPU batch) lines; '#' starts a
  *            comment. Errors name the file and the line.
  * A value policy:NAME[:K=V,...] names a placement policy
  * (policies/placement/), whose plan a command makes once the engine

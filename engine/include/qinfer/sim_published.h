@@ -43,6 +43,11 @@ typedef struct {
     int n_tokens, ctx, batch, n_gen;
     int ngl;                  /* the layers on the GPU (as --placement ngl=N); large: all */
     bool flash_attn;          /* -fa 1: flash attention, which the simulator does not model */
+    /* FlexGen's policy (generation rows): GPU batch size and GPU batches
+     * (the block schedule), the weights' and KV cache's shares on the GPU */
+    int gpu_batch, n_gpu_batches;
+    double w_gpu, c_gpu;
+    bool offload;             /* the policy offloads: streamed layers, GPU batches (minutes to simulate) */
 } qi_pub_row;
 
 /* Read the table at path into *rows (qi_free it), n of them, each resolved.
