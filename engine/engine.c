@@ -115,6 +115,7 @@ static qi_status open_sim(qi_engine *e, const qi_engine_opts *o, qi_err *err) {
         else
             st = qi_sim_params_set(&par, k, x, err);
     }
+    par.cpu_threads = o->n_threads; /* the CPU's compute scales by the cores they use */
     if (!st) st = qi_sim_create(prof, &par, &e->sim, err);
     qi_free(prof);
     return st;

@@ -538,9 +538,22 @@ typedef struct {
      *   (qi_sim_cpu_unpack_ops) per weight, in multiply-adds;
      * cpu_matmul_overlap: how much of the shorter of a matmul's compute
      *   and memory times hides under the longer (1: their max; 0: sum);
-     * cpu_matmul_tiled: the compute share on the kernels' tiled path
-     *   (qi_sim_cpu_tiled; 0: compute[0][0]). */
+     * cpu_matmul_tiled: the share of the peak the kernels' tiled path
+     *   (qi_sim_cpu_tiled) reaches in its tile products, each token's
+     *   products over a weight counted once per tile part of the format
+     *   (qi_sim_cpu_tile_parts; 0: compute[0][0], no parts);
+     * cpu_tile_unpack: the multiply-adds of the peak, per weight, the tiled
+     *   path spends once per call rearranging a block into the tile layout
+     *   (0: none);
+     * cpu_threads: the engine's worker threads (0: the profile's cores);
+     *   the run's, not fitted: the compute rates scale by the cores they
+     *   use, min(threads, cpu.cores) / cpu.cores, since the profile's
+     *   probes ran on every core;
+     * cpu_thread_memory: the share of the memory rates one thread reaches
+     *   (0: 1, every thread count the same), min(1, threads x it). */
     double cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled;
+    double cpu_tile_unpack, cpu_thread_memory;
+    int cpu_threads;
     double link;     /* of the link's bandwidth */
     double cpu_op_s; /* fixed seconds per CPU op (waking and joining its threads) */
     double noise;    /* sigma of a log-normal factor on every duration (0: none) */

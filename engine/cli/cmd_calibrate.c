@@ -46,8 +46,8 @@ static const char *const k_default_keys =
 /* the CPU's machine model (sim/sim_cpu.c), the default where the profile
  * gives the last-level cache and its read rate */
 static const char *const k_machine_keys =
-    "cpu_dram_memory,cpu_llc_memory,cpu_llc_share,cpu_matmul_compute,cpu_matmul_tiled,cpu_unpack,cpu_matmul_overlap,"
-    "cpu_op_s,"
+    "cpu_dram_memory,cpu_llc_memory,cpu_llc_share,cpu_matmul_compute,cpu_matmul_tiled,cpu_tile_unpack,cpu_unpack,"
+    "cpu_matmul_overlap,cpu_op_s,"
     "cpu_attention_compute,cpu_attention_memory,cpu_other_memory";
 
 /* The physical range a fitted key moves in, and its start: a share of a
@@ -55,16 +55,23 @@ static const char *const k_machine_keys =
  * shared machine the other tenants take their part of the memory bus); the int8 dot products up to 4x
  * the fp32 FMA rate the profile measured (VNNI's four multiply-adds per
  * lane where an FMA does one); a format's unpacking up to 4 multiply-adds
- * a unit; a fixed cost per op of a thread pool's wake and join, 0.2 to 50
+ * a unit; the tiled path's tile products up to 32x the FMA rate (an
+ * AMX tile multiply does 1024 int8 multiply-adds a cycle where the FMA
+ * units do 32 fp32 ones), from 8x (the epilogue's share taken back),
+ * its rearranging of a weight into the tile layout half a multiply-add
+ * (a vector shuffle's lane) to 64 (a byte at a time, split into digits,
+ * stored and loaded back); the overlap from 0.8 (a
+ * streaming dot product's loads run ahead of its arithmetic); a fixed
+ * cost per op of a thread pool's wake and join, 0.2 to 50
  * us; the attention's and element-wise ops' bytes from the caches up to 4x
  * DRAM's rate. The class efficiencies of the older model keep their wide
  * range (up to QI_SIM_EFF_MAX: caches absorbed into them). */
 static void key_range(const char *k, const qi_sim_params *def, bool machine, double *v, double *lo, double *hi) {
     static const struct { const char *key; double v, lo, hi; } mk[] = {
         {"cpu_dram_memory", 0.8, 0.1, 1},      {"cpu_llc_memory", 0.5, 0.05, 1},
-        {"cpu_matmul_tiled", 0.5, 0.05, 4},
+        {"cpu_matmul_tiled", 8, 0.05, 32},     {"cpu_tile_unpack", 4, 0.5, 64},
         {"cpu_llc_share", 0.5, 0.01, 1},       {"cpu_matmul_compute", 0.5, 0.05, 4},
-        {"cpu_unpack", 0.5, 0.01, 4},          {"cpu_matmul_overlap", 0.5, 0.01, 1},
+        {"cpu_unpack", 0.5, 0.01, 4},          {"cpu_matmul_overlap", 0.8, 0.01, 1},
         {"cpu_op_s", 4e-6, 2e-7, 5e-5},        {"cpu_attention_compute", 0.3, 0.02, 1},
         {"cpu_attention_memory", 0.5, 0.05, 4}, {"cpu_other_memory", 0.5, 0.05, 4},
     };

@@ -4,7 +4,8 @@
  * The fit (qi_calib_fit) gives back the model's known parameters from the
  * step times they produce over synthetic models (working sets inside,
  * across and past the usable last-level cache; four weight types, two of
- * them on the kernels' tiled path from 8 tokens; one to 64 tokens), and a row planted 40% off stays visible in its residual
+ * them on the kernels' tiled path from 8 tokens; one to 64 tokens; 8 and
+ * 2 threads of 8 cores), and a row planted 40% off stays visible in its residual
  * instead of being absorbed. A calibration file with its `# machine:`
  * record loads; the record matches the profile it was written from and
  * not one of another CPU, core count, bandwidth or cache. Seconds.
@@ -79,6 +80,10 @@ static double step_s(const synth_model *m, const qi_hwprofile *pr, const qi_sim_
 #define N_MODELS 8
 static const int k_T[] = {1, 4, 16, 64};
 #define N_T 4
+/* threads: all 8 cores, and 2 of them */
+static const int k_thr[] = {8, 2};
+#define N_THR 2
+#define N_ROWS (N_MODELS * N_T * N_THR)
 
 typedef struct {
     synth_model *m;
@@ -93,15 +98,19 @@ static qi_status predict_rows(void *vctx, const char *const *keys, const double 
     for (int i = 0; i < n_keys; i++)
         if (qi_sim_params_set(&p, keys[i], values[i], err)) return QI_ERR_INVALID;
     int k = 0;
-    for (int mi = 0; mi < N_MODELS; mi++)
-        for (int ti = 0; ti < N_T; ti++) pred[k++] = step_s(&c->m[mi], &c->pr, &p, k_T[ti]);
+    for (int hi = 0; hi < N_THR; hi++) {
+        p.cpu_threads = k_thr[hi];
+        for (int mi = 0; mi < N_MODELS; mi++)
+            for (int ti = 0; ti < N_T; ti++) pred[k++] = step_s(&c->m[mi], &c->pr, &p, k_T[ti]);
+    }
     return QI_OK;
 }
 
-static const char *const k_keys[] = {"cpu_dram_memory", "cpu_llc_memory",     "cpu_llc_share", "cpu_matmul_compute",
-                                     "cpu_unpack",      "cpu_matmul_overlap", "cpu_op_s",      "cpu_matmul_tiled"};
-static const double k_truth[] = {0.8, 0.6, 0.5, 0.7, 0.8, 0.4, 3e-6, 1.3};
-#define N_KEYS 8
+static const char *const k_keys[] = {"cpu_dram_memory",  "cpu_llc_memory",     "cpu_llc_share", "cpu_matmul_compute",
+                                     "cpu_unpack",       "cpu_matmul_overlap", "cpu_op_s",      "cpu_matmul_tiled",
+                                     "cpu_tile_unpack",  "cpu_thread_memory"};
+static const double k_truth[] = {0.8, 0.6, 0.5, 1.5, 0.8, 0.4, 3e-6, 5.0, 6.0, 0.3};
+#define N_KEYS 10
 
 static void make_rows(rows_ctx *c) {
     cpu_profile(&c->pr);
@@ -122,13 +131,13 @@ static void make_rows(rows_ctx *c) {
 static void fit_rows(rows_ctx *c, const double *meas, double *vals, double *pred) {
     double lo[N_KEYS], hi[N_KEYS];
     for (int i = 0; i < N_KEYS; i++) {
-        vals[i] = i == 6 ? 4e-6 : 0.5;
-        lo[i] = i == 6 ? 2e-7 : 0.01;
-        hi[i] = i == 6 ? 5e-5 : i == 3 || i == 4 || i == 7 ? 4 : 1;
+        vals[i] = i == 6 ? 4e-6 : i == 7 || i == 8 ? 2 : 0.5;
+        lo[i] = i == 6 ? 2e-7 : i == 8 ? 0.5 : i == 9 ? 0.125 : 0.01;
+        hi[i] = i == 6 ? 5e-5 : i == 3 || i == 4 ? 4 : i == 7 ? 16 : i == 8 ? 64 : 1;
     }
     qi_err e = {0};
     qi_calib_fit_report rep;
-    ck_assert_msg(qi_calib_fit(k_keys, vals, lo, hi, N_KEYS, meas, N_MODELS * N_T, predict_rows, c, 4000, &rep, &e) ==
+    ck_assert_msg(qi_calib_fit(k_keys, vals, lo, hi, N_KEYS, meas, N_ROWS, predict_rows, c, 6000, &rep, &e) ==
                       QI_OK,
                   "%s", e.msg);
     ck_assert(predict_rows(c, k_keys, vals, N_KEYS, pred, &e) == QI_OK);
@@ -155,6 +164,65 @@ START_TEST(test_unpack_ops) {
     ck_assert(qi_sim_cpu_on(&p));
     ck_assert(qi_sim_params_set(&p, "cpu_llc_share", 1.5, &e) != QI_OK); /* a share of the cache */
     ck_assert(qi_sim_params_set(&p, "cpu_unpack", 9, &e) != QI_OK);
+    ck_assert(qi_sim_params_set(&p, "cpu_thread_memory", 1.5, &e) != QI_OK); /* a share of the rate */
+    /* the tile parts: q6_K's scales in three digits, q4_K's in two */
+    ck_assert(qi_sim_cpu_tile_parts(QI_TYPE_Q6_K) == 3 && qi_sim_cpu_tile_parts(QI_TYPE_Q4_K) == 2);
+}
+END_TEST
+
+START_TEST(test_threads_and_tiles) {
+    /* the compute rates scale by the cores the threads use, the read rates
+     * by cpu_thread_memory; the tiled path's unpacking is once a call */
+    qi_hwprofile pr;
+    cpu_profile(&pr); /* 8 cores */
+    qi_sim_params p;
+    qi_sim_params_default(&p);
+    p.cpu_threads = 2;
+    p.cpu_thread_memory = 0.3;
+    /* the model off: the roofline's whole CPU */
+    ck_assert(qi_sim_cpu_thread_share(&pr, &p) == 1 && qi_sim_cpu_thread_mem(&p) == 1);
+    p.cpu_dram_memory = 1;
+    p.cpu_threads = 0;
+    p.cpu_thread_memory = 0;
+    ck_assert(qi_sim_cpu_thread_share(&pr, &p) == 1 && qi_sim_cpu_thread_mem(&p) == 1); /* 0 threads: all */
+    p.cpu_threads = 2;
+    ck_assert(fabs(qi_sim_cpu_thread_share(&pr, &p) - 0.25) < 1e-12);
+    ck_assert(qi_sim_cpu_thread_mem(&p) == 1); /* no cpu_thread_memory: every count alike */
+    p.cpu_thread_memory = 0.3;
+    ck_assert(fabs(qi_sim_cpu_thread_mem(&p) - 0.6) < 1e-12);
+    p.cpu_threads = 16; /* more threads than cores: no more */
+    ck_assert(qi_sim_cpu_thread_share(&pr, &p) == 1 && qi_sim_cpu_thread_mem(&p) == 1);
+    /* a compute-bound tiled matmul (all overlap, no fixed cost, the weights
+     * in the cache) */
+    synth_model *m = calloc(1, sizeof *m);
+    ck_assert_ptr_nonnull(m);
+    synth(m, 1, 1024, QI_TYPE_Q6_K, 1ull << 32);
+    qi_err e = {0};
+    const char *k[] = {"cpu_dram_memory", "cpu_llc_memory", "cpu_llc_share", "cpu_matmul_overlap", "cpu_matmul_tiled",
+                       "cpu_tile_unpack"};
+    const double v[] = {1, 1, 1, 1, 4, 8};
+    for (int i = 0; i < 6; i++) ck_assert(qi_sim_params_set(&p, k[i], v[i], &e) == QI_OK);
+    p.cpu_op_s = 0;
+    p.cpu_threads = 8;
+    const double W = 4.0 * 1024 * 1024, t16 = step_s(m, &pr, &p, 16), t64 = step_s(m, &pr, &p, 64);
+    /* 2 W (8 + 3 T / 4) / peak */
+    ck_assert_msg(fabs(t16 / (2 * W * (8 + 3 * 16 / 4.0) / 400e9) - 1) < 1e-9, "T 16: %g s", t16);
+    ck_assert_msg(fabs(t64 / (2 * W * (8 + 3 * 64 / 4.0) / 400e9) - 1) < 1e-9, "T 64: %g s", t64);
+    p.cpu_threads = 2;
+    ck_assert_msg(fabs(step_s(m, &pr, &p, 64) / t64 - 4) < 1e-9, "2 of 8 cores: %g x", step_s(m, &pr, &p, 64) / t64);
+    /* the row path: q4_0's unpacking once a call of up to 32 tokens, its
+     * dot every token */
+    synth(m, 1, 1024, QI_TYPE_Q4_0, 2ull << 32);
+    ck_assert(qi_sim_params_set(&p, "cpu_unpack", 2, &e) == QI_OK);
+    p.compute[0][0] = 1;
+    p.cpu_threads = 8;
+    const double u = qi_sim_cpu_unpack_ops(QI_TYPE_Q4_0);
+    for (int T = 4; T <= 64; T *= 4) {
+        const double want = 2 * W * (T + (T + 31) / 32 * 2 * u) / 400e9;
+        ck_assert_msg(fabs(step_s(m, &pr, &p, T) / want - 1) < 1e-9, "row path, T %d: %g s, want %g", T,
+                      step_s(m, &pr, &p, T), want);
+    }
+    free(m);
 }
 END_TEST
 
@@ -186,13 +254,12 @@ START_TEST(test_fit_recovers) {
     qi_sim_params p;
     qi_sim_params_default(&p);
     qi_err e = {0};
-    double meas[N_MODELS * N_T], pred[N_MODELS * N_T], vals[N_KEYS];
+    double meas[N_ROWS], pred[N_ROWS], vals[N_KEYS];
     ck_assert(predict_rows(&c, k_keys, k_truth, N_KEYS, meas, &e) == QI_OK);
     fit_rows(&c, meas, vals, pred);
     for (int i = 0; i < N_KEYS; i++)
         ck_assert_msg(fabs(vals[i] / k_truth[i] - 1) < 0.03, "%s: fitted %g, true %g", k_keys[i], vals[i], k_truth[i]);
-    ck_assert_msg(qi_calib_mape(pred, meas, N_MODELS * N_T) < 0.005, "fit MAPE %g",
-                  qi_calib_mape(pred, meas, N_MODELS * N_T));
+    ck_assert_msg(qi_calib_mape(pred, meas, N_ROWS) < 0.005, "fit MAPE %g", qi_calib_mape(pred, meas, N_ROWS));
     /* a planted fault: one row 40% long stays visible, not absorbed */
     const int bad = 2 * N_T + 3;
     meas[bad] *= 1.4;
@@ -243,6 +310,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_unpack_ops);
     tcase_add_test(tc, test_cache_regimes);
+    tcase_add_test(tc, test_threads_and_tiles);
     tcase_add_test(tc, test_fit_recovers);
     tcase_add_test(tc, test_machine_record);
     suite_add_tcase(s, tc);

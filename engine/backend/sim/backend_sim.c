@@ -216,7 +216,9 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
         {"cpu_llc_share", offsetof(qi_sim_params, cpu_llc_share), 1, false},
         {"cpu_unpack", offsetof(qi_sim_params, cpu_unpack), 8, true},
         {"cpu_matmul_overlap", offsetof(qi_sim_params, cpu_matmul_overlap), 1, true},
-        {"cpu_matmul_tiled", offsetof(qi_sim_params, cpu_matmul_tiled), QI_SIM_EFF_MAX, true},
+        {"cpu_matmul_tiled", offsetof(qi_sim_params, cpu_matmul_tiled), 32, true}, /* AMX: 32x the FMAs */
+        {"cpu_tile_unpack", offsetof(qi_sim_params, cpu_tile_unpack), 256, true},
+        {"cpu_thread_memory", offsetof(qi_sim_params, cpu_thread_memory), 1, true},
     };
     for (size_t i = 0; i < sizeof gk / sizeof gk[0]; i++) {
         if (strcmp(key, gk[i].key) != 0) continue;
@@ -249,7 +251,8 @@ qi_status qi_sim_params_set(qi_sim_params *p, const char *key, double v, qi_err 
                   "sim: unknown parameter '%s' (noise, seed, cpu_op_s, link, {cpu,gpu}_{matmul,attention,other}_"
                   "{compute,memory}, {cpu,gpu}_matmul_compute_TYPE, TYPE a weight type such as q4_k, "
                   "gpu_matvec_compute, gpu_gemm_simt, gpu_matmul_overlap, gpu_op_cycles, gpu_power_ref, "
-                  "gpu_power_exp, cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled)",
+                  "gpu_power_exp, cpu_dram_memory, cpu_llc_memory, cpu_llc_share, cpu_unpack, cpu_matmul_overlap, cpu_matmul_tiled, "
+                  "cpu_tile_unpack, cpu_thread_memory)",
                   key);
 }
 
@@ -322,8 +325,9 @@ static double op_time_tc(qi_backend *b, int cls, double flops, double bytes, dou
     sim_dev *d = S(b);
     const qi_sim_params *p = &d->sim->par;
     const int g = d->gpu;
-    const double bw = g ? d->sim->prof.gpu_mem_bw.value : d->sim->prof.cpu_mem_bw.value;
-    const double clk = g ? gpu_clock_share(d->sim) : 1;
+    /* the CPU's rates at the share its threads reach (sim_cpu.c) */
+    const double bw = g ? d->sim->prof.gpu_mem_bw.value : d->sim->prof.cpu_mem_bw.value * qi_sim_cpu_thread_mem(p);
+    const double clk = g ? gpu_clock_share(d->sim) : qi_sim_cpu_thread_share(&d->sim->prof, p);
     const double tc = tc_given >= 0 ? tc_given : flops > 0 ? flops / (peak * clk * p->compute[g][cls]) : 0;
     const double tm = bytes > 0 ? bytes / (bw * p->memory[g][cls]) : 0;
     const double over = g ? gpu_overhead(d->sim) : p->cpu_op_s;

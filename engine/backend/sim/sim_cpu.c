@@ -4,7 +4,8 @@
  * A CPU matmul of weights W_i (R_i x C_i, B_i bytes) over T tokens takes
  *
  *     tm = sum B_i (h / bw_llc + (1 - h) / bw_dram) + 4 T (R + C) / bw_llc
- *     tc = sum 2 T R_i C_i (1 + cpu_unpack x u(type_i)) / (peak x cpu_matmul_compute)
+ *     tc = sum 2 R_i C_i (T + ceil(T / 32) cpu_unpack x u(type_i))
+ *                        / (peak x cpu_matmul_compute)
  *     t  = max(tc, tm) + (1 - cpu_matmul_overlap) min(tc, tm) + cpu_op_s
  *
  * - bw_dram = cpu.mem_bw x cpu_dram_memory: the profile's measured read
@@ -17,6 +18,10 @@
  *   far) fits its usable part L = cpu.llc x cpu_llc_share (shared with
  *   the other cores and tenants, the KV cache and the activations): h = 1;
  *   past it a cyclic stream keeps about L / S of itself.
+ * - The row kernels unpack a block of weights once per call of up to 32
+ *   tokens (the CPU backend's MM_TOKEN_BLOCK) and dot it with each token
+ *   of the call: the unpacking is paid ceil(T / 32) times, the dot T
+ *   times.
  * - u(type), the format's unpacking work per weight (qi_sim_cpu_unpack_ops
  *   below), weighs the per-weight cost of the dot product: a 4-bit
  *   format's nibbles are split, a 5- or 6-bit one's high bits merged, a
@@ -31,6 +36,27 @@
  *   8 tokens, each unpacked block reused across a tile of tokens and its
  *   activations across a tile of rows) cpu_matmul_tiled where set.
  * - bw_llc is at least bw_dram: the cache is never slower than DRAM.
+ *
+ * The tiled path is costed apart: its kernels (gemm_wide; on AMX tiles
+ * where the CPU has them) rearrange each block of the weights once per
+ * call into the tile layout, for every token of the call, then multiply
+ * tiles. So its compute is a part per weight and a part per token:
+ *
+ *     tc = sum 2 R_i C_i (cpu_tile_unpack + T x parts(type_i) / cpu_matmul_tiled) / peak
+ *
+ * with parts (qi_sim_cpu_tile_parts) the tile products a token's dot over a
+ * block takes (q4_K's 6-bit scales split into two 3-bit digits, q6_K's
+ * signed 8-bit ones into three, so that every byte of a tile stays within
+ * int8). At a decode step's 16 tokens the unpacking outweighs the
+ * products; over a prompt's hundreds the products take over.
+ *
+ * Threads: the profile's probes (peak, read rates) ran on every core, so a
+ * run of n threads computes at share(n) = min(n, cpu.cores) / cpu.cores of
+ * every peak (qi_sim_cpu_thread_share), and reads at min(1, n x
+ * cpu_thread_memory) of every read rate (qi_sim_cpu_thread_mem), its
+ * matmuls and its other ops alike, while the machine model is on (a CPU
+ * calibrated for it; the class roofline of an uncalibrated one is the
+ * profile's whole CPU whatever the threads).
  */
 #include "sim_cpu.h"
 
@@ -69,6 +95,22 @@ double qi_sim_cpu_unpack_ops(uint32_t type) {
     }
 }
 
+double qi_sim_cpu_tile_parts(uint32_t type) {
+    return type == QI_TYPE_Q4_K ? 2 : type == QI_TYPE_Q6_K ? 3 : 1;
+}
+
+double qi_sim_cpu_thread_share(const qi_hwprofile *pr, const qi_sim_params *p) {
+    const double cores = pr->cpu_cores.set && pr->cpu_cores.value >= 1 ? pr->cpu_cores.value : 0;
+    if (!qi_sim_cpu_on(p) || p->cpu_threads < 1 || !(cores > 0)) return 1;
+    return p->cpu_threads >= cores ? 1 : p->cpu_threads / cores;
+}
+
+double qi_sim_cpu_thread_mem(const qi_sim_params *p) {
+    if (!qi_sim_cpu_on(p) || p->cpu_threads < 1 || !(p->cpu_thread_memory > 0)) return 1;
+    const double m = p->cpu_threads * p->cpu_thread_memory;
+    return m < 1 ? m : 1;
+}
+
 /* Add w to the working set (a weight counted once, by its rows' address). */
 static void ws_add(qi_sim_cpu_ws *ws, const qi_weight *w) {
     const void *key = w->data;
@@ -101,10 +143,11 @@ bool qi_sim_cpu_tiled(uint32_t type, int T) {
 double qi_sim_cpu_matmul_s(qi_sim_cpu_ws *ws, const qi_hwprofile *pr, const qi_sim_params *p,
                            const qi_weight *const *w, int n, int T) {
     for (int i = 0; i < n; i++) ws_add(ws, w[i]);
-    const double bw_dram = pr->cpu_mem_bw.value * p->cpu_dram_memory;
+    const double thr = qi_sim_cpu_thread_share(pr, p), thm = qi_sim_cpu_thread_mem(p);
+    const double bw_dram = pr->cpu_mem_bw.value * p->cpu_dram_memory * thm;
     const bool llc = pr->cpu_llc.set && pr->cpu_llc_bw.set && p->cpu_llc_memory > 0 && p->cpu_llc_share > 0;
     /* the cache is never slower than the memory behind it */
-    const double bw_llc = llc ? fmax(pr->cpu_llc_bw.value * p->cpu_llc_memory, bw_dram) : bw_dram;
+    const double bw_llc = llc ? fmax(pr->cpu_llc_bw.value * p->cpu_llc_memory * thm, bw_dram) : bw_dram;
     double h = 0;
     if (llc) {
         const double L = pr->cpu_llc.value * p->cpu_llc_share;
@@ -118,12 +161,19 @@ double qi_sim_cpu_matmul_s(qi_sim_cpu_ws *ws, const qi_hwprofile *pr, const qi_s
         rows += (double)wi->n_rows;
         const double f = 2.0 * T * (double)wi->n_rows * (double)wi->n_cols;
         const uint32_t t = wi->type;
-        const double peak = is_quant(t) && pr->cpu_int8.set ? pr->cpu_int8.value : pr->cpu_fp32.value;
+        const double peak = thr * (is_quant(t) && pr->cpu_int8.set ? pr->cpu_int8.value : pr->cpu_fp32.value);
         const double own = t < QI_TYPE_COUNT ? p->cpu_matmul_type[t] : 0;
         double u = qi_sim_cpu_unpack_ops(t);
         if (u < 0) u = 1; /* a type the CPU does not compute with: as a 4-bit one */
-        const double eff = qi_sim_cpu_tiled(t, T) && p->cpu_matmul_tiled > 0 ? p->cpu_matmul_tiled : p->compute[0][0];
-        tc += own > 0 ? f / (peak * own) : f * (1 + p->cpu_unpack * u) / (peak * eff);
+        if (own > 0) {
+            tc += f / (peak * own);
+        } else if (qi_sim_cpu_tiled(t, T) && p->cpu_matmul_tiled > 0) {
+            const double wts = (double)wi->n_rows * (double)wi->n_cols;
+            tc += (2.0 * wts * p->cpu_tile_unpack + f * qi_sim_cpu_tile_parts(t) / p->cpu_matmul_tiled) / peak;
+        } else {
+            const double wts = (double)wi->n_rows * (double)wi->n_cols, calls = ceil(T / 32.0);
+            tc += 2.0 * wts * (T + calls * p->cpu_unpack * u) / (peak * p->compute[0][0]);
+        }
     }
     tm += 4.0 * T * ((double)w[0]->n_cols + rows) / bw_llc;
     const double hi = tc > tm ? tc : tm, lo = tc > tm ? tm : tc;

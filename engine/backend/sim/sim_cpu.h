@@ -36,6 +36,20 @@ double qi_sim_cpu_unpack_ops(uint32_t type);
  * tokens (q4_K and q6_K from QI_K_WIDE_MIN tokens). */
 bool qi_sim_cpu_tiled(uint32_t type, int T);
 
+/* The tile products a token's dot over one block of a tiled-path type
+ * takes (q4_K 2, q6_K 3: its scales split into digits that keep every tile
+ * byte within int8; 1 for the others). */
+double qi_sim_cpu_tile_parts(uint32_t type);
+
+/* The share of the profile's compute rates a run of p->cpu_threads threads
+ * reaches: min(threads, cpu.cores) / cpu.cores (1 where either is 0, or
+ * the machine model is off). */
+double qi_sim_cpu_thread_share(const qi_hwprofile *pr, const qi_sim_params *p);
+
+/* The share of the profile's read rates it reaches: min(1, threads x
+ * cpu_thread_memory) (1 where either is 0, or the model is off). */
+double qi_sim_cpu_thread_mem(const qi_sim_params *p);
+
 /* Seconds of one CPU matmul launch over n weights (one matmul_n) of T
  * tokens on profile pr with parameters p, its fixed cost included (no
  * noise); ws gets the weights added first. */
