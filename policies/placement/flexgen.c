@@ -110,9 +110,11 @@ static void build_rows(const qi_flexgen_inputs *in, int gbs, int num_gb, lp_rows
     r->pre[1].coef[HC] = -hid_p / link_d;
     r->pre[2].coef[TP] = 1, r->pre[2].rhs = (B * s * in->layer_flops + 2 * B * s * s * qw) / gpu_f;
     /* decode: the same copies for one token; the matmuls on the GPU (the
-     * slower of their FLOPs and reading the layer's weights), attention
-     * where its KV is, reading it all (4 qw FLOPs per KV token) */
-    const double mm = fmax(B * in->layer_flops / gpu_f, Wl / gpu_b);
+     * slower of their FLOPs and reading the layer's weights, once a GPU
+     * batch under the block schedule), attention where its KV is, reading
+     * it all (4 qw FLOPs per KV token) */
+    const double mm = in->blocked ? num_gb * fmax(g * in->layer_flops / gpu_f, Wl / gpu_b)
+                                  : fmax(B * in->layer_flops / gpu_f, Wl / gpu_b);
     const double kv_read = B * kr * kw * KV_BYTES, att_flops = B * kr * 4 * qw;
     r->gen[0].coef[TG] = 1, r->gen[0].coef[WC] = -Wl / link_h, r->gen[0].coef[HC] = -hid_g / link_h;
     r->gen[1].coef[TG] = 1, r->gen[1].coef[CC] = -B * kw * KV_BYTES / link_d, r->gen[1].coef[HC] = -hid_g / link_d;
@@ -377,6 +379,7 @@ static qi_status flexgen_plan(qi_placement_policy *pp, const qi_model *m, const 
         .eff_link = p->eff_link,
         .gbs_max = (int)p->gbs_max,
         .num_gb_max = (int)p->num_gb_max,
+        .blocked = p->block,
     };
     qi_flexgen_solution sol;
     qi_err e = {0};

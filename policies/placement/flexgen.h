@@ -18,6 +18,8 @@
 #ifndef QI_PLACEMENT_FLEXGEN_H
 #define QI_PLACEMENT_FLEXGEN_H
 
+#include <stdbool.h>
+
 #include "qinfer/status.h"
 
 typedef struct {
@@ -42,6 +44,10 @@ typedef struct {
     double eff_gpu, eff_cpu, eff_link; /* in (0, 1] */
     /* the outer search */
     int gbs_max, num_gb_max;
+    /* the plan runs the block schedule (flexgen block=1): each GPU batch
+     * reads the layer's weights from GPU memory again in decode; without
+     * it the engine runs the whole batch as one, reading them once */
+    bool blocked;
 } qi_flexgen_inputs;
 
 typedef struct {

@@ -511,6 +511,31 @@ static double fg_check_lp(const qi_flexgen_inputs *in, int gbs, int nb, qi_flexg
     return best;
 }
 
+/* Under the block schedule each GPU batch reads the layer's weights again
+ * in decode, so where everything fits one GPU batch is best, and 16 of one
+ * sequence cost more than one of 16; without it the engine runs the batch whole, and the GPU batch size
+ * does not change the decode matmuls' time. */
+START_TEST(test_flexgen_blocked_batches) {
+    qi_flexgen_inputs in = fg_inputs(1e9);
+    qi_flexgen_solution one, many, best;
+    qi_err e = {0};
+    for (int blocked = 0; blocked < 2; blocked++) {
+        in.blocked = blocked;
+        ck_assert_int_eq(qi_flexgen_solve_lp(&in, in.batch, 1, &one, &e), QI_OK);
+        ck_assert_int_eq(qi_flexgen_solve_lp(&in, 1, in.batch, &many, &e), QI_OK);
+        if (blocked) {
+            ck_assert_msg(many.total_s > 1.2 * one.total_s, "16 GPU batches of 1: %g s, one of 16: %g s", many.total_s,
+                          one.total_s);
+            ck_assert_int_eq(qi_flexgen_solve(&in, &best, &e), QI_OK);
+            ck_assert_msg(best.num_gb == 1, "chose %d GPU batches of %d", best.num_gb, best.gbs);
+        } else {
+            ck_assert_msg(fabs(many.total_s - one.total_s) <= 1e-9 * one.total_s, "%g against %g", many.total_s,
+                          one.total_s);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_flexgen_lp_vs_grid) {
     const int shapes[][2] = {{1, 1}, {2, 2}, {4, 2}, {8, 1}};
     const double mems[] = {3.5e6, 5e6, 8e6, 1.5e7, 3e7, 1e8};
@@ -787,6 +812,7 @@ static Suite *placement_suite(void) {
     tc = tcase_create("flexgen");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_flexgen_lp_vs_grid);
+    tcase_add_test(tc, test_flexgen_blocked_batches);
     tcase_add_test(tc, test_flexgen_search);
     tcase_add_test(tc, test_flexgen_errors);
     tcase_add_test(tc, test_flexgen_plan);
