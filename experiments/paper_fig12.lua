@@ -17,10 +17,10 @@
 --               (placement policy static, its -ngl), dense FFN, full KV;
 --   flexgen     FlexGen: its LP policy (placement policy flexgen) with the
 --               layers it does not keep streamed over PCIe (stream=1), full
---               KV, dense FFN. `flexgen_schedule=block` will run its zig-zag
---               block schedule once the placement policy takes it (today
---               stream is the only one; the option is passed as the policy's
---               `schedule=` parameter);
+--               KV, dense FFN; `--set flexgen_schedule=block` runs it
+--               with its zig-zag block schedule too (flexgen block=1: the
+--               LP's GPU batch size, engine/engine_zigzag.c), the grid's
+--               default stays `stream`;
 --   powerinfer  PowerInfer: every attention on the GPU while it and its KV
 --               fit, the hot FFN neurons on the GPU by its integer program
 --               (neuron policy static) in the memory left (less its
@@ -215,7 +215,11 @@ return {
       o.placement = "policy:static"
     elseif sys == "flexgen" then
       o.placement = "policy:flexgen:stream=1"
-      if cfg.flexgen_schedule ~= "stream" then o.placement = o.placement .. ",schedule=" .. cfg.flexgen_schedule end
+      if cfg.flexgen_schedule == "block" then
+        o.placement = o.placement .. ",block=1"
+      elseif cfg.flexgen_schedule ~= "stream" then
+        error("flexgen_schedule must be stream or block, not " .. tostring(cfg.flexgen_schedule))
+      end
     elseif sys == "q-place" then
       o.placement = "policy:gdcost"
     end
