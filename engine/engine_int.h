@@ -158,14 +158,16 @@ typedef struct {
  * [n_layer][SP_W_COUNT] column forms (zeroed where the mode reads the
  * matrix dense or it has none); scratch sized for the step's rows: active
  * columns, act(gate), ones, a step's activations quantised for the rows
- * of up that cats computes, per 32 neurons the count kept and zeroed
- * (cats_ffn); zeroed / seen activations over the thresholded sites. */
+ * of up that cats computes (or for the column forms), those activations
+ * turned back to floats (the column forms' input, xd), per 32 neurons
+ * the count kept and zeroed (cats_ffn); zeroed / seen activations over
+ * the thresholded sites. */
 typedef struct {
     qi_sparsity cfg;        /* its thr owned */
     qi_colw *w;
     int32_t *idx, *cnt;
     long *zc;
-    float *act, *ones;
+    float *act, *ones, *xd;
     void *xq;
     double zeroed, seen;
     bool paused;            /* qi_engine_sparsity_pause: steps run the dense path */
@@ -452,6 +454,9 @@ qi_status eng_mlp_block(qi_engine *e, int l, int rows, qi_err *err);
 
 /* engine_sparsity.c */
 float eng_sp_thr(const qi_engine *e, int l, int site);
+/* x [T][n] as the dense matmul reads it, 8-bit blocks of qi_vec_dot_type
+ * dt, turned back to floats in xd [T][n]: the column forms' input. */
+void eng_sp_act8(qi_engine *e, uint32_t dt, const float *x, int T, int64_t n, float *xd);
 int eng_sp_site(qi_engine *e, int l, int site, float *x, int T, int n);
 qi_status eng_sp_run(qi_engine *e, sp_job *j);
 qi_status eng_mm_site(qi_engine *e, qi_backend *b, int l, const int *wi, const qi_weight *const *w, float *const *y,

@@ -324,8 +324,9 @@ bool qi_engine_neuron_stats(const qi_engine *e, int l, qi_engine_neuron_rp *out)
 /* The cold side of a split FFN on the CPU under cats (opts.sparsity):
  * gate whole, its neurons with |act(gate)| over the layer's threshold
  * kept (the union over the rows), up's rows of those alone, the others
- * zeroed row by row, and down read by the kept columns (its column form)
- * where few enough are kept; the dense matmuls otherwise. As eng_mlp_sparse's
+ * zeroed row by row, and down read by the kept columns (its column form,
+ * of the dense path's 8-bit activations) where few enough are kept; the
+ * dense matmuls otherwise. As eng_mlp_sparse's
  * cats, on the side's own matrices. */
 static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows, bool gelu, qi_err *err) {
     qi_status st;
@@ -350,10 +351,11 @@ static qi_status ffn_side_cats(qi_engine *e, const dev_state *M, int l, int rows
         if (e->sp.act[i] == 0.0f) M->gate[i] = 0.0f;
     const qi_colw *cw = &e->ns->cw[l];
     if (!sparse || !cw->codes) return eng_matmul(e, M->be, &w[2], M->gate, rows, M->xn, err);
-    sp_job j = {.w = {cw}, .y = {M->xn}, .n_w = 1, .x = M->gate, .T = rows, .idx = e->sp.idx, .n_idx = n_act,
+    sp_job j = {.w = {cw}, .y = {M->xn}, .n_w = 1, .x = e->sp.xd, .T = rows, .idx = e->sp.idx, .n_idx = n_act,
                 .fn = qi_sparse_matmul()};
-    if ((st = eng_op_begin(e, M->be, &t_op, err)) ||
-        (st = eng_op_end(e, M->be, t_op, QI_OP_MATMUL, eng_sp_run(e, &j), err)))
+    if ((st = eng_op_begin(e, M->be, &t_op, err))) return st;
+    eng_sp_act8(e, qi_vec_dot_type(w[2].type), M->gate, rows, n, e->sp.xd);
+    if ((st = eng_op_end(e, M->be, t_op, QI_OP_MATMUL, eng_sp_run(e, &j), err)))
         return st;
     if (e->o.profile)
         e->prof.matmul_bytes += (double)cw->col_bytes * n_act + (double)qi_colw_bytes(cw) -

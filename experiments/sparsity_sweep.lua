@@ -14,15 +14,18 @@
 --
 -- Metrics per configuration (measured on this machine, never simulated):
 --   ppl.value          perplexity, as qinfer ppl --sparsity: decode mode
---                      (one token a step, the chunks batched; the figures
---                      in paper-repro) or, with decode=false, a chunk a
---                      batch: faster, but under sparsity not yet the same
---                      figure (SmolLM2 teal 0.3, 2 chunks: 43.6523 against
---                      decode mode's 41.4796, where dense differs by
---                      rounding only, 40.9009 against 40.7371)      (1)
+--                      (one token a step, the chunks batched) or, with
+--                      decode=false, a chunk a batch: the same per-token
+--                      thresholds and 8-bit activations, 4-8x faster; the
+--                      two differ in rounding (the dense kernels' wide form
+--                      for many rows), which thresholds amplify: SmolLM2
+--                      over 2 chunks, dense 40.9009 a chunk a batch against
+--                      40.7371 decoded, teal 0.3 43.2277 against 42.2209.
+--                      The Qwen2.5-Coder-1.5B grid in paper-repro is a
+--                      chunk a batch                                (1)
 --   ppl.err            its standard error                          (1)
 --   sparsity.measured  share of the thresholded activations zeroed (1)
---   decode.tokens_per_s  decode rate at batch `batch` (aggregate),
+--   decode.tokens_per_s  (speed=true) decode rate at batch `batch` (aggregate),
 --                      qinfer.throughput (n_gen tokens after a 32-token
 --                      prompt)                                    (tok/s)
 --   decode.sparse_over_dense  (sparsity above 0) a sparse step's time over
@@ -40,6 +43,8 @@
 --   qinfer run experiments/sparsity_sweep.lua --set model=smollm2-135m --set mode=teal
 --   qinfer run experiments/sparsity_sweep.lua --set model=qwen2.5-coder-1.5b --set corpus=devil
 --   qinfer run experiments/sparsity_sweep.lua --set model=qwen2.5-coder-1.5b --set corpus=/usr/share/common-licenses/GPL-3
+--   qinfer run experiments/sparsity_sweep.lua --set model=qwen2.5-coder-1.5b --set decode=false --set speed=false
+--                                             (the perplexity grid alone, a chunk a batch; --set sparsity=S for one point)
 --   qinfer results sparsity_sweep --by model,corpus,mode,sparsity --metric ppl.value
 --   bash plots/make_all.sh                                    -> plots/out/sparsity_sweep.png
 --
@@ -59,10 +64,12 @@ return {
     decode = { true },
     batch = { 1 },
     n_gen = { 64 },
+    -- false: perplexity only (no decode-speed metrics), for the grid
+    speed = { true },
     calib_dir = { "results/calib" },
   },
-  order = { "model", "corpus", "mode", "sparsity", "ctx", "chunks", "decode", "batch", "n_gen", "calib_dir" },
-  cost = function(cfg) return cfg.ctx * cfg.chunks + 8 * cfg.n_gen end,
+  order = { "model", "corpus", "mode", "sparsity", "ctx", "chunks", "decode", "batch", "n_gen", "speed", "calib_dir" },
+  cost = function(cfg) return cfg.ctx * cfg.chunks + (cfg.speed and 8 * cfg.n_gen or 0) end,
   repetitions = 3,
   warmup = 1,
   run = function(cfg, ctx)
@@ -88,6 +95,7 @@ return {
     ctx.metric("ppl.err", r.err, "1")
     ctx.metric("sparsity.measured", r.sparsity < 0 and 0 or r.sparsity, "1")
     ctx.metric("ppl.seconds", r.seconds, "s")
+    if not cfg.speed then return end
     local t = qinfer.throughput(m, { batch = cfg.batch, n_gen = cfg.n_gen, prompt = 32, sparsity = sp.sparsity,
       sparsity_mode = sp.sparsity_mode, sparsity_calib = sp.sparsity_calib, vs_dense = cfg.sparsity > 0 })
     ctx.metric("decode.tokens_per_s", t.tokens_per_s, "tok/s")

@@ -360,16 +360,118 @@ START_TEST(engine_sparse_modes) {
         printf("%s 0.5: sparse vs dense matmuls KL %.2e nats; vs no sparsity %.2e\n",
                qi_sparsity_mode_name((qi_sparsity_mode)mode), kl_paths, kl_dense);
         fflush(stdout);
-        /* the paths differ by the dense one's 8-bit activations, which the
-         * thresholds downstream amplify (a value near one flips): well
-         * under the sparsity's own effect, where a wrong sparse product is
-         * far over it */
+        /* both paths read the same 8-bit activations and differ in
+         * rounding, which the thresholds and quantisers downstream amplify
+         * (a value near one flips): well under the sparsity's own effect,
+         * where a wrong sparse product is far over it */
         ck_assert_msg(kl_paths < 0.5 * kl_dense, "sparse and dense matmuls of the same activations: KL %g, the "
                       "sparsity itself %g", kl_paths, kl_dense);
         ck_assert(memcmp(a, dense, sizeof(float) * n) != 0);
         qi_sparsity_free(&sp);
     }
     free(dense), free(a), free(b);
+}
+END_TEST
+
+/* Layer 0's attn_out activations, a row a step (capture). */
+typedef struct {
+    float *x;
+    int rows, width;
+} cap0;
+
+static void capture0(void *ctx, int layer, int site, const float *x, int rows, int width) {
+    cap0 *c = ctx;
+    if (layer != 0 || site != QI_SITE_ATTN_OUT) return;
+    memcpy(c->x + (size_t)c->rows * width, x, sizeof(float) * (size_t)rows * width);
+    c->rows += rows;
+    c->width = width;
+}
+
+/* Logits [steps][V] of a sequence fed one token a step (rows under
+ * QI_K_WIDE_MIN: a prompt's many rows go to the dense kernels' wide form,
+ * summed otherwise), on an engine of opts o; with c, layer 0's attn_out
+ * activations too. */
+static void run_decode(const qi_engine_opts *base, int steps, float *out, cap0 *c) {
+    const int V = g_model->hp.n_vocab;
+    qi_engine_opts o = *base;
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    if (c) o.act_observe = capture0, o.act_observe_ctx = c, c->rows = 0;
+    qi_err e = {0};
+    qi_engine *eng = NULL;
+    ck_assert_msg(qi_engine_create(g_model, &o, &eng, &e) == QI_OK, "%s", e.msg);
+    int id;
+    ck_assert_int_eq(qi_engine_seq_add(eng, &id, &e), QI_OK);
+    uint64_t r = 77;
+    for (int k = 0; k < steps; k++) {
+        const int32_t t = (int32_t)(qi_test_rand(&r) % 4000);
+        ck_assert_int_eq(qi_engine_seq_feed(eng, id, &t, 1, false, &e), QI_OK);
+        ck_assert_msg(qi_engine_step(eng, NULL, &e) == QI_OK, "%s", e.msg);
+        memcpy(out + (size_t)k * V, qi_engine_seq_logits(eng, id, -1), sizeof(float) * V);
+    }
+    qi_engine_free(eng);
+}
+
+/* Thresholds of 0 at every site (a calibration whose quantiles are all 0)
+ * zero nothing but exact zeros: the dense matmuls then give the dense
+ * result bit for bit, and the column forms (every site sparse) read the
+ * same 8-bit activations, so their products differ from the dense
+ * matmuls' in rounding alone (q8_0 weights: no block sums in fp16, as
+ * q4_1's). Seen at layer 0's attn_out, which q, k and v's products reach
+ * through no quantiser (downstream, a rounding flips an 8-bit value now
+ * and then, and the logits show that more than the products). The column
+ * forms once multiplied the exact float activations: a difference of the
+ * dense path's 8-bit quantisation, 2.4e-3 of the largest value against
+ * 3.4e-5 (the rounding, through the KV cache's fp16). */
+START_TEST(engine_paths_one_arithmetic) {
+    qi_model *const q41 = g_model;
+    g_model = qi_test_synth(QI_TEST_SYNTH_SMOL " --type q8_0 --n-layer 2");
+    ck_assert_ptr_nonnull(g_model);
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/qi_test_sparsity_zero_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int l = 0; l < g_model->hp.n_layer; l++)
+        for (int s = 0; s < QI_SITE_COUNT; s++) {
+            fprintf(f, "%d %s", l, qi_sparsity_site_name(s));
+            for (int k = 0; k < QI_SPARSITY_PCTS; k++) fputs(" 0", f);
+            fputc('\n', f);
+        }
+    fclose(f);
+    enum { STEPS0 = 12 };
+    const int V = g_model->hp.n_vocab, W = g_model->hp.n_head * g_model->hp.head_dim;
+    const size_t n = (size_t)STEPS0 * V;
+    float *dense = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n);
+    cap0 c0 = {.x = malloc(sizeof(float) * STEPS0 * W)}, c1 = {.x = malloc(sizeof(float) * STEPS0 * W)};
+    qi_engine_opts o;
+    qi_engine_opts_default(&o);
+    qi_err e = {0};
+    run_decode(&o, STEPS0, dense, NULL);
+    qi_sparsity sp;
+    ck_assert_int_eq(qi_sparsity_load(path, QI_SPARSITY_TEAL, 0.5, g_model->hp.n_layer, &sp, &e), QI_OK);
+    qi_engine_opts_default(&o);
+    o.sparsity = &sp;
+    o.sparse_max_density = 0.0;
+    run_decode(&o, STEPS0, a, &c0);
+    ck_assert_msg(memcmp(a, dense, sizeof(float) * n) == 0, "thresholds 0, dense matmuls: not the dense result");
+    o.sparse_max_density = 1.0;
+    run_decode(&o, STEPS0, a, &c1);
+    ck_assert_int_eq(c0.rows, STEPS0);
+    ck_assert_int_eq(c1.rows, STEPS0);
+    double max_d = 0.0, max_v = 0.0;
+    for (size_t i = 0; i < (size_t)STEPS0 * W; i++)
+        max_d = fmax(max_d, fabs((double)c1.x[i] - c0.x[i])), max_v = fmax(max_v, fabs(c0.x[i]));
+    printf("thresholds 0: layer 0's attn_out, column forms against dense matmuls: max |difference| %.2e of %.2e\n",
+           max_d, max_v);
+    fflush(stdout);
+    ck_assert_msg(max_d > 0.0, "the column forms were not run");
+    ck_assert_msg(max_d <= 4e-4 * max_v, "thresholds 0: the column forms' products differ from the dense matmuls' "
+                  "by %g of %g: not the same activations", max_d, max_v);
+    qi_sparsity_free(&sp);
+    qi_model_free(g_model);
+    g_model = q41;
+    unlink(path);
+    free(dense), free(a), free(c0.x), free(c1.x);
 }
 END_TEST
 
@@ -491,6 +593,7 @@ int main(void) {
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, engine_dense_and_observed);
     tcase_add_test(tc, engine_sparse_modes);
+    tcase_add_test(tc, engine_paths_one_arithmetic);
     tcase_add_test(tc, engine_paused);
     tcase_add_test(tc, engine_refusals);
     suite_add_tcase(s, tc);
